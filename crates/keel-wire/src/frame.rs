@@ -1,0 +1,146 @@
+//! Frame types. See the crate docs and `PROTOCOL.md` for the byte layout.
+
+use bytes::Bytes;
+
+/// One unit on a keel connection after the handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// Client → host: invoke an operation.
+    Request(Request),
+    /// Host → client: the outcome of a request (also the acknowledgement of a one-way call).
+    Reply(Reply),
+    /// Client → host: the caller no longer wants the reply of `call_id`.
+    Cancel(Cancel),
+    /// Either side: liveness probe; the peer answers with [`Frame::Pong`] carrying the same nonce.
+    Ping(u64),
+    /// Answer to [`Frame::Ping`].
+    Pong(u64),
+    /// Host → client: the host is closing this connection; requests with an id above
+    /// `last_call_id` were not and will not be processed.
+    GoAway(GoAway),
+}
+
+/// Per-request flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestFlags {
+    /// One-way call: the host acknowledges receipt with an empty `Ok` reply before running it.
+    pub one_way: bool,
+}
+
+/// An operation invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Caller-chosen id, unique among the caller's calls in flight on this connection.
+    pub call_id: u64,
+    /// Flags.
+    pub flags: RequestFlags,
+    /// Remaining time budget in microseconds when the request was written; 0 means none.
+    /// Relative, so the two sides' clocks never need to agree.
+    pub deadline_us: u64,
+    /// Service (contract) name, e.g. `Calculator`.
+    pub service: String,
+    /// Operation name, e.g. `add`.
+    pub operation: String,
+    /// Postcard-encoded arguments.
+    pub body: Bytes,
+}
+
+/// The outcome of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The id of the request this answers.
+    pub call_id: u64,
+    /// Outcome.
+    pub status: StatusCode,
+    /// `Ok`: the postcard-encoded return value. `Fault`: the postcard-encoded typed fault.
+    /// Anything else: a UTF-8 message for humans.
+    pub body: Bytes,
+}
+
+/// Cancellation of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancel {
+    /// The id of the request to cancel.
+    pub call_id: u64,
+}
+
+/// The host is closing the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoAway {
+    /// Highest call id the host accepted; later ids get no reply on this connection.
+    pub last_call_id: u64,
+    /// Why, for humans.
+    pub reason: String,
+}
+
+/// Outcome of a call as it travels on the wire. Stable numeric values: never renumber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum StatusCode {
+    /// Success; the body is the return value.
+    Ok = 0,
+    /// The handler returned its typed fault; the body is the fault.
+    Fault = 1,
+    /// No such service on this host.
+    UnknownService = 2,
+    /// No such operation in the service.
+    UnknownOperation = 3,
+    /// The request body could not be decoded into the operation's parameters.
+    BadRequest = 4,
+    /// The message exceeds the receiver's size limit.
+    TooLarge = 5,
+    /// The host's throttle queue is full; retry later.
+    Busy = 6,
+    /// The deadline passed before the work could start or finish.
+    DeadlineExceeded = 7,
+    /// The call was cancelled.
+    Cancelled = 8,
+    /// The host is shutting down and did not start the call.
+    ShuttingDown = 9,
+    /// The handler panicked.
+    HandlerPanicked = 10,
+    /// Any other failure inside the host.
+    Internal = 11,
+}
+
+impl StatusCode {
+    /// The code for a wire byte, or `None` for a value this version does not know.
+    pub fn from_u8(v: u8) -> Option<StatusCode> {
+        use StatusCode::*;
+        Some(match v {
+            0 => Ok,
+            1 => Fault,
+            2 => UnknownService,
+            3 => UnknownOperation,
+            4 => BadRequest,
+            5 => TooLarge,
+            6 => Busy,
+            7 => DeadlineExceeded,
+            8 => Cancelled,
+            9 => ShuttingDown,
+            10 => HandlerPanicked,
+            11 => Internal,
+            _ => return None,
+        })
+    }
+
+    /// A stable, lower-case name for logs and HTTP bodies (e.g. `"deadline_exceeded"`).
+    pub fn as_str(self) -> &'static str {
+        use StatusCode::*;
+        match self {
+            Ok => "ok",
+            Fault => "fault",
+            UnknownService => "unknown_service",
+            UnknownOperation => "unknown_operation",
+            BadRequest => "bad_request",
+            TooLarge => "too_large",
+            Busy => "busy",
+            DeadlineExceeded => "deadline_exceeded",
+            Cancelled => "cancelled",
+            ShuttingDown => "shutting_down",
+            HandlerPanicked => "handler_panicked",
+            Internal => "internal",
+        }
+    }
+}
