@@ -1,8 +1,50 @@
-//! Encoding and decoding. (Skeleton: bodies to be implemented.)
+//! Encoding and decoding of frames and of the handshake. The byte layout is in `PROTOCOL.md`.
 
-use bytes::BytesMut;
+use std::fmt;
 
-use crate::{Frame, Hello, HelloReply};
+use bytes::{Buf, BufMut, BytesMut};
+
+use crate::{
+    Cancel, Frame, GoAway, Hello, HelloReply, Reply, Request, RequestFlags, StatusCode, MAGIC,
+};
+
+/// Size of the length prefix in front of every frame.
+pub const LEN_PREFIX_SIZE: usize = 4;
+
+/// Longest service or operation name, in bytes (the length travels in one byte).
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Longest reason text in a [`GoAway`] or a [`HelloReply::Reject`], in bytes. Longer reasons are
+/// truncated to a character boundary by the encoders.
+pub const MAX_REASON_LEN: usize = 1024;
+
+/// Room a frame may take beyond its message body: the type byte, the largest fixed fields (those
+/// of a request: call id, flags, deadline, two name lengths) and two names of
+/// [`MAX_NAME_LEN`] bytes. The largest frame a [`Codec`] accepts has a length field of
+/// `max_message_size + MAX_HEADER` (see [`Codec::frame_limit`]).
+pub const MAX_HEADER: u32 = 1 + 8 + 1 + 8 + 1 + 1 + 2 * MAX_NAME_LEN as u32;
+
+/// Size of an encoded [`Hello`]: magic, version, message limit.
+pub const HELLO_LEN: usize = 4 + 2 + 4;
+
+// Frame type bytes. 7..=9 are reserved for streamed transfer (StreamData, StreamEnd,
+// WindowUpdate) and are rejected as unknown until then.
+const TYPE_REQUEST: u8 = 1;
+const TYPE_REPLY: u8 = 2;
+const TYPE_CANCEL: u8 = 3;
+const TYPE_PING: u8 = 4;
+const TYPE_PONG: u8 = 5;
+const TYPE_GOAWAY: u8 = 6;
+
+const FLAG_ONE_WAY: u8 = 0b0000_0001;
+
+// Fixed part of a request after the type byte: call id, flags, deadline.
+const REQUEST_FIXED: usize = 8 + 1 + 8;
+// Bytes from the start of the length prefix to the end of the call id of a request or reply.
+const CALL_ID_END: usize = LEN_PREFIX_SIZE + 1 + 8;
+
+const HELLO_TAG_ACCEPT: u8 = 0;
+const HELLO_TAG_REJECT: u8 = 1;
 
 /// Size limits a [`Codec`] enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,66 +70,546 @@ impl Limits {
 }
 
 /// Why bytes could not become a frame (or a frame bytes).
+///
+/// Use [`WireError::is_fatal`] to decide whether the connection can go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WireError {
-    /// A message is larger than the limit.
+    /// A message is larger than the limit. Not fatal: when decoding, the codec skips the rest
+    /// of the oversized frame by itself; when encoding, nothing was written.
     TooLarge {
-        /// The call the oversized frame belongs to, when it is a request and its header was read.
+        /// The call the oversized frame belongs to, when it is a request or a reply and its
+        /// call id was read (or, when encoding, the frame's call id).
         call_id: Option<u64>,
-        /// Declared size.
+        /// Declared size: the frame's length field when it exceeds [`Codec::frame_limit`], or
+        /// the body length when the body exceeds the message limit.
         size: u64,
         /// The limit it exceeds.
         limit: u32,
     },
     /// The bytes do not follow the protocol. The connection cannot continue.
     Malformed(&'static str),
+    /// Encoding only: a service or operation name is longer than [`MAX_NAME_LEN`] bytes.
+    /// Nothing was written; not fatal.
+    NameTooLong {
+        /// Which name: `"service"` or `"operation"`.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+impl WireError {
+    /// Whether the connection must be closed: `true` for [`WireError::Malformed`], `false` for
+    /// errors that concern one message ([`WireError::TooLarge`], [`WireError::NameTooLong`]).
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            WireError::Malformed(_) => true,
+            WireError::TooLarge { .. } | WireError::NameTooLong { .. } => false,
+        }
+    }
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::TooLarge {
+                call_id,
+                size,
+                limit,
+            } => {
+                write!(f, "message too large: {size} bytes, limit {limit}")?;
+                if let Some(id) = call_id {
+                    write!(f, " (call {id})")?;
+                }
+                Ok(())
+            }
+            WireError::Malformed(what) => write!(f, "malformed keel wire data: {what}"),
+            WireError::NameTooLong { field, len } => {
+                write!(
+                    f,
+                    "{field} name too long: {len} bytes, limit {MAX_NAME_LEN}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl RequestFlags {
+    /// The flags as their wire byte.
+    pub fn to_u8(self) -> u8 {
+        if self.one_way {
+            FLAG_ONE_WAY
+        } else {
+            0
+        }
+    }
+
+    /// Flags from their wire byte, or `None` when a bit this version does not know is set.
+    pub fn from_u8(v: u8) -> Option<RequestFlags> {
+        if v & !FLAG_ONE_WAY != 0 {
+            return None;
+        }
+        Some(RequestFlags {
+            one_way: v & FLAG_ONE_WAY != 0,
+        })
+    }
 }
 
 /// Frame encoder/decoder.
+///
+/// Decoding is incremental: feed whatever bytes arrived into a [`BytesMut`] and call
+/// [`Codec::decode`] until it returns `Ok(None)`. An oversized frame yields one
+/// [`WireError::TooLarge`]; the codec then drops that frame's remaining bytes as they arrive,
+/// without buffering them, and decoding continues with the next frame.
 #[derive(Debug)]
 pub struct Codec {
     limits: Limits,
+    /// Bytes of an oversized frame still to drop.
+    discard: u64,
 }
 
 impl Codec {
     /// A codec enforcing `limits`.
     pub fn new(limits: Limits) -> Codec {
-        Codec { limits }
+        Codec { limits, discard: 0 }
     }
     /// The limits in force.
     pub fn limits(&self) -> Limits {
         self.limits
     }
-    /// Decode one frame from the front of `src`.
-    pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
-        let _ = src;
-        todo!()
+
+    /// Change the largest message body. After the handshake a client adopts
+    /// `min(own, host's)` so that it never sends what the host would refuse.
+    pub fn set_max_message_size(&mut self, n: u32) {
+        self.limits.max_message_size = n;
     }
+
+    /// The largest length field accepted: `max_message_size + MAX_HEADER`.
+    pub fn frame_limit(&self) -> u64 {
+        u64::from(self.limits.max_message_size) + u64::from(MAX_HEADER)
+    }
+
+    /// Decode one frame from the front of `src`.
+    ///
+    /// Returns `Ok(None)` when `src` does not hold a whole frame yet (it then has reserved room
+    /// for the rest of the frame, which is within the limit). Consumes the frame's bytes when it
+    /// returns a frame or a [`WireError::TooLarge`]; the bodies of the returned frames share
+    /// `src`'s memory rather than copying it.
+    ///
+    /// After an error for which [`WireError::is_fatal`] holds, the connection must be closed.
+    pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+        if self.discard > 0 && !self.skip_discarded(src) {
+            return Ok(None);
+        }
+        if src.len() < LEN_PREFIX_SIZE {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
+        let total = LEN_PREFIX_SIZE as u64 + u64::from(len);
+        if u64::from(len) > self.frame_limit() {
+            return self.oversized(src, len, total);
+        }
+        let Ok(total) = usize::try_from(total) else {
+            return self.oversized(src, len, total);
+        };
+        if src.len() < total {
+            src.reserve(total - src.len());
+            return Ok(None);
+        }
+        let mut frame = src.split_to(total);
+        frame.advance(LEN_PREFIX_SIZE);
+        self.parse(frame).map(Some)
+    }
+
+    /// Drop buffered bytes of an oversized frame. Returns whether the frame is fully dropped.
+    fn skip_discarded(&mut self, src: &mut BytesMut) -> bool {
+        let n = self.discard.min(src.len() as u64);
+        src.advance(n as usize);
+        self.discard -= n;
+        self.discard == 0
+    }
+
+    /// The length field exceeds the limit: report it once the call id (if any) can be read.
+    fn oversized(
+        &mut self,
+        src: &mut BytesMut,
+        len: u32,
+        total: u64,
+    ) -> Result<Option<Frame>, WireError> {
+        if src.len() < LEN_PREFIX_SIZE + 1 {
+            return Ok(None);
+        }
+        let call_id = match src[LEN_PREFIX_SIZE] {
+            TYPE_REQUEST | TYPE_REPLY => {
+                if src.len() < CALL_ID_END {
+                    return Ok(None);
+                }
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&src[LEN_PREFIX_SIZE + 1..CALL_ID_END]);
+                Some(u64::from_le_bytes(id))
+            }
+            TYPE_CANCEL | TYPE_PING | TYPE_PONG | TYPE_GOAWAY => None,
+            _ => return Err(WireError::Malformed("unknown frame type")),
+        };
+        self.discard = total;
+        self.skip_discarded(src);
+        Err(WireError::TooLarge {
+            call_id,
+            size: u64::from(len),
+            limit: self.limits.max_message_size,
+        })
+    }
+
+    /// Parse one complete frame (without its length prefix).
+    fn parse(&self, mut frame: BytesMut) -> Result<Frame, WireError> {
+        let mut r = Reader::new(&frame);
+        let ty = r.u8()?;
+        match ty {
+            TYPE_REQUEST => {
+                let call_id = r.u64()?;
+                let flags = RequestFlags::from_u8(r.u8()?)
+                    .ok_or(WireError::Malformed("unknown request flags"))?;
+                let deadline_us = r.u64()?;
+                let service_len = usize::from(r.u8()?);
+                let service = r.utf8(service_len)?;
+                let op_len = usize::from(r.u8()?);
+                let operation = r.utf8(op_len)?;
+                let header = r.pos;
+                self.check_body(call_id, frame.len() - header)?;
+                frame.advance(header);
+                Ok(Frame::Request(Request {
+                    call_id,
+                    flags,
+                    deadline_us,
+                    service,
+                    operation,
+                    body: frame.freeze(),
+                }))
+            }
+            TYPE_REPLY => {
+                let call_id = r.u64()?;
+                let status = StatusCode::from_u8(r.u8()?)
+                    .ok_or(WireError::Malformed("unknown status code"))?;
+                let header = r.pos;
+                self.check_body(call_id, frame.len() - header)?;
+                frame.advance(header);
+                Ok(Frame::Reply(Reply {
+                    call_id,
+                    status,
+                    body: frame.freeze(),
+                }))
+            }
+            TYPE_CANCEL => {
+                let call_id = r.u64()?;
+                r.finish()?;
+                Ok(Frame::Cancel(Cancel { call_id }))
+            }
+            TYPE_PING => {
+                let nonce = r.u64()?;
+                r.finish()?;
+                Ok(Frame::Ping(nonce))
+            }
+            TYPE_PONG => {
+                let nonce = r.u64()?;
+                r.finish()?;
+                Ok(Frame::Pong(nonce))
+            }
+            TYPE_GOAWAY => {
+                let last_call_id = r.u64()?;
+                let reason_len = usize::from(r.u16()?);
+                if reason_len > MAX_REASON_LEN {
+                    return Err(WireError::Malformed("goaway reason too long"));
+                }
+                let reason = r.utf8(reason_len)?;
+                r.finish()?;
+                Ok(Frame::GoAway(GoAway {
+                    last_call_id,
+                    reason,
+                }))
+            }
+            _ => Err(WireError::Malformed("unknown frame type")),
+        }
+    }
+
+    /// A body within a frame that passed the length check may still exceed the message limit
+    /// when the names are short; the message limit is what both sides agreed on, so enforce it.
+    fn check_body(&self, call_id: u64, body_len: usize) -> Result<(), WireError> {
+        if body_len as u64 > u64::from(self.limits.max_message_size) {
+            return Err(WireError::TooLarge {
+                call_id: Some(call_id),
+                size: body_len as u64,
+                limit: self.limits.max_message_size,
+            });
+        }
+        Ok(())
+    }
+
     /// Append `frame` to `dst`.
+    ///
+    /// Fails, writing nothing, when a request or reply body exceeds the message limit
+    /// ([`WireError::TooLarge`]) or a name exceeds [`MAX_NAME_LEN`] bytes
+    /// ([`WireError::NameTooLong`]). A [`GoAway`] reason is truncated to a character boundary at
+    /// most [`MAX_REASON_LEN`] bytes long (and short enough for the frame limit).
     pub fn encode(&self, frame: &Frame, dst: &mut BytesMut) -> Result<(), WireError> {
-        let _ = (frame, dst);
-        todo!()
+        match frame {
+            Frame::Request(req) => {
+                check_name("service", &req.service)?;
+                check_name("operation", &req.operation)?;
+                self.check_body(req.call_id, req.body.len())?;
+                let header = 1 + REQUEST_FIXED + 1 + req.service.len() + 1 + req.operation.len();
+                let len = self.check_len(Some(req.call_id), header, req.body.len())?;
+                dst.reserve(LEN_PREFIX_SIZE + len);
+                dst.put_u32_le(len as u32);
+                dst.put_u8(TYPE_REQUEST);
+                dst.put_u64_le(req.call_id);
+                dst.put_u8(req.flags.to_u8());
+                dst.put_u64_le(req.deadline_us);
+                dst.put_u8(req.service.len() as u8);
+                dst.put_slice(req.service.as_bytes());
+                dst.put_u8(req.operation.len() as u8);
+                dst.put_slice(req.operation.as_bytes());
+                dst.put_slice(&req.body);
+            }
+            Frame::Reply(rep) => {
+                self.check_body(rep.call_id, rep.body.len())?;
+                let len = self.check_len(Some(rep.call_id), 1 + 8 + 1, rep.body.len())?;
+                dst.reserve(LEN_PREFIX_SIZE + len);
+                dst.put_u32_le(len as u32);
+                dst.put_u8(TYPE_REPLY);
+                dst.put_u64_le(rep.call_id);
+                dst.put_u8(rep.status as u8);
+                dst.put_slice(&rep.body);
+            }
+            Frame::Cancel(c) => put_u64_frame(dst, TYPE_CANCEL, c.call_id),
+            Frame::Ping(nonce) => put_u64_frame(dst, TYPE_PING, *nonce),
+            Frame::Pong(nonce) => put_u64_frame(dst, TYPE_PONG, *nonce),
+            Frame::GoAway(g) => {
+                // The frame limit is at least MAX_HEADER, far above the fixed part.
+                let room = (self.frame_limit() - (1 + 8 + 2)).min(MAX_REASON_LEN as u64);
+                let reason = truncate_utf8(&g.reason, room as usize);
+                let len = 1 + 8 + 2 + reason.len();
+                dst.reserve(LEN_PREFIX_SIZE + len);
+                dst.put_u32_le(len as u32);
+                dst.put_u8(TYPE_GOAWAY);
+                dst.put_u64_le(g.last_call_id);
+                dst.put_u16_le(reason.len() as u16);
+                dst.put_slice(reason.as_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// The length field of a frame with this header and body: it must fit in `u32` and within
+    /// the frame limit.
+    fn check_len(
+        &self,
+        call_id: Option<u64>,
+        header: usize,
+        body: usize,
+    ) -> Result<usize, WireError> {
+        let len = header as u64 + body as u64;
+        if len > self.frame_limit() || len > u64::from(u32::MAX) {
+            return Err(WireError::TooLarge {
+                call_id,
+                size: len,
+                limit: self.limits.max_message_size,
+            });
+        }
+        Ok(header + body)
     }
 }
 
-/// Append a client hello.
+fn check_name(field: &'static str, name: &str) -> Result<(), WireError> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(WireError::NameTooLong {
+            field,
+            len: name.len(),
+        });
+    }
+    Ok(())
+}
+
+fn put_u64_frame(dst: &mut BytesMut, ty: u8, v: u64) {
+    dst.reserve(LEN_PREFIX_SIZE + 9);
+    dst.put_u32_le(9);
+    dst.put_u8(ty);
+    dst.put_u64_le(v);
+}
+
+/// The longest prefix of `s` that is at most `max` bytes and ends on a character boundary.
+fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Bounds-checked reads over a complete frame or handshake message.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf, pos: 0 }
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&end| end <= self.buf.len())
+            .ok_or(WireError::Malformed("truncated frame"))?;
+        let b = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(b)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.bytes(N)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn utf8(&mut self, n: usize) -> Result<String, WireError> {
+        let b = self.bytes(n)?;
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| WireError::Malformed("invalid UTF-8"))
+    }
+
+    /// Fixed-size frames must have no trailing bytes.
+    fn finish(&self) -> Result<(), WireError> {
+        if self.pos != self.buf.len() {
+            return Err(WireError::Malformed("trailing bytes in frame"));
+        }
+        Ok(())
+    }
+}
+
+/// Append a client hello: [`MAGIC`], version (u16), max message size (u32), little-endian.
 pub fn encode_hello(hello: &Hello, dst: &mut BytesMut) {
-    let _ = (hello, dst);
-    todo!()
+    dst.reserve(HELLO_LEN);
+    dst.put_slice(&MAGIC);
+    dst.put_u16_le(hello.version);
+    dst.put_u32_le(hello.max_message_size);
 }
-/// Decode a client hello.
+
+/// Decode a client hello from the front of `src`.
+///
+/// Returns `Ok(None)` until all [`HELLO_LEN`] bytes are present, and
+/// `Err(WireError::Malformed("bad magic"))` as soon as the bytes present differ from [`MAGIC`],
+/// so a peer speaking another protocol fails fast. The version is not checked here: the host
+/// decides, and answers a version it does not speak with [`HelloReply::Reject`].
 pub fn decode_hello(src: &mut BytesMut) -> Result<Option<Hello>, WireError> {
-    let _ = src;
-    todo!()
+    let seen = src.len().min(MAGIC.len());
+    if src[..seen] != MAGIC[..seen] {
+        return Err(WireError::Malformed("bad magic"));
+    }
+    if src.len() < HELLO_LEN {
+        return Ok(None);
+    }
+    let msg = src.split_to(HELLO_LEN);
+    let mut r = Reader::new(&msg[MAGIC.len()..]);
+    Ok(Some(Hello {
+        version: r.u16()?,
+        max_message_size: r.u32()?,
+    }))
 }
-/// Append a host hello reply.
+
+/// Append a host hello reply. A reject reason is truncated to a character boundary at most
+/// [`MAX_REASON_LEN`] bytes long.
 pub fn encode_hello_reply(reply: &HelloReply, dst: &mut BytesMut) {
-    let _ = (reply, dst);
-    todo!()
+    match reply {
+        HelloReply::Accept {
+            version,
+            max_message_size,
+        } => {
+            dst.reserve(1 + 2 + 4);
+            dst.put_u8(HELLO_TAG_ACCEPT);
+            dst.put_u16_le(*version);
+            dst.put_u32_le(*max_message_size);
+        }
+        HelloReply::Reject {
+            supported_version,
+            reason,
+        } => {
+            let reason = truncate_utf8(reason, MAX_REASON_LEN);
+            dst.reserve(1 + 2 + 2 + reason.len());
+            dst.put_u8(HELLO_TAG_REJECT);
+            dst.put_u16_le(*supported_version);
+            dst.put_u16_le(reason.len() as u16);
+            dst.put_slice(reason.as_bytes());
+        }
+    }
 }
-/// Decode a host hello reply.
+
+/// Decode a host hello reply from the front of `src`; `Ok(None)` until it is complete.
 pub fn decode_hello_reply(src: &mut BytesMut) -> Result<Option<HelloReply>, WireError> {
-    let _ = src;
-    todo!()
+    let Some(&tag) = src.first() else {
+        return Ok(None);
+    };
+    match tag {
+        HELLO_TAG_ACCEPT => {
+            if src.len() < 1 + 2 + 4 {
+                return Ok(None);
+            }
+            let msg = src.split_to(1 + 2 + 4);
+            let mut r = Reader::new(&msg[1..]);
+            Ok(Some(HelloReply::Accept {
+                version: r.u16()?,
+                max_message_size: r.u32()?,
+            }))
+        }
+        HELLO_TAG_REJECT => {
+            if src.len() < 1 + 2 + 2 {
+                return Ok(None);
+            }
+            let reason_len = usize::from(u16::from_le_bytes([src[3], src[4]]));
+            if reason_len > MAX_REASON_LEN {
+                return Err(WireError::Malformed("reject reason too long"));
+            }
+            let total = 1 + 2 + 2 + reason_len;
+            if src.len() < total {
+                return Ok(None);
+            }
+            let msg = src.split_to(total);
+            let mut r = Reader::new(&msg[1..]);
+            let supported_version = r.u16()?;
+            let reason_len = usize::from(r.u16()?);
+            let reason = r.utf8(reason_len)?;
+            Ok(Some(HelloReply::Reject {
+                supported_version,
+                reason,
+            }))
+        }
+        _ => Err(WireError::Malformed("unknown hello reply tag")),
+    }
 }
+
+#[cfg(test)]
+mod tests;

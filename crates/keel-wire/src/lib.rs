@@ -8,6 +8,45 @@
 //! A connection starts with a [`Hello`] from the client and a [`HelloReply`] from the host, then
 //! carries length-prefixed [`Frame`]s in both directions. Limits are checked from the length
 //! prefix, before any allocation.
+//!
+//! The exact byte layout is in `PROTOCOL.md` next to this crate's `Cargo.toml`.
+//!
+//! # Example
+//!
+//! Encode a request and decode it back, as the two ends of a connection would:
+//!
+//! ```
+//! use bytes::{Bytes, BytesMut};
+//! use keel_wire::{Codec, Frame, Limits, Request, RequestFlags};
+//!
+//! let codec = Codec::new(Limits::default());
+//! let request = Frame::Request(Request {
+//!     call_id: 1,
+//!     flags: RequestFlags::default(),
+//!     deadline_us: 5_000_000,
+//!     service: "Calculator".into(),
+//!     operation: "add".into(),
+//!     body: Bytes::from_static(&[2, 3]),
+//! });
+//! let mut wire = BytesMut::new();
+//! codec.encode(&request, &mut wire)?;
+//!
+//! // The receiving side feeds whatever arrived; a partial frame gives `None`.
+//! let mut receiver = Codec::new(Limits::default());
+//! let mut inbox = BytesMut::new();
+//! inbox.extend_from_slice(&wire[..7]);
+//! assert_eq!(receiver.decode(&mut inbox)?, None);
+//! inbox.extend_from_slice(&wire[7..]);
+//! assert_eq!(receiver.decode(&mut inbox)?, Some(request));
+//! # Ok::<(), keel_wire::WireError>(())
+//! ```
+//!
+//! # Errors and limits
+//!
+//! A [`WireError`] for which [`WireError::is_fatal`] is true means the peer does not speak the
+//! protocol and the connection must be closed. [`WireError::TooLarge`] is not fatal: the
+//! decoder skips the oversized frame without buffering it, and names the call when it can, so
+//! the host can answer that one call with [`StatusCode::TooLarge`] and carry on.
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +56,7 @@ mod handshake;
 
 pub use codec::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,
+    HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_NAME_LEN, MAX_REASON_LEN,
 };
 pub use frame::{Cancel, Frame, GoAway, Reply, Request, RequestFlags, StatusCode};
 pub use handshake::{Hello, HelloReply, MAGIC, VERSION};
