@@ -36,6 +36,9 @@ const TYPE_PING: u8 = 4;
 const TYPE_PONG: u8 = 5;
 const TYPE_GOAWAY: u8 = 6;
 
+// Largest GoAway length field: type, last call id, reason length, reason.
+const MAX_GOAWAY_LEN: usize = 1 + 8 + 2 + MAX_REASON_LEN;
+
 const FLAG_ONE_WAY: u8 = 0b0000_0001;
 
 // Fixed part of a request after the type byte: call id, flags, deadline.
@@ -187,7 +190,8 @@ impl Codec {
         self.limits.max_message_size = n;
     }
 
-    /// The largest length field accepted: `max_message_size + MAX_HEADER`.
+    /// The largest length field accepted: `max_message_size + MAX_HEADER`. (A [`GoAway`] is
+    /// accepted up to its own bound, `11 + MAX_REASON_LEN`, even when that is larger.)
     pub fn frame_limit(&self) -> u64 {
         u64::from(self.limits.max_message_size) + u64::from(MAX_HEADER)
     }
@@ -210,7 +214,14 @@ impl Codec {
         let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
         let total = LEN_PREFIX_SIZE as u64 + u64::from(len);
         if u64::from(len) > self.frame_limit() {
-            return self.oversized(src, len, total);
+            // A GoAway's reason is bounded on its own and must arrive whatever the message
+            // limit, so it is exempt up to its largest size.
+            let Some(&ty) = src.get(LEN_PREFIX_SIZE) else {
+                return Ok(None);
+            };
+            if ty != TYPE_GOAWAY || len as usize > MAX_GOAWAY_LEN {
+                return self.oversized(src, len, total);
+            }
         }
         let Ok(total) = usize::try_from(total) else {
             return self.oversized(src, len, total);
@@ -352,7 +363,7 @@ impl Codec {
     /// Fails, writing nothing, when a request or reply body exceeds the message limit
     /// ([`WireError::TooLarge`]) or a name exceeds [`MAX_NAME_LEN`] bytes
     /// ([`WireError::NameTooLong`]). A [`GoAway`] reason is truncated to a character boundary at
-    /// most [`MAX_REASON_LEN`] bytes long (and short enough for the frame limit).
+    /// most [`MAX_REASON_LEN`] bytes long.
     pub fn encode(&self, frame: &Frame, dst: &mut BytesMut) -> Result<(), WireError> {
         match frame {
             Frame::Request(req) => {
@@ -387,9 +398,7 @@ impl Codec {
             Frame::Ping(nonce) => put_u64_frame(dst, TYPE_PING, *nonce),
             Frame::Pong(nonce) => put_u64_frame(dst, TYPE_PONG, *nonce),
             Frame::GoAway(g) => {
-                // The frame limit is at least MAX_HEADER, far above the fixed part.
-                let room = (self.frame_limit() - (1 + 8 + 2)).min(MAX_REASON_LEN as u64);
-                let reason = truncate_utf8(&g.reason, room as usize);
+                let reason = truncate_utf8(&g.reason, MAX_REASON_LEN);
                 let len = 1 + 8 + 2 + reason.len();
                 dst.reserve(LEN_PREFIX_SIZE + len);
                 dst.put_u32_le(len as u32);

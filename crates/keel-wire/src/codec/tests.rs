@@ -646,7 +646,7 @@ fn goaway_reason_truncated_on_char_boundary() {
     assert_eq!(g.reason.len(), 1024);
     assert!(reason.starts_with(&g.reason));
 
-    // A tiny message limit still yields a GoAway the same codec accepts.
+    // Even with a tiny message limit, a GoAway with the longest reason is not cut and arrives.
     let mut c = Codec::new(Limits::with_max_message_size(0));
     let mut buf = BytesMut::new();
     c.encode(
@@ -657,7 +657,16 @@ fn goaway_reason_truncated_on_char_boundary() {
         &mut buf,
     )
     .unwrap();
-    assert!(matches!(c.decode(&mut buf), Ok(Some(Frame::GoAway(_)))));
+    assert_eq!(buf.len(), 4 + 11 + 1024);
+    assert!(matches!(c.decode(&mut buf), Ok(Some(Frame::GoAway(g))) if g.reason.len() == 1024));
+    // Beyond its own bound a GoAway is oversized like any frame.
+    let mut src = BytesMut::new();
+    src.put_u32_le(11 + 1025);
+    src.put_u8(6);
+    assert!(matches!(
+        c.decode(&mut src),
+        Err(WireError::TooLarge { call_id: None, .. })
+    ));
 }
 
 #[test]
