@@ -1,0 +1,579 @@
+//! The engine: shared state, the worker loop, and the spawner thread.
+//!
+//! Locks: `Inner::state` (the queue, the idle stack, counters) and one `Parker::slot` per worker.
+//! They are never held together, and no thread is ever created while either is held.
+//!
+//! Ownership protocol for idle workers: a worker parks by pushing its `Parker` on the idle stack
+//! (under the state lock). Whoever pops it off the stack owns that worker's next wake-up and must
+//! deliver a `Slot::Job` or `Slot::Exit` to it (after releasing the state lock). A worker whose
+//! keep-alive expires retires only if it can still find itself on the stack; otherwise a delivery
+//! is in flight and it waits for it.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::io;
+use std::mem;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::metrics::{Metrics, Recorder};
+
+/// Locks a mutex, ignoring poisoning: no user code ever runs while a pool lock is held, so a
+/// poisoned lock can only come from a bug in this crate, and the data is still consistent.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A unit of work. `run` returns `true` if the task panicked (and caught it itself).
+pub(crate) trait Runnable: Send {
+    fn run(self: Box<Self>) -> bool;
+}
+
+/// A fire-and-forget task from `Pool::spawn`.
+pub(crate) struct Plain<F>(pub(crate) F);
+
+impl<F: FnOnce() + Send> Runnable for Plain<F> {
+    fn run(self: Box<Self>) -> bool {
+        (self.0)();
+        false
+    }
+}
+
+/// Hook consulted before each thread creation (test seam for spawn failures).
+pub(crate) type SpawnHook = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
+
+pub(crate) struct Job {
+    task: Box<dyn Runnable>,
+    enqueued: Instant,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(crate) enum Phase {
+    /// Accepting work.
+    Open,
+    /// `shutdown`: no new work; queued work still runs.
+    Draining,
+    /// `shutdown_now`: no new work; the queue was dropped.
+    Stopping,
+}
+
+pub(crate) struct Config {
+    pub(crate) min_threads: usize,
+    pub(crate) max_threads: usize,
+    pub(crate) keep_alive: Duration,
+    pub(crate) stack_size: usize,
+    pub(crate) name: String,
+    pub(crate) hook: Option<SpawnHook>,
+}
+
+enum Slot {
+    Empty,
+    Job(Job),
+    Exit,
+}
+
+/// One worker's parking place: the idle stack holds these, most recently idle on top.
+struct Parker {
+    slot: Mutex<Slot>,
+    cv: Condvar,
+}
+
+impl Parker {
+    fn deliver(&self, what: Slot) {
+        *lock(&self.slot) = what;
+        self.cv.notify_one();
+    }
+}
+
+struct State {
+    /// Unbounded on purpose: admission control is keel's throttle, in front of the pool.
+    queue: VecDeque<Job>,
+    /// LIFO: the most recently idle worker is woken first, so cold ones age out.
+    idle: Vec<Arc<Parker>>,
+    threads: usize,
+    starting: usize,
+    phase: Phase,
+    spawner_parked: bool,
+    spawner_alive: bool,
+    lifecycle_waiters: usize,
+    created_total: u64,
+    retired_total: u64,
+    died_total: u64,
+    spawn_failures_total: u64,
+    completed_total: u64,
+    panicked_total: u64,
+    cancelled_total: u64,
+}
+
+impl State {
+    /// How many more threads should be created right now: one per queued task not already
+    /// covered by a thread on its way, plus any shortfall below the floor, within the cap.
+    /// (When the queue is non-empty no worker is idle, so `i` is 0 here.)
+    fn need(&self, cfg: &Config) -> usize {
+        if self.phase == Phase::Stopping {
+            return 0;
+        }
+        let have = self.threads + self.starting;
+        let cap = cfg.max_threads.saturating_sub(have);
+        let floor = match self.phase {
+            Phase::Open => cfg.min_threads.saturating_sub(have),
+            _ => 0,
+        };
+        let demand = self.queue.len().saturating_sub(self.starting);
+        demand.max(floor).min(cap)
+    }
+}
+
+static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// Id of the pool whose worker this thread is (0: none).
+    static CURRENT_POOL: Cell<usize> = const { Cell::new(0) };
+}
+
+pub(crate) struct Inner {
+    id: usize,
+    pub(crate) cfg: Config,
+    state: Mutex<State>,
+    spawner_cv: Condvar,
+    lifecycle_cv: Condvar,
+    handles: Mutex<Handles>,
+    waits: Recorder,
+    next_name: AtomicUsize,
+}
+
+struct Handles {
+    list: Vec<thread::JoinHandle<()>>,
+    prune_at: usize,
+}
+
+impl Inner {
+    pub(crate) fn new(cfg: Config) -> Arc<Inner> {
+        Arc::new(Inner {
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            cfg,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                idle: Vec::new(),
+                threads: 0,
+                starting: 0,
+                phase: Phase::Open,
+                spawner_parked: false,
+                spawner_alive: false,
+                lifecycle_waiters: 0,
+                created_total: 0,
+                retired_total: 0,
+                died_total: 0,
+                spawn_failures_total: 0,
+                completed_total: 0,
+                panicked_total: 0,
+                cancelled_total: 0,
+            }),
+            spawner_cv: Condvar::new(),
+            lifecycle_cv: Condvar::new(),
+            handles: Mutex::new(Handles {
+                list: Vec::new(),
+                prune_at: 64,
+            }),
+            waits: Recorder::new(),
+            next_name: AtomicUsize::new(0),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Starts the spawner and the warm floor, and waits until the floor is parked.
+    pub(crate) fn start(self: &Arc<Self>) -> io::Result<()> {
+        let min = self.cfg.min_threads;
+        {
+            let mut st = self.state();
+            st.starting = min; // so the spawner does not also create the floor
+            st.spawner_alive = true;
+        }
+        let me = self.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("{}-spawner", self.cfg.name))
+            .stack_size(64 * 1024)
+            .spawn(move || me.spawner_main());
+        match spawned {
+            Ok(h) => self.push_handle(h),
+            Err(e) => {
+                let mut st = self.state();
+                st.spawner_alive = false;
+                st.starting = 0;
+                return Err(e);
+            }
+        }
+        for created in 0..min {
+            if let Err(e) = self.create_worker() {
+                let mut st = self.state();
+                st.starting -= min - created;
+                st.spawn_failures_total += 1;
+                return Err(e);
+            }
+        }
+        let mut st = self.state();
+        st.lifecycle_waiters += 1;
+        while st.idle.len() < min && st.threads + st.starting >= min {
+            st = self
+                .lifecycle_cv
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        st.lifecycle_waiters -= 1;
+        Ok(())
+    }
+
+    /// Queues a task, or hands it straight to the most recently idle worker. Never creates a
+    /// thread: at most it wakes the spawner.
+    pub(crate) fn submit<T: Runnable + 'static>(&self, task: Box<T>) -> Result<(), Box<T>> {
+        let enqueued = Instant::now();
+        let mut st = self.state();
+        if st.phase != Phase::Open {
+            return Err(task);
+        }
+        let job = Job { task, enqueued };
+        if let Some(parker) = st.idle.pop() {
+            drop(st);
+            parker.deliver(Slot::Job(job));
+            return Ok(());
+        }
+        st.queue.push_back(job);
+        if st.spawner_parked && st.need(&self.cfg) > 0 {
+            st.spawner_parked = false;
+            self.spawner_cv.notify_one();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn metrics(&self) -> Metrics {
+        let queue_wait = self.waits.snapshot();
+        let st = self.state();
+        Metrics {
+            threads: st.threads,
+            idle: st.idle.len(),
+            busy: st.threads - st.idle.len(),
+            starting: st.starting,
+            queued: st.queue.len(),
+            min_threads: self.cfg.min_threads,
+            max_threads: self.cfg.max_threads,
+            created_total: st.created_total,
+            retired_total: st.retired_total,
+            died_total: st.died_total,
+            spawn_failures_total: st.spawn_failures_total,
+            completed_total: st.completed_total,
+            panicked_total: st.panicked_total,
+            cancelled_total: st.cancelled_total,
+            queue_wait,
+        }
+    }
+
+    fn notify_lifecycle(&self, st: &State) {
+        if st.lifecycle_waiters > 0 {
+            self.lifecycle_cv.notify_all();
+        }
+    }
+
+    fn poke_spawner(&self, st: &mut State) {
+        if st.spawner_parked {
+            st.spawner_parked = false;
+            self.spawner_cv.notify_one();
+        }
+    }
+
+    fn push_handle(&self, h: thread::JoinHandle<()>) {
+        let mut hs = lock(&self.handles);
+        if hs.list.len() >= hs.prune_at {
+            // Retired threads leave finished handles behind; drop them (amortised O(1)).
+            hs.list.retain(|h| !h.is_finished());
+            hs.prune_at = (hs.list.len() * 2).max(64);
+        }
+        hs.list.push(h);
+    }
+
+    /// Creates one worker thread. The caller has already counted it in `starting`.
+    fn create_worker(self: &Arc<Self>) -> io::Result<()> {
+        if let Some(hook) = &self.cfg.hook {
+            hook()?;
+        }
+        let me = self.clone();
+        let n = self.next_name.fetch_add(1, Ordering::Relaxed);
+        let h = thread::Builder::new()
+            .name(format!("{}-{n}", self.cfg.name))
+            .stack_size(self.cfg.stack_size)
+            .spawn(move || me.worker_main())?;
+        self.push_handle(h);
+        Ok(())
+    }
+
+    /// The only place threads are created after `build`. Woken by `submit` when work is queued
+    /// and no thread is idle; creates everything that is needed in one go.
+    fn spawner_main(self: Arc<Self>) {
+        let mut backoff = Duration::ZERO;
+        let mut retry_at: Option<Instant> = None;
+        let mut st = self.state();
+        loop {
+            if st.phase != Phase::Open && st.queue.is_empty() && st.threads == 0 && st.starting == 0
+            {
+                st.spawner_alive = false;
+                self.notify_lifecycle(&st);
+                return;
+            }
+            let need = st.need(&self.cfg);
+            let now = Instant::now();
+            if need > 0 && retry_at.is_none_or(|t| now >= t) {
+                st.starting += need;
+                drop(st);
+                let mut created = 0;
+                let mut failed = false;
+                while created < need {
+                    if self.create_worker().is_err() {
+                        failed = true;
+                        break;
+                    }
+                    created += 1;
+                }
+                st = self.state();
+                if failed {
+                    // Work stays queued; retry after a short back-off (or the next wake-up
+                    // after it), doubling up to 100 ms while the OS keeps refusing.
+                    st.starting -= need - created;
+                    st.spawn_failures_total += 1;
+                    backoff =
+                        (backoff * 2).clamp(Duration::from_millis(1), Duration::from_millis(100));
+                    retry_at = Some(Instant::now() + backoff);
+                } else {
+                    backoff = Duration::ZERO;
+                    retry_at = None;
+                }
+                continue;
+            }
+            st.spawner_parked = true;
+            st = match retry_at {
+                Some(t) if need > 0 => {
+                    let wait = t.saturating_duration_since(now);
+                    self.spawner_cv
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                _ => self
+                    .spawner_cv
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+            st.spawner_parked = false;
+        }
+    }
+
+    /// Runs one job outside every lock; `true` if it panicked.
+    fn run(&self, job: Job) -> bool {
+        self.waits.record(job.enqueued.elapsed());
+        match catch_unwind(AssertUnwindSafe(|| job.task.run())) {
+            Ok(panicked) => panicked,
+            Err(payload) => {
+                // Dropped here, unguarded: a payload whose Drop panics kills this thread, and
+                // `ExitGuard` then replaces it.
+                drop(payload);
+                true
+            }
+        }
+    }
+
+    fn worker_main(self: Arc<Self>) {
+        CURRENT_POOL.with(|c| c.set(self.id));
+        let parker = Arc::new(Parker {
+            slot: Mutex::new(Slot::Empty),
+            cv: Condvar::new(),
+        });
+        let mut guard = ExitGuard {
+            inner: &self,
+            parker: &parker,
+            clean: false,
+        };
+        let mut st = self.state();
+        st.starting -= 1;
+        st.threads += 1;
+        st.created_total += 1;
+        self.notify_lifecycle(&st);
+        loop {
+            let job = match st.queue.pop_front() {
+                Some(job) => {
+                    drop(st);
+                    job
+                }
+                None => {
+                    if st.phase != Phase::Open {
+                        break;
+                    }
+                    st.idle.push(parker.clone());
+                    self.notify_lifecycle(&st);
+                    drop(st);
+                    match self.park(&parker) {
+                        Wake::Job(job) => job,
+                        Wake::Exit => {
+                            st = self.state();
+                            break;
+                        }
+                        Wake::Retired => {
+                            guard.clean = true;
+                            return;
+                        }
+                    }
+                }
+            };
+            let panicked = self.run(job);
+            st = self.state();
+            st.completed_total += 1;
+            st.panicked_total += u64::from(panicked);
+        }
+        st.threads -= 1;
+        self.notify_lifecycle(&st);
+        self.poke_spawner(&mut st);
+        guard.clean = true;
+    }
+
+    /// Waits for a delivery, or retires after `keep_alive` idle if above the floor.
+    fn park(&self, parker: &Arc<Parker>) -> Wake {
+        let keep_alive = self.cfg.keep_alive;
+        let mut slot = lock(&parker.slot);
+        let mut deadline = Instant::now().checked_add(keep_alive);
+        loop {
+            match mem::replace(&mut *slot, Slot::Empty) {
+                Slot::Job(job) => return Wake::Job(job),
+                Slot::Exit => return Wake::Exit,
+                Slot::Empty => {}
+            }
+            let Some(until) = deadline else {
+                slot = parker.cv.wait(slot).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
+            let now = Instant::now();
+            if now < until {
+                slot = parker
+                    .cv
+                    .wait_timeout(slot, until - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                continue;
+            }
+            // Keep-alive expired. Lock order: never hold the slot while taking the state lock.
+            drop(slot);
+            let mut st = self.state();
+            match st.idle.iter().position(|p| Arc::ptr_eq(p, parker)) {
+                Some(pos) if st.threads > self.cfg.min_threads => {
+                    st.idle.remove(pos);
+                    st.threads -= 1;
+                    st.retired_total += 1;
+                    self.notify_lifecycle(&st);
+                    return Wake::Retired;
+                }
+                // Part of the floor: stay.
+                Some(_) => deadline = now.checked_add(keep_alive),
+                // Someone popped us and is delivering: wait for it without a timeout.
+                None => deadline = None,
+            }
+            drop(st);
+            slot = lock(&parker.slot);
+        }
+    }
+
+    /// Stops accepting work; with `Phase::Stopping` also drops the queue (returned, so that the
+    /// caller drops it outside the lock: dropping a `spawn_handle` task wakes its waiter).
+    pub(crate) fn close(&self, phase: Phase) -> VecDeque<Job> {
+        let mut st = self.state();
+        if phase > st.phase {
+            st.phase = phase;
+        }
+        let dropped = if phase == Phase::Stopping {
+            st.cancelled_total += st.queue.len() as u64;
+            mem::take(&mut st.queue)
+        } else {
+            VecDeque::new()
+        };
+        let idle = mem::take(&mut st.idle);
+        self.poke_spawner(&mut st);
+        drop(st);
+        for parker in idle {
+            parker.deliver(Slot::Exit);
+        }
+        dropped
+    }
+
+    /// Waits until every worker (and the spawner) has exited, then joins them.
+    /// `false` on timeout, or when called from one of this pool's own workers (which cannot join
+    /// itself: it then waits for all the others only).
+    pub(crate) fn wait_exit(&self, deadline: Option<Instant>) -> bool {
+        let inside = CURRENT_POOL.with(Cell::get) == self.id;
+        let me = usize::from(inside);
+        let mut st = self.state();
+        st.lifecycle_waiters += 1;
+        let done = loop {
+            if st.threads <= me && st.starting == 0 && (inside || !st.spawner_alive) {
+                break true;
+            }
+            st = match deadline {
+                None => self
+                    .lifecycle_cv
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break false;
+                    }
+                    self.lifecycle_cv
+                        .wait_timeout(st, d - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        };
+        st.lifecycle_waiters -= 1;
+        drop(st);
+        if !done || inside {
+            return false;
+        }
+        let handles = mem::take(&mut lock(&self.handles).list);
+        for h in handles {
+            // Every thread has already left the pool's code; this waits for the OS exit.
+            let _ = h.join();
+        }
+        true
+    }
+}
+
+enum Wake {
+    Job(Job),
+    Exit,
+    Retired,
+}
+
+/// Keeps the counts right if a worker unwinds (only possible if a panic payload's `Drop`
+/// panics, or a bug): the thread is uncounted and the spawner replaces it if needed.
+struct ExitGuard<'a> {
+    inner: &'a Arc<Inner>,
+    parker: &'a Arc<Parker>,
+    clean: bool,
+}
+
+impl Drop for ExitGuard<'_> {
+    fn drop(&mut self) {
+        if self.clean {
+            return;
+        }
+        let mut st = self.inner.state();
+        st.idle.retain(|p| !Arc::ptr_eq(p, self.parker));
+        st.threads -= 1;
+        st.died_total += 1;
+        st.completed_total += 1;
+        st.panicked_total += 1;
+        self.inner.notify_lifecycle(&st);
+        self.inner.poke_spawner(&mut st);
+    }
+}

@@ -1,0 +1,109 @@
+//! `Pool`: the public face of the engine in `core`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::{Inner, Phase, Plain};
+use crate::handle::WithHandle;
+use crate::{Builder, JoinHandle, Metrics, PoolClosed};
+
+/// An elastic pool of worker threads for blocking work.
+///
+/// `Pool` is `Send + Sync` but not `Clone`: share it in an `Arc`. Dropping it performs a graceful
+/// shutdown ([`Pool::shutdown`] without a timeout): queued work still runs, and the drop returns
+/// when every thread has been joined. See the [crate docs](crate) for how threads are managed.
+pub struct Pool {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Pool {
+    /// A [`Builder`] with every default.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// Runs `f` on the pool. Never blocks on thread creation: it locks the queue, hands `f` to
+    /// the most recently idle thread (or queues it and wakes the spawner), and returns.
+    ///
+    /// A panic in `f` is caught and counted in [`Metrics::panicked_total`]; use
+    /// [`Pool::spawn_handle`] to observe it.
+    ///
+    /// # Errors
+    /// [`PoolClosed`] with `f` inside if [`shutdown`](Pool::shutdown) or
+    /// [`shutdown_now`](Pool::shutdown_now) has been called.
+    pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), PoolClosed<F>> {
+        self.inner
+            .submit(Box::new(Plain(f)))
+            .map_err(|task| PoolClosed(task.0))
+    }
+
+    /// Runs `f` on the pool and returns a handle to its result, which can be awaited (from any
+    /// async runtime) or [`join`](JoinHandle::join)ed.
+    ///
+    /// If `f` panics the handle resolves to [`JoinError::Panicked`](crate::JoinError::Panicked)
+    /// with the payload. If the pool is already shut down, or `shutdown_now` drops the task
+    /// before it runs, it resolves to [`JoinError::Cancelled`](crate::JoinError::Cancelled).
+    pub fn spawn_handle<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let (task, handle) = WithHandle::new(f);
+        // A rejected task is dropped here, which resolves its handle to `Cancelled`.
+        let _ = self.inner.submit(Box::new(task));
+        handle
+    }
+
+    /// A snapshot of the pool's gauges, counters and queue-wait histogram.
+    pub fn metrics(&self) -> Metrics {
+        self.inner.metrics()
+    }
+
+    /// Graceful shutdown: stop accepting work (later `spawn` calls return [`PoolClosed`]), run
+    /// everything already queued (creating threads for it as usual), then join every thread.
+    ///
+    /// Returns `true` if all threads exited within `timeout`. On `false` the remaining threads
+    /// carry on, finish the queue and exit on their own; calling `shutdown` again waits again.
+    /// Called from inside one of this pool's tasks, it waits (up to `timeout`) for the other
+    /// threads and returns `false`, since a thread cannot join itself.
+    pub fn shutdown(&self, timeout: Duration) -> bool {
+        self.inner.close(Phase::Draining);
+        self.inner.wait_exit(Instant::now().checked_add(timeout))
+    }
+
+    /// Immediate shutdown: stop accepting work, drop every queued task that has not started
+    /// (their [`JoinHandle`]s resolve to [`JoinError::Cancelled`](crate::JoinError::Cancelled),
+    /// counted in [`Metrics::cancelled_total`]), let tasks that are already running finish,
+    /// then join every thread. Running tasks are not interrupted, so this waits for them
+    /// without a timeout.
+    ///
+    /// Returns `true` once every thread has been joined; `false` only when called from inside
+    /// one of this pool's tasks (it then waits for all the other threads, but cannot join its
+    /// own). Also upgrades a `shutdown` that is in progress.
+    pub fn shutdown_now(&self) -> bool {
+        // Dropped outside the pool's lock: dropping a task wakes whoever awaits its handle.
+        drop(self.inner.close(Phase::Stopping));
+        self.inner.wait_exit(None)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.inner.close(Phase::Draining);
+        self.inner.wait_exit(None);
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.metrics();
+        f.debug_struct("Pool")
+            .field("threads", &m.threads)
+            .field("idle", &m.idle)
+            .field("queued", &m.queued)
+            .field("min_threads", &m.min_threads)
+            .field("max_threads", &m.max_threads)
+            .finish_non_exhaustive()
+    }
+}
