@@ -98,10 +98,13 @@ mod tests {
     use super::*;
 
     fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
 
     #[test]
     fn pool_is_send_and_sync() {
         assert_send_sync::<Pool>();
-        assert_send_sync::<JoinError>();
+        assert_send_sync::<Metrics>();
+        assert_send::<JoinError>();
+        assert_send::<JoinHandle<String>>();
     }
 }
