@@ -1,1 +1,50 @@
-fn main() {}
+//! Seed 000's Calculator: host and call it in one process, or run either half alone.
+//!
+//! ```text
+//! cargo run --release --example calculator                                  # both halves
+//! cargo run --release --example calculator -- --serve tcp://127.0.0.1:7000  # host only
+//! cargo run --release --example calculator -- --connect tcp://127.0.0.1:7000
+//! ```
+
+use keel_examples::calculator::{self, CalculatorBlockingClient, DivideByZero};
+use keel_examples::Mode;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    match Mode::from_args()? {
+        Mode::Serve(url) => keel_examples::serve_forever(calculator::host(&url)?),
+        Mode::Connect(url) => call(&url),
+        Mode::Both => {
+            let host = calculator::host("tcp://127.0.0.1:0")?;
+            call(host.url())?;
+            host.shutdown();
+            Ok(())
+        }
+    }
+}
+
+fn call(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let client = CalculatorBlockingClient::connect(url)?;
+    println!("Add(100, 15.99) = {}", client.add(100.0, 15.99)?);
+    println!("Subtract(145, 76.54) = {}", client.subtract(145.0, 76.54)?);
+    println!("Multiply(9, 81.25) = {}", client.multiply(9.0, 81.25)?);
+    println!("Divide(22, 7) = {}", client.divide(22.0, 7.0)?);
+    match client.divide(22.0, 0.0) {
+        Ok(v) => return Err(format!("Divide(22, 0) returned {v}, expected a fault").into()),
+        Err(e) => match e.fault::<DivideByZero>() {
+            Some(f) => println!(
+                "Divide(22, 0) = fault DivideByZero {{ dividend: {} }}",
+                f.dividend
+            ),
+            None => return Err(e.into()),
+        },
+    }
+    client.close();
+    Ok(())
+}

@@ -1,1 +1,545 @@
-//! keel macros.
+//! The `#[keel::contract]` attribute. Use it through the `keel` crate, which re-exports it and
+//! documents what it generates; the generated code refers only to `keel::__private`.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{
+    Attribute, FnArg, GenericArgument, Ident, ItemTrait, Pat, PathArguments, ReturnType, TraitItem,
+    TraitItemFn, Type,
+};
+
+/// Turns a trait into a keel service contract. See `keel::contract` for the full documentation.
+#[proc_macro_attribute]
+pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let attr = TokenStream2::from(attr);
+    if !attr.is_empty() {
+        return syn::Error::new(
+            attr.span(),
+            "#[keel::contract] takes no arguments; put #[keel(...)] on operations",
+        )
+        .to_compile_error()
+        .into();
+    }
+    let item2 = TokenStream2::from(item.clone());
+    let trait_item = match syn::parse2::<ItemTrait>(item2) {
+        Ok(t) => t,
+        Err(_) => {
+            let item2 = TokenStream2::from(item);
+            let span = item2
+                .clone()
+                .into_iter()
+                .next()
+                .map_or(Span::call_site(), |t| t.span());
+            let err = syn::Error::new(span, "#[keel::contract] goes on a trait").to_compile_error();
+            return quote!(#err #item2).into();
+        }
+    };
+    match expand(trait_item) {
+        Ok(ts) => ts.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+/// One operation of the contract, as parsed from a trait method.
+struct Operation {
+    method: TraitItemFn,
+    name: Ident,
+    is_async: bool,
+    one_way: bool,
+    params: Vec<(Ident, Type)>,
+    /// The declared return type (`()` when omitted).
+    ret: Type,
+    /// `Some((T, E))` when the return type is `Result<T, E>`: E is the typed fault.
+    fallible: Option<(Type, Type)>,
+}
+
+/// Accumulates errors so the user sees all of them at once, each at its span.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
+        let e = syn::Error::new(span, msg);
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+    fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
+    let mut errors = Errors::default();
+    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+        errors.push(item.generics.span(), "a keel contract cannot be generic");
+    }
+    let mut ops = Vec::new();
+    for trait_item in &mut item.items {
+        match trait_item {
+            TraitItem::Fn(method) => {
+                if let Some(op) = parse_operation(method, &mut errors) {
+                    ops.push(op);
+                }
+            }
+            other => errors.push(
+                other.span(),
+                "a keel contract may contain only operations (methods)",
+            ),
+        }
+    }
+    errors.finish()?;
+
+    let vis = &item.vis;
+    let trait_name = &item.ident;
+    let service_name = trait_name.to_string();
+    let server = format_ident!("{}Server", trait_name);
+    let client = format_ident!("{}Client", trait_name);
+    let blocking = format_ident!("{}BlockingClient", trait_name);
+    let k = quote!(::keel::__private);
+    let descriptor_mod = format_ident!("__keel_{}", trait_name.to_string().to_lowercase());
+
+    // The trait as users implement it: attributes consumed, async fns made Send.
+    let trait_methods = ops.iter().map(|op| {
+        let mut sig = op.method.sig.clone();
+        let attrs = op.method.attrs.iter().filter(|a| !a.path().is_ident("keel"));
+        if op.is_async {
+            sig.asyncness = None;
+            let ret = &op.ret;
+            sig.output = syn::parse_quote!(-> impl ::core::future::Future<Output = #ret> + ::core::marker::Send);
+        }
+        quote!(#(#attrs)* #sig;)
+    });
+    let trait_attrs = &item.attrs;
+    let supertraits = &item.supertraits;
+    let plus = if supertraits.is_empty() {
+        quote!()
+    } else {
+        quote!(+)
+    };
+    let trait_doc_link = format!(
+        "Server adapter for [`{trait_name}`]: give it to `keel::Host::builder().service(..)`."
+    );
+    let client_doc = format!(
+        "Async client for the `{service_name}` contract: one method per operation, each returning `Result<_, keel::Error>`."
+    );
+    let blocking_doc = format!(
+        "Blocking client for the `{service_name}` contract, usable from plain `fn main` without a runtime of your own (do not call it from inside an async task)."
+    );
+
+    let args_structs = ops.iter().map(|op| {
+        let ident = args_ident(trait_name, &op.name);
+        let fields = op.params.iter().map(|(n, t)| quote!(#n: #t));
+        let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
+        quote! {
+            #[doc = #doc]
+            #[doc(hidden)]
+            #[derive(#k::serde::Serialize, #k::serde::Deserialize)]
+            #[serde(crate = "::keel::__private::serde")]
+            #[allow(non_camel_case_types)]
+            pub(super) struct #ident { #(pub(super) #fields,)* }
+        }
+    });
+
+    let op_infos = ops.iter().map(|op| {
+        let name = op.name.to_string();
+        let params = op.params.iter().map(|(n, t)| {
+            let n = n.to_string();
+            let t = type_string(t);
+            quote!(#k::ParamInfo { name: #n, ty: #t })
+        });
+        let (returns, fault) = match &op.fallible {
+            Some((t, e)) => (type_string(t), {
+                let e = type_string(e);
+                quote!(::core::option::Option::Some(#e))
+            }),
+            None => (type_string(&op.ret), quote!(::core::option::Option::None)),
+        };
+        let one_way = op.one_way;
+        let blocking = !op.is_async;
+        quote! {
+            #k::OperationInfo {
+                name: #name,
+                params: &[#(#params),*],
+                returns: #returns,
+                fault: #fault,
+                one_way: #one_way,
+                blocking: #blocking,
+            }
+        }
+    });
+
+    let dispatch_arms = ops.iter().enumerate().map(|(i, op)| {
+        let m = &op.name;
+        let args_ident = args_ident(trait_name, &op.name);
+        let names: Vec<_> = op.params.iter().map(|(n, _)| n).collect();
+        let call = quote!(<S as #trait_name>::#m(&*svc, #(args.#names),*));
+        let encode = if op.fallible.is_some() {
+            quote!(#k::encode_fallible(format, &__r))
+        } else {
+            quote!(#k::encode_ok(format, &__r))
+        };
+        let body = if op.is_async {
+            quote! {
+                #k::Invocation::Async(::std::boxed::Box::pin(async move {
+                    let __r = #call.await;
+                    #encode
+                }))
+            }
+        } else {
+            quote! {
+                #k::Invocation::Blocking(::std::boxed::Box::new(move || {
+                    let __r = #call;
+                    #encode
+                }))
+            }
+        };
+        quote! {
+            #i => {
+                let args: #descriptor_mod::#args_ident = #k::decode_args(format, body)?;
+                let svc = ::std::sync::Arc::clone(&self.inner);
+                ::core::result::Result::Ok(#body)
+            }
+        }
+    });
+
+    let client_methods = ops.iter().enumerate().map(|(i, op)| {
+        let m = &op.name;
+        let args_ident = args_ident(trait_name, &op.name);
+        let params = op.params.iter().map(|(n, t)| quote!(#n: #t));
+        let names: Vec<_> = op.params.iter().map(|(n, _)| n).collect();
+        let docs = op.method.attrs.iter().filter(|a| a.path().is_ident("doc"));
+        let (ret, call) = if op.one_way {
+            (quote!(()), quote!(#k::call_one_way(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args).await))
+        } else if let Some((t, e)) = &op.fallible {
+            (quote!(#t), quote!(#k::call_fallible::<_, #t, #e>(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args).await))
+        } else {
+            let r = &op.ret;
+            (quote!(#r), quote!(#k::call::<_, #r>(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args).await))
+        };
+        let method_span = op.method.sig.ident.span();
+        quote_spanned! {method_span=>
+            #(#docs)*
+            pub async fn #m(&self, #(#params),*) -> ::core::result::Result<#ret, ::keel::Error> {
+                let __args = #descriptor_mod::#args_ident { #(#names),* };
+                #call
+            }
+        }
+    });
+
+    let blocking_methods = ops.iter().map(|op| {
+        let m = &op.name;
+        let params = op.params.iter().map(|(n, t)| quote!(#n: #t));
+        let names = op.params.iter().map(|(n, _)| n);
+        let docs = op.method.attrs.iter().filter(|a| a.path().is_ident("doc"));
+        let ret = if op.one_way {
+            quote!(())
+        } else if let Some((t, _)) = &op.fallible {
+            quote!(#t)
+        } else {
+            let r = &op.ret;
+            quote!(#r)
+        };
+        quote! {
+            #(#docs)*
+            pub fn #m(&self, #(#params),*) -> ::core::result::Result<#ret, ::keel::Error> {
+                #k::block_on(self.inner.#m(#(#names),*))
+            }
+        }
+    });
+
+    let n_ops = ops.len();
+
+    Ok(quote! {
+        #(#trait_attrs)*
+        #vis trait #trait_name: #supertraits #plus ::core::marker::Send + ::core::marker::Sync + 'static {
+            #(#trait_methods)*
+        }
+
+        #[doc(hidden)]
+        #[allow(non_snake_case)]
+        mod #descriptor_mod {
+            #[allow(unused_imports)]
+            use super::*;
+            #(#args_structs)*
+            pub(super) static __DESCRIPTOR: #k::ServiceDescriptor = #k::ServiceDescriptor {
+                name: #service_name,
+                operations: &[#(#op_infos),*],
+            };
+            const _: [(); #n_ops] = [(); #n_ops];
+        }
+
+        #[doc = #trait_doc_link]
+        #vis struct #server<S> {
+            inner: ::std::sync::Arc<S>,
+        }
+
+        impl<S: #trait_name> #server<S> {
+            /// Wraps a service implementation.
+            #vis fn new(service: S) -> Self {
+                Self { inner: ::std::sync::Arc::new(service) }
+            }
+            /// Wraps a service implementation that is already shared.
+            #vis fn from_arc(service: ::std::sync::Arc<S>) -> Self {
+                Self { inner: service }
+            }
+        }
+
+        impl<S> ::core::fmt::Debug for #server<S> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.debug_struct(::core::stringify!(#server)).finish_non_exhaustive()
+            }
+        }
+
+        impl<S: #trait_name> #k::Service for #server<S> {
+            fn descriptor(&self) -> &'static #k::ServiceDescriptor {
+                &#descriptor_mod::__DESCRIPTOR
+            }
+            fn invoke(
+                &self,
+                op: usize,
+                format: #k::Format,
+                body: &[u8],
+            ) -> ::core::result::Result<#k::Invocation, ::keel::Status> {
+                match op {
+                    #(#dispatch_arms)*
+                    _ => ::core::result::Result::Err(#k::unknown_operation(&#descriptor_mod::__DESCRIPTOR, op)),
+                }
+            }
+        }
+
+        #[doc = #client_doc]
+        #[derive(Clone, Debug)]
+        #vis struct #client {
+            channel: ::keel::Channel,
+            options: #k::CallOptions,
+        }
+
+        impl #client {
+            /// Connects to `url` (e.g. `tcp://127.0.0.1:7000`) and completes the handshake, so
+            /// the first call pays for no setup.
+            #vis async fn connect(url: &str) -> ::core::result::Result<Self, ::keel::Error> {
+                ::core::result::Result::Ok(Self::new(::keel::Channel::connect(url).await?))
+            }
+            /// A client over an existing channel (which may be shared by several clients).
+            #vis fn new(channel: ::keel::Channel) -> Self {
+                Self { channel, options: ::core::default::Default::default() }
+            }
+            /// A copy of this client whose calls use `deadline` instead of the channel's default.
+            #vis fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
+                Self { channel: self.channel.clone(), options: self.options.with_deadline(deadline) }
+            }
+            /// The channel this client calls over.
+            #vis fn channel(&self) -> &::keel::Channel {
+                &self.channel
+            }
+            /// Opens the connection now if it is not open (connect and handshake).
+            #vis async fn open(&self) -> ::core::result::Result<(), ::keel::Error> {
+                self.channel.open().await
+            }
+            /// Closes the connection; calls in flight fail. A later call reconnects.
+            #vis async fn close(&self) {
+                self.channel.close().await
+            }
+            #(#client_methods)*
+        }
+
+        #[doc = #blocking_doc]
+        #[derive(Clone, Debug)]
+        #vis struct #blocking {
+            inner: #client,
+        }
+
+        impl #blocking {
+            /// Connects to `url` and completes the handshake before returning.
+            #vis fn connect(url: &str) -> ::core::result::Result<Self, ::keel::Error> {
+                #k::block_on(#client::connect(url)).map(|inner| Self { inner })
+            }
+            /// A blocking client over an existing channel.
+            #vis fn new(channel: ::keel::Channel) -> Self {
+                Self { inner: #client::new(channel) }
+            }
+            /// A copy of this client whose calls use `deadline`.
+            #vis fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
+                Self { inner: self.inner.with_deadline(deadline) }
+            }
+            /// The channel this client calls over.
+            #vis fn channel(&self) -> &::keel::Channel {
+                self.inner.channel()
+            }
+            /// Opens the connection now if it is not open.
+            #vis fn open(&self) -> ::core::result::Result<(), ::keel::Error> {
+                #k::block_on(self.inner.open())
+            }
+            /// Closes the connection; a later call reconnects.
+            #vis fn close(&self) {
+                #k::block_on(self.inner.close())
+            }
+            #(#blocking_methods)*
+        }
+    })
+}
+
+fn args_ident(trait_name: &Ident, op: &Ident) -> Ident {
+    format_ident!("__{}_{}_args", trait_name, op)
+}
+
+fn type_string(t: &Type) -> String {
+    quote!(#t).to_string().replace(' ', "")
+}
+
+/// Parses `#[keel(...)]` attributes; returns whether `one_way` was given.
+fn parse_keel_attrs(attrs: &[Attribute], errors: &mut Errors) -> bool {
+    let mut one_way = false;
+    for attr in attrs.iter().filter(|a| a.path().is_ident("keel")) {
+        let res = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("one_way") {
+                one_way = true;
+                Ok(())
+            } else {
+                Err(meta.error("unknown keel attribute; expected `one_way`"))
+            }
+        });
+        if let Err(e) = res {
+            errors.push(e.span(), e);
+        }
+    }
+    one_way
+}
+
+fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operation> {
+    let sig = &method.sig;
+    let mut local = Errors::default();
+    let one_way = parse_keel_attrs(&method.attrs, &mut local);
+    if method.default.is_some() {
+        local.push(
+            method.default.span(),
+            "operations cannot have a default body: the service implements them",
+        );
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        local.push(sig.generics.span(), "operations cannot be generic");
+    }
+    if let Some(c) = &sig.constness {
+        local.push(c.span(), "operations cannot be const");
+    }
+    if let Some(u) = &sig.unsafety {
+        local.push(u.span(), "operations cannot be unsafe");
+    }
+    if let Some(v) = &sig.variadic {
+        local.push(v.span(), "operations cannot be variadic");
+    }
+    let mut inputs = sig.inputs.iter();
+    match inputs.next() {
+        Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
+        Some(FnArg::Receiver(r)) => local.push(
+            r.span(),
+            "operations take `&self`: a service is shared by concurrent calls",
+        ),
+        _ => local.push(
+            sig.ident.span(),
+            "operations take `&self` as their first parameter",
+        ),
+    }
+    let mut params = Vec::new();
+    for input in inputs {
+        let FnArg::Typed(pt) = input else { continue };
+        let name = match &*pt.pat {
+            Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.clone(),
+            other => {
+                local.push(
+                    other.span(),
+                    "operation parameters must be plain names (`name: Type`): the name is part of the contract",
+                );
+                continue;
+            }
+        };
+        if contains_impl_trait_or_ref(&pt.ty) {
+            local.push(
+                pt.ty.span(),
+                "operation parameters must be owned serde types (no `impl Trait`, no references)",
+            );
+            continue;
+        }
+        params.push((name, (*pt.ty).clone()));
+    }
+    let ret: Type = match &sig.output {
+        ReturnType::Default => syn::parse_quote!(()),
+        ReturnType::Type(_, t) => (**t).clone(),
+    };
+    if contains_impl_trait_or_ref(&ret) {
+        local.push(
+            ret.span(),
+            "operations must return an owned serde type (no `impl Trait`, no references)",
+        );
+    }
+    if one_way && !is_unit(&ret) {
+        local.push(
+            sig.output.span(),
+            "a #[keel(one_way)] operation returns nothing: the caller gets no reply",
+        );
+    }
+    let fallible = result_parts(&ret);
+    let ok = local.0.is_none();
+    if let Some(e) = local.0 {
+        match &mut errors.0 {
+            Some(all) => all.combine(e),
+            None => errors.0 = Some(e),
+        }
+    }
+    ok.then(|| Operation {
+        method: method.clone(),
+        name: sig.ident.clone(),
+        is_async: sig.asyncness.is_some(),
+        one_way,
+        params,
+        ret,
+        fallible,
+    })
+}
+
+fn is_unit(t: &Type) -> bool {
+    matches!(t, Type::Tuple(tt) if tt.elems.is_empty())
+}
+
+fn contains_impl_trait_or_ref(t: &Type) -> bool {
+    match t {
+        Type::ImplTrait(_) | Type::Reference(_) | Type::Ptr(_) | Type::BareFn(_) => true,
+        Type::Paren(p) => contains_impl_trait_or_ref(&p.elem),
+        Type::Group(g) => contains_impl_trait_or_ref(&g.elem),
+        Type::Tuple(tt) => tt.elems.iter().any(contains_impl_trait_or_ref),
+        Type::Array(a) => contains_impl_trait_or_ref(&a.elem),
+        Type::Slice(s) => contains_impl_trait_or_ref(&s.elem),
+        Type::Path(p) => p.path.segments.iter().any(|seg| match &seg.arguments {
+            PathArguments::AngleBracketed(ab) => ab.args.iter().any(|a| match a {
+                GenericArgument::Type(t) => contains_impl_trait_or_ref(t),
+                GenericArgument::Lifetime(_) => true,
+                _ => false,
+            }),
+            _ => false,
+        }),
+        _ => false,
+    }
+}
+
+/// `Result<T, E>` → `Some((T, E))`. Recognised by the last path segment, as written.
+fn result_parts(t: &Type) -> Option<(Type, Type)> {
+    let Type::Path(p) = t else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Result" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(ab) = &seg.arguments else {
+        return None;
+    };
+    let mut types = ab.args.iter().filter_map(|a| match a {
+        GenericArgument::Type(t) => Some(t.clone()),
+        _ => None,
+    });
+    let ok = types.next()?;
+    let err = types.next()?;
+    Some((ok, err))
+}

@@ -1,1 +1,127 @@
-//! keel.
+//! keel: a service (RPC) framework whose latency stays flat — on the first call, under a burst
+//! of blocking work, after an idle hour, and on a high-latency link.
+//!
+//! # A tour
+//!
+//! A contract is a trait marked [`contract`]. Plain `fn` operations run on keel-pool (an
+//! elastic thread pool that never makes a burst wait); `async fn` operations run on the host's
+//! runtime. `Result<T, E>` operations send `E` to the caller as a typed fault.
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Debug, Clone, Serialize, Deserialize)]
+//! pub struct DivideByZero;
+//!
+//! #[keel::contract]
+//! pub trait Calculator {
+//!     fn add(&self, a: f64, b: f64) -> f64;
+//!     async fn multiply(&self, a: f64, b: f64) -> f64;
+//!     fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero>;
+//! }
+//!
+//! struct Calc;
+//! impl Calculator for Calc {
+//!     fn add(&self, a: f64, b: f64) -> f64 { a + b }
+//!     async fn multiply(&self, a: f64, b: f64) -> f64 { a * b }
+//!     fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero> {
+//!         if b == 0.0 { Err(DivideByZero) } else { Ok(a / b) }
+//!     }
+//! }
+//!
+//! // The host owns its runtime and thread pool: no runtime needed here.
+//! let host = keel::Host::builder()
+//!     .service(CalculatorServer::new(Calc))
+//!     .endpoint("tcp://127.0.0.1:0")
+//!     .start()?;
+//!
+//! // `connect` opens the connection and completes the handshake: the first call pays no setup.
+//! let client = CalculatorBlockingClient::connect(host.url())?;
+//! assert_eq!(client.add(1.0, 2.0)?, 3.0);
+//! assert_eq!(client.multiply(3.0, 4.0)?, 12.0);
+//! let err = client.divide(1.0, 0.0).unwrap_err();
+//! assert!(err.fault::<DivideByZero>().is_some());
+//!
+//! host.shutdown();
+//! # Ok::<(), keel::Error>(())
+//! ```
+//!
+//! From async code, use the generated `CalculatorClient` instead: the same methods, `async`.
+//!
+//! # What `#[keel::contract]` generates
+//!
+//! For `trait Calculator`:
+//! - the trait itself, with `async fn` operations returning `Send` futures and
+//!   `Send + Sync + 'static` as supertraits;
+//! - `CalculatorServer<S>`: wraps an implementation for [`HostBuilder::service`];
+//! - `CalculatorClient`: async methods returning `Result<T, keel::Error>`, plus `connect`,
+//!   `new(Channel)`, `with_deadline`, `open`, `close`;
+//! - `CalculatorBlockingClient`: the same, blocking, for code without a runtime.
+//!
+//! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
+//! owned serde types; no generics; `#[keel(one_way)]` operations return `()` (the host
+//! acknowledges receipt, the caller gets no result).
+
+#![forbid(unsafe_code)]
+
+mod call;
+mod client;
+mod endpoint;
+mod error;
+mod host;
+mod rt;
+mod service;
+mod throttle;
+
+pub use client::{CallOptions, Channel, ClientConfig};
+pub use error::{Error, Status, StatusCode};
+pub use host::{Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport};
+pub use keel_macros::contract;
+pub use service::{
+    Format, Invocation, OperationInfo, Outcome, ParamInfo, Service, ServiceDescriptor,
+};
+pub use throttle::ThrottleConfig;
+
+/// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
+pub use keel_pool as pool;
+
+/// What generated code calls. Not a public API: may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::call::{call, call_fallible, call_one_way};
+    pub use crate::client::CallOptions;
+    pub use crate::service::{
+        Format, Invocation, OperationInfo, ParamInfo, Service, ServiceDescriptor,
+    };
+    pub use serde;
+
+    use crate::error::Status;
+    use crate::service::Outcome;
+
+    /// See [`crate::service`].
+    pub fn decode_args<T: serde::de::DeserializeOwned>(
+        format: Format,
+        body: &[u8],
+    ) -> Result<T, Status> {
+        crate::service::decode_args(format, body)
+    }
+    /// Encodes a plain return value.
+    pub fn encode_ok<T: serde::Serialize>(format: Format, value: &T) -> Outcome {
+        crate::service::encode_ok(format, value)
+    }
+    /// Encodes a `Result<T, E>` return value.
+    pub fn encode_fallible<T: serde::Serialize, E: serde::Serialize>(
+        format: Format,
+        value: &Result<T, E>,
+    ) -> Outcome {
+        crate::service::encode_fallible(format, value)
+    }
+    /// The status for an operation index the service does not have.
+    pub fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
+        crate::service::unknown_operation(desc, op)
+    }
+    /// Runs a future to completion on keel's client runtime (blocking clients).
+    pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+        crate::rt::block_on(fut)
+    }
+}

@@ -1,0 +1,382 @@
+//! One client connection: a reader task that routes replies to waiting calls by call id, and a
+//! writer task that batches frames onto the socket.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use keel_wire::{Cancel, Codec, Frame, Hello, HelloReply, Limits, Request, RequestFlags};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
+
+use super::ClientConfig;
+use crate::endpoint::{Endpoint, Io};
+use crate::error::{Error, Kind, Status, StatusCode};
+
+/// What a waiting call receives.
+type ReplySlot = oneshot::Sender<Result<Result<Bytes, Status>, Error>>;
+
+/// Frames waiting for the writer. Bounded: a burst of callers waits here rather than growing
+/// memory without limit.
+const WRITE_QUEUE: usize = 1024;
+/// The writer flushes once this much is batched even if more frames are waiting.
+const WRITE_BATCH: usize = 64 * 1024;
+
+#[derive(Debug)]
+pub(crate) struct Conn {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Frame>,
+    tasks: [AbortHandle; 2],
+}
+
+#[derive(Debug)]
+struct Shared {
+    pending: Mutex<Pending>,
+    next_id: AtomicU64,
+    open: AtomicBool,
+    /// Largest request body the host accepts (from its handshake reply).
+    peer_max_message: u32,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    calls: HashMap<u64, ReplySlot>,
+    /// Set once the connection is gone; later calls fail at once with this reason.
+    closed: Option<String>,
+}
+
+impl Shared {
+    /// Marks the connection closed and fails every waiting call.
+    fn fail_all(&self, reason: &str) {
+        self.open.store(false, Ordering::Release);
+        let calls = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.closed.is_none() {
+                p.closed = Some(reason.to_string());
+            }
+            std::mem::take(&mut p.calls)
+        };
+        for (_, slot) in calls {
+            let _ = slot.send(Err(Error::new(Kind::Connection, reason.to_string())));
+        }
+    }
+}
+
+impl Conn {
+    /// Connects and completes the handshake within the configured connect timeout.
+    pub(crate) async fn connect(endpoint: &Endpoint, config: &ClientConfig) -> Result<Conn, Error> {
+        let fut = Self::connect_inner(endpoint, config);
+        match tokio::time::timeout(config.connect_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                Kind::Connect,
+                format!(
+                    "{endpoint}: no connection within {:?}",
+                    config.connect_timeout
+                ),
+            )),
+        }
+    }
+
+    async fn connect_inner(endpoint: &Endpoint, config: &ClientConfig) -> Result<Conn, Error> {
+        let connect_err = |e: std::io::Error| {
+            Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
+        };
+        let mut io = endpoint.connect().await.map_err(connect_err)?;
+        let mut buf = BytesMut::with_capacity(4096);
+        keel_wire::encode_hello(
+            &Hello {
+                version: keel_wire::VERSION,
+                max_message_size: config.max_message_size,
+            },
+            &mut buf,
+        );
+        io.write_all(&buf).await.map_err(connect_err)?;
+        buf.clear();
+        let reply = loop {
+            match keel_wire::decode_hello_reply(&mut buf) {
+                Ok(Some(r)) => break r,
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Error::new(
+                        Kind::Protocol,
+                        format!("{endpoint}: bad handshake: {e}"),
+                    ))
+                }
+            }
+            if io.read_buf(&mut buf).await.map_err(connect_err)? == 0 {
+                return Err(Error::new(
+                    Kind::Connect,
+                    format!("{endpoint}: closed during the handshake"),
+                ));
+            }
+        };
+        let peer_max_message = match reply {
+            HelloReply::Accept {
+                max_message_size, ..
+            } => max_message_size,
+            HelloReply::Reject {
+                supported_version,
+                reason,
+            } => {
+                return Err(Error::new(
+                    Kind::Protocol,
+                    format!(
+                        "{endpoint} refused the handshake (it speaks version {supported_version}, \
+                         this client {}): {reason}",
+                        keel_wire::VERSION
+                    ),
+                ))
+            }
+        };
+
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            next_id: AtomicU64::new(1),
+            open: AtomicBool::new(true),
+            peer_max_message,
+        });
+        let (rd, wr) = tokio::io::split(io);
+        let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+        let reader = tokio::spawn(read_loop(
+            rd,
+            buf,
+            Codec::new(Limits::with_max_message_size(config.max_message_size)),
+            shared.clone(),
+            tx.clone(),
+        ));
+        let writer = tokio::spawn(write_loop(
+            wr,
+            rx,
+            Codec::new(Limits::with_max_message_size(peer_max_message)),
+            shared.clone(),
+        ));
+        Ok(Conn {
+            shared,
+            tx,
+            tasks: [reader.abort_handle(), writer.abort_handle()],
+        })
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.shared.open.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection now; waiting calls fail.
+    pub(crate) fn close(&self, reason: &str) {
+        self.shared.fail_all(reason);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+
+    pub(crate) async fn call(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        one_way: bool,
+        body: Bytes,
+        deadline: Instant,
+    ) -> Result<Result<Bytes, Status>, Error> {
+        if body.len() as u64 > u64::from(self.shared.peer_max_message) {
+            return Err(Error::new(
+                Kind::TooLarge,
+                format!(
+                    "request body of {} bytes exceeds the host's limit of {} bytes",
+                    body.len(),
+                    self.shared.peer_max_message
+                ),
+            ));
+        }
+        let call_id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (slot, reply) = oneshot::channel();
+        {
+            let mut p = self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(reason) = &p.closed {
+                return Err(Error::new(Kind::Connection, reason.clone()));
+            }
+            p.calls.insert(call_id, slot);
+        }
+        // From here on, a dropped future (the caller gave up) must unregister and tell the host.
+        let mut guard = CallGuard {
+            conn: self,
+            call_id,
+            armed: true,
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let request = Frame::Request(Request {
+            call_id,
+            flags: RequestFlags { one_way },
+            // Round up so a sub-microsecond remainder is not read as "no deadline".
+            deadline_us: (remaining.as_micros() as u64).max(1),
+            service: service.to_string(),
+            operation: operation.to_string(),
+            body,
+        });
+        if self.tx.send(request).await.is_err() {
+            guard.armed = false;
+            return Err(Error::new(Kind::Connection, "connection closed"));
+        }
+        let outcome = tokio::time::timeout_at(deadline.into(), reply).await;
+        guard.armed = false;
+        match outcome {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Error::new(Kind::Connection, "connection closed")),
+            Err(_) => {
+                self.cancel(call_id);
+                Err(Error::new(
+                    Kind::Timeout,
+                    format!("{service}.{operation}: no reply before the deadline"),
+                ))
+            }
+        }
+    }
+
+    /// Forgets a call and tells the host it need not answer.
+    fn cancel(&self, call_id: u64) {
+        let removed = {
+            let mut p = self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            p.calls.remove(&call_id).is_some()
+        };
+        if removed {
+            // Best effort: if the queue is full the host will answer and the reply is dropped.
+            let _ = self.tx.try_send(Frame::Cancel(Cancel { call_id }));
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.close("connection dropped");
+    }
+}
+
+/// Cancels a call whose future is dropped before its reply arrived.
+struct CallGuard<'a> {
+    conn: &'a Conn,
+    call_id: u64,
+    armed: bool,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.cancel(self.call_id);
+        }
+    }
+}
+
+async fn read_loop(
+    mut rd: ReadHalf<Box<dyn Io>>,
+    mut buf: BytesMut,
+    mut codec: Codec,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Frame>,
+) {
+    let reason = loop {
+        match codec.decode(&mut buf) {
+            Ok(Some(Frame::Reply(reply))) => {
+                let slot = {
+                    let mut p = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
+                    p.calls.remove(&reply.call_id)
+                };
+                // No slot: the caller gave up (deadline, dropped future); drop the reply.
+                if let Some(slot) = slot {
+                    let result = if reply.status == StatusCode::Ok {
+                        Ok(reply.body)
+                    } else {
+                        Err(Status::from_wire(reply.status, reply.body))
+                    };
+                    let _ = slot.send(Ok(result));
+                }
+                continue;
+            }
+            Ok(Some(Frame::Ping(nonce))) => {
+                let _ = tx.try_send(Frame::Pong(nonce));
+                continue;
+            }
+            // The host is draining: it answers calls already sent (with ShuttingDown if it did
+            // not run them) and then closes; the next call after that reconnects.
+            Ok(Some(Frame::GoAway(_) | Frame::Pong(_))) => continue,
+            Ok(Some(Frame::Request(_) | Frame::Cancel(_))) => {
+                break "protocol error: the host sent a client-only frame".to_string()
+            }
+            Ok(None) => {}
+            Err(e) if !e.is_fatal() => {
+                if let keel_wire::WireError::TooLarge {
+                    call_id: Some(id), ..
+                } = &e
+                {
+                    let slot = shared
+                        .pending
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .calls
+                        .remove(id);
+                    if let Some(slot) = slot {
+                        let _ = slot.send(Err(Error::new(Kind::TooLarge, format!("reply: {e}"))));
+                    }
+                }
+                continue;
+            }
+            Err(e) => break format!("protocol error from the host: {e}"),
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) => break "connection closed by the host".to_string(),
+            Ok(_) => {}
+            Err(e) => break format!("connection lost: {e}"),
+        }
+    };
+    shared.fail_all(&reason);
+}
+
+async fn write_loop(
+    mut wr: WriteHalf<Box<dyn Io>>,
+    mut rx: mpsc::Receiver<Frame>,
+    codec: Codec,
+    shared: Arc<Shared>,
+) {
+    let mut buf = BytesMut::with_capacity(WRITE_BATCH);
+    while let Some(frame) = rx.recv().await {
+        encode_or_fail(&codec, &frame, &mut buf, &shared);
+        while buf.len() < WRITE_BATCH {
+            match rx.try_recv() {
+                Ok(frame) => encode_or_fail(&codec, &frame, &mut buf, &shared),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = wr.write_all(&buf).await {
+            shared.fail_all(&format!("connection lost: {e}"));
+            return;
+        }
+        buf.clear();
+    }
+}
+
+/// Encodes a frame; one that cannot be encoded fails only its own call.
+fn encode_or_fail(codec: &Codec, frame: &Frame, buf: &mut BytesMut, shared: &Shared) {
+    if let Err(e) = codec.encode(frame, buf) {
+        if let Frame::Request(r) = frame {
+            let slot = shared
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .calls
+                .remove(&r.call_id);
+            if let Some(slot) = slot {
+                let _ = slot.send(Err(Error::new(Kind::TooLarge, e.to_string())));
+            }
+        }
+    }
+}

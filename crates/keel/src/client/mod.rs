@@ -1,0 +1,166 @@
+//! The client side: a [`Channel`] is one logical connection to a host, shared by every client
+//! (and every clone of a client) built on it. Calls are multiplexed over one connection.
+
+mod conn;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Kind, Status};
+use conn::Conn;
+
+/// Client settings. Every field has a documented default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Deadline for each call unless the call sets its own. Default: 60 s.
+    pub deadline: Duration,
+    /// Limit for connecting plus the handshake. Default: 10 s.
+    pub connect_timeout: Duration,
+    /// Largest reply body this client accepts. Default: 4 MiB.
+    pub max_message_size: u32,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            deadline: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+}
+
+/// Per-call options carried by a generated client (see its `with_deadline`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallOptions {
+    deadline: Option<Duration>,
+}
+
+impl CallOptions {
+    /// These options with a per-call deadline.
+    pub fn with_deadline(self, deadline: Duration) -> CallOptions {
+        CallOptions {
+            deadline: Some(deadline),
+        }
+    }
+}
+
+/// One logical connection to a keel host: connected by [`Channel::open`] (or lazily by the first
+/// call), kept for the channel's life, reconnected on the next call after it breaks.
+///
+/// Cheap to clone; clones share the connection.
+#[derive(Clone, Debug)]
+pub struct Channel {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    endpoint: Endpoint,
+    config: ClientConfig,
+    /// The live connection, if any. A std mutex: held only to clone or swap the `Arc`.
+    conn: Mutex<Option<Arc<Conn>>>,
+    /// Serialises connection attempts so a burst of first calls opens one connection.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl Channel {
+    /// A channel to `url` with default settings; nothing is connected yet.
+    pub fn new(url: &str) -> Result<Channel, Error> {
+        Channel::with_config(url, ClientConfig::default())
+    }
+
+    /// A channel to `url` with `config`; nothing is connected yet.
+    pub fn with_config(url: &str, config: ClientConfig) -> Result<Channel, Error> {
+        Ok(Channel {
+            inner: Arc::new(Inner {
+                endpoint: Endpoint::parse(url)?,
+                config,
+                conn: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Creates a channel and opens it: the returned channel is connected and past the handshake.
+    pub async fn connect(url: &str) -> Result<Channel, Error> {
+        let ch = Channel::new(url)?;
+        ch.open().await?;
+        Ok(ch)
+    }
+
+    /// Connects and completes the handshake now, unless already connected.
+    pub async fn open(&self) -> Result<(), Error> {
+        self.conn().await.map(drop)
+    }
+
+    /// Closes the connection. Calls in flight fail with a connection error; the next call
+    /// reconnects.
+    pub async fn close(&self) {
+        let conn = self
+            .inner
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(c) = conn {
+            c.close("closed by the client");
+        }
+    }
+
+    /// Whether a connection is open right now.
+    pub fn is_connected(&self) -> bool {
+        self.current().is_some()
+    }
+
+    /// The settings this channel was built with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    fn current(&self) -> Option<Arc<Conn>> {
+        let guard = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().filter(|c| c.is_open()).cloned()
+    }
+
+    async fn conn(&self) -> Result<Arc<Conn>, Error> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let _connecting = self.inner.connecting.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let conn = Arc::new(Conn::connect(&self.inner.endpoint, &self.inner.config).await?);
+        *self.inner.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends one request and waits for its reply. The outer error is the caller's side (could
+    /// not send, no reply in time); the inner `Status` is the host's answer.
+    pub(crate) async fn call(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        one_way: bool,
+        body: Bytes,
+        options: &CallOptions,
+    ) -> Result<Result<Bytes, Status>, Error> {
+        let deadline = options.deadline.unwrap_or(self.inner.config.deadline);
+        let deadline = Instant::now() + deadline;
+        let conn = match tokio::time::timeout_at(deadline.into(), self.conn()).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(Error::new(
+                    Kind::Timeout,
+                    "deadline passed while connecting",
+                ))
+            }
+        };
+        conn.call(service, operation, one_way, body, deadline).await
+    }
+}

@@ -1,0 +1,328 @@
+//! The caller's error type, [`Error`], and the status that travels on the wire, [`Status`].
+//!
+//! They are separate on purpose (as in tonic): a [`Status`] is what a host says about a call; an
+//! [`Error`] is everything a caller can meet, including failures that never reached a host
+//! (connect refused, local deadline, message too large to send).
+
+use std::any::Any;
+use std::error::Error as StdError;
+use std::fmt;
+
+use bytes::Bytes;
+pub use keel_wire::StatusCode;
+
+/// What a host says about a call that did not succeed: a code, a message for humans and, for
+/// [`StatusCode::Fault`], the encoded typed fault.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Status {
+    code: StatusCode,
+    message: String,
+    details: Bytes,
+}
+
+impl Status {
+    /// A status with a code and a message.
+    pub fn new(code: StatusCode, message: impl Into<String>) -> Status {
+        Status {
+            code,
+            message: message.into(),
+            details: Bytes::new(),
+        }
+    }
+
+    /// A typed fault whose encoded value is `details`.
+    pub(crate) fn fault(details: Bytes) -> Status {
+        Status {
+            code: StatusCode::Fault,
+            message: String::new(),
+            details,
+        }
+    }
+
+    /// The code.
+    pub fn code(&self) -> StatusCode {
+        self.code
+    }
+
+    /// The message for humans (empty for faults).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The encoded fault value, for [`StatusCode::Fault`]; empty otherwise.
+    pub fn details(&self) -> &Bytes {
+        &self.details
+    }
+
+    /// The body this status travels with on keel-wire: the fault for faults, else the message.
+    pub(crate) fn into_wire_body(self) -> Bytes {
+        if self.code == StatusCode::Fault {
+            self.details
+        } else {
+            Bytes::from(self.message.into_bytes())
+        }
+    }
+
+    /// The status a wire reply carries.
+    pub(crate) fn from_wire(code: StatusCode, body: Bytes) -> Status {
+        if code == StatusCode::Fault {
+            Status::fault(body)
+        } else {
+            Status::new(code, String::from_utf8_lossy(&body).into_owned())
+        }
+    }
+}
+
+impl fmt::Debug for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Status")
+            .field("code", &self.code)
+            .field("message", &self.message)
+            .field("details_len", &self.details.len())
+            .finish()
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{}", self.code.as_str())
+        } else {
+            write!(f, "{}: {}", self.code.as_str(), self.message)
+        }
+    }
+}
+
+impl StdError for Status {}
+
+/// Everything that can go wrong with a call, as the caller sees it.
+///
+/// Opaque on purpose: ask it questions (`is_timeout()`, `is_busy()`, `fault::<E>()`, …) rather
+/// than matching on its internals, so that keel can add cases without breaking callers.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: Kind,
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+    /// The decoded typed fault, for `Kind::Status(Fault)`.
+    fault: Option<Box<dyn Any + Send + Sync>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The host answered with a status other than Ok.
+    Status(StatusCode),
+    /// The caller's deadline passed before a reply arrived.
+    Timeout,
+    /// Could not connect or complete the handshake.
+    Connect,
+    /// The connection broke or was closed while the call was in flight.
+    Connection,
+    /// The message is larger than the peer accepts; it was not sent.
+    TooLarge,
+    /// The peer broke the protocol (bad handshake, version mismatch, malformed frame).
+    Protocol,
+    /// The arguments could not be encoded or the reply could not be decoded.
+    Codec,
+    /// The endpoint URL or the configuration is invalid.
+    Config,
+}
+
+impl Error {
+    pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Error {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                source: None,
+                fault: None,
+            }),
+        }
+    }
+
+    pub(crate) fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Error {
+        self.inner.source = Some(Box::new(source));
+        self
+    }
+
+    pub(crate) fn from_status(status: Status) -> Error {
+        Error::new(Kind::Status(status.code), status.message)
+    }
+
+    pub(crate) fn from_fault<E: Any + Send + Sync + fmt::Debug>(fault: E) -> Error {
+        let mut e = Error::new(Kind::Status(StatusCode::Fault), format!("{fault:?}"));
+        e.inner.fault = Some(Box::new(fault));
+        e
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.inner.kind
+    }
+
+    /// The status code the host answered with, if the host answered.
+    pub fn status_code(&self) -> Option<StatusCode> {
+        match self.inner.kind {
+            Kind::Status(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The deadline passed: locally while waiting, or at the host before the work started.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self.inner.kind,
+            Kind::Timeout | Kind::Status(StatusCode::DeadlineExceeded)
+        )
+    }
+
+    /// The host's throttle queue was full; nothing was run. Safe to retry later.
+    pub fn is_busy(&self) -> bool {
+        self.inner.kind == Kind::Status(StatusCode::Busy)
+    }
+
+    /// The host is shutting down and did not run the call.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.kind == Kind::Status(StatusCode::ShuttingDown)
+    }
+
+    /// The host has no such service or operation.
+    pub fn is_unknown_operation(&self) -> bool {
+        matches!(
+            self.inner.kind,
+            Kind::Status(StatusCode::UnknownOperation | StatusCode::UnknownService)
+        )
+    }
+
+    /// The message exceeded a size limit (checked locally before sending, or by the host).
+    pub fn is_too_large(&self) -> bool {
+        matches!(
+            self.inner.kind,
+            Kind::TooLarge | Kind::Status(StatusCode::TooLarge)
+        )
+    }
+
+    /// The host could not decode the arguments.
+    pub fn is_bad_request(&self) -> bool {
+        self.inner.kind == Kind::Status(StatusCode::BadRequest)
+    }
+
+    /// The handler panicked; the host kept serving.
+    pub fn is_handler_panic(&self) -> bool {
+        self.inner.kind == Kind::Status(StatusCode::HandlerPanicked)
+    }
+
+    /// The call was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.kind == Kind::Status(StatusCode::Cancelled)
+    }
+
+    /// Connecting failed, or the connection broke while the call was in flight.
+    pub fn is_connection(&self) -> bool {
+        matches!(self.inner.kind, Kind::Connect | Kind::Connection)
+    }
+
+    /// The peer broke the protocol, or speaks another version of it.
+    pub fn is_protocol(&self) -> bool {
+        self.inner.kind == Kind::Protocol
+    }
+
+    /// The operation returned its typed fault `E`.
+    pub fn is_fault(&self) -> bool {
+        self.inner.kind == Kind::Status(StatusCode::Fault)
+    }
+
+    /// The typed fault, if the operation returned one of type `E`.
+    pub fn fault_ref<E: Any>(&self) -> Option<&E> {
+        self.inner.fault.as_ref()?.downcast_ref::<E>()
+    }
+
+    /// The typed fault by value, if the operation returned one of type `E`.
+    pub fn fault<E: Any + Clone>(&self) -> Option<E> {
+        self.fault_ref::<E>().cloned()
+    }
+
+    /// Takes the typed fault out, or gives the error back.
+    pub fn into_fault<E: Any>(mut self) -> Result<E, Error> {
+        match self.inner.fault.take().map(|f| f.downcast::<E>()) {
+            Some(Ok(e)) => Ok(*e),
+            Some(Err(f)) => {
+                self.inner.fault = Some(f);
+                Err(self)
+            }
+            None => Err(self),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("keel::Error");
+        d.field("kind", &self.inner.kind)
+            .field("message", &self.inner.message);
+        if let Some(s) = &self.inner.source {
+            d.field("source", s);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.inner.kind {
+            Kind::Status(StatusCode::Fault) => "fault",
+            Kind::Status(c) => c.as_str(),
+            Kind::Timeout => "deadline exceeded",
+            Kind::Connect => "connect failed",
+            Kind::Connection => "connection lost",
+            Kind::TooLarge => "message too large",
+            Kind::Protocol => "protocol error",
+            Kind::Codec => "encoding error",
+            Kind::Config => "invalid configuration",
+        };
+        if self.inner.message.is_empty() {
+            f.write_str(what)
+        } else {
+            write!(f, "{what}: {}", self.inner.message)
+        }
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_ref()
+            .map(|s| &**s as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct DivideByZero;
+
+    #[test]
+    fn queries_follow_the_kind() {
+        let e = Error::from_status(Status::new(StatusCode::Busy, "queue full"));
+        assert!(e.is_busy() && !e.is_timeout());
+        assert_eq!(e.to_string(), "busy: queue full");
+        assert!(Error::new(Kind::Timeout, "").is_timeout());
+        assert!(Error::from_status(Status::new(StatusCode::DeadlineExceeded, "")).is_timeout());
+        assert!(Error::new(Kind::TooLarge, "x").is_too_large());
+    }
+
+    #[test]
+    fn typed_fault_round_trip() {
+        let e = Error::from_fault(DivideByZero);
+        assert!(e.is_fault());
+        assert_eq!(e.fault::<DivideByZero>(), Some(DivideByZero));
+        assert_eq!(e.fault::<String>(), None);
+        let e = e.into_fault::<String>().unwrap_err();
+        assert_eq!(e.into_fault::<DivideByZero>().unwrap(), DivideByZero);
+    }
+}

@@ -1,0 +1,327 @@
+//! One host-side connection: handshake, then a reader that hands requests to the dispatcher and
+//! a writer that batches replies. Every accepted call is answered exactly once: whoever removes
+//! it from `calls` (the handler finishing, a cancel, or the drain timeout) owns the answer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use keel_wire::{Codec, Frame, GoAway, HelloReply, Limits, Reply, WireError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use super::HostShared;
+use crate::endpoint::Io;
+use crate::error::{Status, StatusCode};
+use crate::service::Outcome;
+
+/// What the writer task receives.
+#[derive(Debug)]
+pub(crate) enum Out {
+    Frame(Frame),
+    /// Flush what is queued, then close the connection.
+    Close,
+}
+
+/// Per-call control shared with the task or pool job running it.
+#[derive(Debug, Default)]
+pub(crate) struct CallCtl {
+    /// Set by a cancel frame or the drain timeout: a job that has not started must not start.
+    pub(crate) cancelled: AtomicBool,
+    /// The task running an async operation, so a cancel can stop it.
+    pub(crate) task: Mutex<Option<AbortHandle>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ConnShared {
+    pub(crate) id: u64,
+    /// Unbounded: its length is bounded by calls in flight on this connection
+    /// (`max_calls_per_connection`) plus a few control frames.
+    tx: mpsc::UnboundedSender<Out>,
+    calls: Mutex<HashMap<u64, Arc<CallCtl>>>,
+    /// Largest reply body the client accepts (from its hello).
+    peer_max_message: u32,
+    last_call_id: AtomicU64,
+    pub(crate) host: Arc<HostShared>,
+}
+
+impl ConnShared {
+    /// Registers an accepted call. `None` if the connection already has as many calls as allowed.
+    pub(crate) fn track(&self, call_id: u64) -> Result<Arc<CallCtl>, Status> {
+        let ctl = Arc::new(CallCtl::default());
+        {
+            let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+            if calls.len() >= self.host.config.max_calls_per_connection {
+                return Err(Status::new(
+                    StatusCode::Busy,
+                    format!(
+                        "this connection already has {} calls in flight",
+                        self.host.config.max_calls_per_connection
+                    ),
+                ));
+            }
+            calls.insert(call_id, ctl.clone());
+        }
+        self.last_call_id.fetch_max(call_id, Ordering::Relaxed);
+        self.host.call_started();
+        Ok(ctl)
+    }
+
+    /// Answers a tracked call, unless someone else (cancel, drain) already did.
+    pub(crate) fn finish(&self, call_id: u64, one_way: bool, outcome: Outcome) {
+        let removed = self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&call_id);
+        if removed.is_some() {
+            if !one_way {
+                self.reply(call_id, outcome);
+            }
+            self.host.call_finished();
+        }
+    }
+
+    /// Sends an answer for a call that was never tracked (refused before admission).
+    pub(crate) fn reply(&self, call_id: u64, outcome: Outcome) {
+        let (status, body) = match outcome {
+            Ok(body) if body.len() as u64 > u64::from(self.peer_max_message) => (
+                StatusCode::TooLarge,
+                Bytes::from(format!(
+                    "reply body of {} bytes exceeds the client's limit of {} bytes",
+                    body.len(),
+                    self.peer_max_message
+                )),
+            ),
+            Ok(body) => (StatusCode::Ok, body),
+            Err(status) => (status.code(), status.into_wire_body()),
+        };
+        let _ = self.tx.send(Out::Frame(Frame::Reply(Reply {
+            call_id,
+            status,
+            body,
+        })));
+    }
+
+    fn cancel(&self, call_id: u64) {
+        let removed = self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&call_id);
+        if let Some(ctl) = removed {
+            ctl.cancelled.store(true, Ordering::Release);
+            if let Some(task) = ctl.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                task.abort();
+            }
+            self.host.call_finished();
+        }
+    }
+
+    /// Drain: tell the client no new calls will be served here.
+    pub(crate) fn go_away(&self, reason: &str) {
+        let last_call_id = self.last_call_id.load(Ordering::Relaxed);
+        let frame = Frame::GoAway(GoAway {
+            last_call_id,
+            reason: reason.to_string(),
+        });
+        let _ = self.tx.send(Out::Frame(frame));
+    }
+
+    /// Answers every call still in flight with `status` and closes the connection.
+    pub(crate) fn abandon_all(&self, status: &Status) {
+        let calls = std::mem::take(&mut *self.calls.lock().unwrap_or_else(|e| e.into_inner()));
+        for (call_id, ctl) in calls {
+            ctl.cancelled.store(true, Ordering::Release);
+            if let Some(task) = ctl.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                task.abort();
+            }
+            self.reply(call_id, Err(status.clone()));
+            self.host.call_finished();
+        }
+        let _ = self.tx.send(Out::Close);
+    }
+
+    /// Asks the writer to flush and close.
+    pub(crate) fn close(&self) {
+        let _ = self.tx.send(Out::Close);
+    }
+
+    /// Calls in flight on this connection.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Serves one accepted connection until it closes.
+pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64) {
+    let mut io = io;
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let handshake = tokio::time::timeout(host.config.handshake_timeout, async {
+        loop {
+            match keel_wire::decode_hello(&mut buf) {
+                Ok(Some(h)) => return Ok(h),
+                Ok(None) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            match io.read_buf(&mut buf).await {
+                Ok(0) => return Err("closed during the handshake".to_string()),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    })
+    .await;
+    let hello = match handshake {
+        Ok(Ok(h)) => h,
+        // Not a keel client, or too slow: close without a word (we cannot frame one).
+        Ok(Err(_)) | Err(_) => return,
+    };
+    let mut out = BytesMut::new();
+    if hello.version != keel_wire::VERSION {
+        let reject = HelloReply::Reject {
+            supported_version: keel_wire::VERSION,
+            reason: format!(
+                "protocol version {} is not supported; this host speaks {}",
+                hello.version,
+                keel_wire::VERSION
+            ),
+        };
+        keel_wire::encode_hello_reply(&reject, &mut out);
+        let _ = io.write_all(&out).await;
+        let _ = io.shutdown().await;
+        return;
+    }
+    let accept = HelloReply::Accept {
+        version: keel_wire::VERSION,
+        max_message_size: host.config.max_message_size,
+    };
+    keel_wire::encode_hello_reply(&accept, &mut out);
+    if io.write_all(&out).await.is_err() {
+        return;
+    }
+
+    let (rd, wr) = tokio::io::split(io);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let conn = Arc::new(ConnShared {
+        id,
+        tx,
+        calls: Mutex::new(HashMap::new()),
+        peer_max_message: hello.max_message_size,
+        last_call_id: AtomicU64::new(0),
+        host: host.clone(),
+    });
+    host.register(conn.clone());
+    if host.is_shutting_down() {
+        conn.go_away("host shutting down");
+    }
+    let writer = tokio::spawn(write_loop(
+        wr,
+        rx,
+        Codec::new(Limits::with_max_message_size(hello.max_message_size)),
+    ));
+    let codec = Codec::new(Limits::with_max_message_size(host.config.max_message_size));
+    let reader = tokio::spawn(read_loop(rd, buf, codec, conn.clone()));
+    // The reader ends on EOF or error; the writer when it closed the connection on purpose.
+    let reader_abort = reader.abort_handle();
+    tokio::select! {
+        _ = reader => {}
+        _ = writer => { reader_abort.abort(); }
+    }
+    // The peer is gone: nobody can receive answers, so stop what still runs for it.
+    let gone = Status::new(StatusCode::Cancelled, "connection closed");
+    conn.abandon_all(&gone);
+    host.unregister(conn.id);
+}
+
+async fn read_loop(
+    mut rd: ReadHalf<Box<dyn Io>>,
+    mut buf: BytesMut,
+    mut codec: Codec,
+    conn: Arc<ConnShared>,
+) {
+    loop {
+        match codec.decode(&mut buf) {
+            Ok(Some(Frame::Request(req))) => {
+                super::dispatch::dispatch(&conn, req, Instant::now());
+                continue;
+            }
+            Ok(Some(Frame::Cancel(c))) => {
+                conn.cancel(c.call_id);
+                continue;
+            }
+            Ok(Some(Frame::Ping(nonce))) => {
+                let _ = conn.tx.send(Out::Frame(Frame::Pong(nonce)));
+                continue;
+            }
+            Ok(Some(Frame::Pong(_))) => continue,
+            Ok(Some(Frame::Reply(_) | Frame::GoAway(_))) => {
+                conn.go_away("protocol error: the client sent a host-only frame");
+                conn.close();
+                return;
+            }
+            Ok(None) => {}
+            Err(WireError::TooLarge {
+                call_id,
+                size,
+                limit,
+            }) => {
+                // The codec skips the oversized frame; the connection stays usable.
+                if let Some(call_id) = call_id {
+                    let msg = format!(
+                        "request of {size} bytes exceeds this host's limit of {limit} bytes"
+                    );
+                    conn.reply(call_id, Err(Status::new(StatusCode::TooLarge, msg)));
+                }
+                continue;
+            }
+            Err(e) => {
+                conn.go_away(&format!("protocol error: {e}"));
+                conn.close();
+                return;
+            }
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn write_loop(
+    mut wr: WriteHalf<Box<dyn Io>>,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    codec: Codec,
+) {
+    const BATCH: usize = 64 * 1024;
+    let mut buf = BytesMut::with_capacity(BATCH);
+    let mut closing = false;
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(out) = next.take() {
+            match out {
+                Out::Frame(frame) => {
+                    if let Err(e) = codec.encode(&frame, &mut buf) {
+                        // Only replies can fail (too large), and `reply` checks sizes first.
+                        debug_assert!(false, "unencodable frame: {e}");
+                    }
+                }
+                Out::Close => closing = true,
+            }
+            if buf.len() < BATCH && !closing {
+                next = rx.try_recv().ok();
+            }
+        }
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+        buf.clear();
+        if closing {
+            let _ = wr.shutdown().await;
+            return;
+        }
+    }
+}

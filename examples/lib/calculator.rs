@@ -1,0 +1,54 @@
+//! Seed 000's Calculator service.
+
+use serde::{Deserialize, Serialize};
+
+/// The fault `divide` returns for a zero divisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DivideByZero {
+    /// The dividend that could not be divided.
+    pub dividend: f64,
+}
+
+/// Seed 000's contract: four arithmetic operations, one with a typed fault.
+#[keel::contract]
+pub trait Calculator {
+    /// `a + b`.
+    fn add(&self, a: f64, b: f64) -> f64;
+    /// `a - b`.
+    fn subtract(&self, a: f64, b: f64) -> f64;
+    /// `a * b` (an async operation: runs on the host's runtime, not the pool).
+    async fn multiply(&self, a: f64, b: f64) -> f64;
+    /// `a / b`, or the [`DivideByZero`] fault.
+    fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero>;
+}
+
+/// The Calculator implementation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Calc;
+
+impl Calculator for Calc {
+    fn add(&self, a: f64, b: f64) -> f64 {
+        a + b
+    }
+    fn subtract(&self, a: f64, b: f64) -> f64 {
+        a - b
+    }
+    async fn multiply(&self, a: f64, b: f64) -> f64 {
+        a * b
+    }
+    fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero> {
+        if b == 0.0 {
+            Err(DivideByZero { dividend: a })
+        } else {
+            Ok(a / b)
+        }
+    }
+}
+
+/// A host serving [`Calc`] on `url`.
+pub fn host(url: &str) -> Result<keel::Host, keel::Error> {
+    keel::Host::builder()
+        .service(CalculatorServer::new(Calc))
+        .endpoint(url)
+        .start()
+}
