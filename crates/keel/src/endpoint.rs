@@ -57,10 +57,16 @@ impl Endpoint {
         }
     }
 
-    /// Binds a listener for this endpoint.
-    pub(crate) async fn bind(&self) -> std::io::Result<Listener> {
+    /// Binds a listener for this endpoint. Synchronous, so a host can start from any context
+    /// (including inside another runtime); [`BoundListener::into_async`] registers it with the
+    /// host's runtime.
+    pub(crate) fn bind(&self) -> std::io::Result<BoundListener> {
         match self {
-            Endpoint::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr.as_str()).await?)),
+            Endpoint::Tcp(addr) => {
+                let l = std::net::TcpListener::bind(addr.as_str())?;
+                l.set_nonblocking(true)?;
+                Ok(BoundListener::Tcp(l))
+            }
         }
     }
 }
@@ -73,20 +79,35 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// A bound listener.
+/// A bound listener not yet registered with a runtime.
+#[derive(Debug)]
+pub(crate) enum BoundListener {
+    Tcp(std::net::TcpListener),
+}
+
+impl BoundListener {
+    /// The URL clients can connect to (with the real port when bound to port 0).
+    pub(crate) fn local_url(&self) -> std::io::Result<String> {
+        match self {
+            BoundListener::Tcp(l) => Ok(format!("tcp://{}", l.local_addr()?)),
+        }
+    }
+
+    /// Registers the listener with the current runtime.
+    pub(crate) fn into_async(self) -> std::io::Result<Listener> {
+        match self {
+            BoundListener::Tcp(l) => Ok(Listener::Tcp(TcpListener::from_std(l)?)),
+        }
+    }
+}
+
+/// A listener registered with a runtime.
 #[derive(Debug)]
 pub(crate) enum Listener {
     Tcp(TcpListener),
 }
 
 impl Listener {
-    /// The URL clients can connect to (with the real port when bound to port 0).
-    pub(crate) fn local_url(&self) -> std::io::Result<String> {
-        match self {
-            Listener::Tcp(l) => Ok(format!("tcp://{}", l.local_addr()?)),
-        }
-    }
-
     /// Accepts one connection.
     pub(crate) async fn accept(&self) -> std::io::Result<(Box<dyn Io>, Option<SocketAddr>)> {
         match self {

@@ -158,6 +158,7 @@ impl Error {
         e
     }
 
+    #[cfg(test)]
     pub(crate) fn kind(&self) -> Kind {
         self.inner.kind
     }

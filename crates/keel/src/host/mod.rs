@@ -202,14 +202,15 @@ impl HostBuilder {
         let mut urls = Vec::new();
         let mut accept_tasks = Vec::new();
         for ep in endpoints {
-            let listener = runtime.block_on(ep.bind()).map_err(|e| {
+            let listen_err = |e: std::io::Error| {
                 Error::new(Kind::Config, format!("cannot listen on {ep}: {e}")).with_source(e)
-            })?;
-            urls.push(
-                listener
-                    .local_url()
-                    .map_err(|e| Error::new(Kind::Config, e.to_string()))?,
-            );
+            };
+            let bound = ep.bind().map_err(listen_err)?;
+            urls.push(bound.local_url().map_err(listen_err)?);
+            let listener = {
+                let _in_runtime = runtime.enter();
+                bound.into_async().map_err(listen_err)?
+            };
             let host = shared.clone();
             accept_tasks.push(runtime.spawn(async move {
                 loop {

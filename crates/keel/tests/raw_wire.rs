@@ -1,0 +1,187 @@
+//! A peer that speaks keel-wire by hand, to send what keel's own client never would: another
+//! protocol version, unknown operations, oversized and malformed frames.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use keel_wire::{Codec, Frame, Hello, HelloReply, Limits, Request, RequestFlags, StatusCode};
+
+struct RawPeer {
+    sock: TcpStream,
+    buf: BytesMut,
+    codec: Codec,
+}
+
+impl RawPeer {
+    fn connect(url: &str, version: u16) -> (RawPeer, HelloReply) {
+        let addr = url.trim_start_matches("tcp://");
+        let mut sock = TcpStream::connect(addr).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut out = BytesMut::new();
+        keel_wire::encode_hello(
+            &Hello {
+                version,
+                max_message_size: 1 << 20,
+            },
+            &mut out,
+        );
+        sock.write_all(&out).unwrap();
+        let mut peer = RawPeer {
+            sock,
+            buf: BytesMut::new(),
+            codec: Codec::new(Limits::default()),
+        };
+        let reply = loop {
+            if let Some(r) = keel_wire::decode_hello_reply(&mut peer.buf).unwrap() {
+                break r;
+            }
+            peer.fill();
+        };
+        (peer, reply)
+    }
+
+    fn fill(&mut self) -> usize {
+        let mut chunk = [0u8; 4096];
+        let n = self.sock.read(&mut chunk).unwrap();
+        self.buf.extend_from_slice(&chunk[..n]);
+        n
+    }
+
+    fn send_bytes(&mut self, bytes: &[u8]) {
+        self.sock.write_all(bytes).unwrap();
+    }
+
+    fn request(&mut self, call_id: u64, service: &str, operation: &str, body: Vec<u8>) {
+        let mut out = BytesMut::new();
+        let frame = Frame::Request(Request {
+            call_id,
+            flags: RequestFlags::default(),
+            deadline_us: 0,
+            service: service.into(),
+            operation: operation.into(),
+            body: Bytes::from(body),
+        });
+        Codec::new(Limits::with_max_message_size(u32::MAX))
+            .encode(&frame, &mut out)
+            .unwrap();
+        self.send_bytes(&out);
+    }
+
+    /// The next frame, or `None` once the host closed the connection.
+    fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(f) = self.codec.decode(&mut self.buf).unwrap() {
+                return Some(f);
+            }
+            if self.fill() == 0 {
+                return None;
+            }
+        }
+    }
+
+    fn reply(&mut self) -> (u64, StatusCode, Bytes) {
+        match self.next() {
+            Some(Frame::Reply(r)) => (r.call_id, r.status, r.body),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+}
+
+fn echo_args(s: &str) -> Vec<u8> {
+    postcard::to_stdvec(&(s.to_string(),)).unwrap()
+}
+
+#[test]
+fn another_protocol_version_is_refused_with_a_reason() {
+    let host = common::host();
+    let (_peer, reply) = RawPeer::connect(host.url(), keel_wire::VERSION + 1);
+    match reply {
+        HelloReply::Reject {
+            supported_version,
+            reason,
+        } => {
+            assert_eq!(supported_version, keel_wire::VERSION);
+            assert!(reason.contains("version"), "{reason}");
+        }
+        other => panic!("expected a reject, got {other:?}"),
+    }
+    host.shutdown();
+}
+
+#[test]
+fn unknown_operation_and_bad_arguments_keep_the_connection() {
+    let host = common::host();
+    let (mut peer, reply) = RawPeer::connect(host.url(), keel_wire::VERSION);
+    assert!(matches!(reply, HelloReply::Accept { .. }));
+    peer.request(1, "Probe", "no_such_op", vec![]);
+    let (id, status, body) = peer.reply();
+    assert_eq!((id, status), (1, StatusCode::UnknownOperation));
+    assert!(String::from_utf8_lossy(&body).contains("no_such_op"));
+    peer.request(2, "Probe", "echo", vec![0xff, 0xff, 0xff]);
+    assert_eq!(peer.reply().1, StatusCode::BadRequest);
+    peer.request(3, "Probe", "echo", echo_args("ok"));
+    let (id, status, body) = peer.reply();
+    assert_eq!((id, status), (3, StatusCode::Ok));
+    assert_eq!(postcard::from_bytes::<String>(&body).unwrap(), "ok");
+    host.shutdown();
+}
+
+#[test]
+fn an_oversized_request_is_answered_and_skipped_without_closing() {
+    let mut config = keel::HostConfig::default();
+    config.max_message_size = 1024;
+    let host = common::host_with(config, "tcp://127.0.0.1:0");
+    let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
+    peer.request(
+        7,
+        "Probe",
+        "blob_len",
+        postcard::to_stdvec(&(vec![1u8; 64 * 1024],)).unwrap(),
+    );
+    let (id, status, body) = peer.reply();
+    assert_eq!((id, status), (7, StatusCode::TooLarge));
+    assert!(String::from_utf8_lossy(&body).contains("1024"));
+    // The same connection goes on.
+    peer.request(8, "Probe", "echo", echo_args("after"));
+    assert_eq!(peer.reply().0, 8);
+    host.shutdown();
+}
+
+#[test]
+fn a_malformed_frame_closes_only_that_connection_with_a_reason() {
+    let host = common::host();
+    let good = common::ProbeBlockingClient::connect(host.url()).unwrap();
+    let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
+    // Length 1, frame type 0xEE: not a frame.
+    peer.send_bytes(&[1, 0, 0, 0, 0xEE]);
+    match peer.next() {
+        Some(Frame::GoAway(g)) => assert!(g.reason.contains("protocol error"), "{}", g.reason),
+        other => panic!("expected goaway, got {other:?}"),
+    }
+    assert!(
+        peer.next().is_none(),
+        "the host should close the connection"
+    );
+    assert_eq!(good.echo("unaffected".into()).unwrap(), "unaffected");
+    host.shutdown();
+}
+
+#[test]
+fn not_a_keel_client_is_closed_quietly() {
+    let host = common::host();
+    let mut sock = TcpStream::connect(host.url().trim_start_matches("tcp://")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sock.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(sock.read(&mut buf).unwrap_or(0), 0);
+    let good = common::ProbeBlockingClient::connect(host.url()).unwrap();
+    assert_eq!(good.echo("still serving".into()).unwrap(), "still serving");
+    host.shutdown();
+}

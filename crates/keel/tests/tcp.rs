@@ -1,0 +1,323 @@
+//! Behaviour over real loopback TCP: every operation kind, faults, deadlines, multiplexing,
+//! reconnect, drain, panic isolation, limits, unknown operations, handshake versions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+async fn client(host: &keel::Host) -> ProbeClient {
+    ProbeClient::connect(host.url()).await.expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_kind() {
+    let host = host();
+    let c = client(&host).await;
+    assert_eq!(c.echo("hi".into()).await.unwrap(), "hi");
+    assert_eq!(c.echo_async("there".into()).await.unwrap(), "there");
+    assert_eq!(c.check(5).await.unwrap(), 5);
+    assert_eq!(c.check_async(6).await.unwrap(), 6);
+    for v in [1, 2, 3] {
+        c.record(v).await.unwrap();
+    }
+    // One-way calls are acknowledged on receipt; the recording runs on the pool soon after.
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = c.recorded().await.unwrap();
+        if seen.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    seen.sort();
+    assert_eq!(seen, vec![1, 2, 3]);
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_faults_arrive_as_the_same_type() {
+    let host = host();
+    let c = client(&host).await;
+    for err in [
+        c.check(-4).await.unwrap_err(),
+        c.check_async(-4).await.unwrap_err(),
+    ] {
+        assert!(err.is_fault(), "{err}");
+        assert_eq!(err.fault::<Negative>(), Some(Negative(-4)));
+        assert_eq!(err.status_code(), Some(keel::StatusCode::Fault));
+    }
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_ops_run_on_the_pool_and_async_ops_on_the_runtime() {
+    let host = host();
+    let c = client(&host).await;
+    let sync = c.thread_info().await.unwrap();
+    assert!(
+        sync.name.starts_with("keel-handler"),
+        "sync op ran on {sync:?}"
+    );
+    assert!(!sync.in_runtime, "sync op ran inside a runtime: {sync:?}");
+    let async_ = c.async_thread_info().await.unwrap();
+    assert!(
+        async_.name.starts_with("keel-host"),
+        "async op ran on {async_:?}"
+    );
+    assert!(async_.in_runtime);
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_call_deadline_fails_promptly_as_a_timeout() {
+    let host = host();
+    let c = client(&host).await;
+    for slow in [true, false] {
+        let started = Instant::now();
+        let quick = c.with_deadline(Duration::from_millis(50));
+        let err = if slow {
+            quick.sleep_ms(1000).await.unwrap_err()
+        } else {
+            quick.sleep_async_ms(1000).await.unwrap_err()
+        };
+        let took = started.elapsed();
+        assert!(err.is_timeout(), "{err}");
+        // Generous bound: the point is not waiting for the 1 s operation.
+        assert!(
+            took < Duration::from_millis(900),
+            "timed out after {took:?}"
+        );
+    }
+    // The channel's default deadline applies to other calls, and the connection still works.
+    assert_eq!(c.echo("after".into()).await.unwrap(), "after");
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_calls_share_one_connection() {
+    let host = host();
+    let c = client(&host).await;
+    let calls = (0..1000u64).map(|i| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let s = i.to_string();
+            let got = if i % 2 == 0 {
+                c.echo(s.clone()).await
+            } else {
+                c.echo_async(s.clone()).await
+            };
+            assert_eq!(got.unwrap(), s);
+        })
+    });
+    for h in calls.collect::<Vec<_>>() {
+        h.await.unwrap();
+    }
+    let stats = host.stats();
+    assert_eq!(stats.connections_opened, 1, "{stats:?}");
+    assert_eq!(stats.calls_total, 1000);
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_after_the_server_restarts() {
+    let host = host();
+    let url = host.url().to_string();
+    let c = ProbeClient::connect(&url).await.unwrap();
+    assert_eq!(c.echo("one".into()).await.unwrap(), "one");
+    host.shutdown_async().await;
+    // The host is gone: the client notices the closed connection; calls fail as connection errors.
+    assert!(eventually(|| !c.channel().is_connected()).await);
+    let err = c.echo("none".into()).await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    // Same address, new host: the next call reconnects by itself.
+    let host = host_with(keel::HostConfig::default(), &url);
+    assert_eq!(c.echo("two".into()).await.unwrap(), "two");
+    assert_eq!(host.stats().connections_opened, 1);
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_calls_in_flight_and_refuses_new_ones() {
+    let host = host();
+    let c = client(&host).await;
+    let in_flight: Vec<_> = (0..4)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    c.sleep_ms(600).await
+                } else {
+                    c.sleep_async_ms(600).await
+                }
+            })
+        })
+        .collect();
+    assert!(eventually(|| host.stats().calls_in_flight == 4).await);
+    let shutdown = tokio::spawn(host.shutdown_async());
+    // Well inside the 600 ms the calls in flight take: the host is draining.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = c.echo("late".into()).await.unwrap_err();
+    assert!(err.is_shutting_down(), "{err}");
+    for h in in_flight {
+        assert_eq!(
+            h.await.unwrap().unwrap(),
+            600,
+            "a call in flight was not allowed to finish"
+        );
+    }
+    let report = shutdown.await.unwrap();
+    assert_eq!(report.abandoned_calls, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_still_running_at_the_close_timeout_are_answered() {
+    let mut config = keel::HostConfig::default();
+    config.close_timeout = Duration::from_millis(100);
+    let host = host_with(config, "tcp://127.0.0.1:0");
+    let c = client(&host).await;
+    let call = tokio::spawn({
+        let c = c.clone();
+        async move { c.sleep_async_ms(5_000).await }
+    });
+    assert!(eventually(|| host.stats().calls_in_flight == 1).await);
+    let report = host.shutdown_async().await;
+    assert_eq!(report.abandoned_calls, 1);
+    let err = call.await.unwrap().unwrap_err();
+    assert!(err.is_shutting_down() || err.is_connection(), "{err}");
+    assert!(
+        err.is_shutting_down(),
+        "expected an explicit answer, got {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_faults_only_its_caller() {
+    let host = host();
+    let c = client(&host).await;
+    let other = client(&host).await;
+    let e = c.panic_sync().await.unwrap_err();
+    assert!(e.is_handler_panic(), "{e}");
+    assert!(e.to_string().contains("sync handler exploded"), "{e}");
+    let e = c.panic_async().await.unwrap_err();
+    assert!(e.is_handler_panic(), "{e}");
+    assert_eq!(c.echo("still here".into()).await.unwrap(), "still here");
+    assert_eq!(other.echo("me too".into()).await.unwrap(), "me too");
+    assert_eq!(host.stats().connections_opened, 2);
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks() {
+    let mut config = keel::HostConfig::default();
+    config.max_message_size = 1024;
+    let host = host_with(config, "tcp://127.0.0.1:0");
+    let c = client(&host).await;
+    let other = client(&host).await;
+    let err = c.blob_len(vec![0; 4096]).await.unwrap_err();
+    assert!(err.is_too_large(), "{err}");
+    assert!(
+        err.to_string().contains("1024"),
+        "the limit should be in the message: {err}"
+    );
+    assert_eq!(c.blob_len(vec![0; 100]).await.unwrap(), 100);
+    // A reply larger than the client accepts is refused by the host, with the same clarity.
+    let small = keel::Channel::with_config(host.url(), {
+        let mut cc = keel::ClientConfig::default();
+        cc.max_message_size = 512;
+        cc
+    })
+    .unwrap();
+    let small = ProbeClient::new(small);
+    let err = small.make_blob(10_000).await.unwrap_err();
+    assert!(err.is_too_large(), "{err}");
+    assert_eq!(small.make_blob(10).await.unwrap().len(), 10);
+    assert_eq!(other.echo("fine".into()).await.unwrap(), "fine");
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_service_is_reported() {
+    let host = host();
+    let c = UnservedClient::connect(host.url()).await.unwrap();
+    let err = c.nothing().await.unwrap_err();
+    assert!(err.is_unknown_operation(), "{err}");
+    assert!(err.to_string().contains("Unserved"), "{err}");
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_throttle_queues_then_refuses_with_busy() {
+    let mut config = keel::HostConfig::default();
+    config.throttle = keel::ThrottleConfig::new(1, 1);
+    let host = host_with(config, "tcp://127.0.0.1:0");
+    let c = client(&host).await;
+    let running = tokio::spawn({
+        let c = c.clone();
+        async move { c.sleep_ms(400).await }
+    });
+    assert!(eventually(|| host.stats().calls_in_flight == 1).await);
+    let queued = tokio::spawn({
+        let c = c.clone();
+        async move { c.echo("queued".into()).await }
+    });
+    assert!(eventually(|| host.stats().calls_queued == 1).await);
+    let err = c.echo("refused".into()).await.unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    assert_eq!(running.await.unwrap().unwrap(), 400);
+    assert_eq!(queued.await.unwrap().unwrap(), "queued");
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_call_whose_deadline_passes_never_runs() {
+    let mut config = keel::HostConfig::default();
+    config.throttle = keel::ThrottleConfig::new(1, 10);
+    let host = host_with(config, "tcp://127.0.0.1:0");
+    let c = client(&host).await;
+    let blocker = tokio::spawn({
+        let c = c.clone();
+        async move { c.sleep_ms(500).await }
+    });
+    assert!(eventually(|| host.stats().calls_in_flight == 1).await);
+    let err = c.with_deadline(Duration::from_millis(50)).record(99).await;
+    // One-way calls are acknowledged on receipt, so this succeeds; the work must not run.
+    err.unwrap();
+    blocker.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !c.recorded().await.unwrap().contains(&99),
+        "expired one-way call ran"
+    );
+    host.shutdown_async().await;
+}
+
+#[test]
+fn the_blocking_client_needs_no_runtime() {
+    let host = host();
+    let c = ProbeBlockingClient::connect(host.url()).unwrap();
+    assert_eq!(c.echo("plain main".into()).unwrap(), "plain main");
+    assert_eq!(
+        c.check(-1).unwrap_err().fault::<Negative>(),
+        Some(Negative(-1))
+    );
+    c.close();
+    assert!(!c.channel().is_connected());
+    assert_eq!(c.echo("reopened".into()).unwrap(), "reopened");
+    host.shutdown();
+}
+
+#[test]
+fn connect_to_nothing_is_a_connection_error() {
+    // Bind then drop to find a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = ProbeBlockingClient::connect(&format!("tcp://127.0.0.1:{port}")).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    let err = ProbeBlockingClient::connect("http://127.0.0.1:1").unwrap_err();
+    assert!(err.to_string().contains("unsupported scheme"), "{err}");
+}
