@@ -251,6 +251,7 @@ fn tokio_after_idle(reps: usize) -> f64 {
 fn main() {
     let mut json = false;
     let mut reps = 7;
+    let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -262,32 +263,59 @@ fn main() {
                     .filter(|&r| r > 0)
                     .expect("--reps needs a positive number")
             }
+            "--only" => only = Some(args.next().expect("--only needs a key substring")),
             "-h" | "--help" => {
-                println!("usage: burst [--json] [--reps N]");
+                println!("usage: burst [--json] [--reps N] [--only KEY-SUBSTRING]");
                 return;
             }
             other => {
-                eprintln!("unknown argument {other:?}; usage: burst [--json] [--reps N]");
+                eprintln!("unknown argument {other:?}; usage: burst [--json] [--reps N] [--only KEY-SUBSTRING]");
                 std::process::exit(2);
             }
         }
     }
     let idle_reps = reps.min(5);
     let t0 = Instant::now();
-    let rows: Vec<(&str, f64)> = vec![
-        ("spawn_limit_100_us", spawn_limit(100, reps)),
-        ("keel_cold_100_us", keel_cold(100, reps)),
-        ("tokio_cold_100_us", tokio_cold(100, reps)),
-        ("keel_warm_100_us", keel_warm(100, reps)),
-        ("tokio_warm_100_us", tokio_warm(100, reps)),
-        ("spawn_limit_1000_us", spawn_limit(1000, reps)),
-        ("keel_cold_1000_us", keel_cold(1000, reps)),
-        ("tokio_cold_1000_us", tokio_cold(1000, reps)),
-        ("keel_warm_1000_us", keel_warm(1000, reps)),
-        ("tokio_warm_1000_us", tokio_warm(1000, reps)),
-        ("keel_after_idle_us", keel_after_idle(idle_reps)),
-        ("tokio_after_idle_us", tokio_after_idle(idle_reps)),
+    type Scenario = (&'static str, Box<dyn Fn() -> f64>);
+    let scenarios: Vec<Scenario> = vec![
+        (
+            "spawn_limit_100_us",
+            Box::new(move || spawn_limit(100, reps)),
+        ),
+        ("keel_cold_100_us", Box::new(move || keel_cold(100, reps))),
+        ("tokio_cold_100_us", Box::new(move || tokio_cold(100, reps))),
+        ("keel_warm_100_us", Box::new(move || keel_warm(100, reps))),
+        ("tokio_warm_100_us", Box::new(move || tokio_warm(100, reps))),
+        (
+            "spawn_limit_1000_us",
+            Box::new(move || spawn_limit(1000, reps)),
+        ),
+        ("keel_cold_1000_us", Box::new(move || keel_cold(1000, reps))),
+        (
+            "tokio_cold_1000_us",
+            Box::new(move || tokio_cold(1000, reps)),
+        ),
+        ("keel_warm_1000_us", Box::new(move || keel_warm(1000, reps))),
+        (
+            "tokio_warm_1000_us",
+            Box::new(move || tokio_warm(1000, reps)),
+        ),
+        (
+            "keel_after_idle_us",
+            Box::new(move || keel_after_idle(idle_reps)),
+        ),
+        (
+            "tokio_after_idle_us",
+            Box::new(move || tokio_after_idle(idle_reps)),
+        ),
     ];
+    if let Some(only) = &only {
+        for (key, run) in scenarios.iter().filter(|s| s.0.contains(only.as_str())) {
+            println!("{key}: {:.1}", run());
+        }
+        return;
+    }
+    let rows: Vec<(&str, f64)> = scenarios.iter().map(|(k, run)| (*k, run())).collect();
     let get = |k: &str| rows.iter().find(|r| r.0 == k).unwrap().1;
 
     println!(
