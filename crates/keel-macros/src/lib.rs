@@ -3,7 +3,7 @@
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{
     Attribute, FnArg, GenericArgument, Ident, ItemTrait, Pat, PathArguments, ReturnType, TraitItem,
@@ -15,8 +15,8 @@ use syn::{
 pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr = TokenStream2::from(attr);
     if !attr.is_empty() {
-        return syn::Error::new(
-            attr.span(),
+        return syn::Error::new_spanned(
+            attr,
             "#[keel::contract] takes no arguments; put #[keel(...)] on operations",
         )
         .to_compile_error()
@@ -27,12 +27,7 @@ pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
         Ok(t) => t,
         Err(_) => {
             let item2 = TokenStream2::from(item);
-            let span = item2
-                .clone()
-                .into_iter()
-                .next()
-                .map_or(Span::call_site(), |t| t.span());
-            let err = syn::Error::new(span, "#[keel::contract] goes on a trait").to_compile_error();
+            let err = not_a_trait(&item2).to_compile_error();
             return quote!(#err #item2).into();
         }
     };
@@ -60,12 +55,18 @@ struct Operation {
 struct Errors(Option<syn::Error>);
 
 impl Errors {
-    fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
-        let e = syn::Error::new(span, msg);
+    fn add(&mut self, e: syn::Error) {
         match &mut self.0 {
             Some(all) => all.combine(e),
             None => self.0 = Some(e),
         }
+    }
+    fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
+        self.add(syn::Error::new(span, msg));
+    }
+    /// Like `push`, but spans all of `tokens` (a bare `Span` is only their first token on stable).
+    fn push_spanned(&mut self, tokens: impl ToTokens, msg: impl std::fmt::Display) {
+        self.add(syn::Error::new_spanned(tokens, msg));
     }
     fn finish(self) -> syn::Result<()> {
         self.0.map_or(Ok(()), Err)
@@ -74,8 +75,8 @@ impl Errors {
 
 fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
     let mut errors = Errors::default();
-    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
-        errors.push(item.generics.span(), "a keel contract cannot be generic");
+    if let Some(generics) = generics_tokens(&item.generics) {
+        errors.push_spanned(generics, "a keel contract cannot be generic");
     }
     let mut ops = Vec::new();
     for trait_item in &mut item.items {
@@ -85,8 +86,8 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                     ops.push(op);
                 }
             }
-            other => errors.push(
-                other.span(),
+            other => errors.push_spanned(
+                &*other,
                 "a keel contract may contain only operations (methods)",
             ),
         }
@@ -404,7 +405,7 @@ fn parse_keel_attrs(attrs: &[Attribute], errors: &mut Errors) -> bool {
             }
         });
         if let Err(e) = res {
-            errors.push(e.span(), e);
+            errors.add(e);
         }
     }
     one_way
@@ -420,8 +421,8 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
             "operations cannot have a default body: the service implements them",
         );
     }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        local.push(sig.generics.span(), "operations cannot be generic");
+    if let Some(generics) = generics_tokens(&sig.generics) {
+        local.push_spanned(generics, "operations cannot be generic");
     }
     if let Some(c) = &sig.constness {
         local.push(c.span(), "operations cannot be const");
@@ -430,13 +431,13 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         local.push(u.span(), "operations cannot be unsafe");
     }
     if let Some(v) = &sig.variadic {
-        local.push(v.span(), "operations cannot be variadic");
+        local.push_spanned(v, "operations cannot be variadic");
     }
     let mut inputs = sig.inputs.iter();
     match inputs.next() {
         Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
-        Some(FnArg::Receiver(r)) => local.push(
-            r.span(),
+        Some(FnArg::Receiver(r)) => local.push_spanned(
+            r,
             "operations take `&self`: a service is shared by concurrent calls",
         ),
         _ => local.push(
@@ -450,16 +451,16 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         let name = match &*pt.pat {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.clone(),
             other => {
-                local.push(
-                    other.span(),
+                local.push_spanned(
+                    other,
                     "operation parameters must be plain names (`name: Type`): the name is part of the contract",
                 );
                 continue;
             }
         };
         if contains_impl_trait_or_ref(&pt.ty) {
-            local.push(
-                pt.ty.span(),
+            local.push_spanned(
+                &pt.ty,
                 "operation parameters must be owned serde types (no `impl Trait`, no references)",
             );
             continue;
@@ -471,24 +472,21 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         ReturnType::Type(_, t) => (**t).clone(),
     };
     if contains_impl_trait_or_ref(&ret) {
-        local.push(
-            ret.span(),
+        local.push_spanned(
+            &ret,
             "operations must return an owned serde type (no `impl Trait`, no references)",
         );
     }
     if one_way && !is_unit(&ret) {
-        local.push(
-            sig.output.span(),
-            "a #[keel(one_way)] operation returns nothing: the caller gets no reply",
+        local.push_spanned(
+            &ret,
+            "a #[keel(one_way)] operation must return `()`: the caller gets no reply",
         );
     }
     let fallible = result_parts(&ret);
     let ok = local.0.is_none();
     if let Some(e) = local.0 {
-        match &mut errors.0 {
-            Some(all) => all.combine(e),
-            None => errors.0 = Some(e),
-        }
+        errors.add(e);
     }
     ok.then(|| Operation {
         method: method.clone(),
@@ -499,6 +497,48 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         ret,
         fallible,
     })
+}
+
+/// The tokens of `<...>` and/or the `where` clause, if there are any (for error spans).
+fn generics_tokens(g: &syn::Generics) -> Option<TokenStream2> {
+    if g.params.is_empty() && g.where_clause.is_none() {
+        return None;
+    }
+    let where_clause = &g.where_clause;
+    Some(if g.params.is_empty() {
+        quote!(#where_clause)
+    } else {
+        quote!(#g #where_clause)
+    })
+}
+
+/// The error for `#[keel::contract]` on something other than a trait: at the item's keyword
+/// (`struct`, `fn`, ...) when it parses as an item, else at its first token.
+fn not_a_trait(item: &TokenStream2) -> syn::Error {
+    let kind: Option<(Span, &str)> = match syn::parse2::<syn::Item>(item.clone()) {
+        Ok(syn::Item::Struct(i)) => Some((i.struct_token.span, "a struct")),
+        Ok(syn::Item::Enum(i)) => Some((i.enum_token.span, "an enum")),
+        Ok(syn::Item::Union(i)) => Some((i.union_token.span, "a union")),
+        Ok(syn::Item::Fn(i)) => Some((i.sig.fn_token.span, "a function")),
+        Ok(syn::Item::Impl(i)) => Some((i.impl_token.span, "an impl block")),
+        Ok(syn::Item::Mod(i)) => Some((i.mod_token.span, "a module")),
+        Ok(syn::Item::Type(i)) => Some((i.type_token.span, "a type alias")),
+        _ => None,
+    };
+    match kind {
+        Some((span, what)) => syn::Error::new(
+            span,
+            format!("#[keel::contract] goes on a trait, not on {what}"),
+        ),
+        None => {
+            let span = item
+                .clone()
+                .into_iter()
+                .next()
+                .map_or(Span::call_site(), |t| t.span());
+            syn::Error::new(span, "#[keel::contract] goes on a trait")
+        }
+    }
 }
 
 fn is_unit(t: &Type) -> bool {

@@ -1,0 +1,6 @@
+#[keel::contract]
+pub trait Echo {
+    fn echo<T>(&self, value: String) -> String;
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[keel::contract]
+pub trait Counter {
+    fn increment(&mut self, by: f64) -> f64;
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[keel::contract]
+pub struct Calculator {
+    total: f64,
+}
+
+fn main() {}

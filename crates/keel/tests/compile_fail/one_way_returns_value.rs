@@ -1,0 +1,7 @@
+#[keel::contract]
+pub trait Logger {
+    #[keel(one_way)]
+    fn log(&self, line: String) -> bool;
+}
+
+fn main() {}
