@@ -98,7 +98,7 @@ pub mod __private {
     use crate::error::Status;
     use crate::service::Outcome;
 
-    /// See [`crate::service`].
+    /// Decodes operation arguments; failure is a `BadRequest` status.
     pub fn decode_args<T: serde::de::DeserializeOwned>(
         format: Format,
         body: &[u8],
