@@ -72,7 +72,7 @@ fn threads_are_never_created_on_the_submitting_thread() {
     armed.store(true, Ordering::SeqCst);
     let latch = Latch::new();
     spawn_blockers(&p, &latch, 20);
-    let _ = p.spawn_handle(|| ());
+    drop(p.spawn_handle(|| ()));
     wait_for("20 running", || latch.running() == 20);
     latch.release();
     let creators = creators.lock().unwrap();
