@@ -1,1 +1,235 @@
-fn main() {}
+//! `keel-lab`: replays the seeds' experiments against a real keel host and real clients over
+//! real sockets in one process, and reports keel's numbers beside WCF's.
+//!
+//! ```text
+//! keel-lab all [--full] [--json]         every experiment, one table, target/keel-lab/report.html
+//! keel-lab first-call                    seed 000
+//! keel-lab concurrent --clients 10 --work-ms 1000                     seed 001
+//! keel-lab burst --clients 100 --work-ms 2000 --rounds 3 --idle-ms 2500 --keep-alive-ms 1000
+//! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000                   seed 003
+//! ```
+//!
+//! Each prints a readable summary; with `--json`, one JSON object is the last line of stdout.
+//! The exit status is 1 when an experiment misses its bar, 2 on an error.
+
+mod experiments;
+mod report;
+mod verdict;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use experiments::{burst, concurrent, first_call, idle, Binding};
+
+/// Replays the seeds' experiments against keel and reports keel's numbers beside WCF's.
+#[derive(Debug, Parser)]
+#[command(name = "keel-lab", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Options every experiment takes.
+#[derive(Debug, Args, Clone, Copy)]
+struct Common {
+    /// The transport the host and the clients use.
+    #[arg(long, value_enum, default_value_t = Binding::Tcp, global = true)]
+    binding: Binding,
+    /// Also print one JSON object as the last line of stdout.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Seed 000: sync, async, async, sync tests on new clients; every call timed.
+    FirstCall {
+        /// Steady-state calls for the p50 (per client kind).
+        #[arg(long, default_value_t = 1000)]
+        steady_calls: usize,
+    },
+    /// Seed 001: concurrent clients on their own threads, released together.
+    Concurrent {
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 10)]
+        clients: usize,
+        /// How long the operation sleeps, ms.
+        #[arg(long, default_value_t = 1000)]
+        work_ms: u64,
+    },
+    /// Seed 002: repeated bursts of concurrent blocking calls, separated by idle gaps.
+    Burst {
+        /// Clients per burst.
+        #[arg(long, default_value_t = 100)]
+        clients: usize,
+        /// How long the operation sleeps, ms.
+        #[arg(long, default_value_t = 2000)]
+        work_ms: u64,
+        /// Bursts.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Idle gap between bursts, ms (longer than the keep-alive, so threads retire).
+        #[arg(long, default_value_t = 2500)]
+        idle_ms: u64,
+        /// The host pool's keep-alive, ms.
+        #[arg(long, default_value_t = 1000)]
+        keep_alive_ms: u64,
+    },
+    /// Seed 003: steady calls, an idle gap longer than the keep-alive, one call.
+    Idle {
+        /// Idle gap, ms.
+        #[arg(long, default_value_t = 2500)]
+        idle_ms: u64,
+        /// The host pool's keep-alive, ms.
+        #[arg(long, default_value_t = 1000)]
+        keep_alive_ms: u64,
+        /// Steady-state calls before the gap.
+        #[arg(long, default_value_t = 1000)]
+        steady_calls: usize,
+    },
+    /// Every experiment (quick profile unless --full), one table, and the HTML report.
+    All {
+        /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
+        #[arg(long)]
+        full: bool,
+        /// Where to write the HTML report.
+        #[arg(long, default_value = "target/keel-lab/report.html")]
+        report: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("keel-lab: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Prints `text`, then the JSON line when asked; returns `pass`.
+fn emit<T: Serialize>(json: bool, text: &str, result: &T, pass: bool) -> anyhow::Result<bool> {
+    print!("{text}");
+    if json {
+        println!("{}", serde_json::to_string(result)?);
+    }
+    Ok(pass)
+}
+
+fn run(cli: &Cli) -> anyhow::Result<bool> {
+    let Common { binding, json } = cli.common;
+    match &cli.command {
+        &Command::FirstCall { steady_calls } => {
+            let r = first_call::run(&first_call::Params {
+                binding,
+                steady_calls,
+            })?;
+            emit(json, &first_call::summary(&r), &r, r.pass)
+        }
+        &Command::Concurrent { clients, work_ms } => {
+            let r = concurrent::run(&concurrent::Params {
+                binding,
+                clients,
+                work_ms,
+            })?;
+            emit(json, &concurrent::summary(&r), &r, r.pass)
+        }
+        &Command::Burst {
+            clients,
+            work_ms,
+            rounds,
+            idle_ms,
+            keep_alive_ms,
+        } => {
+            let r = burst::run(&burst::Params {
+                binding,
+                clients,
+                work_ms,
+                rounds,
+                idle_ms,
+                keep_alive_ms,
+            })?;
+            emit(json, &burst::summary(&r), &r, r.pass)
+        }
+        &Command::Idle {
+            idle_ms,
+            keep_alive_ms,
+            steady_calls,
+        } => {
+            let r = idle::run(&idle::Params {
+                binding,
+                idle_ms,
+                keep_alive_ms,
+                steady_calls,
+            })?;
+            emit(json, &idle::summary(&r), &r, r.pass)
+        }
+        Command::All { full, report } => {
+            let profile = if *full {
+                report::Profile::full()
+            } else {
+                report::Profile::quick()
+            };
+            let all = report::run_all(binding, &profile)?;
+            let text = report::table(&all);
+            let html = report::html(&all);
+            if let Some(dir) = report.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(report, html)?;
+            let text = format!("{text}\nreport: {}\n", report.display());
+            emit(json, &text, &all, all.pass)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_the_issue_commands() {
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "burst",
+            "--clients",
+            "1000",
+            "--work-ms",
+            "2000",
+            "--rounds",
+            "2",
+            "--idle-ms",
+            "3000",
+            "--keep-alive-ms",
+            "1000",
+            "--json",
+        ])
+        .unwrap();
+        assert!(cli.common.json);
+        assert!(matches!(
+            cli.command,
+            Command::Burst {
+                clients: 1000,
+                rounds: 2,
+                ..
+            }
+        ));
+        let cli = Cli::try_parse_from(["keel-lab", "--binding", "tcp", "all", "--full"]).unwrap();
+        assert!(matches!(cli.command, Command::All { full: true, .. }));
+        assert!(Cli::try_parse_from(["keel-lab", "--binding", "carrier-pigeon", "all"]).is_err());
+    }
+}

@@ -1,0 +1,417 @@
+//! Seed 002: bursts of concurrent blocking calls. Each round, every client thread opens its own
+//! client, a barrier releases all calls at once, and the round lasts from the release to the last
+//! reply; rounds are separated by an idle gap longer than the pool's keep-alive, so the threads
+//! above the floor retire between them. A sampler records the pool's thread count every 50 ms
+//! (the seed's perfmon graph).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use keel_examples::service1::Service1BlockingClient;
+use serde::Serialize;
+
+use super::{ms, start_host, Binding, HostSettings};
+use crate::verdict::{self, Verdict};
+
+/// How often the sampler reads the pool's thread count.
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// Stack of each client thread (1,000 of them at once).
+const CLIENT_STACK: usize = 256 * 1024;
+
+/// Settings of the burst experiment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Params {
+    /// The transport.
+    pub(crate) binding: Binding,
+    /// Concurrent clients per burst.
+    pub(crate) clients: usize,
+    /// How long each call blocks its pool thread, ms.
+    pub(crate) work_ms: u64,
+    /// Bursts.
+    pub(crate) rounds: usize,
+    /// Idle gap between bursts, ms.
+    pub(crate) idle_ms: u64,
+    /// The host pool's keep-alive, ms.
+    pub(crate) keep_alive_ms: u64,
+}
+
+/// One burst.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Round {
+    /// From the release to the last reply, ms.
+    pub(crate) total_ms: f64,
+    /// Most pool threads seen during the burst.
+    pub(crate) peak_threads: usize,
+    /// Pool threads just before the release.
+    pub(crate) threads_before: usize,
+    /// Slowest single call, ms.
+    pub(crate) slowest_call_ms: f64,
+    /// Release time since the experiment's start, ms.
+    pub(crate) start_ms: f64,
+    /// Last reply since the experiment's start, ms.
+    pub(crate) end_ms: f64,
+}
+
+/// One sample of the pool's thread count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Sample {
+    /// Since the experiment's start, ms.
+    pub(crate) t_ms: f64,
+    /// Live pool threads.
+    pub(crate) threads: usize,
+}
+
+/// What the burst experiment measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Burst {
+    /// `burst`.
+    pub(crate) experiment: &'static str,
+    /// The transport.
+    pub(crate) binding: Binding,
+    /// Clients per burst.
+    pub(crate) clients: usize,
+    /// Work per call, ms.
+    pub(crate) work_ms: u64,
+    /// Idle gap between bursts, ms.
+    pub(crate) idle_ms: u64,
+    /// The pool's keep-alive, ms.
+    pub(crate) keep_alive_ms: u64,
+    /// The pool's warm floor.
+    pub(crate) min_threads: usize,
+    /// Threads that retired (after keep-alive idle) during the experiment.
+    pub(crate) retired_total: u64,
+    /// Every burst.
+    pub(crate) rounds: Vec<Round>,
+    /// The slowest burst, ms.
+    pub(crate) max_total_ms: f64,
+    /// The bar: every burst at most this, ms.
+    pub(crate) bar_ms: f64,
+    /// Pool threads every 50 ms.
+    pub(crate) thread_samples: Vec<Sample>,
+    /// Whether the bar was met.
+    pub(crate) pass: bool,
+    /// The bar and any reasons it was missed.
+    pub(crate) verdict: Verdict,
+}
+
+/// A burst's timings: release to last reply, and each client's own call (index order).
+#[derive(Debug, Clone)]
+pub(crate) struct Fired {
+    /// When the barrier released the calls.
+    pub(crate) start: Instant,
+    /// Release to the last reply.
+    pub(crate) total: Duration,
+    /// Each client's call, in client order.
+    pub(crate) calls: Vec<Duration>,
+}
+
+/// A start line: client threads report ready, then wait until the gate opens (or is aborted).
+#[derive(Debug, Default)]
+struct Gate {
+    /// (ready threads, open, aborted)
+    state: Mutex<(usize, bool, bool)>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, bool, bool)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reports ready and waits for the gate; `false` if aborted.
+    fn arrive_and_wait(&self) -> bool {
+        let mut st = self.lock();
+        st.0 += 1;
+        self.cv.notify_all();
+        while !st.1 {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        !st.2
+    }
+
+    /// Waits until `n` threads are ready.
+    fn wait_ready(&self, n: usize) {
+        let mut st = self.lock();
+        while st.0 < n {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Opens the gate (aborting: the waiting threads give up).
+    fn open(&self, abort: bool) {
+        let mut st = self.lock();
+        st.1 = true;
+        st.2 = abort;
+        self.cv.notify_all();
+    }
+}
+
+/// Opens `clients` blocking clients, each on its own thread, then releases all their
+/// `get_data(i, work_ms)` calls at once and waits for every reply (the seeds' `ThreadProc`).
+pub(crate) fn fire(url: &str, clients: usize, work_ms: u64) -> anyhow::Result<Fired> {
+    let gate = Gate::default();
+    let (start, results) = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(clients);
+        for i in 0..clients {
+            let gate = &gate;
+            let h = std::thread::Builder::new()
+                .name(format!("lab-client-{i}"))
+                .stack_size(CLIENT_STACK)
+                .spawn_scoped(s, move || {
+                    let client = Service1BlockingClient::connect(url);
+                    if !gate.arrive_and_wait() {
+                        anyhow::bail!("aborted");
+                    }
+                    let client = client?;
+                    let t = Instant::now();
+                    let reply = client.get_data(i as i32, work_ms);
+                    let end = Instant::now();
+                    client.close();
+                    let reply = reply?;
+                    anyhow::ensure!(
+                        reply == format!("You entered: {i}"),
+                        "unexpected reply {reply:?}"
+                    );
+                    Ok((end - t, end))
+                });
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    gate.open(true);
+                    return Err(anyhow::anyhow!("cannot start client thread {i}: {e}"));
+                }
+            }
+        }
+        gate.wait_ready(clients);
+        let start = Instant::now();
+        gate.open(false);
+        let results = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("client thread panicked"))?
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok::<_, anyhow::Error>((start, results))
+    })?;
+    let last = results.iter().map(|r| r.1).max().unwrap_or(start);
+    Ok(Fired {
+        start,
+        total: last.saturating_duration_since(start),
+        calls: results.into_iter().map(|r| r.0).collect(),
+    })
+}
+
+/// Runs the experiment.
+pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
+    anyhow::ensure!(p.clients > 0 && p.rounds > 0, "need clients and rounds > 0");
+    let host = start_host(
+        p.binding,
+        HostSettings {
+            keep_alive: Some(Duration::from_millis(p.keep_alive_ms)),
+            clients: p.clients,
+        },
+    )?;
+    let url = host.url().to_string();
+    let min_threads = host.pool_metrics().min_threads;
+    let retired_before = host.pool_metrics().retired_total;
+    let t0 = Instant::now();
+    let samples: Mutex<Vec<Sample>> = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let since = |i: Instant| ms(i.saturating_duration_since(t0));
+
+    let rounds = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut next = Instant::now();
+            while !stop.load(Ordering::Acquire) {
+                let threads = host.pool_metrics().threads;
+                samples
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Sample {
+                        t_ms: since(Instant::now()),
+                        threads,
+                    });
+                next += SAMPLE_EVERY;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+        });
+        let result = (|| {
+            let mut rounds = Vec::new();
+            for r in 0..p.rounds {
+                if r > 0 {
+                    super::idle_with_progress(
+                        Duration::from_millis(p.idle_ms),
+                        &format!("burst: idle {} ms before burst {}", p.idle_ms, r + 1),
+                    );
+                }
+                let threads_before = host.pool_metrics().threads;
+                let pb = super::spinner(format!(
+                    "burst {}/{}: {} clients × {} ms",
+                    r + 1,
+                    p.rounds,
+                    p.clients,
+                    p.work_ms
+                ));
+                let fired = fire(&url, p.clients, p.work_ms)?;
+                pb.finish_and_clear();
+                let end = fired.start + fired.total;
+                let at_end = host.pool_metrics().threads;
+                let (start_ms, end_ms) = (since(fired.start), since(end));
+                let sampled_peak = samples
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .filter(|s| s.t_ms >= start_ms && s.t_ms <= end_ms)
+                    .map(|s| s.threads)
+                    .max()
+                    .unwrap_or(0);
+                rounds.push(Round {
+                    total_ms: ms(fired.total),
+                    peak_threads: sampled_peak.max(at_end),
+                    threads_before,
+                    slowest_call_ms: fired.calls.iter().copied().max().map_or(f64::NAN, ms),
+                    start_ms,
+                    end_ms,
+                });
+            }
+            Ok::<_, anyhow::Error>(rounds)
+        })();
+        stop.store(true, Ordering::Release);
+        result
+    })?;
+    let retired_total = host.pool_metrics().retired_total - retired_before;
+    host.shutdown();
+    let thread_samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(evaluate(
+        p,
+        min_threads,
+        retired_total,
+        rounds,
+        thread_samples,
+    ))
+}
+
+/// Builds the result and its verdict from the measurements.
+pub(crate) fn evaluate(
+    p: &Params,
+    min_threads: usize,
+    retired_total: u64,
+    rounds: Vec<Round>,
+    thread_samples: Vec<Sample>,
+) -> Burst {
+    let totals: Vec<f64> = rounds.iter().map(|r| r.total_ms).collect();
+    let verdict = verdict::burst(&totals, p.clients, p.work_ms);
+    Burst {
+        experiment: "burst",
+        binding: p.binding,
+        clients: p.clients,
+        work_ms: p.work_ms,
+        idle_ms: p.idle_ms,
+        keep_alive_ms: p.keep_alive_ms,
+        min_threads,
+        retired_total,
+        max_total_ms: verdict::max_of(&totals),
+        bar_ms: verdict::burst_limit_ms(p.clients, p.work_ms),
+        rounds,
+        thread_samples,
+        pass: verdict.pass,
+        verdict,
+    }
+}
+
+/// The readable summary.
+pub(crate) fn summary(r: &Burst) -> String {
+    let mut s = format!(
+        "burst (seed 002), binding {}: {} clients × {} ms, {} rounds, idle {} ms between, pool keep-alive {} ms, floor {}\n",
+        r.binding.name(),
+        r.clients,
+        r.work_ms,
+        r.rounds.len(),
+        r.idle_ms,
+        r.keep_alive_ms,
+        r.min_threads
+    );
+    s.push_str("  round   total    slowest call   threads before → peak\n");
+    for (i, x) in r.rounds.iter().enumerate() {
+        s.push_str(&format!(
+            "  {:>5} {:>8.1} ms {:>9.1} ms   {:>6} → {}\n",
+            i + 1,
+            x.total_ms,
+            x.slowest_call_ms,
+            x.threads_before,
+            x.peak_threads
+        ));
+    }
+    s.push_str(&format!(
+        "  slowest burst {:.1} ms; {} threads retired during the idle gaps\n",
+        r.max_total_ms, r.retired_total
+    ));
+    if r.rounds.len() > 1 && r.idle_ms <= r.keep_alive_ms {
+        s.push_str("  note: the idle gap is not longer than the keep-alive: nothing retires between bursts\n");
+    }
+    s.push_str(&super::first_call::verdict_line(&r.verdict));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Params {
+        Params {
+            binding: Binding::Tcp,
+            clients: 100,
+            work_ms: 2000,
+            rounds: 2,
+            idle_ms: 2500,
+            keep_alive_ms: 1000,
+        }
+    }
+
+    fn round(total_ms: f64) -> Round {
+        Round {
+            total_ms,
+            peak_threads: 100,
+            threads_before: 2,
+            slowest_call_ms: total_ms - 1.0,
+            start_ms: 0.0,
+            end_ms: total_ms,
+        }
+    }
+
+    #[test]
+    fn verdict_and_max() {
+        let r = evaluate(&params(), 2, 98, vec![round(2004.0), round(2010.0)], vec![]);
+        assert!(r.pass);
+        assert_eq!(r.max_total_ms, 2010.0);
+        assert_eq!(r.bar_ms, 2020.0);
+        let r = evaluate(&params(), 2, 98, vec![round(2004.0), round(2500.0)], vec![]);
+        assert!(!r.pass);
+        assert!(summary(&r).contains("FAIL"));
+    }
+
+    #[test]
+    fn json_shape() {
+        let r = evaluate(
+            &params(),
+            2,
+            98,
+            vec![round(2004.0)],
+            vec![Sample {
+                t_ms: 50.0,
+                threads: 2,
+            }],
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        for k in ["rounds", "max_total_ms", "thread_samples", "pass"] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
+        assert!(v["pass"].is_boolean());
+        assert_eq!(v["rounds"][0]["total_ms"], 2004.0);
+        assert_eq!(v["rounds"][0]["peak_threads"], 100);
+        assert_eq!(v["thread_samples"][0]["t_ms"], 50.0);
+        assert_eq!(v["thread_samples"][0]["threads"], 2);
+    }
+}

@@ -1,0 +1,219 @@
+//! The seed experiments, and what they share: the binding, host settings, latency summaries,
+//! progress bars.
+//!
+//! Every experiment starts a real keel host (its own runtime and pool) and real clients over
+//! real sockets in this process: blocking clients run on plain threads with keel's client
+//! runtime, async clients on a runtime of the lab's own.
+
+pub(crate) mod burst;
+pub(crate) mod concurrent;
+pub(crate) mod first_call;
+pub(crate) mod idle;
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+/// The transport the host listens on and the clients connect over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Binding {
+    /// keel-wire over TCP on loopback.
+    Tcp,
+}
+
+impl Binding {
+    /// The endpoint URL a host binds for this binding (port 0: a free port).
+    pub(crate) fn listen_url(self) -> &'static str {
+        match self {
+            Binding::Tcp => "tcp://127.0.0.1:0",
+        }
+    }
+
+    /// The binding's name as given on the command line.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Binding::Tcp => "tcp",
+        }
+    }
+}
+
+/// Host settings an experiment varies.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HostSettings {
+    /// Pool keep-alive (None: keel-pool's default).
+    pub(crate) keep_alive: Option<Duration>,
+    /// Clients that may call at once: pool `max_threads` and throttle `max_concurrent_calls`
+    /// are raised to cover them (with headroom).
+    pub(crate) clients: usize,
+}
+
+impl HostSettings {
+    /// The keel host configuration for these settings.
+    pub(crate) fn config(&self) -> keel::HostConfig {
+        let mut cfg = keel::HostConfig::default();
+        cfg.pool.keep_alive = self.keep_alive;
+        let room = (self.clients + self.clients / 10 + 16).max(1024);
+        cfg.pool.max_threads = Some(room);
+        cfg.throttle = keel::ThrottleConfig::new(room, 1024);
+        cfg
+    }
+}
+
+/// Starts a host serving seed 000's Calculator and seed 002's Service1 on `binding`.
+pub(crate) fn start_host(binding: Binding, settings: HostSettings) -> anyhow::Result<keel::Host> {
+    use keel_examples::calculator::{Calc, CalculatorServer};
+    use keel_examples::service1::{Service1Impl, Service1Server};
+    let host = keel::Host::builder()
+        .service(CalculatorServer::new(Calc))
+        .service(Service1Server::new(Service1Impl))
+        .endpoint(binding.listen_url())
+        .config(settings.config())
+        .start()?;
+    Ok(host)
+}
+
+/// Microseconds in `d`, to 0.1 µs.
+pub(crate) fn us(d: Duration) -> f64 {
+    round1(d.as_nanos() as f64 / 1000.0)
+}
+
+/// Milliseconds in `d`, to 0.1 ms.
+pub(crate) fn ms(d: Duration) -> f64 {
+    round1(d.as_nanos() as f64 / 1e6)
+}
+
+/// `x` rounded to one decimal.
+pub(crate) fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// A latency distribution, in µs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Dist {
+    /// Samples.
+    pub(crate) count: u64,
+    /// Fastest.
+    pub(crate) min_us: f64,
+    /// Median.
+    pub(crate) p50_us: f64,
+    /// 99th percentile.
+    pub(crate) p99_us: f64,
+    /// Slowest.
+    pub(crate) max_us: f64,
+}
+
+/// Records latencies (ns, 3 significant digits) and summarises them as a [`Dist`].
+#[derive(Debug)]
+pub(crate) struct Latencies {
+    hist: Histogram<u64>,
+}
+
+impl Latencies {
+    /// An empty recorder (1 ns to 1 h).
+    pub(crate) fn new() -> Latencies {
+        Latencies {
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                .expect("valid histogram bounds"),
+        }
+    }
+
+    /// Records one latency.
+    pub(crate) fn record(&mut self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.hist.saturating_record(ns);
+    }
+
+    /// The summary.
+    pub(crate) fn dist(&self) -> Dist {
+        let q = |v: u64| round1(v as f64 / 1000.0);
+        Dist {
+            count: self.hist.len(),
+            min_us: q(self.hist.min()),
+            p50_us: q(self.hist.value_at_quantile(0.5)),
+            p99_us: q(self.hist.value_at_quantile(0.99)),
+            max_us: q(self.hist.max()),
+        }
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal) of `len` steps.
+pub(crate) fn bar(len: u64, msg: impl Into<String>) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {msg:<32} [{bar:30}] {pos}/{len} {elapsed}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(msg.into());
+    pb
+}
+
+/// A spinner on stderr with `msg`, ticking on its own.
+pub(crate) fn spinner(msg: impl Into<String>) -> ProgressBar {
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
+    );
+    pb.set_message(msg.into());
+    pb.enable_steady_tick(Duration::from_millis(100));
+    pb
+}
+
+/// Sleeps `d` while showing a progress bar (in 100 ms steps), cleared before returning so that
+/// nothing draws while the caller measures.
+pub(crate) fn idle_with_progress(d: Duration, msg: &str) {
+    let until = Instant::now() + d;
+    let pb = bar(d.as_millis() as u64, msg);
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(100)));
+        pb.set_position(
+            d.saturating_sub(until.saturating_duration_since(Instant::now()))
+                .as_millis() as u64,
+        );
+    }
+    pb.finish_and_clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dist_of_known_values() {
+        let mut l = Latencies::new();
+        for i in 1..=100u64 {
+            l.record(Duration::from_micros(i));
+        }
+        let d = l.dist();
+        assert_eq!(d.count, 100);
+        assert_eq!(d.min_us, 1.0);
+        assert!((d.p50_us - 50.0).abs() < 0.1, "{d:?}");
+        assert!((d.p99_us - 99.0).abs() < 0.1, "{d:?}");
+        assert!((d.max_us - 100.0).abs() < 0.1, "{d:?}");
+    }
+
+    #[test]
+    fn host_config_covers_the_clients() {
+        let cfg = HostSettings {
+            keep_alive: Some(Duration::from_secs(1)),
+            clients: 1000,
+        }
+        .config();
+        assert!(cfg.pool.max_threads.unwrap() >= 1100);
+        assert!(cfg.throttle.max_concurrent_calls >= 1100);
+        assert_eq!(cfg.pool.keep_alive, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(us(Duration::from_nanos(13_549)), 13.5);
+        assert_eq!(ms(Duration::from_micros(2_003_460)), 2003.5);
+    }
+}

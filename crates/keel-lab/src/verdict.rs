@@ -1,0 +1,215 @@
+//! The bars of `../shared/design.md`, as pure functions of measured numbers.
+//!
+//! Nothing here measures or sleeps: every function takes numbers and returns a [`Verdict`], so
+//! the bars are unit-tested without depending on timing.
+
+use serde::Serialize;
+
+/// Bar of seed 000: every timed call on an opened client stays under this, on loopback.
+pub(crate) const FIRST_CALL_MAX_US: f64 = 1000.0;
+/// Bar of seed 000: the first async call is at most this many steady-state p50s.
+pub(crate) const FIRST_ASYNC_P50_RATIO: f64 = 3.0;
+/// Bar of seed 001: the slowest concurrent call is at most this many times the work.
+pub(crate) const CONCURRENT_WORK_RATIO: f64 = 1.01;
+/// Bar of seed 002 for bursts of up to [`BURST_SMALL_CLIENTS`] clients: work + this.
+pub(crate) const BURST_SLACK_MS: f64 = 20.0;
+/// Bar of seed 002 for bursts of more clients (1,000 × 2 s ≤ 2.1 s): work + this.
+pub(crate) const BURST_LARGE_SLACK_MS: f64 = 100.0;
+/// The seed's burst size; larger bursts get [`BURST_LARGE_SLACK_MS`].
+pub(crate) const BURST_SMALL_CLIENTS: usize = 100;
+/// Bar of seed 003: the first call after idle is at most this many steady-state p50s.
+pub(crate) const IDLE_P50_RATIO: f64 = 2.0;
+
+/// The outcome of checking one experiment against its bar.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Verdict {
+    /// Whether the bar was met.
+    pub(crate) pass: bool,
+    /// The bar, in words with the numbers it was computed from.
+    pub(crate) bar: String,
+    /// Why it failed, empty when it passed.
+    pub(crate) reasons: Vec<String>,
+}
+
+impl Verdict {
+    fn new(bar: String, reasons: Vec<String>) -> Verdict {
+        Verdict {
+            pass: reasons.is_empty(),
+            bar,
+            reasons,
+        }
+    }
+
+    /// `PASS` or `FAIL`.
+    pub(crate) fn word(&self) -> &'static str {
+        if self.pass {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    }
+}
+
+/// Seed 000: every timed call (µs) under 1 ms, and the first async call at most 3 × the
+/// steady-state p50 of async calls.
+pub(crate) fn first_call(calls_us: &[f64], first_async_us: f64, steady_p50_us: f64) -> Verdict {
+    let limit = FIRST_ASYNC_P50_RATIO * steady_p50_us;
+    let bar = format!(
+        "every call < {FIRST_CALL_MAX_US:.0} µs; first async ≤ {FIRST_ASYNC_P50_RATIO} × p50 = {limit:.1} µs"
+    );
+    let mut reasons = Vec::new();
+    if calls_us.is_empty() {
+        reasons.push("no timed calls".to_string());
+    }
+    for (i, &us) in calls_us.iter().enumerate() {
+        if us.is_nan() || us >= FIRST_CALL_MAX_US {
+            reasons.push(format!("call #{} took {us:.1} µs", i + 1));
+        }
+    }
+    if first_async_us.is_nan() || steady_p50_us.is_nan() || first_async_us > limit {
+        reasons.push(format!(
+            "first async call {first_async_us:.1} µs > {FIRST_ASYNC_P50_RATIO} × p50 {steady_p50_us:.1} µs"
+        ));
+    }
+    Verdict::new(bar, reasons)
+}
+
+/// The seed-001 limit for `work_ms` of work, in ms.
+pub(crate) fn concurrent_limit_ms(work_ms: u64) -> f64 {
+    CONCURRENT_WORK_RATIO * work_ms as f64
+}
+
+/// Seed 001: the slowest of the concurrent calls at most 1.01 × work.
+pub(crate) fn concurrent(latencies_ms: &[f64], work_ms: u64) -> Verdict {
+    let limit = concurrent_limit_ms(work_ms);
+    let bar = format!("max ≤ {CONCURRENT_WORK_RATIO} × {work_ms} ms = {limit:.0} ms");
+    let mut reasons = Vec::new();
+    if latencies_ms.is_empty() {
+        reasons.push("no calls".to_string());
+    }
+    let max = max_of(latencies_ms);
+    if max.is_nan() || max > limit {
+        reasons.push(format!("slowest call {max:.1} ms > {limit:.1} ms"));
+    }
+    Verdict::new(bar, reasons)
+}
+
+/// The seed-002 limit for a burst of `clients` calls of `work_ms`, in ms: work + 20 ms for up
+/// to 100 clients, work + 100 ms beyond (1,000 × 2 s ≤ 2.1 s).
+pub(crate) fn burst_limit_ms(clients: usize, work_ms: u64) -> f64 {
+    let slack = if clients <= BURST_SMALL_CLIENTS {
+        BURST_SLACK_MS
+    } else {
+        BURST_LARGE_SLACK_MS
+    };
+    work_ms as f64 + slack
+}
+
+/// Seed 002: every burst (release to last reply, ms) within [`burst_limit_ms`].
+pub(crate) fn burst(round_totals_ms: &[f64], clients: usize, work_ms: u64) -> Verdict {
+    let limit = burst_limit_ms(clients, work_ms);
+    let bar = format!("every burst ≤ {limit:.0} ms");
+    let mut reasons = Vec::new();
+    if round_totals_ms.is_empty() {
+        reasons.push("no bursts".to_string());
+    }
+    for (i, &ms) in round_totals_ms.iter().enumerate() {
+        if ms.is_nan() || ms > limit {
+            reasons.push(format!("burst {} took {ms:.1} ms > {limit:.0} ms", i + 1));
+        }
+    }
+    Verdict::new(bar, reasons)
+}
+
+/// Seed 003: the first call after idle at most 2 × the steady-state p50 (same client kind).
+pub(crate) fn idle(after_us: f64, steady_p50_us: f64) -> Verdict {
+    let limit = IDLE_P50_RATIO * steady_p50_us;
+    let bar = format!("after idle ≤ {IDLE_P50_RATIO} × p50 = {limit:.1} µs");
+    let mut reasons = Vec::new();
+    if after_us.is_nan() || steady_p50_us.is_nan() || after_us > limit {
+        reasons.push(format!(
+            "first call after idle {after_us:.1} µs > {IDLE_P50_RATIO} × p50 {steady_p50_us:.1} µs"
+        ));
+    }
+    Verdict::new(bar, reasons)
+}
+
+/// The largest value, NaN for an empty slice (NaN inputs make the result NaN).
+pub(crate) fn max_of(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.iter().copied().fold(f64::NEG_INFINITY, |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f64::NAN
+        } else {
+            a.max(b)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_call_bar() {
+        assert!(first_call(&[40.0, 30.0, 60.0, 35.0], 60.0, 30.0).pass);
+        // Exactly 3 × p50 passes; above it fails.
+        assert!(first_call(&[90.0], 90.0, 30.0).pass);
+        let v = first_call(&[91.0], 91.0, 30.0);
+        assert!(!v.pass);
+        assert_eq!(v.reasons.len(), 1);
+        // A slow call anywhere fails, even when the first async call is fine.
+        let v = first_call(&[40.0, 1000.0, 35.0], 40.0, 30.0);
+        assert!(!v.pass);
+        assert!(v.reasons[0].contains("call #2"), "{:?}", v.reasons);
+        assert!(!first_call(&[], 10.0, 10.0).pass);
+        assert!(!first_call(&[10.0], f64::NAN, 10.0).pass);
+        assert_eq!(v.word(), "FAIL");
+    }
+
+    #[test]
+    fn concurrent_bar() {
+        assert_eq!(concurrent_limit_ms(1000), 1010.0);
+        assert!(concurrent(&[1001.0, 1009.9, 1010.0], 1000).pass);
+        assert!(!concurrent(&[1001.0, 1010.1], 1000).pass);
+        assert!(!concurrent(&[], 1000).pass);
+        // The seed's broken and fixed numbers both miss the bar.
+        assert!(!concurrent(&[1009.0, 3315.0], 1000).pass);
+        assert!(!concurrent(&[1021.0, 1154.0], 1000).pass);
+    }
+
+    #[test]
+    fn burst_bar() {
+        assert_eq!(burst_limit_ms(100, 2000), 2020.0);
+        assert_eq!(burst_limit_ms(20, 200), 220.0);
+        assert_eq!(burst_limit_ms(1000, 2000), 2100.0);
+        assert!(burst(&[2003.0, 2019.0, 2020.0], 100, 2000).pass);
+        let v = burst(&[2003.0, 2200.0, 2004.0], 100, 2000);
+        assert!(!v.pass);
+        assert!(v.reasons[0].starts_with("burst 2"), "{:?}", v.reasons);
+        assert!(burst(&[2090.0], 1000, 2000).pass);
+        assert!(!burst(&[2101.0], 1000, 2000).pass);
+        assert!(!burst(&[], 100, 2000).pass);
+        // WCF: 14.0 s broken, 2.2 s with min threads 101.
+        assert!(!burst(&[14_000.0], 100, 2000).pass);
+        assert!(!burst(&[2200.0], 100, 2000).pass);
+    }
+
+    #[test]
+    fn idle_bar() {
+        assert!(idle(60.0, 30.0).pass);
+        assert!(!idle(60.1, 30.0).pass);
+        assert!(!idle(f64::NAN, 30.0).pass);
+        // WCF: 418 ms after idle against 3 ms before.
+        assert!(!idle(418_000.0, 3_000.0).pass);
+    }
+
+    #[test]
+    fn max_handles_empty_and_nan() {
+        assert!(max_of(&[]).is_nan());
+        assert!(max_of(&[1.0, f64::NAN]).is_nan());
+        assert_eq!(max_of(&[1.0, 3.0, 2.0]), 3.0);
+    }
+}
