@@ -120,9 +120,8 @@ impl Builder {
     /// `InvalidInput` if `max_threads` is 0 or below `min_threads` (after clamping to the OS
     /// limit); any error the OS returns while creating the spawner or the floor.
     pub fn build(&self) -> io::Result<Pool> {
-        let min = self
-            .min_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().max(2)));
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let min = self.min_threads.unwrap_or(cpus.max(2));
         let max = match os_thread_limit() {
             Some(limit) => self.max_threads.min(limit),
             None => self.max_threads,
@@ -140,6 +139,7 @@ impl Builder {
             stack_size: self.stack_size,
             name: self.thread_name.clone(),
             hook: self.hook.clone(),
+            max_helpers: cpus.saturating_sub(1).max(1),
         });
         let pool = Pool { inner };
         // On error, dropping `pool` shuts down whatever was started.
