@@ -91,6 +91,9 @@ enum Command {
         /// Steady-state calls before the gap.
         #[arg(long, default_value_t = 1000)]
         steady_calls: usize,
+        /// Skip the raw TCP ping-pong measured around the same gap.
+        #[arg(long)]
+        no_raw_tcp: bool,
     },
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
@@ -163,12 +166,14 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             idle_ms,
             keep_alive_ms,
             steady_calls,
+            no_raw_tcp,
         } => {
             let r = idle::run(&idle::Params {
                 binding,
                 idle_ms,
                 keep_alive_ms,
                 steady_calls,
+                raw_tcp: !no_raw_tcp,
             })?;
             emit(json, &idle::summary(&r), &r, r.pass)
         }

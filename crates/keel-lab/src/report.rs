@@ -166,6 +166,7 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         idle_ms: profile.idle.0,
         keep_alive_ms: profile.idle.1,
         steady_calls: profile.steady_calls,
+        raw_tcp: true,
     })?;
     Ok(assemble(
         profile.clone(),
@@ -267,8 +268,15 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
             wcf_broken: "418 ms (after 15 s)".to_string(),
             wcf_fixed: "3 ms (keep an I/O thread busy)".to_string(),
             keel: format!(
-                "{:.1} µs (p50 {:.1}); {} threads retired",
-                i.after_us, i.steady_p50_us, i.retired_during_idle
+                "{:.1} µs (p50 {:.1}); {} threads retired{}",
+                i.after_us,
+                i.steady_p50_us,
+                i.retired_during_idle,
+                i.raw_tcp.map_or(String::new(), |r| format!(
+                    "; raw TCP {:.1} µs ({:.1} × its p50)",
+                    r.after_us,
+                    r.after_us / r.steady_p50_us
+                ))
             ),
             bar: i.verdict.bar.clone(),
             verdict: i.verdict.word().to_string(),
@@ -778,7 +786,7 @@ pub(crate) fn html(all: &All) -> String {
     let i = &all.idle;
     let _ = write!(
         s,
-        "<h2>Seed 003: the first call after idle</h2><table><tr><th></th><th>before idle</th><th>after idle</th></tr><tr><td>WCF (seed 003, 15 s idle)</td><td>3.0 ms</td><td>418 ms</td></tr><tr><td>keel ({} ms idle, keep-alive {} ms)</td><td>{:.1} µs (steady p50 {:.1} µs, p99 {:.1} µs)</td><td>{:.1} µs; then {}</td></tr></table><p class=\"note\">Pool threads {} → {} during the gap ({} retired; the warm floor stays).</p>",
+        "<h2>Seed 003: the first call after idle</h2><table><tr><th></th><th>before idle</th><th>after idle</th></tr><tr><td>WCF (seed 003, 15 s idle)</td><td>3.0 ms</td><td>418 ms</td></tr><tr><td>keel ({} ms idle, keep-alive {} ms)</td><td>{:.1} µs (steady p50 {:.1} µs, p99 {:.1} µs)</td><td>{:.1} µs; then {}</td></tr>{}</table><p class=\"note\">Pool threads {} → {} during the gap ({} retired; the warm floor stays). The raw TCP row is two plain threads echoing 64 bytes, no keel, measured around the same gap: what this machine alone charges for waking parked threads after idle.</p>",
         i.idle_ms,
         i.keep_alive_ms,
         i.before_us,
@@ -791,6 +799,12 @@ pub(crate) fn html(all: &All) -> String {
             .collect::<Vec<_>>()
             .join(", ")
             + " µs",
+        i.raw_tcp.map_or(String::new(), |r| format!(
+            "<tr><td>raw TCP ping-pong, same gap (no keel)</td><td>steady p50 {:.1} µs</td><td>{:.1} µs ({:.1} × p50)</td></tr>",
+            r.steady_p50_us,
+            r.after_us,
+            r.after_us / r.steady_p50_us
+        )),
         i.threads_before_idle,
         i.threads_after_idle,
         i.retired_during_idle
@@ -861,6 +875,7 @@ mod tests {
                 idle_ms: 2500,
                 keep_alive_ms: 1000,
                 steady_calls: 1000,
+                raw_tcp: true,
             },
             30.0,
             45.0,
@@ -871,6 +886,10 @@ mod tests {
                 after: 2,
                 retired: 6,
             },
+            Some(idle::RawTcp {
+                steady_p50_us: 13.5,
+                after_us: 60.0,
+            }),
         );
         assemble(profile, Binding::Tcp, fc, conc, b, bl, idle)
     }

@@ -26,6 +26,8 @@ pub(crate) struct Params {
     pub(crate) keep_alive_ms: u64,
     /// Steady-state calls before the gap.
     pub(crate) steady_calls: usize,
+    /// Also measure raw TCP ping-pong around the same gap (the machine's own after-idle cost).
+    pub(crate) raw_tcp: bool,
 }
 
 /// What the idle experiment measured.
@@ -55,10 +57,61 @@ pub(crate) struct Idle {
     pub(crate) threads_after_idle: usize,
     /// Pool threads retired during the gap.
     pub(crate) retired_during_idle: u64,
+    /// The physical limit measured the same way: raw TCP ping-pong (two threads, no keel),
+    /// steady calls then the same idle gap then one call. Not part of the bar.
+    pub(crate) raw_tcp: Option<RawTcp>,
     /// Whether the bar was met.
     pub(crate) pass: bool,
     /// The bar and any reasons it was missed.
     pub(crate) verdict: Verdict,
+}
+
+/// Raw TCP ping-pong around the same idle gap: what the machine alone costs after idle.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct RawTcp {
+    /// p50 of the steady round trips, µs.
+    pub(crate) steady_p50_us: f64,
+    /// The first round trip after the gap, µs.
+    pub(crate) after_us: f64,
+}
+
+/// Raw TCP ping-pong on loopback (a 64-byte echo between two plain threads): `steady` round
+/// trips, then `idle`, then one.
+pub(crate) fn raw_tcp(steady: usize, idle: Duration) -> anyhow::Result<RawTcp> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut b = [0u8; 64];
+        while s.read_exact(&mut b).is_ok() {
+            s.write_all(&b)?;
+        }
+        Ok(())
+    });
+    let mut c = TcpStream::connect(addr)?;
+    c.set_nodelay(true)?;
+    let mut buf = [7u8; 64];
+    let mut once = |c: &mut TcpStream| -> std::io::Result<Duration> {
+        let t = Instant::now();
+        c.write_all(&buf)?;
+        c.read_exact(&mut buf)?;
+        Ok(t.elapsed())
+    };
+    let mut lat = Latencies::new();
+    for _ in 0..steady {
+        lat.record(once(&mut c)?);
+    }
+    super::idle_with_progress(idle, "idle: raw TCP peer, same gap");
+    let after = once(&mut c)?;
+    drop(c);
+    let _ = echo.join();
+    Ok(RawTcp {
+        steady_p50_us: lat.dist().p50_us,
+        after_us: us(after),
+    })
 }
 
 /// Pool observations around the gap.
@@ -113,6 +166,11 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Idle> {
     }
     client.close();
     host.shutdown();
+    let raw = if p.raw_tcp {
+        Some(raw_tcp(p.steady_calls, Duration::from_millis(p.idle_ms))?)
+    } else {
+        None
+    };
     let obs = PoolObs {
         before: m0.threads,
         after: m1.threads,
@@ -125,6 +183,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Idle> {
         after_next_us,
         lat.dist(),
         obs,
+        raw,
     ))
 }
 
@@ -136,6 +195,7 @@ pub(crate) fn evaluate(
     after_next_us: Vec<f64>,
     steady: super::Dist,
     pool: PoolObs,
+    raw_tcp: Option<RawTcp>,
 ) -> Idle {
     let verdict = verdict::idle(after_us, steady.p50_us);
     Idle {
@@ -151,6 +211,7 @@ pub(crate) fn evaluate(
         threads_before_idle: pool.before,
         threads_after_idle: pool.after,
         retired_during_idle: pool.retired,
+        raw_tcp,
         pass: verdict.pass,
         verdict,
     }
@@ -178,6 +239,14 @@ pub(crate) fn summary(r: &Idle) -> String {
         r.after_us,
         next.join(", ")
     ));
+    if let Some(raw) = &r.raw_tcp {
+        s.push_str(&format!(
+            "  raw TCP ping-pong (no keel), same gap: p50 {:.1} µs, after idle {:.1} µs ({:.1} × p50)\n",
+            raw.steady_p50_us,
+            raw.after_us,
+            raw.after_us / raw.steady_p50_us
+        ));
+    }
     if r.idle_ms <= r.keep_alive_ms {
         s.push_str("  note: the gap is not longer than the keep-alive: nothing retires\n");
     }
@@ -196,6 +265,7 @@ mod tests {
             idle_ms: 2500,
             keep_alive_ms: 1000,
             steady_calls: 1000,
+            raw_tcp: false,
         }
     }
 
@@ -216,8 +286,8 @@ mod tests {
             after: 2,
             retired: 6,
         };
-        assert!(evaluate(&params(), 30.0, 60.0, vec![], steady(30.0), obs).pass);
-        let r = evaluate(&params(), 30.0, 61.0, vec![], steady(30.0), obs);
+        assert!(evaluate(&params(), 30.0, 60.0, vec![], steady(30.0), obs, None).pass);
+        let r = evaluate(&params(), 30.0, 61.0, vec![], steady(30.0), obs, None);
         assert!(!r.pass);
         assert!(summary(&r).contains("FAIL"));
     }
@@ -231,6 +301,10 @@ mod tests {
             vec![31.0],
             steady(30.0),
             PoolObs::default(),
+            Some(RawTcp {
+                steady_p50_us: 13.5,
+                after_us: 60.0,
+            }),
         );
         let v = serde_json::to_value(&r).unwrap();
         for k in ["before_us", "after_us", "steady_p50_us", "pass"] {
@@ -239,5 +313,6 @@ mod tests {
         assert!(v["pass"].is_boolean());
         assert_eq!(v["after_us"], 40.0);
         assert_eq!(v["steady_p50_us"], 30.0);
+        assert_eq!(v["raw_tcp"]["after_us"], 60.0);
     }
 }
