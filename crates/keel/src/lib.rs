@@ -71,6 +71,7 @@ mod error;
 mod host;
 mod rt;
 mod service;
+mod sink;
 mod throttle;
 
 pub use client::{CallOptions, Channel, ClientConfig};

@@ -8,27 +8,22 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{Cancel, Codec, Frame, Hello, HelloReply, Limits, Request, RequestFlags};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
+use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
 use super::ClientConfig;
 use crate::endpoint::{Endpoint, Io};
 use crate::error::{Error, Kind, Status, StatusCode};
+use crate::sink::{SendError, Sink};
 
 /// What a waiting call receives.
 type ReplySlot = oneshot::Sender<Result<Result<Bytes, Status>, Error>>;
 
-/// Frames waiting for the writer. Bounded: a burst of callers waits here rather than growing
-/// memory without limit.
-const WRITE_QUEUE: usize = 1024;
-/// The writer flushes once this much is batched even if more frames are waiting.
-const WRITE_BATCH: usize = 64 * 1024;
-
 #[derive(Debug)]
 pub(crate) struct Conn {
     shared: Arc<Shared>,
-    tx: mpsc::Sender<Frame>,
+    sink: Arc<Sink>,
     tasks: [AbortHandle; 2],
 }
 
@@ -140,24 +135,22 @@ impl Conn {
             peer_max_message,
         });
         let (rd, wr) = tokio::io::split(io);
-        let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+        let (sink, flusher) = Sink::new(
+            wr,
+            Codec::new(Limits::with_max_message_size(peer_max_message)),
+        );
+        let flusher = tokio::spawn(flusher);
         let reader = tokio::spawn(read_loop(
             rd,
             buf,
             Codec::new(Limits::with_max_message_size(config.max_message_size)),
             shared.clone(),
-            tx.clone(),
-        ));
-        let writer = tokio::spawn(write_loop(
-            wr,
-            rx,
-            Codec::new(Limits::with_max_message_size(peer_max_message)),
-            shared.clone(),
+            sink.clone(),
         ));
         Ok(Conn {
             shared,
-            tx,
-            tasks: [reader.abort_handle(), writer.abort_handle()],
+            sink,
+            tasks: [reader.abort_handle(), flusher.abort_handle()],
         })
     }
 
@@ -220,9 +213,18 @@ impl Conn {
             operation: operation.to_string(),
             body,
         });
-        if self.tx.send(request).await.is_err() {
+        if let Err(e) = self.sink.send(&request) {
             guard.armed = false;
-            return Err(Error::new(Kind::Connection, "connection closed"));
+            self.shared
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .calls
+                .remove(&call_id);
+            return Err(match e {
+                SendError::Closed => Error::new(Kind::Connection, "connection closed"),
+                SendError::Encode(e) => Error::new(Kind::TooLarge, e.to_string()),
+            });
         }
         let outcome = tokio::time::timeout_at(deadline.into(), reply).await;
         guard.armed = false;
@@ -250,8 +252,8 @@ impl Conn {
             p.calls.remove(&call_id).is_some()
         };
         if removed {
-            // Best effort: if the queue is full the host will answer and the reply is dropped.
-            let _ = self.tx.try_send(Frame::Cancel(Cancel { call_id }));
+            // Best effort: on a closed connection there is nothing to cancel.
+            let _ = self.sink.send(&Frame::Cancel(Cancel { call_id }));
         }
     }
 }
@@ -282,7 +284,7 @@ async fn read_loop(
     mut buf: BytesMut,
     mut codec: Codec,
     shared: Arc<Shared>,
-    tx: mpsc::Sender<Frame>,
+    sink: Arc<Sink>,
 ) {
     let reason = loop {
         match codec.decode(&mut buf) {
@@ -303,7 +305,7 @@ async fn read_loop(
                 continue;
             }
             Ok(Some(Frame::Ping(nonce))) => {
-                let _ = tx.try_send(Frame::Pong(nonce));
+                let _ = sink.send(&Frame::Pong(nonce));
                 continue;
             }
             // The host is draining: it answers calls already sent (with ShuttingDown if it did
@@ -339,44 +341,4 @@ async fn read_loop(
         }
     };
     shared.fail_all(&reason);
-}
-
-async fn write_loop(
-    mut wr: WriteHalf<Box<dyn Io>>,
-    mut rx: mpsc::Receiver<Frame>,
-    codec: Codec,
-    shared: Arc<Shared>,
-) {
-    let mut buf = BytesMut::with_capacity(WRITE_BATCH);
-    while let Some(frame) = rx.recv().await {
-        encode_or_fail(&codec, &frame, &mut buf, &shared);
-        while buf.len() < WRITE_BATCH {
-            match rx.try_recv() {
-                Ok(frame) => encode_or_fail(&codec, &frame, &mut buf, &shared),
-                Err(_) => break,
-            }
-        }
-        if let Err(e) = wr.write_all(&buf).await {
-            shared.fail_all(&format!("connection lost: {e}"));
-            return;
-        }
-        buf.clear();
-    }
-}
-
-/// Encodes a frame; one that cannot be encoded fails only its own call.
-fn encode_or_fail(codec: &Codec, frame: &Frame, buf: &mut BytesMut, shared: &Shared) {
-    if let Err(e) = codec.encode(frame, buf) {
-        if let Frame::Request(r) = frame {
-            let slot = shared
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .calls
-                .remove(&r.call_id);
-            if let Some(slot) = slot {
-                let _ = slot.send(Err(Error::new(Kind::TooLarge, e.to_string())));
-            }
-        }
-    }
 }

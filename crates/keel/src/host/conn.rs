@@ -9,22 +9,14 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{Codec, Frame, GoAway, HelloReply, Limits, Reply, WireError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::task::AbortHandle;
 
 use super::HostShared;
 use crate::endpoint::Io;
 use crate::error::{Status, StatusCode};
 use crate::service::Outcome;
-
-/// What the writer task receives.
-#[derive(Debug)]
-pub(crate) enum Out {
-    Frame(Frame),
-    /// Flush what is queued, then close the connection.
-    Close,
-}
+use crate::sink::Sink;
 
 /// Per-call control shared with the task or pool job running it.
 #[derive(Debug, Default)]
@@ -38,9 +30,8 @@ pub(crate) struct CallCtl {
 #[derive(Debug)]
 pub(crate) struct ConnShared {
     pub(crate) id: u64,
-    /// Unbounded: its length is bounded by calls in flight on this connection
-    /// (`max_calls_per_connection`) plus a few control frames.
-    tx: mpsc::UnboundedSender<Out>,
+    /// Replies are written by whichever thread produced them (see [`Sink`]).
+    sink: Arc<Sink>,
     calls: Mutex<HashMap<u64, Arc<CallCtl>>>,
     /// Largest reply body the client accepts (from its hello).
     peer_max_message: u32,
@@ -99,11 +90,11 @@ impl ConnShared {
             Ok(body) => (StatusCode::Ok, body),
             Err(status) => (status.code(), status.into_wire_body()),
         };
-        let _ = self.tx.send(Out::Frame(Frame::Reply(Reply {
+        let _ = self.sink.send(&Frame::Reply(Reply {
             call_id,
             status,
             body,
-        })));
+        }));
     }
 
     fn cancel(&self, call_id: u64) {
@@ -128,7 +119,7 @@ impl ConnShared {
             last_call_id,
             reason: reason.to_string(),
         });
-        let _ = self.tx.send(Out::Frame(frame));
+        let _ = self.sink.send(&frame);
     }
 
     /// Answers every call still in flight with `status` and closes the connection.
@@ -142,12 +133,12 @@ impl ConnShared {
             self.reply(call_id, Err(status.clone()));
             self.host.call_finished();
         }
-        let _ = self.tx.send(Out::Close);
+        self.sink.close();
     }
 
-    /// Asks the writer to flush and close.
+    /// Flushes what is queued and closes the connection.
     pub(crate) fn close(&self) {
-        let _ = self.tx.send(Out::Close);
+        self.sink.close();
     }
 
     /// Calls in flight on this connection.
@@ -205,10 +196,13 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64) {
     }
 
     let (rd, wr) = tokio::io::split(io);
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (sink, flusher) = Sink::new(
+        wr,
+        Codec::new(Limits::with_max_message_size(hello.max_message_size)),
+    );
     let conn = Arc::new(ConnShared {
         id,
-        tx,
+        sink,
         calls: Mutex::new(HashMap::new()),
         peer_max_message: hello.max_message_size,
         last_call_id: AtomicU64::new(0),
@@ -218,11 +212,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64) {
     if host.is_shutting_down() {
         conn.go_away("host shutting down");
     }
-    let writer = tokio::spawn(write_loop(
-        wr,
-        rx,
-        Codec::new(Limits::with_max_message_size(hello.max_message_size)),
-    ));
+    let writer = tokio::spawn(flusher);
     let codec = Codec::new(Limits::with_max_message_size(host.config.max_message_size));
     let reader = tokio::spawn(read_loop(rd, buf, codec, conn.clone()));
     // The reader ends on EOF or error; the writer when it closed the connection on purpose.
@@ -254,7 +244,7 @@ async fn read_loop(
                 continue;
             }
             Ok(Some(Frame::Ping(nonce))) => {
-                let _ = conn.tx.send(Out::Frame(Frame::Pong(nonce)));
+                let _ = conn.sink.send(&Frame::Pong(nonce));
                 continue;
             }
             Ok(Some(Frame::Pong(_))) => continue,
@@ -287,41 +277,6 @@ async fn read_loop(
         match rd.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
-        }
-    }
-}
-
-async fn write_loop(
-    mut wr: WriteHalf<Box<dyn Io>>,
-    mut rx: mpsc::UnboundedReceiver<Out>,
-    codec: Codec,
-) {
-    const BATCH: usize = 64 * 1024;
-    let mut buf = BytesMut::with_capacity(BATCH);
-    let mut closing = false;
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(out) = next.take() {
-            match out {
-                Out::Frame(frame) => {
-                    if let Err(e) = codec.encode(&frame, &mut buf) {
-                        // Only replies can fail (too large), and `reply` checks sizes first.
-                        debug_assert!(false, "unencodable frame: {e}");
-                    }
-                }
-                Out::Close => closing = true,
-            }
-            if buf.len() < BATCH && !closing {
-                next = rx.try_recv().ok();
-            }
-        }
-        if wr.write_all(&buf).await.is_err() {
-            return;
-        }
-        buf.clear();
-        if closing {
-            let _ = wr.shutdown().await;
-            return;
         }
     }
 }

@@ -1,0 +1,208 @@
+//! The write side of a keel-wire connection, shared by the client and the host.
+//!
+//! A frame is written by the thread that has it (the caller, or the pool thread that produced a
+//! reply) straight to the socket when the socket takes it without waiting. Only when the socket
+//! would block does a flusher task take over and wait for it. Handing every frame to a writer
+//! task instead costs one more thread wake per frame, and after an idle period each wake is
+//! expensive (keel-lab's `idle` experiment measures it).
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, BytesMut};
+use keel_wire::{Codec, Frame, WireError};
+use tokio::io::{AsyncWrite, AsyncWriteExt, WriteHalf};
+use tokio::sync::Notify;
+
+use crate::endpoint::Io;
+
+type Writer = WriteHalf<Box<dyn Io>>;
+
+/// Why a frame was not queued.
+#[derive(Debug)]
+pub(crate) enum SendError {
+    /// The connection is closed or closing.
+    Closed,
+    /// The frame cannot be encoded (too large for the peer); nothing was queued.
+    Encode(WireError),
+}
+
+#[derive(Debug)]
+pub(crate) struct Sink {
+    state: Mutex<State>,
+    /// Wakes the flusher when it has the writer to drive, or a close to perform.
+    flusher: Notify,
+}
+
+struct State {
+    /// `None` while the flusher owns the writer (waiting for the socket).
+    writer: Option<Writer>,
+    /// Encoded frames not yet written. Bounded in practice by calls in flight times the message
+    /// limit, as every queued frame belongs to a call in flight.
+    buf: BytesMut,
+    codec: Codec,
+    /// No more frames accepted.
+    closing: bool,
+    /// The flusher has shut the writer down, or writing failed.
+    closed: bool,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("buffered", &self.buf.len())
+            .field("closing", &self.closing)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Outcome of writing without waiting.
+enum Progress {
+    Done,
+    WouldBlock,
+    Failed,
+}
+
+impl Sink {
+    /// A sink over `writer`, encoding with `codec`, and the flusher task's future (to spawn).
+    pub(crate) fn new(
+        writer: Writer,
+        codec: Codec,
+    ) -> (
+        Arc<Sink>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let sink = Arc::new(Sink {
+            state: Mutex::new(State {
+                writer: Some(writer),
+                buf: BytesMut::with_capacity(8 * 1024),
+                codec,
+                closing: false,
+                closed: false,
+            }),
+            flusher: Notify::new(),
+        });
+        let flusher = flush_loop(sink.clone());
+        (sink, flusher)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `frame` and writes what the socket takes now. Never waits.
+    pub(crate) fn send(&self, frame: &Frame) -> Result<(), SendError> {
+        let mut st = self.lock();
+        if st.closing || st.closed {
+            return Err(SendError::Closed);
+        }
+        let State { codec, buf, .. } = &mut *st;
+        codec.encode(frame, buf).map_err(SendError::Encode)?;
+        self.write_now(&mut st);
+        Ok(())
+    }
+
+    /// Stops accepting frames; what is queued is written, then the connection's write side is
+    /// shut down.
+    pub(crate) fn close(&self) {
+        let mut st = self.lock();
+        if st.closing {
+            return;
+        }
+        st.closing = true;
+        if st.writer.is_some() {
+            // Hand the writer to the flusher, which flushes and shuts down.
+            self.flusher.notify_one();
+        }
+    }
+
+    /// Writes buffered bytes without waiting; hands over to the flusher if the socket is full.
+    fn write_now(&self, st: &mut State) {
+        let State { writer, buf, .. } = st;
+        let Some(w) = writer.as_mut() else {
+            return; // The flusher owns the writer and will see the new bytes.
+        };
+        match try_write(w, buf) {
+            Progress::Done => {}
+            Progress::WouldBlock => self.flusher.notify_one(),
+            Progress::Failed => {
+                st.closed = true;
+                st.buf.clear();
+                self.flusher.notify_one();
+            }
+        }
+    }
+}
+
+/// Writes as much of `buf` as the socket takes without waiting.
+fn try_write(w: &mut Writer, buf: &mut BytesMut) -> Progress {
+    let mut cx = Context::from_waker(Waker::noop());
+    while !buf.is_empty() {
+        match Pin::new(&mut *w).poll_write(&mut cx, buf) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Progress::Failed,
+            Poll::Ready(Ok(n)) => buf.advance(n),
+            Poll::Pending => return Progress::WouldBlock,
+        }
+    }
+    match Pin::new(&mut *w).poll_flush(&mut cx) {
+        Poll::Ready(Ok(())) => Progress::Done,
+        Poll::Ready(Err(_)) => Progress::Failed,
+        Poll::Pending => Progress::WouldBlock,
+    }
+}
+
+/// Waits for the socket when a sender could not finish, and performs the close.
+async fn flush_loop(sink: Arc<Sink>) {
+    loop {
+        sink.flusher.notified().await;
+        // Take the writer and the bytes; senders meanwhile append to the (now empty) buffer.
+        loop {
+            let (mut w, mut chunk, closing) = {
+                let mut st = sink.lock();
+                if st.closed {
+                    st.writer = None;
+                    return;
+                }
+                let pending = !st.buf.is_empty();
+                if !pending && !st.closing {
+                    break; // A sender finished the job already; the writer stays in place.
+                }
+                let Some(w) = st.writer.take() else { break };
+                let chunk = st.buf.split();
+                (w, chunk, st.closing)
+            };
+            let ok = w.write_all(&chunk).await.is_ok() && w.flush().await.is_ok();
+            chunk.clear();
+            let shut_down = {
+                let mut st = sink.lock();
+                if !ok {
+                    st.closed = true;
+                    st.buf.clear();
+                    return;
+                }
+                if st.buf.is_empty() && (closing || st.closing) {
+                    true
+                } else {
+                    if st.buf.is_empty() {
+                        // Reuse the chunk's allocation for the next frames.
+                        st.buf.unsplit(chunk);
+                    }
+                    // Senders may write directly again; if more arrived, go round again.
+                    let more = !st.buf.is_empty();
+                    st.writer = Some(w);
+                    if more {
+                        continue;
+                    }
+                    break;
+                }
+            };
+            if shut_down {
+                let _ = w.shutdown().await;
+                sink.lock().closed = true;
+                return;
+            }
+        }
+    }
+}
