@@ -7,7 +7,10 @@
 //! ```
 //!
 //! Each task increments a counter (the N-th records the time) and then blocks on a latch that is
-//! released once all N are running. Reported numbers are medians over the repetitions.
+//! released once all N are running. Reported numbers are medians over the repetitions; every
+//! cold scenario (keel, tokio and raw threads alike) first runs one untimed warm-up repetition,
+//! so that process-level first-time costs (glibc's thread-stack cache, malloc arenas, page
+//! faults) are not charged to whichever contestant happens to run first.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -112,11 +115,17 @@ fn keel_pool(keep_alive: Duration) -> Pool {
 fn keel_cold(n: usize, reps: usize) -> f64 {
     let pool = keel_pool(Duration::from_millis(100));
     let mut v = Vec::new();
-    for _ in 0..reps {
+    for rep in 0..=reps {
         poll_until("keel retirement", || pool.metrics().threads == 2);
         // Let the retired threads finish exiting (tokio's cold case starts from a joined pool).
         thread::sleep(Duration::from_millis(50));
-        v.push(us(keel_burst(&pool, n)));
+        let d = us(keel_burst(&pool, n));
+        if rep > 0 {
+            v.push(d); // rep 0 is the untimed warm-up
+        }
+    }
+    if std::env::var_os("BURST_DEBUG").is_some() {
+        eprintln!("{v:.0?}");
     }
     median(v)
 }
@@ -165,13 +174,14 @@ fn tokio_burst(rt: &tokio::runtime::Runtime, n: usize) -> Duration {
 
 /// Cold: a fresh runtime per repetition (tokio's keep-alive is 10 s).
 fn tokio_cold(n: usize, reps: usize) -> f64 {
-    let v = (0..reps)
+    let v = (0..=reps)
         .map(|_| {
             let rt = tokio_rt(None);
             let d = tokio_burst(&rt, n);
             drop(rt);
             us(d)
         })
+        .skip(1) // the untimed warm-up
         .collect();
     median(v)
 }
@@ -190,7 +200,7 @@ fn tokio_warm(n: usize, reps: usize) -> f64 {
 
 /// The physical limit: N raw threads created back to back.
 fn spawn_limit(n: usize, reps: usize) -> f64 {
-    let v = (0..reps)
+    let v = (0..=reps)
         .map(|_| {
             let latch = Latch::new(n);
             let start = Instant::now();
@@ -206,6 +216,7 @@ fn spawn_limit(n: usize, reps: usize) -> f64 {
             }
             us(all - start)
         })
+        .skip(1) // the untimed warm-up
         .collect();
     median(v)
 }
