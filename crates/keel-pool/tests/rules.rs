@@ -44,6 +44,7 @@ fn injection_runs_every_waiting_task_at_once() {
     // creates one thread per waiting task (2 idle are woken, 48 created).
     let p = pool(2, 64, Duration::from_secs(60));
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 50);
     wait_for("50 tasks running at once", || latch.running() == 50);
     let m = p.metrics();
@@ -71,6 +72,7 @@ fn threads_are_never_created_on_the_submitting_thread() {
         .unwrap();
     armed.store(true, Ordering::SeqCst);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 20);
     drop(p.spawn_handle(|| ()));
     wait_for("20 running", || latch.running() == 20);
@@ -85,6 +87,7 @@ fn floor_never_retires() {
     let keep_alive = Duration::from_millis(10);
     let p = pool(3, 16, keep_alive);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 10);
     wait_for("10 running", || latch.running() == 10);
     latch.release();
@@ -106,6 +109,7 @@ fn threads_above_the_floor_retire_after_keep_alive() {
     let keep_alive = Duration::from_millis(150);
     let p = pool(1, 16, keep_alive);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 8);
     wait_for("8 running", || latch.running() == 8);
     assert!(p.metrics().threads >= 8);
@@ -139,6 +143,7 @@ fn under_light_load_cold_threads_age_out() {
     let keep_alive = Duration::from_millis(100);
     let p = pool(0, 8, keep_alive);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 4);
     wait_for("4 running", || latch.running() == 4);
     latch.release();
@@ -159,6 +164,7 @@ fn under_light_load_cold_threads_age_out() {
 fn max_threads_is_respected_and_excess_work_waits_then_runs() {
     let p = pool(1, 4, Duration::from_secs(60));
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 10);
     wait_for("4 running, 6 queued", || {
         let m = p.metrics();
@@ -196,6 +202,7 @@ fn refused_threads_leave_work_queued_until_creation_works_again() {
     let p = failing_pool(1, 16, &fail);
     fail.store(true, Ordering::SeqCst);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 6);
     wait_for("failures counted, work queued", || {
         let m = p.metrics();
@@ -215,6 +222,7 @@ fn refused_threads_leave_work_for_existing_threads() {
     fail.store(true, Ordering::SeqCst);
     let ran = Arc::new(AtomicUsize::new(0));
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 2);
     for _ in 0..20 {
         let r = ran.clone();
@@ -302,6 +310,7 @@ fn a_thread_that_dies_anyway_is_replaced() {
     });
     assert_eq!(p.metrics().created_total, 3);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     spawn_blockers(&p, &latch, 4);
     wait_for("still injects", || latch.running() == 4);
     latch.release();

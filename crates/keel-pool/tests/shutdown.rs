@@ -29,6 +29,7 @@ fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce() + Send + 'static {
 fn shutdown_runs_everything_queued_then_joins() {
     let p = Arc::new(pool(1, 1));
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     let l = latch.clone();
     p.spawn(move || l.enter()).ok().unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
@@ -61,6 +62,7 @@ fn shutdown_runs_everything_queued_then_joins() {
 fn shutdown_creates_threads_for_the_queue_it_drains() {
     let p = pool(0, 16);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     for _ in 0..8 {
         let l = latch.clone();
         p.spawn(move || l.enter()).ok().unwrap();
@@ -79,6 +81,7 @@ fn shutdown_creates_threads_for_the_queue_it_drains() {
 fn shutdown_returns_false_on_timeout_and_can_be_retried() {
     let p = pool(1, 2);
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     let l = latch.clone();
     p.spawn(move || l.enter()).ok().unwrap();
     wait_for("running", || latch.running() == 1);
@@ -93,6 +96,7 @@ fn shutdown_returns_false_on_timeout_and_can_be_retried() {
 fn shutdown_now_cancels_queued_work_and_lets_running_work_finish() {
     let p = Arc::new(pool(1, 1));
     let latch = Latch::new();
+    let _release = latch.release_on_drop();
     let l = latch.clone();
     let running = p.spawn_handle(move || {
         l.enter();

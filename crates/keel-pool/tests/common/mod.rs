@@ -51,6 +51,12 @@ impl Latch {
         self.cv.notify_all();
     }
 
+    /// Releases the latch when dropped, so that a failing assertion (which unwinds while tasks
+    /// are still blocked) cannot hang the pool's `Drop`.
+    pub(crate) fn release_on_drop(self: &Arc<Self>) -> ReleaseOnDrop {
+        ReleaseOnDrop(self.clone())
+    }
+
     pub(crate) fn running(&self) -> usize {
         self.running.load(Ordering::SeqCst)
     }
@@ -61,5 +67,14 @@ impl Latch {
 
     pub(crate) fn done(&self) -> usize {
         self.done.load(Ordering::SeqCst)
+    }
+}
+
+/// See [`Latch::release_on_drop`].
+pub(crate) struct ReleaseOnDrop(Arc<Latch>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
