@@ -282,6 +282,8 @@ fn a_panicking_task_goes_to_its_handle_and_the_pool_keeps_running() {
     for i in 0..10 {
         assert_eq!(p.spawn_handle(move || i * 2).join().unwrap(), i * 2);
     }
+    // `join` returns as soon as the result is set; the worker counts the task just after.
+    wait_for("all counted", || p.metrics().completed_total == 12);
     let m = p.metrics();
     assert_eq!(
         (m.threads, m.died_total, m.completed_total),
