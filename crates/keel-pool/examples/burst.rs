@@ -124,9 +124,6 @@ fn keel_cold(n: usize, reps: usize) -> f64 {
             v.push(d); // rep 0 is the untimed warm-up
         }
     }
-    if std::env::var_os("BURST_DEBUG").is_some() {
-        eprintln!("{v:.0?}");
-    }
     median(v)
 }
 
