@@ -252,8 +252,6 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         }
     });
 
-    let n_ops = ops.len();
-
     Ok(quote! {
         #(#trait_attrs)*
         #vis trait #trait_name: #supertraits #plus ::core::marker::Send + ::core::marker::Sync + 'static {
@@ -270,7 +268,6 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 name: #service_name,
                 operations: &[#(#op_infos),*],
             };
-            const _: [(); #n_ops] = [(); #n_ops];
         }
 
         #[doc = #trait_doc_link]
