@@ -44,6 +44,15 @@ struct Pending {
 }
 
 impl Shared {
+    /// Unregisters a waiting call; `None` if it was already answered or given up.
+    fn take(&self, call_id: u64) -> Option<ReplySlot> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .calls
+            .remove(&call_id)
+    }
+
     /// Marks the connection closed and fails every waiting call.
     fn fail_all(&self, reason: &str) {
         self.open.store(false, Ordering::Release);
@@ -215,12 +224,7 @@ impl Conn {
         });
         if let Err(e) = self.sink.send(&request) {
             guard.armed = false;
-            self.shared
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .calls
-                .remove(&call_id);
+            self.shared.take(call_id);
             return Err(match e {
                 SendError::Closed => Error::new(Kind::Connection, "connection closed"),
                 SendError::Encode(e) => Error::new(Kind::TooLarge, e.to_string()),
@@ -243,14 +247,7 @@ impl Conn {
 
     /// Forgets a call and tells the host it need not answer.
     fn cancel(&self, call_id: u64) {
-        let removed = {
-            let mut p = self
-                .shared
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            p.calls.remove(&call_id).is_some()
-        };
+        let removed = self.shared.take(call_id).is_some();
         if removed {
             // Best effort: on a closed connection there is nothing to cancel.
             let _ = self.sink.send(&Frame::Cancel(Cancel { call_id }));
@@ -289,10 +286,7 @@ async fn read_loop(
     let reason = loop {
         match codec.decode(&mut buf) {
             Ok(Some(Frame::Reply(reply))) => {
-                let slot = {
-                    let mut p = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
-                    p.calls.remove(&reply.call_id)
-                };
+                let slot = shared.take(reply.call_id);
                 // No slot: the caller gave up (deadline, dropped future); drop the reply.
                 if let Some(slot) = slot {
                     let result = if reply.status == StatusCode::Ok {
@@ -320,12 +314,7 @@ async fn read_loop(
                     call_id: Some(id), ..
                 } = &e
                 {
-                    let slot = shared
-                        .pending
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .calls
-                        .remove(id);
+                    let slot = shared.take(*id);
                     if let Some(slot) = slot {
                         let _ = slot.send(Err(Error::new(Kind::TooLarge, format!("reply: {e}"))));
                     }

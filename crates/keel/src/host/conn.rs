@@ -27,6 +27,18 @@ pub(crate) struct CallCtl {
     pub(crate) task: Mutex<Option<AbortHandle>>,
 }
 
+impl CallCtl {
+    /// The call will not be answered by its handler: a job not yet started must not start, and
+    /// an async operation still running is aborted. (A blocking job already running finishes;
+    /// threads cannot be interrupted.)
+    fn stop(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct ConnShared {
     pub(crate) id: u64,
@@ -104,10 +116,7 @@ impl ConnShared {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&call_id);
         if let Some(ctl) = removed {
-            ctl.cancelled.store(true, Ordering::Release);
-            if let Some(task) = ctl.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                task.abort();
-            }
+            ctl.stop();
             self.host.call_finished();
         }
     }
@@ -126,10 +135,7 @@ impl ConnShared {
     pub(crate) fn abandon_all(&self, status: &Status) {
         let calls = std::mem::take(&mut *self.calls.lock().unwrap_or_else(|e| e.into_inner()));
         for (call_id, ctl) in calls {
-            ctl.cancelled.store(true, Ordering::Release);
-            if let Some(task) = ctl.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                task.abort();
-            }
+            ctl.stop();
             self.reply(call_id, Err(status.clone()));
             self.host.call_finished();
         }

@@ -380,7 +380,9 @@ pub struct ShutdownReport {
     pub abandoned_calls: usize,
 }
 
-/// A running host. Stop it with [`Host::shutdown`]; dropping it stops it abruptly.
+/// A running host. Stop it with [`Host::shutdown`]. Dropping it instead stops accepting and
+/// serving at once, drops queued blocking calls unanswered, and waits only for blocking handlers
+/// already running (threads cannot be interrupted).
 #[derive(Debug)]
 pub struct Host {
     shared: Arc<HostShared>,
