@@ -76,7 +76,9 @@ mod throttle;
 
 pub use client::{CallOptions, Channel, ClientConfig};
 pub use error::{Error, Status, StatusCode};
-pub use host::{Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport};
+pub use host::{
+    ConnectionInfo, Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport,
+};
 pub use keel_macros::contract;
 pub use service::{
     Format, Invocation, OperationInfo, Outcome, ParamInfo, Service, ServiceDescriptor,

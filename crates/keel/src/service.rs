@@ -59,6 +59,9 @@ pub struct ParamInfo {
 pub enum Format {
     /// postcard: compact binary, keel's own clients.
     Postcard,
+    /// JSON (`serde_json`): the HTTP binding's format for clients in any language. Arguments
+    /// are an object of the parameters by name.
+    Json,
 }
 
 /// The result of running an operation: the encoded reply body, or a status.
@@ -95,12 +98,16 @@ pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result
         Format::Postcard => postcard::to_stdvec(value)
             .map(Bytes::from)
             .map_err(|e| e.to_string()),
+        Format::Json => serde_json::to_vec(value)
+            .map(Bytes::from)
+            .map_err(|e| e.to_string()),
     }
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, String> {
     match format {
         Format::Postcard => postcard::from_bytes(body).map_err(|e| e.to_string()),
+        Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
     }
 }
 

@@ -89,7 +89,8 @@ impl Conn {
         let connect_err = |e: std::io::Error| {
             Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
         };
-        let mut io = endpoint.connect().await.map_err(connect_err)?;
+        let raw = endpoint.connect_raw().await.map_err(connect_err)?;
+        let mut io = endpoint.secure_client(raw).await.map_err(connect_err)?.io;
         let mut buf = BytesMut::with_capacity(4096);
         keel_wire::encode_hello(
             &Hello {

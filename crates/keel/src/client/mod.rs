@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, Protocol};
 use crate::error::{Error, Kind, Status};
 use conn::Conn;
 
@@ -76,9 +76,16 @@ impl Channel {
 
     /// A channel to `url` with `config`; nothing is connected yet.
     pub fn with_config(url: &str, config: ClientConfig) -> Result<Channel, Error> {
+        let endpoint = Endpoint::parse(url)?;
+        if endpoint.protocol() == Protocol::Http {
+            return Err(Error::new(
+                Kind::Config,
+                format!("{endpoint}: the HTTP binding is not built yet"),
+            ));
+        }
         Ok(Channel {
             inner: Arc::new(Inner {
-                endpoint: Endpoint::parse(url)?,
+                endpoint,
                 config,
                 conn: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),

@@ -1,21 +1,25 @@
-//! One host-side connection: handshake, then a reader that hands requests to the dispatcher and
-//! a writer that batches replies. Every accepted call is answered exactly once: whoever removes
-//! it from `calls` (the handler finishing, a cancel, or the drain timeout) owns the answer.
+//! One host-side connection, whatever its protocol: the calls it has in flight and where their
+//! answers go (a [`Responder`]). Every accepted call is answered exactly once: whoever removes it
+//! from `calls` (the handler finishing, a cancel, or the drain timeout) owns the answer.
+//!
+//! [`serve`] runs a keel-wire connection: handshake, then a reader that hands requests to the
+//! dispatcher; replies are written by whichever thread produced them (see [`Sink`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{Codec, Frame, GoAway, HelloReply, Limits, Reply, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::task::AbortHandle;
 
+use super::dispatch::{dispatch, Incoming};
 use super::HostShared;
 use crate::endpoint::Io;
 use crate::error::{Status, StatusCode};
-use crate::service::Outcome;
+use crate::service::{Format, Outcome};
 use crate::sink::Sink;
 
 /// Per-call control shared with the task or pool job running it.
@@ -39,19 +43,101 @@ impl CallCtl {
     }
 }
 
+/// Where a connection's answers go: keel-wire frames, or the HTTP requests waiting for them.
+pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
+    /// Delivers the answer to call `call_id`.
+    fn reply(&self, call_id: u64, outcome: Outcome);
+    /// The host will serve no new calls here; tell the peer (calls up to `last_call_id` are
+    /// still answered).
+    fn go_away(&self, last_call_id: u64, reason: &str);
+    /// Delivers what is queued, then closes the connection.
+    fn close(&self);
+}
+
+/// The keel-wire responder: answers are Reply frames.
+#[derive(Debug)]
+struct WireResponder {
+    /// Replies are written by whichever thread produced them (see [`Sink`]).
+    sink: Arc<Sink>,
+    /// Largest reply body the client accepts (from its hello).
+    peer_max_message: u32,
+}
+
+impl Responder for WireResponder {
+    fn reply(&self, call_id: u64, outcome: Outcome) {
+        let (status, body) = match outcome {
+            Ok(body) if body.len() as u64 > u64::from(self.peer_max_message) => (
+                StatusCode::TooLarge,
+                Bytes::from(format!(
+                    "reply body of {} bytes exceeds the client's limit of {} bytes",
+                    body.len(),
+                    self.peer_max_message
+                )),
+            ),
+            Ok(body) => (StatusCode::Ok, body),
+            Err(status) => (status.code(), status.into_wire_body()),
+        };
+        let _ = self.sink.send(&Frame::Reply(Reply {
+            call_id,
+            status,
+            body,
+        }));
+    }
+
+    fn go_away(&self, last_call_id: u64, reason: &str) {
+        let frame = Frame::GoAway(GoAway {
+            last_call_id,
+            reason: reason.to_string(),
+        });
+        let _ = self.sink.send(&frame);
+    }
+
+    fn close(&self) {
+        self.sink.close();
+    }
+}
+
+/// Facts about one connection, for [`Host::connections`](crate::Host::connections).
+#[derive(Debug)]
+pub(crate) struct ConnInfo {
+    /// The binding's scheme: `tcp`, `tcps`, `unix`, `http`, `https`.
+    pub(crate) binding: &'static str,
+    /// The other end, for logs.
+    pub(crate) peer: String,
+    /// When the connection was accepted.
+    pub(crate) opened: Instant,
+    /// Calls received on it (accepted or refused).
+    pub(crate) calls: AtomicU64,
+}
+
 #[derive(Debug)]
 pub(crate) struct ConnShared {
     pub(crate) id: u64,
-    /// Replies are written by whichever thread produced them (see [`Sink`]).
-    sink: Arc<Sink>,
+    out: Box<dyn Responder>,
     calls: Mutex<HashMap<u64, Arc<CallCtl>>>,
-    /// Largest reply body the client accepts (from its hello).
-    peer_max_message: u32,
     last_call_id: AtomicU64,
+    pub(crate) info: ConnInfo,
     pub(crate) host: Arc<HostShared>,
 }
 
 impl ConnShared {
+    /// A connection whose answers go to `out`.
+    pub(crate) fn new(
+        id: u64,
+        out: Box<dyn Responder>,
+        info: ConnInfo,
+        host: Arc<HostShared>,
+    ) -> ConnShared {
+        ConnShared {
+            id,
+            out,
+            calls: Mutex::new(HashMap::new()),
+            last_call_id: AtomicU64::new(0),
+            info,
+            host,
+        }
+    }
+
     /// Registers an accepted call. `None` if the connection already has as many calls as allowed.
     pub(crate) fn track(&self, call_id: u64) -> Result<Arc<CallCtl>, Status> {
         let ctl = Arc::new(CallCtl::default());
@@ -90,26 +176,11 @@ impl ConnShared {
 
     /// Sends an answer for a call that was never tracked (refused before admission).
     pub(crate) fn reply(&self, call_id: u64, outcome: Outcome) {
-        let (status, body) = match outcome {
-            Ok(body) if body.len() as u64 > u64::from(self.peer_max_message) => (
-                StatusCode::TooLarge,
-                Bytes::from(format!(
-                    "reply body of {} bytes exceeds the client's limit of {} bytes",
-                    body.len(),
-                    self.peer_max_message
-                )),
-            ),
-            Ok(body) => (StatusCode::Ok, body),
-            Err(status) => (status.code(), status.into_wire_body()),
-        };
-        let _ = self.sink.send(&Frame::Reply(Reply {
-            call_id,
-            status,
-            body,
-        }));
+        self.out.reply(call_id, outcome);
     }
 
-    fn cancel(&self, call_id: u64) {
+    /// The caller no longer wants call `call_id`: stop it; no answer is sent.
+    pub(crate) fn cancel(&self, call_id: u64) {
         let removed = self
             .calls
             .lock()
@@ -124,11 +195,7 @@ impl ConnShared {
     /// Drain: tell the client no new calls will be served here.
     pub(crate) fn go_away(&self, reason: &str) {
         let last_call_id = self.last_call_id.load(Ordering::Relaxed);
-        let frame = Frame::GoAway(GoAway {
-            last_call_id,
-            reason: reason.to_string(),
-        });
-        let _ = self.sink.send(&frame);
+        self.out.go_away(last_call_id, reason);
     }
 
     /// Answers every call still in flight with `status` and closes the connection.
@@ -139,12 +206,12 @@ impl ConnShared {
             self.reply(call_id, Err(status.clone()));
             self.host.call_finished();
         }
-        self.sink.close();
+        self.out.close();
     }
 
-    /// Flushes what is queued and closes the connection.
+    /// Delivers what is queued and closes the connection.
     pub(crate) fn close(&self) {
-        self.sink.close();
+        self.out.close();
     }
 
     /// Calls in flight on this connection.
@@ -153,8 +220,8 @@ impl ConnShared {
     }
 }
 
-/// Serves one accepted connection until it closes.
-pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64) {
+/// Serves one accepted keel-wire connection until it closes.
+pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info: ConnInfo) {
     let mut io = io;
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let handshake = tokio::time::timeout(host.config.handshake_timeout, async {
@@ -206,21 +273,18 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64) {
         wr,
         Codec::new(Limits::with_max_message_size(hello.max_message_size)),
     );
-    let conn = Arc::new(ConnShared {
-        id,
-        sink,
-        calls: Mutex::new(HashMap::new()),
+    let out = WireResponder {
+        sink: sink.clone(),
         peer_max_message: hello.max_message_size,
-        last_call_id: AtomicU64::new(0),
-        host: host.clone(),
-    });
+    };
+    let conn = Arc::new(ConnShared::new(id, Box::new(out), info, host.clone()));
     host.register(conn.clone());
     if host.is_shutting_down() {
         conn.go_away("host shutting down");
     }
     let writer = tokio::spawn(flusher);
     let codec = Codec::new(Limits::with_max_message_size(host.config.max_message_size));
-    let reader = tokio::spawn(read_loop(rd, buf, codec, conn.clone()));
+    let reader = tokio::spawn(read_loop(rd, buf, codec, conn.clone(), sink));
     // The reader ends on EOF or error; the writer when it closed the connection on purpose.
     let reader_abort = reader.abort_handle();
     tokio::select! {
@@ -238,11 +302,21 @@ async fn read_loop(
     mut buf: BytesMut,
     mut codec: Codec,
     conn: Arc<ConnShared>,
+    sink: Arc<Sink>,
 ) {
     loop {
         match codec.decode(&mut buf) {
             Ok(Some(Frame::Request(req))) => {
-                super::dispatch::dispatch(&conn, req, Instant::now());
+                let incoming = Incoming {
+                    call_id: req.call_id,
+                    one_way: req.flags.one_way,
+                    deadline: (req.deadline_us > 0).then(|| Duration::from_micros(req.deadline_us)),
+                    service: &req.service,
+                    operation: &req.operation,
+                    format: Format::Postcard,
+                    body: req.body,
+                };
+                dispatch(&conn, incoming, Instant::now());
                 continue;
             }
             Ok(Some(Frame::Cancel(c))) => {
@@ -250,7 +324,7 @@ async fn read_loop(
                 continue;
             }
             Ok(Some(Frame::Ping(nonce))) => {
-                let _ = conn.sink.send(&Frame::Pong(nonce));
+                let _ = sink.send(&Frame::Pong(nonce));
                 continue;
             }
             Ok(Some(Frame::Pong(_))) => continue,

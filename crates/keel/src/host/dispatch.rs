@@ -13,37 +13,52 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use keel_wire::Request;
+use bytes::Bytes;
 
 use super::conn::{CallCtl, ConnShared};
 use crate::error::{Status, StatusCode};
 use crate::service::{Format, Invocation, Outcome};
 use crate::throttle::Admission;
 
-pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Request, received: Instant) {
+/// A call as it arrived, whatever the binding.
+#[derive(Debug)]
+pub(crate) struct Incoming<'a> {
+    /// Unique among the connection's calls in flight.
+    pub(crate) call_id: u64,
+    /// Acknowledge on receipt; the outcome is not reported.
+    pub(crate) one_way: bool,
+    /// The caller's remaining time budget when the request was sent.
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) service: &'a str,
+    pub(crate) operation: &'a str,
+    /// How `body` (and the reply) is encoded.
+    pub(crate) format: Format,
+    pub(crate) body: Bytes,
+}
+
+pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Instant) {
     let host = &conn.host;
     let call_id = req.call_id;
-    let one_way = req.flags.one_way;
+    let one_way = req.one_way;
+    conn.info.calls.fetch_add(1, Ordering::Relaxed);
     if host.is_shutting_down() {
         let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
         return conn.reply(call_id, Err(status));
     }
-    let Some(service) = host.services.get(req.service.as_str()) else {
+    let Some(service) = host.services.get(req.service) else {
         let msg = format!("no service `{}` on this host", req.service);
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownService, msg)));
     };
     let desc = service.descriptor();
-    let Some(op) = desc.operation_index(&req.operation) else {
+    let Some(op) = desc.operation_index(req.operation) else {
         let msg = format!(
             "service `{}` has no operation `{}`",
             desc.name, req.operation
         );
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownOperation, msg)));
     };
-    let deadline = (req.deadline_us > 0)
-        .then(|| received.checked_add(Duration::from_micros(req.deadline_us)))
-        .flatten();
-    let invocation = match service.invoke(op, Format::Postcard, &req.body) {
+    let deadline = req.deadline.and_then(|d| received.checked_add(d));
+    let invocation = match service.invoke(op, req.format, &req.body) {
         Ok(inv) => inv,
         Err(status) => return conn.reply(call_id, Err(status)),
     };
@@ -53,7 +68,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Request, received: Instant) 
     };
     if one_way {
         // Acknowledge receipt now; the outcome is not reported.
-        conn.reply(call_id, Ok(bytes::Bytes::new()));
+        conn.reply(call_id, Ok(Bytes::new()));
     }
     let call = Call {
         conn: conn.clone(),

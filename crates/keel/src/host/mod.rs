@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{self, Endpoint, Protocol};
 use crate::error::{Error, Kind, Status, StatusCode};
 use crate::service::Service;
 use crate::throttle::{Throttle, ThrottleConfig};
@@ -157,6 +157,12 @@ impl HostBuilder {
             .iter()
             .map(|u| Endpoint::parse(u))
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(ep) = endpoints.iter().find(|e| e.protocol() == Protocol::Http) {
+            return Err(Error::new(
+                Kind::Config,
+                format!("{ep}: the HTTP binding is not built yet"),
+            ));
+        }
 
         let mut pool = keel_pool::Pool::builder();
         pool.thread_name("keel-handler");
@@ -212,27 +218,7 @@ impl HostBuilder {
                 bound.into_async().map_err(listen_err)?
             };
             let host = shared.clone();
-            accept_tasks.push(runtime.spawn(async move {
-                loop {
-                    let (io, _peer) = match listener.accept().await {
-                        Ok(x) => x,
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            continue;
-                        }
-                    };
-                    if host.conns.lock().unwrap_or_else(|e| e.into_inner()).len()
-                        >= host.config.max_connections
-                    {
-                        host.stats.refused.fetch_add(1, Ordering::Relaxed);
-                        drop(io);
-                        continue;
-                    }
-                    let id = host.next_conn.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(conn::serve(io, host.clone(), id));
-                }
-            }));
+            accept_tasks.push(runtime.spawn(accept_loop(listener, host)));
         }
         Ok(Host {
             shared,
@@ -241,6 +227,64 @@ impl HostBuilder {
             accept_tasks,
         })
     }
+}
+
+/// Accepts connections until the task is aborted; each runs in a task of its own.
+async fn accept_loop(listener: endpoint::Listener, host: Arc<HostShared>) {
+    let listener = Arc::new(listener);
+    loop {
+        let (io, peer) = match listener.accept().await {
+            Ok(x) => x,
+            // Out of file descriptors and the like: back off instead of spinning.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if host.conns.lock().unwrap_or_else(|e| e.into_inner()).len() >= host.config.max_connections
+        {
+            host.stats.refused.fetch_add(1, Ordering::Relaxed);
+            drop(io);
+            continue;
+        }
+        let id = host.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (host, listener) = (host.clone(), listener.clone());
+        tokio::spawn(async move {
+            // TLS runs here, not in the accept loop, so a slow peer delays only itself.
+            let secured =
+                tokio::time::timeout(host.config.handshake_timeout, listener.secure(io)).await;
+            let Ok(Ok(connected)) = secured else { return };
+            let endpoint = listener.endpoint();
+            let info = conn::ConnInfo {
+                binding: endpoint.scheme(),
+                peer,
+                opened: std::time::Instant::now(),
+                calls: AtomicU64::new(0),
+            };
+            match endpoint.protocol() {
+                Protocol::Wire => conn::serve(connected.io, host, id, info).await,
+                Protocol::Http => unreachable!("refused at start until the HTTP binding lands"),
+            }
+        });
+    }
+}
+
+/// One open connection of a host, from [`Host::connections`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionInfo {
+    /// The host's id for it, unique for the host's life.
+    pub id: u64,
+    /// The binding's URL scheme: `tcp`, `tcps`, `unix`, `http` or `https`.
+    pub binding: &'static str,
+    /// The other end (`ip:port`, or `unix`).
+    pub peer: String,
+    /// How long it has been open.
+    pub age: Duration,
+    /// Calls received on it so far (answered, refused or in flight).
+    pub calls: u64,
+    /// Calls in flight on it now.
+    pub calls_in_flight: usize,
 }
 
 /// Connection and call counters of a host.
@@ -410,6 +454,25 @@ impl Host {
     /// The blocking-operation pool's metrics.
     pub fn pool_metrics(&self) -> keel_pool::Metrics {
         self.shared.pool.metrics()
+    }
+
+    /// Every open connection, oldest first: binding, peer, age and calls so far.
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        let mut all: Vec<ConnectionInfo> = self
+            .shared
+            .conns()
+            .iter()
+            .map(|c| ConnectionInfo {
+                id: c.id,
+                binding: c.info.binding,
+                peer: c.info.peer.clone(),
+                age: c.info.opened.elapsed(),
+                calls: c.info.calls.load(Ordering::Relaxed),
+                calls_in_flight: c.in_flight(),
+            })
+            .collect();
+        all.sort_by_key(|c| c.id);
+        all
     }
 
     /// Connection and call counters.

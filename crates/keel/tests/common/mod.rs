@@ -120,6 +120,75 @@ pub fn host() -> keel::Host {
     host_with(keel::HostConfig::default(), "tcp://127.0.0.1:0")
 }
 
+/// A binding under test: how a host listens and how a client connects. The matrix in
+/// `bindings.rs` runs every behaviour test once per variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    Tcp,
+    Unix,
+}
+
+impl Binding {
+    /// A fresh URL to listen on (port 0, or a new socket path).
+    pub fn listen_url(self) -> String {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        match self {
+            Binding::Tcp => "tcp://127.0.0.1:0".to_string(),
+            Binding::Unix => format!(
+                "unix://{}/keel-test-{}-{}.sock",
+                std::env::temp_dir().display(),
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+
+    /// A host serving the probe at `url` with `config`.
+    pub fn host_at(self, config: keel::HostConfig, url: &str) -> keel::Host {
+        keel::Host::builder()
+            .service(ProbeServer::new(ProbeImpl::default()))
+            .endpoint(url)
+            .config(config)
+            .start()
+            .expect("host starts")
+    }
+
+    pub fn host_with(self, config: keel::HostConfig) -> keel::Host {
+        self.host_at(config, &self.listen_url())
+    }
+
+    pub fn host(self) -> keel::Host {
+        self.host_with(keel::HostConfig::default())
+    }
+
+    /// Client settings that work with this binding's hosts (e.g. trust for TLS).
+    pub fn client_config(self) -> keel::ClientConfig {
+        keel::ClientConfig::default()
+    }
+
+    /// A channel to `url` with `config` (which must come from [`Binding::client_config`]).
+    pub fn channel_with(self, url: &str, config: keel::ClientConfig) -> keel::Channel {
+        keel::Channel::with_config(url, config).expect("channel")
+    }
+
+    pub fn channel(self, url: &str) -> keel::Channel {
+        self.channel_with(url, self.client_config())
+    }
+
+    /// A connected probe client.
+    pub async fn client(self, host: &keel::Host) -> ProbeClient {
+        let c = ProbeClient::new(self.channel(host.url()));
+        c.open().await.expect("connect");
+        c
+    }
+
+    /// Whether concurrent calls share one connection (HTTP/1.1 needs one per call in flight).
+    pub fn multiplexed(self) -> bool {
+        true
+    }
+}
+
 /// Polls `cond` every 5 ms for up to 10 s.
 pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     for _ in 0..2000 {

@@ -1,5 +1,9 @@
-//! Behaviour over real loopback TCP: every operation kind, faults, deadlines, multiplexing,
-//! reconnect, drain, panic isolation, limits, unknown operations, handshake versions.
+//! The binding matrix: every behaviour test runs once per binding, over real sockets. A new
+//! binding is one line in `matrix!` below (plus its [`Binding`] variant in `common`).
+//!
+//! Covered per binding: every operation kind, typed faults, where handlers run, deadlines,
+//! 1,000 concurrent calls, reconnect, drain, the close timeout, panic isolation, size limits,
+//! unknown services, the throttle, and the blocking client.
 
 mod common;
 
@@ -7,14 +11,85 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-async fn client(host: &keel::Host) -> ProbeClient {
-    ProbeClient::connect(host.url()).await.expect("connect")
+/// Expands to one test per behaviour for binding `$b`.
+macro_rules! binding_tests {
+    ($b:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn every_operation_kind() {
+            super::every_operation_kind($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn typed_faults_arrive_as_the_same_type() {
+            super::typed_faults_arrive_as_the_same_type($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sync_ops_run_on_the_pool_and_async_ops_on_the_runtime() {
+            super::sync_ops_run_on_the_pool_and_async_ops_on_the_runtime($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn per_call_deadline_fails_promptly_as_a_timeout() {
+            super::per_call_deadline_fails_promptly_as_a_timeout($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_thousand_concurrent_calls() {
+            super::a_thousand_concurrent_calls($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn reconnects_after_the_server_restarts() {
+            super::reconnects_after_the_server_restarts($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn shutdown_drains_calls_in_flight_and_refuses_new_ones() {
+            super::shutdown_drains_calls_in_flight_and_refuses_new_ones($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn calls_still_running_at_the_close_timeout_are_answered() {
+            super::calls_still_running_at_the_close_timeout_are_answered($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_panicking_handler_faults_only_its_caller() {
+            super::a_panicking_handler_faults_only_its_caller($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks() {
+            super::oversized_messages_get_a_clear_error_and_nothing_else_breaks($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn unknown_service_is_reported() {
+            super::unknown_service_is_reported($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_throttle_queues_then_refuses_with_busy() {
+            super::the_throttle_queues_then_refuses_with_busy($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_queued_call_whose_deadline_passes_never_runs() {
+            super::a_queued_call_whose_deadline_passes_never_runs($b).await
+        }
+        #[test]
+        fn the_blocking_client_needs_no_runtime() {
+            super::the_blocking_client_needs_no_runtime($b)
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_operation_kind() {
-    let host = host();
-    let c = client(&host).await;
+macro_rules! matrix {
+    ($($name:ident => $b:expr;)*) => {
+        $(mod $name {
+            use super::*;
+            binding_tests!($b);
+        })*
+    };
+}
+
+matrix! {
+    tcp => Binding::Tcp;
+    unix => Binding::Unix;
+}
+
+async fn every_operation_kind(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
     assert_eq!(c.echo("hi".into()).await.unwrap(), "hi");
     assert_eq!(c.echo_async("there".into()).await.unwrap(), "there");
     assert_eq!(c.check(5).await.unwrap(), 5);
@@ -36,10 +111,9 @@ async fn every_operation_kind() {
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn typed_faults_arrive_as_the_same_type() {
-    let host = host();
-    let c = client(&host).await;
+async fn typed_faults_arrive_as_the_same_type(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
     for err in [
         c.check(-4).await.unwrap_err(),
         c.check_async(-4).await.unwrap_err(),
@@ -51,10 +125,9 @@ async fn typed_faults_arrive_as_the_same_type() {
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sync_ops_run_on_the_pool_and_async_ops_on_the_runtime() {
-    let host = host();
-    let c = client(&host).await;
+async fn sync_ops_run_on_the_pool_and_async_ops_on_the_runtime(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
     let sync = c.thread_info().await.unwrap();
     assert!(
         sync.name.starts_with("keel-handler"),
@@ -70,10 +143,9 @@ async fn sync_ops_run_on_the_pool_and_async_ops_on_the_runtime() {
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn per_call_deadline_fails_promptly_as_a_timeout() {
-    let host = host();
-    let c = client(&host).await;
+async fn per_call_deadline_fails_promptly_as_a_timeout(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
     for slow in [true, false] {
         let started = Instant::now();
         let quick = c.with_deadline(Duration::from_millis(50));
@@ -95,10 +167,9 @@ async fn per_call_deadline_fails_promptly_as_a_timeout() {
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_concurrent_calls_share_one_connection() {
-    let host = host();
-    let c = client(&host).await;
+async fn a_thousand_concurrent_calls(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
     let calls = (0..1000u64).map(|i| {
         let c = c.clone();
         tokio::spawn(async move {
@@ -115,16 +186,17 @@ async fn a_thousand_concurrent_calls_share_one_connection() {
         h.await.unwrap();
     }
     let stats = host.stats();
-    assert_eq!(stats.connections_opened, 1, "{stats:?}");
+    if b.multiplexed() {
+        assert_eq!(stats.connections_opened, 1, "{stats:?}");
+    }
     assert_eq!(stats.calls_total, 1000);
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconnects_after_the_server_restarts() {
-    let host = host();
+async fn reconnects_after_the_server_restarts(b: Binding) {
+    let host = b.host();
     let url = host.url().to_string();
-    let c = ProbeClient::connect(&url).await.unwrap();
+    let c = ProbeClient::new(b.channel(&url));
     assert_eq!(c.echo("one".into()).await.unwrap(), "one");
     host.shutdown_async().await;
     // The host is gone: the client notices the closed connection; calls fail as connection errors.
@@ -132,16 +204,15 @@ async fn reconnects_after_the_server_restarts() {
     let err = c.echo("none".into()).await.unwrap_err();
     assert!(err.is_connection(), "{err}");
     // Same address, new host: the next call reconnects by itself.
-    let host = host_with(keel::HostConfig::default(), &url);
+    let host = b.host_at(keel::HostConfig::default(), &url);
     assert_eq!(c.echo("two".into()).await.unwrap(), "two");
     assert_eq!(host.stats().connections_opened, 1);
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_drains_calls_in_flight_and_refuses_new_ones() {
-    let host = host();
-    let c = client(&host).await;
+async fn shutdown_drains_calls_in_flight_and_refuses_new_ones(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
     let in_flight: Vec<_> = (0..4)
         .map(|i| {
             let c = c.clone();
@@ -171,12 +242,11 @@ async fn shutdown_drains_calls_in_flight_and_refuses_new_ones() {
     assert_eq!(report.abandoned_calls, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_still_running_at_the_close_timeout_are_answered() {
+async fn calls_still_running_at_the_close_timeout_are_answered(b: Binding) {
     let mut config = keel::HostConfig::default();
     config.close_timeout = Duration::from_millis(100);
-    let host = host_with(config, "tcp://127.0.0.1:0");
-    let c = client(&host).await;
+    let host = b.host_with(config);
+    let c = b.client(&host).await;
     let call = tokio::spawn({
         let c = c.clone();
         async move { c.sleep_async_ms(5_000).await }
@@ -192,11 +262,10 @@ async fn calls_still_running_at_the_close_timeout_are_answered() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_faults_only_its_caller() {
-    let host = host();
-    let c = client(&host).await;
-    let other = client(&host).await;
+async fn a_panicking_handler_faults_only_its_caller(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
+    let other = b.client(&host).await;
     let e = c.panic_sync().await.unwrap_err();
     assert!(e.is_handler_panic(), "{e}");
     assert!(e.to_string().contains("sync handler exploded"), "{e}");
@@ -208,13 +277,12 @@ async fn a_panicking_handler_faults_only_its_caller() {
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks() {
+async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks(b: Binding) {
     let mut config = keel::HostConfig::default();
     config.max_message_size = 1024;
-    let host = host_with(config, "tcp://127.0.0.1:0");
-    let c = client(&host).await;
-    let other = client(&host).await;
+    let host = b.host_with(config);
+    let c = b.client(&host).await;
+    let other = b.client(&host).await;
     let err = c.blob_len(vec![0; 4096]).await.unwrap_err();
     assert!(err.is_too_large(), "{err}");
     assert!(
@@ -223,12 +291,11 @@ async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks() {
     );
     assert_eq!(c.blob_len(vec![0; 100]).await.unwrap(), 100);
     // A reply larger than the client accepts is refused by the host, with the same clarity.
-    let small = keel::Channel::with_config(host.url(), {
-        let mut cc = keel::ClientConfig::default();
+    let small = b.channel_with(host.url(), {
+        let mut cc = b.client_config();
         cc.max_message_size = 512;
         cc
-    })
-    .unwrap();
+    });
     let small = ProbeClient::new(small);
     let err = small.make_blob(10_000).await.unwrap_err();
     assert!(err.is_too_large(), "{err}");
@@ -237,22 +304,20 @@ async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks() {
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_service_is_reported() {
-    let host = host();
-    let c = UnservedClient::connect(host.url()).await.unwrap();
+async fn unknown_service_is_reported(b: Binding) {
+    let host = b.host();
+    let c = UnservedClient::new(b.channel(host.url()));
     let err = c.nothing().await.unwrap_err();
     assert!(err.is_unknown_operation(), "{err}");
     assert!(err.to_string().contains("Unserved"), "{err}");
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_throttle_queues_then_refuses_with_busy() {
+async fn the_throttle_queues_then_refuses_with_busy(b: Binding) {
     let mut config = keel::HostConfig::default();
     config.throttle = keel::ThrottleConfig::new(1, 1);
-    let host = host_with(config, "tcp://127.0.0.1:0");
-    let c = client(&host).await;
+    let host = b.host_with(config);
+    let c = b.client(&host).await;
     let running = tokio::spawn({
         let c = c.clone();
         async move { c.sleep_ms(400).await }
@@ -270,12 +335,11 @@ async fn the_throttle_queues_then_refuses_with_busy() {
     host.shutdown_async().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_call_whose_deadline_passes_never_runs() {
+async fn a_queued_call_whose_deadline_passes_never_runs(b: Binding) {
     let mut config = keel::HostConfig::default();
     config.throttle = keel::ThrottleConfig::new(1, 10);
-    let host = host_with(config, "tcp://127.0.0.1:0");
-    let c = client(&host).await;
+    let host = b.host_with(config);
+    let c = b.client(&host).await;
     let blocker = tokio::spawn({
         let c = c.clone();
         async move { c.sleep_ms(500).await }
@@ -293,10 +357,9 @@ async fn a_queued_call_whose_deadline_passes_never_runs() {
     host.shutdown_async().await;
 }
 
-#[test]
-fn the_blocking_client_needs_no_runtime() {
-    let host = host();
-    let c = ProbeBlockingClient::connect(host.url()).unwrap();
+fn the_blocking_client_needs_no_runtime(b: Binding) {
+    let host = b.host();
+    let c = ProbeBlockingClient::new(b.channel(host.url()));
     assert_eq!(c.echo("plain main".into()).unwrap(), "plain main");
     assert_eq!(
         c.check(-1).unwrap_err().fault::<Negative>(),
@@ -318,6 +381,31 @@ fn connect_to_nothing_is_a_connection_error() {
         .port();
     let err = ProbeBlockingClient::connect(&format!("tcp://127.0.0.1:{port}")).unwrap_err();
     assert!(err.is_connection(), "{err}");
-    let err = ProbeBlockingClient::connect("http://127.0.0.1:1").unwrap_err();
+    let err = ProbeBlockingClient::connect("ftp://127.0.0.1:1").unwrap_err();
     assert!(err.to_string().contains("unsupported scheme"), "{err}");
+}
+
+#[test]
+fn a_unix_socket_file_is_removed_with_its_host_and_a_live_one_is_not_taken() {
+    let url = Binding::Unix.listen_url();
+    let path = std::path::PathBuf::from(url.strip_prefix("unix://").unwrap());
+    let host = Binding::Unix.host_at(keel::HostConfig::default(), &url);
+    assert!(path.exists());
+    let err = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint(url.as_str())
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    let c = ProbeBlockingClient::new(Binding::Unix.channel(&url));
+    assert_eq!(c.echo("still served".into()).unwrap(), "still served");
+    host.shutdown();
+    assert!(!path.exists(), "the socket file outlived its host");
+    // A file left behind by a host that is gone is replaced.
+    let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    drop(stale);
+    assert!(path.exists());
+    let host = Binding::Unix.host_at(keel::HostConfig::default(), &url);
+    assert_eq!(c.echo("new host".into()).unwrap(), "new host");
+    host.shutdown();
 }
