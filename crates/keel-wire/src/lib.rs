@@ -58,8 +58,18 @@ pub use codec::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,
     HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_NAME_LEN, MAX_REASON_LEN,
 };
-pub use frame::{Cancel, Frame, GoAway, Reply, Request, RequestFlags, StatusCode};
+pub use frame::{
+    Cancel, Frame, GoAway, Reply, Request, RequestFlags, StatusCode, StopSending, StreamData,
+    StreamEnd, WindowUpdate,
+};
 pub use handshake::{Hello, HelloReply, MAGIC, VERSION};
 
 /// Default largest message body (4 MiB) either side accepts, unless configured otherwise.
 pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 4 * 1024 * 1024;
+
+/// Flow-control credit, in data bytes, each side starts with per stream direction (the
+/// producer of a stream may send this much before the first [`WindowUpdate`]).
+pub const DEFAULT_INITIAL_WINDOW: u32 = 256 * 1024;
+
+/// Default largest flow-control window (8 MiB) a consumer auto-tunes up to.
+pub const DEFAULT_MAX_WINDOW: u32 = 8 * 1024 * 1024;
