@@ -90,7 +90,7 @@ pub struct GoAway {
 ///
 /// The direction says which stream: client → host it belongs to the request stream of
 /// `call_id`, host → client to its response stream. Only `data.len()` counts against the
-/// flow-control window.
+/// flow-control window (see [`RecvWindow`](crate::RecvWindow)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamData {
     /// The call whose stream this belongs to.

@@ -51,12 +51,16 @@
 #![forbid(unsafe_code)]
 
 mod codec;
+mod flow;
 mod frame;
 mod handshake;
 
 pub use codec::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,
     HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_NAME_LEN, MAX_REASON_LEN,
+};
+pub use flow::{
+    FlowError, RecvWindow, SendWindow, WindowConfig, MAX_WINDOW_SIZE, WINDOW_EXCEEDED_REASON,
 };
 pub use frame::{
     Cancel, Frame, GoAway, Reply, Request, RequestFlags, StatusCode, StopSending, StreamData,
@@ -71,5 +75,5 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 4 * 1024 * 1024;
 /// producer of a stream may send this much before the first [`WindowUpdate`]).
 pub const DEFAULT_INITIAL_WINDOW: u32 = 256 * 1024;
 
-/// Default largest flow-control window (8 MiB) a consumer auto-tunes up to.
+/// Default largest window (8 MiB) a [`RecvWindow`] auto-tunes up to.
 pub const DEFAULT_MAX_WINDOW: u32 = 8 * 1024 * 1024;
