@@ -9,7 +9,8 @@ pub enum Frame {
     Request(Request),
     /// Host → client: the outcome of a request (also the acknowledgement of a one-way call).
     Reply(Reply),
-    /// Client → host: the caller no longer wants the reply of `call_id`.
+    /// Client → host: the caller no longer wants the reply of `call_id`; ends the whole call,
+    /// its streams included.
     Cancel(Cancel),
     /// Either side: liveness probe; the peer answers with [`Frame::Pong`] carrying the same nonce.
     Ping(u64),

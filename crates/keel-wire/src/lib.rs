@@ -11,6 +11,16 @@
 //!
 //! The exact byte layout is in `PROTOCOL.md` next to this crate's `Cargo.toml`.
 //!
+//! # Streamed transfer
+//!
+//! A call may carry a byte stream in each direction besides its body: a [`Request`] flagged
+//! [`RequestFlags::streamed`] is followed by [`StreamData`] frames and one [`StreamEnd`], and so
+//! is an `Ok` [`Reply`] of an operation with a streamed response. Each stream is flow-controlled
+//! by its consumer with [`WindowUpdate`] credit, starting at [`DEFAULT_INITIAL_WINDOW`];
+//! [`StopSending`] asks the producer to stop early. The sans-IO bookkeeping for both ends is
+//! [`SendWindow`] (producer) and [`RecvWindow`] (consumer, with window auto-tuning up to
+//! [`DEFAULT_MAX_WINDOW`]). Ordering and error rules are in `PROTOCOL.md`.
+//!
 //! # Example
 //!
 //! Encode a request and decode it back, as the two ends of a connection would:
