@@ -2,10 +2,11 @@
 
 use std::fmt;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::{
-    Cancel, Frame, GoAway, Hello, HelloReply, Reply, Request, RequestFlags, StatusCode, MAGIC,
+    Cancel, Frame, GoAway, Hello, HelloReply, Reply, Request, RequestFlags, StatusCode,
+    StopSending, StreamData, StreamEnd, WindowUpdate, MAGIC,
 };
 
 /// Size of the length prefix in front of every frame.
@@ -14,8 +15,8 @@ pub const LEN_PREFIX_SIZE: usize = 4;
 /// Longest service or operation name, in bytes (the length travels in one byte).
 pub const MAX_NAME_LEN: usize = 255;
 
-/// Longest reason text in a [`GoAway`] or a [`HelloReply::Reject`], in bytes. Longer reasons are
-/// truncated to a character boundary by the encoders.
+/// Longest reason text in a [`GoAway`], a [`StreamEnd`] or a [`HelloReply::Reject`], in bytes.
+/// Longer reasons are truncated to a character boundary by the encoders.
 pub const MAX_REASON_LEN: usize = 1024;
 
 /// Room a frame may take beyond its message body: the type byte, the largest fixed fields (those
@@ -27,23 +28,31 @@ pub const MAX_HEADER: u32 = 1 + 8 + 1 + 8 + 1 + 1 + 2 * MAX_NAME_LEN as u32;
 /// Size of an encoded [`Hello`]: magic, version, message limit.
 pub const HELLO_LEN: usize = 4 + 2 + 4;
 
-// Frame type bytes. 7..=9 are reserved for streamed transfer (StreamData, StreamEnd,
-// WindowUpdate) and are rejected as unknown until then.
+// Frame type bytes. 0 and 11..=255 are unknown (malformed).
 const TYPE_REQUEST: u8 = 1;
 const TYPE_REPLY: u8 = 2;
 const TYPE_CANCEL: u8 = 3;
 const TYPE_PING: u8 = 4;
 const TYPE_PONG: u8 = 5;
 const TYPE_GOAWAY: u8 = 6;
+const TYPE_STREAM_DATA: u8 = 7;
+const TYPE_STREAM_END: u8 = 8;
+const TYPE_WINDOW_UPDATE: u8 = 9;
+const TYPE_STOP_SENDING: u8 = 10;
 
 // Largest GoAway length field: type, last call id, reason length, reason.
 const MAX_GOAWAY_LEN: usize = 1 + 8 + 2 + MAX_REASON_LEN;
+// Largest StreamEnd length field: type, call id, status, reason length, reason.
+const MAX_STREAM_END_LEN: usize = 1 + 8 + 1 + 2 + MAX_REASON_LEN;
 
 const FLAG_ONE_WAY: u8 = 0b0000_0001;
+const FLAG_STREAMED: u8 = 0b0000_0010;
+const KNOWN_FLAGS: u8 = FLAG_ONE_WAY | FLAG_STREAMED;
 
 // Fixed part of a request after the type byte: call id, flags, deadline.
 const REQUEST_FIXED: usize = 8 + 1 + 8;
-// Bytes from the start of the length prefix to the end of the call id of a request or reply.
+// Bytes from the start of the length prefix to the end of the call id of a frame that starts
+// with one (request, reply, stream data, stream end).
 const CALL_ID_END: usize = LEN_PREFIX_SIZE + 1 + 8;
 
 const HELLO_TAG_ACCEPT: u8 = 0;
@@ -81,8 +90,9 @@ pub enum WireError {
     /// A message is larger than the limit. Not fatal: when decoding, the codec skips the rest
     /// of the oversized frame by itself; when encoding, nothing was written.
     TooLarge {
-        /// The call the oversized frame belongs to, when it is a request or a reply and its
-        /// call id was read (or, when encoding, the frame's call id).
+        /// The call the oversized frame belongs to, when it is a request, a reply or a
+        /// stream's data or end and its call id was read (or, when encoding, the frame's call
+        /// id).
         call_id: Option<u64>,
         /// Declared size: the frame's length field when it exceeds [`Codec::frame_limit`], or
         /// the body length when the body exceeds the message limit.
@@ -100,15 +110,24 @@ pub enum WireError {
         /// Its length in bytes.
         len: usize,
     },
+    /// Encoding only: a [`WindowUpdate`] with an increment of 0, which the protocol forbids.
+    /// Nothing was written; not fatal.
+    ZeroWindowIncrement {
+        /// The update's call id.
+        call_id: u64,
+    },
 }
 
 impl WireError {
     /// Whether the connection must be closed: `true` for [`WireError::Malformed`], `false` for
-    /// errors that concern one message ([`WireError::TooLarge`], [`WireError::NameTooLong`]).
+    /// errors that concern one message ([`WireError::TooLarge`], [`WireError::NameTooLong`],
+    /// [`WireError::ZeroWindowIncrement`]).
     pub fn is_fatal(&self) -> bool {
         match self {
             WireError::Malformed(_) => true,
-            WireError::TooLarge { .. } | WireError::NameTooLong { .. } => false,
+            WireError::TooLarge { .. }
+            | WireError::NameTooLong { .. }
+            | WireError::ZeroWindowIncrement { .. } => false,
         }
     }
 }
@@ -134,6 +153,9 @@ impl fmt::Display for WireError {
                     "{field} name too long: {len} bytes, limit {MAX_NAME_LEN}"
                 )
             }
+            WireError::ZeroWindowIncrement { call_id } => {
+                write!(f, "window update with increment 0 (call {call_id})")
+            }
         }
     }
 }
@@ -143,20 +165,24 @@ impl std::error::Error for WireError {}
 impl RequestFlags {
     /// The flags as their wire byte.
     pub fn to_u8(self) -> u8 {
+        let mut v = 0;
         if self.one_way {
-            FLAG_ONE_WAY
-        } else {
-            0
+            v |= FLAG_ONE_WAY;
         }
+        if self.streamed {
+            v |= FLAG_STREAMED;
+        }
+        v
     }
 
     /// Flags from their wire byte, or `None` when a bit this version does not know is set.
     pub fn from_u8(v: u8) -> Option<RequestFlags> {
-        if v & !FLAG_ONE_WAY != 0 {
+        if v & !KNOWN_FLAGS != 0 {
             return None;
         }
         Some(RequestFlags {
             one_way: v & FLAG_ONE_WAY != 0,
+            streamed: v & FLAG_STREAMED != 0,
         })
     }
 }
@@ -190,8 +216,9 @@ impl Codec {
         self.limits.max_message_size = n;
     }
 
-    /// The largest length field accepted: `max_message_size + MAX_HEADER`. (A [`GoAway`] is
-    /// accepted up to its own bound, `11 + MAX_REASON_LEN`, even when that is larger.)
+    /// The largest length field accepted: `max_message_size + MAX_HEADER`. (A [`GoAway`] and a
+    /// [`StreamEnd`] are accepted up to their own bounds, `11 + MAX_REASON_LEN` and
+    /// `12 + MAX_REASON_LEN`, even when those are larger.)
     pub fn frame_limit(&self) -> u64 {
         u64::from(self.limits.max_message_size) + u64::from(MAX_HEADER)
     }
@@ -214,12 +241,17 @@ impl Codec {
         let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
         let total = LEN_PREFIX_SIZE as u64 + u64::from(len);
         if u64::from(len) > self.frame_limit() {
-            // A GoAway's reason is bounded on its own and must arrive whatever the message
-            // limit, so it is exempt up to its largest size.
+            // GoAway and StreamEnd reasons are bounded on their own and those frames must
+            // arrive whatever the message limit, so they are exempt up to their largest size.
             let Some(&ty) = src.get(LEN_PREFIX_SIZE) else {
                 return Ok(None);
             };
-            if ty != TYPE_GOAWAY || len as usize > MAX_GOAWAY_LEN {
+            let own_bound = match ty {
+                TYPE_GOAWAY => MAX_GOAWAY_LEN,
+                TYPE_STREAM_END => MAX_STREAM_END_LEN,
+                _ => 0,
+            };
+            if len as usize > own_bound {
                 return self.oversized(src, len, total);
             }
         }
@@ -254,7 +286,7 @@ impl Codec {
             return Ok(None);
         }
         let call_id = match src[LEN_PREFIX_SIZE] {
-            TYPE_REQUEST | TYPE_REPLY => {
+            TYPE_REQUEST | TYPE_REPLY | TYPE_STREAM_DATA | TYPE_STREAM_END => {
                 if src.len() < CALL_ID_END {
                     return Ok(None);
                 }
@@ -262,7 +294,8 @@ impl Codec {
                 id.copy_from_slice(&src[LEN_PREFIX_SIZE + 1..CALL_ID_END]);
                 Some(u64::from_le_bytes(id))
             }
-            TYPE_CANCEL | TYPE_PING | TYPE_PONG | TYPE_GOAWAY => None,
+            TYPE_CANCEL | TYPE_PING | TYPE_PONG | TYPE_GOAWAY | TYPE_WINDOW_UPDATE
+            | TYPE_STOP_SENDING => None,
             _ => return Err(WireError::Malformed("unknown frame type")),
         };
         self.discard = total;
@@ -341,6 +374,49 @@ impl Codec {
                     reason,
                 }))
             }
+            TYPE_STREAM_DATA => {
+                let call_id = r.u64()?;
+                let header = r.pos;
+                self.check_body(call_id, frame.len() - header)?;
+                frame.advance(header);
+                Ok(Frame::StreamData(StreamData {
+                    call_id,
+                    data: frame.freeze(),
+                }))
+            }
+            TYPE_STREAM_END => {
+                let call_id = r.u64()?;
+                let status = StatusCode::from_u8(r.u8()?)
+                    .ok_or(WireError::Malformed("unknown status code"))?;
+                let reason_len = usize::from(r.u16()?);
+                if reason_len > MAX_REASON_LEN {
+                    return Err(WireError::Malformed("stream end reason too long"));
+                }
+                let start = r.pos;
+                std::str::from_utf8(r.bytes(reason_len)?)
+                    .map_err(|_| WireError::Malformed("invalid UTF-8"))?;
+                r.finish()?;
+                frame.advance(start);
+                Ok(Frame::StreamEnd(StreamEnd {
+                    call_id,
+                    status,
+                    message: frame.freeze(),
+                }))
+            }
+            TYPE_WINDOW_UPDATE => {
+                let call_id = r.u64()?;
+                let increment = r.u32()?;
+                r.finish()?;
+                if increment == 0 {
+                    return Err(WireError::Malformed("zero window increment"));
+                }
+                Ok(Frame::WindowUpdate(WindowUpdate { call_id, increment }))
+            }
+            TYPE_STOP_SENDING => {
+                let call_id = r.u64()?;
+                r.finish()?;
+                Ok(Frame::StopSending(StopSending { call_id }))
+            }
             _ => Err(WireError::Malformed("unknown frame type")),
         }
     }
@@ -360,10 +436,12 @@ impl Codec {
 
     /// Append `frame` to `dst`.
     ///
-    /// Fails, writing nothing, when a request or reply body exceeds the message limit
-    /// ([`WireError::TooLarge`]) or a name exceeds [`MAX_NAME_LEN`] bytes
-    /// ([`WireError::NameTooLong`]). A [`GoAway`] reason is truncated to a character boundary at
-    /// most [`MAX_REASON_LEN`] bytes long.
+    /// Fails, writing nothing, when a request or reply body or a [`StreamData`]'s data exceeds
+    /// the message limit ([`WireError::TooLarge`]), a name exceeds [`MAX_NAME_LEN`] bytes
+    /// ([`WireError::NameTooLong`]), or a [`WindowUpdate`] has an increment of 0
+    /// ([`WireError::ZeroWindowIncrement`]). A [`GoAway`] or [`StreamEnd`] reason is truncated
+    /// to a character boundary at most [`MAX_REASON_LEN`] bytes long (a [`StreamEnd`] message
+    /// that is not UTF-8 is converted lossily first).
     pub fn encode(&self, frame: &Frame, dst: &mut BytesMut) -> Result<(), WireError> {
         match frame {
             Frame::Request(req) => {
@@ -407,6 +485,37 @@ impl Codec {
                 dst.put_u16_le(reason.len() as u16);
                 dst.put_slice(reason.as_bytes());
             }
+            Frame::StreamData(d) => {
+                self.check_body(d.call_id, d.data.len())?;
+                let len = self.check_len(Some(d.call_id), 1 + 8, d.data.len())?;
+                dst.reserve(LEN_PREFIX_SIZE + len);
+                dst.put_u32_le(len as u32);
+                dst.put_u8(TYPE_STREAM_DATA);
+                dst.put_u64_le(d.call_id);
+                dst.put_slice(&d.data);
+            }
+            Frame::StreamEnd(e) => {
+                let reason = reason_bytes(&e.message);
+                let len = 1 + 8 + 1 + 2 + reason.len();
+                dst.reserve(LEN_PREFIX_SIZE + len);
+                dst.put_u32_le(len as u32);
+                dst.put_u8(TYPE_STREAM_END);
+                dst.put_u64_le(e.call_id);
+                dst.put_u8(e.status as u8);
+                dst.put_u16_le(reason.len() as u16);
+                dst.put_slice(&reason);
+            }
+            Frame::WindowUpdate(w) => {
+                if w.increment == 0 {
+                    return Err(WireError::ZeroWindowIncrement { call_id: w.call_id });
+                }
+                dst.reserve(LEN_PREFIX_SIZE + 13);
+                dst.put_u32_le(13);
+                dst.put_u8(TYPE_WINDOW_UPDATE);
+                dst.put_u64_le(w.call_id);
+                dst.put_u32_le(w.increment);
+            }
+            Frame::StopSending(s) => put_u64_frame(dst, TYPE_STOP_SENDING, s.call_id),
         }
         Ok(())
     }
@@ -458,6 +567,19 @@ fn truncate_utf8(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// A [`StreamEnd`] message as it goes on the wire: UTF-8 (converted lossily if need be), at most
+/// [`MAX_REASON_LEN`] bytes, cut at a character boundary. Shares `message`'s memory when it is
+/// valid UTF-8.
+fn reason_bytes(message: &Bytes) -> Bytes {
+    match std::str::from_utf8(message) {
+        Ok(s) => message.slice(..truncate_utf8(s, MAX_REASON_LEN).len()),
+        Err(_) => {
+            let s = String::from_utf8_lossy(message);
+            Bytes::copy_from_slice(truncate_utf8(&s, MAX_REASON_LEN).as_bytes())
+        }
+    }
 }
 
 /// Bounds-checked reads over a complete frame or handshake message.

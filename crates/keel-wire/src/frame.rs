@@ -9,7 +9,8 @@ pub enum Frame {
     Request(Request),
     /// Host → client: the outcome of a request (also the acknowledgement of a one-way call).
     Reply(Reply),
-    /// Client → host: the caller no longer wants the reply of `call_id`.
+    /// Client → host: the caller no longer wants the reply of `call_id`; ends the whole call,
+    /// its streams included.
     Cancel(Cancel),
     /// Either side: liveness probe; the peer answers with [`Frame::Pong`] carrying the same nonce.
     Ping(u64),
@@ -18,6 +19,16 @@ pub enum Frame {
     /// Host → client: the host is closing this connection; requests with an id above
     /// `last_call_id` were not and will not be processed.
     GoAway(GoAway),
+    /// Either side: a piece of a call's byte stream. Client → host it carries the request
+    /// stream of a streamed request, host → client the response stream of a reply.
+    StreamData(StreamData),
+    /// Either side, from the producer of a stream: the stream of `call_id` is over, cleanly
+    /// or aborted.
+    StreamEnd(StreamEnd),
+    /// Either side, from the consumer of a stream: the producer may send more data bytes.
+    WindowUpdate(WindowUpdate),
+    /// Either side, from the consumer of a stream: it wants no more data on that stream.
+    StopSending(StopSending),
 }
 
 /// Per-request flags.
@@ -25,6 +36,9 @@ pub enum Frame {
 pub struct RequestFlags {
     /// One-way call: the host acknowledges receipt with an empty `Ok` reply before running it.
     pub one_way: bool,
+    /// Streamed request: the request's byte stream follows as [`Frame::StreamData`] frames
+    /// for this call id, ended by a [`Frame::StreamEnd`].
+    pub streamed: bool,
 }
 
 /// An operation invocation.
@@ -71,6 +85,49 @@ pub struct GoAway {
     pub last_call_id: u64,
     /// Why, for humans.
     pub reason: String,
+}
+
+/// A piece of a call's byte stream.
+///
+/// The direction says which stream: client → host it belongs to the request stream of
+/// `call_id`, host → client to its response stream. Only `data.len()` counts against the
+/// flow-control window (see [`RecvWindow`](crate::RecvWindow)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamData {
+    /// The call whose stream this belongs to.
+    pub call_id: u64,
+    /// The bytes; may be empty. At most the message limit long.
+    pub data: Bytes,
+}
+
+/// The end of a call's byte stream, sent by its producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamEnd {
+    /// The call whose stream ends.
+    pub call_id: u64,
+    /// [`StatusCode::Ok`]: the stream ended cleanly (and `message` is empty). Anything else:
+    /// the producer aborted the stream, for this reason.
+    pub status: StatusCode,
+    /// Why the stream was aborted: UTF-8 text for humans, at most
+    /// [`MAX_REASON_LEN`](crate::MAX_REASON_LEN) bytes (encoders truncate longer text to a
+    /// character boundary). Empty for a clean end.
+    pub message: Bytes,
+}
+
+/// Flow-control credit, sent by the consumer of a call's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowUpdate {
+    /// The call whose stream the credit is for.
+    pub call_id: u64,
+    /// How many more data bytes the producer may send; never 0.
+    pub increment: u32,
+}
+
+/// The consumer of a call's stream wants no more data on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopSending {
+    /// The call whose stream should stop.
+    pub call_id: u64,
 }
 
 /// Outcome of a call as it travels on the wire. Stable numeric values: never renumber.

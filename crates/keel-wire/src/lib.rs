@@ -11,6 +11,16 @@
 //!
 //! The exact byte layout is in `PROTOCOL.md` next to this crate's `Cargo.toml`.
 //!
+//! # Streamed transfer
+//!
+//! A call may carry a byte stream in each direction besides its body: a [`Request`] flagged
+//! [`RequestFlags::streamed`] is followed by [`StreamData`] frames and one [`StreamEnd`], and so
+//! is an `Ok` [`Reply`] of an operation with a streamed response. Each stream is flow-controlled
+//! by its consumer with [`WindowUpdate`] credit, starting at [`DEFAULT_INITIAL_WINDOW`];
+//! [`StopSending`] asks the producer to stop early. The sans-IO bookkeeping for both ends is
+//! [`SendWindow`] (producer) and [`RecvWindow`] (consumer, with window auto-tuning up to
+//! [`DEFAULT_MAX_WINDOW`]). Ordering and error rules are in `PROTOCOL.md`.
+//!
 //! # Example
 //!
 //! Encode a request and decode it back, as the two ends of a connection would:
@@ -51,6 +61,7 @@
 #![forbid(unsafe_code)]
 
 mod codec;
+mod flow;
 mod frame;
 mod handshake;
 
@@ -58,8 +69,21 @@ pub use codec::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,
     HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_NAME_LEN, MAX_REASON_LEN,
 };
-pub use frame::{Cancel, Frame, GoAway, Reply, Request, RequestFlags, StatusCode};
+pub use flow::{
+    FlowError, RecvWindow, SendWindow, WindowConfig, MAX_WINDOW_SIZE, WINDOW_EXCEEDED_REASON,
+};
+pub use frame::{
+    Cancel, Frame, GoAway, Reply, Request, RequestFlags, StatusCode, StopSending, StreamData,
+    StreamEnd, WindowUpdate,
+};
 pub use handshake::{Hello, HelloReply, MAGIC, VERSION};
 
 /// Default largest message body (4 MiB) either side accepts, unless configured otherwise.
 pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 4 * 1024 * 1024;
+
+/// Flow-control credit, in data bytes, each side starts with per stream direction (the
+/// producer of a stream may send this much before the first [`WindowUpdate`]).
+pub const DEFAULT_INITIAL_WINDOW: u32 = 256 * 1024;
+
+/// Default largest window (8 MiB) a [`RecvWindow`] auto-tunes up to.
+pub const DEFAULT_MAX_WINDOW: u32 = 8 * 1024 * 1024;

@@ -3,8 +3,8 @@
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{
-    Cancel, Codec, Frame, GoAway, Limits, Reply, Request, RequestFlags, StatusCode, WireError,
-    MAX_NAME_LEN, MAX_REASON_LEN,
+    Cancel, Codec, Frame, GoAway, Limits, Reply, Request, RequestFlags, StatusCode, StopSending,
+    StreamData, StreamEnd, WindowUpdate, WireError, MAX_NAME_LEN, MAX_REASON_LEN,
 };
 
 #[path = "support/fuzz_core.rs"]
@@ -64,11 +64,12 @@ impl Rng {
     }
 
     fn frame(&mut self, max_body: usize) -> Frame {
-        match self.upto(5) {
+        match self.upto(9) {
             0 => Frame::Request(Request {
                 call_id: self.u64(),
                 flags: RequestFlags {
                     one_way: self.upto(1) == 1,
+                    streamed: self.upto(1) == 1,
                 },
                 deadline_us: self.u64(),
                 service: self.text(MAX_NAME_LEN),
@@ -77,7 +78,7 @@ impl Rng {
             }),
             1 => Frame::Reply(Reply {
                 call_id: self.u64(),
-                status: StatusCode::from_u8(self.upto(11) as u8).unwrap(),
+                status: self.status(),
                 body: Bytes::from(self.blob(max_body)),
             }),
             2 => Frame::Cancel(Cancel {
@@ -85,11 +86,38 @@ impl Rng {
             }),
             3 => Frame::Ping(self.u64()),
             4 => Frame::Pong(self.u64()),
-            _ => Frame::GoAway(GoAway {
+            5 => Frame::GoAway(GoAway {
                 last_call_id: self.u64(),
                 reason: self.text(MAX_REASON_LEN),
             }),
+            6 => Frame::StreamData(StreamData {
+                call_id: self.u64(),
+                data: Bytes::from(self.blob(max_body)),
+            }),
+            7 => {
+                let status = self.status();
+                Frame::StreamEnd(StreamEnd {
+                    call_id: self.u64(),
+                    status,
+                    message: if status == StatusCode::Ok {
+                        Bytes::new()
+                    } else {
+                        Bytes::from(self.text(MAX_REASON_LEN))
+                    },
+                })
+            }
+            8 => Frame::WindowUpdate(WindowUpdate {
+                call_id: self.u64(),
+                increment: (self.u64() as u32).max(1),
+            }),
+            _ => Frame::StopSending(StopSending {
+                call_id: self.u64(),
+            }),
         }
+    }
+
+    fn status(&mut self) -> StatusCode {
+        StatusCode::from_u8(self.upto(11) as u8).unwrap()
     }
 
     /// Split `data` into random pieces.
@@ -147,9 +175,9 @@ fn random_frames_survive_random_splits() {
     }
 }
 
-/// Frames written under a larger limit than the reader's: every request or reply whose body
-/// exceeds the reader's limit becomes a `TooLarge` naming its call, and everything else still
-/// arrives, whatever the split.
+/// Frames written under a larger limit than the reader's: every request, reply or stream data
+/// whose payload exceeds the reader's limit becomes a `TooLarge` naming its call, and everything
+/// else (GoAway and StreamEnd whatever their reason's length) still arrives, whatever the split.
 #[test]
 fn oversized_frames_are_skipped_and_named() {
     let mut rng = Rng::new(2);
@@ -164,6 +192,7 @@ fn oversized_frames_are_skipped_and_named() {
             let oversized = match &frame {
                 Frame::Request(r) if r.body.len() > reader_limit as usize => Some(r.call_id),
                 Frame::Reply(r) if r.body.len() > reader_limit as usize => Some(r.call_id),
+                Frame::StreamData(d) if d.data.len() > reader_limit as usize => Some(d.call_id),
                 _ => None,
             };
             expected.push(match oversized {

@@ -6,7 +6,10 @@ use crate::VERSION;
 fn request(call_id: u64, body: &[u8]) -> Frame {
     Frame::Request(Request {
         call_id,
-        flags: RequestFlags { one_way: true },
+        flags: RequestFlags {
+            one_way: true,
+            streamed: false,
+        },
         deadline_us: 1_500_000,
         service: "Calculator".into(),
         operation: "add".into(),
@@ -42,6 +45,44 @@ fn every_frame() -> Vec<Frame> {
             last_call_id: 42,
             reason: "shutting down ✓".into(),
         }),
+        Frame::Request(Request {
+            call_id: 10,
+            flags: RequestFlags {
+                one_way: false,
+                streamed: true,
+            },
+            deadline_us: 3,
+            service: "Files".into(),
+            operation: "upload".into(),
+            body: Bytes::from_static(b"name"),
+        }),
+        Frame::StreamData(StreamData {
+            call_id: 10,
+            data: Bytes::from_static(b"chunk of bytes"),
+        }),
+        Frame::StreamData(StreamData {
+            call_id: u64::MAX,
+            data: Bytes::new(),
+        }),
+        Frame::StreamEnd(StreamEnd {
+            call_id: 10,
+            status: StatusCode::Ok,
+            message: Bytes::new(),
+        }),
+        Frame::StreamEnd(StreamEnd {
+            call_id: 11,
+            status: StatusCode::Cancelled,
+            message: Bytes::from("reader gone ✓"),
+        }),
+        Frame::WindowUpdate(WindowUpdate {
+            call_id: 10,
+            increment: 1,
+        }),
+        Frame::WindowUpdate(WindowUpdate {
+            call_id: 0,
+            increment: u32::MAX,
+        }),
+        Frame::StopSending(StopSending { call_id: 12 }),
     ]
 }
 
@@ -306,17 +347,23 @@ fn malformed_frames() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![], "truncated frame"),
         (vec![0], "unknown frame type"),
-        (vec![7, 0, 0, 0, 0, 0, 0, 0, 0], "unknown frame type"),
-        (vec![9], "unknown frame type"),
+        (vec![0, 0, 0, 0, 0, 0, 0, 0, 0], "unknown frame type"),
+        (vec![11, 0, 0, 0, 0, 0, 0, 0, 0], "unknown frame type"),
+        (vec![11], "unknown frame type"),
         (vec![200], "unknown frame type"),
+        (vec![255], "unknown frame type"),
         // Reply with status 12.
         (
             [&[2u8][..], &1u64.to_le_bytes(), &[12]].concat(),
             "unknown status code",
         ),
-        // Request with flag bit 1 set.
+        // Requests with unknown flag bits (2 and 7) set.
         (
-            [&[1u8][..], &1u64.to_le_bytes(), &[2]].concat(),
+            [&[1u8][..], &1u64.to_le_bytes(), &[4]].concat(),
+            "unknown request flags",
+        ),
+        (
+            [&[1u8][..], &1u64.to_le_bytes(), &[0x83]].concat(),
             "unknown request flags",
         ),
         // Truncated fixed fields inside complete frames.
@@ -493,7 +540,7 @@ fn oversized_unknown_type_is_malformed() {
     let mut src = BytesMut::new();
     src.put_u32_le(u32::MAX);
     assert_eq!(c.decode(&mut src), Ok(None));
-    src.put_u8(8);
+    src.put_u8(11);
     assert_eq!(
         c.decode(&mut src),
         Err(WireError::Malformed("unknown frame type"))
@@ -682,12 +729,19 @@ fn set_max_message_size_applies() {
 #[test]
 fn request_flags_bits() {
     assert_eq!(RequestFlags::from_u8(0), Some(RequestFlags::default()));
-    assert_eq!(
-        RequestFlags::from_u8(1),
-        Some(RequestFlags { one_way: true })
-    );
-    assert_eq!(RequestFlags::from_u8(2), None);
-    assert_eq!(RequestFlags { one_way: true }.to_u8(), 1);
+    let flags = |one_way, streamed| RequestFlags { one_way, streamed };
+    for (byte, f) in [
+        (0, flags(false, false)),
+        (1, flags(true, false)),
+        (2, flags(false, true)),
+        (3, flags(true, true)),
+    ] {
+        assert_eq!(RequestFlags::from_u8(byte), Some(f));
+        assert_eq!(f.to_u8(), byte);
+    }
+    for byte in 4..=255 {
+        assert_eq!(RequestFlags::from_u8(byte), None, "{byte:#x}");
+    }
 }
 
 #[test]
@@ -706,4 +760,346 @@ fn display() {
         "malformed keel wire data: bad magic"
     );
     let _: &dyn std::error::Error = &e;
+}
+
+fn stream_end(call_id: u64, status: StatusCode, message: &[u8]) -> Frame {
+    Frame::StreamEnd(StreamEnd {
+        call_id,
+        status,
+        message: Bytes::copy_from_slice(message),
+    })
+}
+
+#[test]
+fn stream_frames_layout() {
+    let data = encode(&Frame::StreamData(StreamData {
+        call_id: 0x0102,
+        data: Bytes::from_static(b"xyz"),
+    }));
+    assert_eq!(
+        &data[..],
+        &[12, 0, 0, 0, 7, 2, 1, 0, 0, 0, 0, 0, 0, b'x', b'y', b'z']
+    );
+    let empty = encode(&Frame::StreamData(StreamData {
+        call_id: 3,
+        data: Bytes::new(),
+    }));
+    assert_eq!(&empty[..], &[9, 0, 0, 0, 7, 3, 0, 0, 0, 0, 0, 0, 0]);
+    let end = encode(&stream_end(4, StatusCode::Internal, b"no"));
+    assert_eq!(
+        &end[..],
+        &[14, 0, 0, 0, 8, 4, 0, 0, 0, 0, 0, 0, 0, 11, 2, 0, b'n', b'o']
+    );
+    let ok = encode(&stream_end(4, StatusCode::Ok, b""));
+    assert_eq!(&ok[..], &[12, 0, 0, 0, 8, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let update = encode(&Frame::WindowUpdate(WindowUpdate {
+        call_id: 5,
+        increment: 0x0403_0201,
+    }));
+    assert_eq!(
+        &update[..],
+        &[13, 0, 0, 0, 9, 5, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]
+    );
+    let stop = encode(&Frame::StopSending(StopSending { call_id: 6 }));
+    assert_eq!(&stop[..], &[9, 0, 0, 0, 10, 6, 0, 0, 0, 0, 0, 0, 0]);
+    let streamed = encode(&Frame::Request(Request {
+        call_id: 1,
+        flags: RequestFlags {
+            one_way: false,
+            streamed: true,
+        },
+        deadline_us: 0,
+        service: String::new(),
+        operation: String::new(),
+        body: Bytes::new(),
+    }));
+    // The flags byte follows the type and the call id.
+    assert_eq!(streamed[4 + 1 + 8], 2);
+}
+
+#[test]
+fn stream_payloads_are_zero_copy() {
+    let mut buf = encode(&Frame::StreamData(StreamData {
+        call_id: 1,
+        data: Bytes::from(vec![7; 100]),
+    }));
+    encode_into(&stream_end(1, StatusCode::Fault, b"gone"), &mut buf);
+    let start = buf.as_ptr() as usize;
+    let end = start + buf.len();
+    let mut c = codec();
+    let Some(Frame::StreamData(d)) = c.decode(&mut buf).unwrap() else {
+        panic!("expected stream data");
+    };
+    let Some(Frame::StreamEnd(e)) = c.decode(&mut buf).unwrap() else {
+        panic!("expected a stream end");
+    };
+    for b in [&d.data, &e.message] {
+        let p = b.as_ptr() as usize;
+        assert!(p >= start && p + b.len() <= end);
+    }
+    assert_eq!(e.message, Bytes::from_static(b"gone"));
+}
+
+fn encode_into(frame: &Frame, dst: &mut BytesMut) {
+    codec().encode(frame, dst).unwrap();
+}
+
+#[test]
+fn malformed_stream_frames() {
+    let id = 1u64.to_le_bytes();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        // StreamData: call id cut short.
+        (vec![7], "truncated frame"),
+        (vec![7, 1, 2, 3, 4, 5, 6, 7], "truncated frame"),
+        // StreamEnd: missing status, missing reason length, reason past the end.
+        ([&[8u8][..], &id[..7]].concat(), "truncated frame"),
+        ([&[8u8][..], &id].concat(), "truncated frame"),
+        ([&[8u8][..], &id, &[0]].concat(), "truncated frame"),
+        ([&[8u8][..], &id, &[0, 1]].concat(), "truncated frame"),
+        (
+            [&[8u8][..], &id, &[4, 3, 0], b"ab"].concat(),
+            "truncated frame",
+        ),
+        // StreamEnd: trailing bytes after the reason.
+        (
+            [&[8u8][..], &id, &[0, 0, 0, 0]].concat(),
+            "trailing bytes in frame",
+        ),
+        (
+            [&[8u8][..], &id, &[4, 1, 0], b"ab"].concat(),
+            "trailing bytes in frame",
+        ),
+        // StreamEnd: unknown status.
+        (
+            [&[8u8][..], &id, &[12, 0, 0]].concat(),
+            "unknown status code",
+        ),
+        (
+            [&[8u8][..], &id, &[255, 0, 0]].concat(),
+            "unknown status code",
+        ),
+        // StreamEnd: reason longer than the protocol allows.
+        (
+            [&[8u8][..], &id, &[4], &1025u16.to_le_bytes(), &[b'a'; 1025]].concat(),
+            "stream end reason too long",
+        ),
+        (
+            [&[8u8][..], &id, &[4], &u16::MAX.to_le_bytes()].concat(),
+            "stream end reason too long",
+        ),
+        // StreamEnd: invalid UTF-8 (a lone continuation byte, a cut 3-byte character).
+        (
+            [&[8u8][..], &id, &[4, 1, 0, 0x80]].concat(),
+            "invalid UTF-8",
+        ),
+        (
+            [&[8u8][..], &id, &[4, 2, 0, 0xe2, 0x82]].concat(),
+            "invalid UTF-8",
+        ),
+        // WindowUpdate: truncated, trailing bytes, increment 0.
+        ([&[9u8][..], &id].concat(), "truncated frame"),
+        ([&[9u8][..], &id, &[1, 0, 0]].concat(), "truncated frame"),
+        (
+            [&[9u8][..], &id, &[1, 0, 0, 0, 0]].concat(),
+            "trailing bytes in frame",
+        ),
+        (
+            [&[9u8][..], &id, &[0, 0, 0, 0]].concat(),
+            "zero window increment",
+        ),
+        // StopSending: truncated, trailing bytes.
+        (vec![10], "truncated frame"),
+        ([&[10u8][..], &id[..7]].concat(), "truncated frame"),
+        ([&[10u8][..], &id, &[0]].concat(), "trailing bytes in frame"),
+        // Streamed request with an unknown flag bit too.
+        (
+            [&[1u8][..], &id, &[0b110]].concat(),
+            "unknown request flags",
+        ),
+    ];
+    for (rest, what) in cases {
+        let err = decode_one(&raw(&rest)).unwrap_err();
+        assert_eq!(err, WireError::Malformed(what), "input {rest:?}");
+        assert!(err.is_fatal());
+    }
+}
+
+#[test]
+fn longest_stream_end_reason_is_fine() {
+    let reason = "a".repeat(MAX_REASON_LEN);
+    let frame = stream_end(1, StatusCode::Internal, reason.as_bytes());
+    let buf = encode(&frame);
+    assert_eq!(buf.len(), 4 + 12 + MAX_REASON_LEN);
+    assert_eq!(decode_one(&buf), Ok(Some(frame)));
+}
+
+#[test]
+fn stream_end_reason_truncated_on_char_boundary() {
+    let reason = "€".repeat(400);
+    let Ok(Some(Frame::StreamEnd(e))) = decode_one(&encode(&stream_end(
+        1,
+        StatusCode::Internal,
+        reason.as_bytes(),
+    ))) else {
+        panic!("expected a stream end");
+    };
+    assert_eq!(e.message.len(), 1023);
+    assert!(reason.as_bytes().starts_with(&e.message));
+
+    // Text that is not UTF-8 is converted lossily, so the peer can still decode it.
+    let Ok(Some(Frame::StreamEnd(e))) = decode_one(&encode(&stream_end(
+        1,
+        StatusCode::Internal,
+        b"bad \xff byte",
+    ))) else {
+        panic!("expected a stream end");
+    };
+    assert_eq!(&e.message[..], "bad \u{fffd} byte".as_bytes());
+    let long_invalid = [&[0xffu8][..], &[b'a'; 2000]].concat();
+    let Ok(Some(Frame::StreamEnd(e))) =
+        decode_one(&encode(&stream_end(1, StatusCode::Internal, &long_invalid)))
+    else {
+        panic!("expected a stream end");
+    };
+    assert_eq!(e.message.len(), MAX_REASON_LEN);
+    assert!(e.message.starts_with("\u{fffd}a".as_bytes()));
+}
+
+#[test]
+fn oversized_stream_data_is_named_and_skipped() {
+    // Beyond the frame limit: reported from the length prefix, dropped without buffering.
+    let mut c = Codec::new(Limits::with_max_message_size(100));
+    let len = 100 + MAX_HEADER + 1;
+    let mut src = BytesMut::new();
+    src.put_u32_le(len);
+    src.put_u8(7);
+    src.put_u64_le(33);
+    src.extend_from_slice(&vec![0xaa; len as usize - 9]);
+    let next = stream_end(33, StatusCode::Ok, b"");
+    c.encode(&next, &mut src).unwrap();
+    let err = c.decode(&mut src).unwrap_err();
+    assert_eq!(
+        err,
+        WireError::TooLarge {
+            call_id: Some(33),
+            size: u64::from(len),
+            limit: 100
+        }
+    );
+    assert!(!err.is_fatal());
+    assert_eq!(c.decode(&mut src), Ok(Some(next)));
+    assert!(src.is_empty());
+
+    // Within the frame limit but over the message limit: consumed, then the next frame.
+    let big = Codec::new(Limits::with_max_message_size(101));
+    let mut src = BytesMut::new();
+    big.encode(
+        &Frame::StreamData(StreamData {
+            call_id: 34,
+            data: Bytes::from(vec![1; 101]),
+        }),
+        &mut src,
+    )
+    .unwrap();
+    let next = Frame::WindowUpdate(WindowUpdate {
+        call_id: 34,
+        increment: 7,
+    });
+    big.encode(&next, &mut src).unwrap();
+    assert_eq!(
+        c.decode(&mut src),
+        Err(WireError::TooLarge {
+            call_id: Some(34),
+            size: 101,
+            limit: 100
+        })
+    );
+    assert_eq!(c.decode(&mut src), Ok(Some(next)));
+    assert!(src.is_empty());
+
+    // Exactly at the limit is fine.
+    let frame = Frame::StreamData(StreamData {
+        call_id: 35,
+        data: Bytes::from(vec![2; 100]),
+    });
+    let mut src = BytesMut::new();
+    c.encode(&frame, &mut src).unwrap();
+    assert_eq!(c.decode(&mut src), Ok(Some(frame)));
+}
+
+#[test]
+fn oversized_control_frames_name_no_call() {
+    for ty in [9u8, 10] {
+        let mut c = Codec::new(Limits::with_max_message_size(0));
+        let mut src = BytesMut::new();
+        src.put_u32_le(MAX_HEADER + 1);
+        src.put_u8(ty);
+        src.extend_from_slice(&vec![1; MAX_HEADER as usize]);
+        src.extend_from_slice(&encode(&Frame::Ping(5)));
+        assert_eq!(
+            c.decode(&mut src),
+            Err(WireError::TooLarge {
+                call_id: None,
+                size: u64::from(MAX_HEADER + 1),
+                limit: 0
+            })
+        );
+        assert_eq!(c.decode(&mut src), Ok(Some(Frame::Ping(5))));
+    }
+}
+
+#[test]
+fn stream_end_arrives_whatever_the_message_limit() {
+    let reason = "r".repeat(MAX_REASON_LEN);
+    let frame = stream_end(9, StatusCode::Internal, reason.as_bytes());
+    let mut c = Codec::new(Limits::with_max_message_size(0));
+    let mut buf = BytesMut::new();
+    c.encode(&frame, &mut buf).unwrap();
+    assert!(buf.len() as u64 > 4 + c.frame_limit());
+    assert_eq!(c.decode(&mut buf), Ok(Some(frame)));
+    // Beyond its own bound a StreamEnd is oversized, and names its call.
+    let mut src = BytesMut::new();
+    src.put_u32_le(12 + 1025);
+    src.put_u8(8);
+    src.put_u64_le(9);
+    assert!(matches!(
+        c.decode(&mut src),
+        Err(WireError::TooLarge {
+            call_id: Some(9),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn encode_refuses_bad_stream_frames_and_writes_nothing() {
+    let c = Codec::new(Limits::with_max_message_size(10));
+    let mut dst = BytesMut::from(&b"keep"[..]);
+    assert_eq!(
+        c.encode(
+            &Frame::StreamData(StreamData {
+                call_id: 3,
+                data: Bytes::from(vec![0; 11]),
+            }),
+            &mut dst
+        ),
+        Err(WireError::TooLarge {
+            call_id: Some(3),
+            size: 11,
+            limit: 10
+        })
+    );
+    let err = c
+        .encode(
+            &Frame::WindowUpdate(WindowUpdate {
+                call_id: 4,
+                increment: 0,
+            }),
+            &mut dst,
+        )
+        .unwrap_err();
+    assert_eq!(err, WireError::ZeroWindowIncrement { call_id: 4 });
+    assert!(!err.is_fatal());
+    assert_eq!(err.to_string(), "window update with increment 0 (call 4)");
+    assert_eq!(&dst[..], b"keep");
 }

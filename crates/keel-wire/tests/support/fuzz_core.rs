@@ -63,10 +63,11 @@ pub(crate) fn decode_frames(data: &[u8]) {
                     assert!(again.is_empty());
                 }
                 Ok(None) => {
-                    // At most one partial frame within the limit (a GoAway has its own bound).
+                    // At most one partial frame within the limit (GoAway and StreamEnd have their
+                    // own bounds, the larger being StreamEnd's).
                     let bound = codec
                         .frame_limit()
-                        .max(11 + keel_wire::MAX_REASON_LEN as u64);
+                        .max(12 + keel_wire::MAX_REASON_LEN as u64);
                     assert!((src.len() as u64) < 4 + bound);
                     break;
                 }
