@@ -44,6 +44,10 @@ struct Operation {
     is_async: bool,
     one_way: bool,
     params: Vec<(Ident, Type)>,
+    /// The index in `params` of the `ByteStream` parameter (the request stream), if any.
+    stream_param: Option<usize>,
+    /// The operation returns a `ByteStream` (or `Result<ByteStream, E>`): a response stream.
+    stream_reply: bool,
     /// The declared return type (`()` when omitted).
     ret: Type,
     /// `Some((T, E))` when the return type is `Result<T, E>`: E is the typed fault.
@@ -133,7 +137,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
 
     let args_structs = ops.iter().map(|op| {
         let ident = args_ident(trait_name, &op.name);
-        let fields = op.params.iter().map(|(n, t)| quote!(#n: #t));
+        let fields = op.value_params().map(|(n, t)| quote!(#n: #t));
         let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
         quote! {
             #[doc = #doc]
@@ -152,6 +156,8 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             let t = type_string(t);
             quote!(#k::ParamInfo { name: #n, ty: #t })
         });
+        let stream_request = op.stream_param.is_some();
+        let stream_response = op.stream_reply;
         let (returns, fault) = match &op.fallible {
             Some((t, e)) => (type_string(t), {
                 let e = type_string(e);
@@ -169,6 +175,8 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 fault: #fault,
                 one_way: #one_way,
                 blocking: #blocking,
+                stream_request: #stream_request,
+                stream_response: #stream_response,
             }
         }
     });
@@ -176,12 +184,25 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
     let dispatch_arms = ops.iter().enumerate().map(|(i, op)| {
         let m = &op.name;
         let args_ident = args_ident(trait_name, &op.name);
-        let names: Vec<_> = op.params.iter().map(|(n, _)| n).collect();
-        let call = quote!(<S as #trait_name>::#m(&*svc, #(args.#names),*));
-        let encode = if op.fallible.is_some() {
-            quote!(#k::encode_fallible(format, &__r))
+        let call_args = op.params.iter().enumerate().map(|(i, (n, _))| {
+            if Some(i) == op.stream_param {
+                quote!(__stream)
+            } else {
+                quote!(args.#n)
+            }
+        });
+        let call = quote!(<S as #trait_name>::#m(&*svc, #(#call_args),*));
+        let encode = match (op.stream_reply, op.fallible.is_some()) {
+            (true, true) => quote!(#k::stream_fallible(format, __r)),
+            (true, false) => quote!(#k::stream_ok(__r)),
+            (false, true) => quote!(#k::encode_fallible(format, &__r)),
+            (false, false) => quote!(#k::encode_ok(format, &__r)),
+        };
+        let take_stream = if op.stream_param.is_some() {
+            quote!(let __stream = stream;)
         } else {
-            quote!(#k::encode_ok(format, &__r))
+            // Not this operation's: dropping it tells the sender to stop.
+            quote!(::core::mem::drop(stream);)
         };
         let body = if op.is_async {
             quote! {
@@ -201,6 +222,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         quote! {
             #i => {
                 let args: #descriptor_mod::#args_ident = #k::decode_args(format, body)?;
+                #take_stream
                 let svc = ::std::sync::Arc::clone(&self.inner);
                 ::core::result::Result::Ok(#body)
             }
@@ -211,15 +233,30 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let m = &op.name;
         let args_ident = args_ident(trait_name, &op.name);
         let params = op.params.iter().map(|(n, t)| quote!(#n: #t));
-        let names: Vec<_> = op.params.iter().map(|(n, _)| n).collect();
+        let names: Vec<_> = op.value_params().map(|(n, _)| n).collect();
         let docs = op.method.attrs.iter().filter(|a| a.path().is_ident("doc"));
+        let upload = match op.stream_param {
+            Some(i) => {
+                let n = &op.params[i].0;
+                quote!(::core::option::Option::Some(#n))
+            }
+            None => quote!(::core::option::Option::None),
+        };
+        let target = quote!(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args, #upload);
         let (ret, call) = if op.one_way {
-            (quote!(()), quote!(#k::call_one_way(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args).await))
+            (quote!(()), quote!(#k::call_one_way(#target).await))
         } else if let Some((t, e)) = &op.fallible {
-            (quote!(#t), quote!(#k::call_fallible::<_, #t, #e>(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args).await))
+            if op.stream_reply {
+                (quote!(#t), quote!(#k::call_stream_fallible::<_, #e>(#target).await))
+            } else {
+                (quote!(#t), quote!(#k::call_fallible::<_, #t, #e>(#target).await))
+            }
+        } else if op.stream_reply {
+            let r = &op.ret;
+            (quote!(#r), quote!(#k::call_stream(#target).await))
         } else {
             let r = &op.ret;
-            (quote!(#r), quote!(#k::call::<_, #r>(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args).await))
+            (quote!(#r), quote!(#k::call::<_, #r>(#target).await))
         };
         let method_span = op.method.sig.ident.span();
         quote_spanned! {method_span=>
@@ -301,6 +338,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 op: usize,
                 format: #k::Format,
                 body: &[u8],
+                stream: ::keel::ByteStream,
             ) -> ::core::result::Result<#k::Invocation, ::keel::Status> {
                 match op {
                     #(#dispatch_arms)*
@@ -443,6 +481,7 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         ),
     }
     let mut params = Vec::new();
+    let mut stream_param = None;
     for input in inputs {
         let FnArg::Typed(pt) = input else { continue };
         let name = match &*pt.pat {
@@ -461,6 +500,16 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
                 "operation parameters must be owned serde types (no `impl Trait`, no references)",
             );
             continue;
+        }
+        if is_byte_stream(&pt.ty) {
+            if stream_param.is_some() {
+                local.push_spanned(
+                    &pt.ty,
+                    "an operation takes at most one `ByteStream` parameter (its request stream)",
+                );
+                continue;
+            }
+            stream_param = Some(params.len());
         }
         params.push((name, (*pt.ty).clone()));
     }
@@ -481,6 +530,16 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         );
     }
     let fallible = result_parts(&ret);
+    let stream_reply = match &fallible {
+        Some((t, _)) => is_byte_stream(t),
+        None => is_byte_stream(&ret),
+    };
+    if one_way && stream_param.is_some() {
+        local.push(
+            sig.ident.span(),
+            "a #[keel(one_way)] operation cannot take a `ByteStream`: it is acknowledged on receipt",
+        );
+    }
     let ok = local.0.is_none();
     if let Some(e) = local.0 {
         errors.add(e);
@@ -491,9 +550,37 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         is_async: sig.asyncness.is_some(),
         one_way,
         params,
+        stream_param,
+        stream_reply,
         ret,
         fallible,
     })
+}
+
+impl Operation {
+    /// The parameters that travel in the encoded arguments (all but the request stream).
+    fn value_params(&self) -> impl Iterator<Item = &(Ident, Type)> {
+        let skip = self.stream_param;
+        self.params
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| Some(*i) != skip)
+            .map(|(_, p)| p)
+    }
+}
+
+/// `ByteStream` (by its last path segment, as written): a streamed body.
+fn is_byte_stream(t: &Type) -> bool {
+    match t {
+        Type::Path(p) => {
+            p.path.segments.last().is_some_and(|s| {
+                s.ident == "ByteStream" && matches!(s.arguments, PathArguments::None)
+            })
+        }
+        Type::Paren(p) => is_byte_stream(&p.elem),
+        Type::Group(g) => is_byte_stream(&g.elem),
+        _ => false,
+    }
 }
 
 /// The tokens of `<...>` and/or the `where` clause, if there are any (for error spans).

@@ -6,9 +6,10 @@ use std::fmt::Debug;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::client::{CallOptions, Channel};
+use crate::client::{CallOptions, Channel, Outgoing};
 use crate::error::{Error, Kind, Status, StatusCode};
-use crate::service::{self, Format, ServiceDescriptor};
+use crate::service::{self, Format, Payload, ServiceDescriptor};
+use crate::stream::ByteStream;
 
 async fn raw<A: Serialize>(
     ch: &Channel,
@@ -16,7 +17,8 @@ async fn raw<A: Serialize>(
     desc: &'static ServiceDescriptor,
     op: usize,
     args: &A,
-) -> Result<Result<bytes::Bytes, Status>, Error> {
+    upload: Option<ByteStream>,
+) -> Result<Result<Payload, Status>, Error> {
     let info = &desc.operations[op];
     let body = service::encode(Format::Postcard, args).map_err(|e| {
         Error::new(
@@ -27,8 +29,36 @@ async fn raw<A: Serialize>(
             ),
         )
     })?;
-    ch.call(desc.name, info.name, info.one_way, body, opts)
-        .await
+    let call = Outgoing {
+        service: desc.name,
+        operation: info.name,
+        one_way: info.one_way,
+        body,
+        upload,
+        download: info.stream_response,
+    };
+    ch.call(call, opts).await
+}
+
+/// The whole body of a reply the operation does not stream.
+fn body(desc: &ServiceDescriptor, op: usize, payload: Payload) -> Result<bytes::Bytes, Error> {
+    payload.into_body().ok_or_else(|| {
+        Error::new(
+            Kind::Protocol,
+            format!(
+                "{}.{}: the host streamed a reply the contract does not stream",
+                desc.name, desc.operations[op].name
+            ),
+        )
+    })
+}
+
+/// The stream of a reply the operation streams.
+fn stream(payload: Payload) -> ByteStream {
+    match payload {
+        Payload::Stream(s) => s,
+        Payload::Body(b) => ByteStream::from_bytes(b),
+    }
 }
 
 fn decode_reply<T: DeserializeOwned>(
@@ -52,9 +82,47 @@ pub async fn call<A: Serialize, T: DeserializeOwned>(
     desc: &'static ServiceDescriptor,
     op: usize,
     args: &A,
+    upload: Option<ByteStream>,
 ) -> Result<T, Error> {
-    match raw(ch, opts, desc, op, args).await? {
-        Ok(body) => decode_reply(desc, op, &body),
+    match raw(ch, opts, desc, op, args, upload).await? {
+        Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
+        Err(status) => Err(Error::from_status(status)),
+    }
+}
+
+/// Calls an operation that returns a [`ByteStream`].
+pub async fn call_stream<A: Serialize>(
+    ch: &Channel,
+    opts: &CallOptions,
+    desc: &'static ServiceDescriptor,
+    op: usize,
+    args: &A,
+    upload: Option<ByteStream>,
+) -> Result<ByteStream, Error> {
+    match raw(ch, opts, desc, op, args, upload).await? {
+        Ok(payload) => Ok(stream(payload)),
+        Err(status) => Err(Error::from_status(status)),
+    }
+}
+
+/// Calls an operation that returns `Result<ByteStream, E>`.
+pub async fn call_stream_fallible<A, E>(
+    ch: &Channel,
+    opts: &CallOptions,
+    desc: &'static ServiceDescriptor,
+    op: usize,
+    args: &A,
+    upload: Option<ByteStream>,
+) -> Result<ByteStream, Error>
+where
+    A: Serialize,
+    E: DeserializeOwned + Any + Send + Sync + Debug,
+{
+    match raw(ch, opts, desc, op, args, upload).await? {
+        Ok(payload) => Ok(stream(payload)),
+        Err(status) if status.code() == StatusCode::Fault => Err(Error::from_fault(
+            decode_reply::<E>(desc, op, status.details())?,
+        )),
         Err(status) => Err(Error::from_status(status)),
     }
 }
@@ -66,14 +134,15 @@ pub async fn call_fallible<A, T, E>(
     desc: &'static ServiceDescriptor,
     op: usize,
     args: &A,
+    upload: Option<ByteStream>,
 ) -> Result<T, Error>
 where
     A: Serialize,
     T: DeserializeOwned,
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
-    match raw(ch, opts, desc, op, args).await? {
-        Ok(body) => decode_reply(desc, op, &body),
+    match raw(ch, opts, desc, op, args, upload).await? {
+        Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
         Err(status) if status.code() == StatusCode::Fault => Err(Error::from_fault(
             decode_reply::<E>(desc, op, status.details())?,
         )),
@@ -88,8 +157,9 @@ pub async fn call_one_way<A: Serialize>(
     desc: &'static ServiceDescriptor,
     op: usize,
     args: &A,
+    upload: Option<ByteStream>,
 ) -> Result<(), Error> {
-    match raw(ch, opts, desc, op, args).await? {
+    match raw(ch, opts, desc, op, args, upload).await? {
         Ok(_) => Ok(()),
         Err(status) => Err(Error::from_status(status)),
     }

@@ -72,7 +72,9 @@ mod host;
 mod rt;
 mod service;
 mod sink;
+mod stream;
 mod throttle;
+mod wire_stream;
 
 pub use client::{CallOptions, Channel, ClientConfig};
 pub use error::{Error, Status, StatusCode};
@@ -81,8 +83,9 @@ pub use host::{
 };
 pub use keel_macros::contract;
 pub use service::{
-    Format, Invocation, OperationInfo, Outcome, ParamInfo, Service, ServiceDescriptor,
+    Format, Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
 };
+pub use stream::{BlockingReader, ByteSender, ByteStream};
 pub use throttle::ThrottleConfig;
 
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
@@ -91,7 +94,7 @@ pub use keel_pool as pool;
 /// What generated code calls. Not a public API: may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::call::{call, call_fallible, call_one_way};
+    pub use crate::call::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
     pub use crate::client::CallOptions;
     pub use crate::service::{
         Format, Invocation, OperationInfo, ParamInfo, Service, ServiceDescriptor,
@@ -118,6 +121,17 @@ pub mod __private {
         value: &Result<T, E>,
     ) -> Outcome {
         crate::service::encode_fallible(format, value)
+    }
+    /// A streamed reply.
+    pub fn stream_ok(stream: crate::ByteStream) -> Outcome {
+        crate::service::stream_ok(stream)
+    }
+    /// A `Result<ByteStream, E>` reply.
+    pub fn stream_fallible<E: serde::Serialize>(
+        format: Format,
+        value: Result<crate::ByteStream, E>,
+    ) -> Outcome {
+        crate::service::stream_fallible(format, value)
     }
     /// The status for an operation index the service does not have.
     pub fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{Status, StatusCode};
+use crate::stream::ByteStream;
 
 /// A contract's description: its name and operations, in declaration order.
 #[derive(Debug)]
@@ -42,6 +43,17 @@ pub struct OperationInfo {
     pub one_way: bool,
     /// A plain `fn` (runs on keel-pool) rather than an `async fn` (runs on the runtime).
     pub blocking: bool,
+    /// Takes a [`ByteStream`] parameter: the request body is streamed.
+    pub stream_request: bool,
+    /// Returns a [`ByteStream`]: the reply body is streamed.
+    pub stream_response: bool,
+}
+
+impl OperationInfo {
+    /// Whether either direction is streamed.
+    pub fn streamed(&self) -> bool {
+        self.stream_request || self.stream_response
+    }
 }
 
 /// One parameter of an operation.
@@ -64,8 +76,27 @@ pub enum Format {
     Json,
 }
 
-/// The result of running an operation: the encoded reply body, or a status.
-pub type Outcome = Result<Bytes, Status>;
+/// What a successful operation sends back.
+#[derive(Debug)]
+pub enum Payload {
+    /// The encoded return value, whole.
+    Body(Bytes),
+    /// A streamed reply: the chunks follow as the stream yields them.
+    Stream(ByteStream),
+}
+
+impl Payload {
+    /// The whole body; `None` for a stream.
+    pub fn into_body(self) -> Option<Bytes> {
+        match self {
+            Payload::Body(b) => Some(b),
+            Payload::Stream(_) => None,
+        }
+    }
+}
+
+/// The result of running an operation: the reply, or a status.
+pub type Outcome = Result<Payload, Status>;
 
 /// A decoded call, ready to run where its kind says it must run.
 pub enum Invocation {
@@ -89,8 +120,16 @@ impl fmt::Debug for Invocation {
 pub trait Service: Send + Sync + 'static {
     /// The contract's description.
     fn descriptor(&self) -> &'static ServiceDescriptor;
-    /// Decodes the arguments of operation `op` and prepares its invocation.
-    fn invoke(&self, op: usize, format: Format, body: &[u8]) -> Result<Invocation, Status>;
+    /// Decodes the arguments of operation `op` and prepares its invocation. `stream` is the
+    /// request stream (empty unless the caller streams one); an operation that takes none drops
+    /// it, which tells the sender to stop.
+    fn invoke(
+        &self,
+        op: usize,
+        format: Format,
+        body: &[u8],
+        stream: ByteStream,
+    ) -> Result<Invocation, Status>;
 }
 
 pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result<Bytes, String> {
@@ -124,7 +163,16 @@ pub(crate) fn decode_args<T: DeserializeOwned>(format: Format, body: &[u8]) -> R
 /// Encodes a handler's return value.
 pub(crate) fn encode_ok<T: Serialize>(format: Format, value: &T) -> Outcome {
     encode(format, value)
+        .map(Payload::Body)
         .map_err(|e| Status::new(StatusCode::Internal, format!("cannot encode reply: {e}")))
+}
+
+/// Encodes a typed fault.
+fn encode_fault<E: Serialize>(format: Format, fault: &E) -> Status {
+    match encode(format, fault) {
+        Ok(b) => Status::fault(b),
+        Err(e) => Status::new(StatusCode::Internal, format!("cannot encode fault: {e}")),
+    }
 }
 
 /// Encodes a handler's `Result<T, E>`: `Err` becomes a typed fault.
@@ -134,7 +182,23 @@ pub(crate) fn encode_fallible<T: Serialize, E: Serialize>(
 ) -> Outcome {
     match value {
         Ok(v) => encode_ok(format, v),
-        Err(e) => Err(Status::fault(encode_ok(format, e)?)),
+        Err(e) => Err(encode_fault(format, e)),
+    }
+}
+
+/// A handler's streamed reply.
+pub(crate) fn stream_ok(stream: ByteStream) -> Outcome {
+    Ok(Payload::Stream(stream))
+}
+
+/// A handler's `Result<ByteStream, E>`: `Err` becomes a typed fault.
+pub(crate) fn stream_fallible<E: Serialize>(
+    format: Format,
+    value: Result<ByteStream, E>,
+) -> Outcome {
+    match value {
+        Ok(s) => Ok(Payload::Stream(s)),
+        Err(e) => Err(encode_fault(format, &e)),
     }
 }
 

@@ -3,13 +3,156 @@
 //!
 //! Covered per binding: every operation kind, typed faults, where handlers run, deadlines,
 //! 1,000 concurrent calls, reconnect, drain, the close timeout, panic isolation, size limits,
-//! unknown services, the throttle, and the blocking client.
+//! unknown services, the throttle, the blocking client, and streamed transfer (up, down, both,
+//! stopped early, many in sequence on one connection).
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
+use keel::ByteStream;
+
+/// Larger than the default 4 MiB message limit: only a stream can carry it.
+const BIG: u64 = 5 * 1024 * 1024 + 12_345;
+
+/// `n` bytes of the test pattern as a lazily produced upload, in chunks of `chunk` bytes.
+fn upload_of(n: u64, chunk: u64) -> ByteStream {
+    ByteStream::from_iter(
+        (0..n.div_ceil(chunk))
+            .map(move |i| pattern_bytes(i * chunk, (n - i * chunk).min(chunk) as usize)),
+    )
+}
+
+async fn streamed_upload(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
+    let want = pattern_checksum(BIG);
+    let (tag, len, sum) = c
+        .upload("big".into(), upload_of(BIG, 100_000))
+        .await
+        .unwrap();
+    assert_eq!((tag.as_str(), len, sum), ("big", want.len, want.sum));
+    // Uneven, tiny and empty chunks arrive intact.
+    let (_, len, sum) = c.upload("odd".into(), upload_of(10_007, 7)).await.unwrap();
+    let want_odd = pattern_checksum(10_007);
+    assert_eq!((len, sum), (want_odd.len, want_odd.sum));
+    let (_, len, _) = c.upload("empty".into(), ByteStream::empty()).await.unwrap();
+    assert_eq!(len, 0);
+    // A plain `fn` operation reads its upload with blocking reads on the pool.
+    assert_eq!(
+        c.upload_sync(upload_of(BIG, 65_536)).await.unwrap(),
+        (want.len, want.sum)
+    );
+    host.shutdown_async().await;
+}
+
+async fn streamed_download(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
+    let want = pattern_checksum(BIG);
+    assert_eq!(
+        checksum(c.download(BIG, 100_000).await.unwrap())
+            .await
+            .unwrap(),
+        want
+    );
+    assert_eq!(
+        checksum(c.download_sync(BIG).await.unwrap()).await.unwrap(),
+        want
+    );
+    assert_eq!(
+        checksum(c.download(0, 10).await.unwrap()).await.unwrap(),
+        Checksum::default()
+    );
+    // A fallible streamed operation: the fault instead of a stream, or the stream.
+    let err = c.download_checked(-3).await.unwrap_err();
+    assert_eq!(err.fault::<Negative>(), Some(Negative(-3)), "{err}");
+    let s = c.download_checked(5000).await.unwrap();
+    assert_eq!(checksum(s).await.unwrap(), pattern_checksum(5000));
+    host.shutdown_async().await;
+}
+
+async fn streamed_both_ways(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
+    let echoed = c.echo_stream(upload_of(BIG, 50_000)).await.unwrap();
+    assert_eq!(checksum(echoed).await.unwrap(), pattern_checksum(BIG));
+    // Several at once on one client.
+    let calls: Vec<_> = (0..4u64)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let n = 300_000 + i * 1000;
+                let s = c.echo_stream(upload_of(n, 8192)).await.unwrap();
+                assert_eq!(checksum(s).await.unwrap(), pattern_checksum(n));
+            })
+        })
+        .collect();
+    for h in calls {
+        h.await.unwrap();
+    }
+    host.shutdown_async().await;
+}
+
+async fn streams_stopped_early_keep_the_connection(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
+    // The caller stops reading a download after its first chunk.
+    let mut s = c.download(2 * 1024 * 1024, 16_384).await.unwrap();
+    assert!(s.next().await.unwrap().is_ok());
+    drop(s);
+    // The handler stops reading an upload after a prefix; the reply still arrives.
+    let got = c
+        .upload_prefix(upload_of(2 * 1024 * 1024, 16_384), 100_000)
+        .await
+        .unwrap();
+    assert!(got >= 100_000, "{got}");
+    // The same connection serves what comes next.
+    assert_eq!(c.echo("after".into()).await.unwrap(), "after");
+    let s = c.download(1000, 100).await.unwrap();
+    assert_eq!(checksum(s).await.unwrap(), pattern_checksum(1000));
+    if b.multiplexed() {
+        // Streams of any size stop without touching the connection.
+        let mut s = c.download(1 << 40, 65_536).await.unwrap();
+        assert!(s.next().await.unwrap().is_ok());
+        drop(s);
+        let got = c
+            .upload_prefix(upload_of(1 << 40, 65_536), 1_000_000)
+            .await
+            .unwrap();
+        assert!(got >= 1_000_000, "{got}");
+        assert_eq!(c.echo("still".into()).await.unwrap(), "still");
+    }
+    assert_eq!(host.stats().connections_opened, 1, "{:?}", host.stats());
+    host.shutdown_async().await;
+}
+
+async fn a_hundred_sequential_streamed_calls_use_one_connection(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
+    for i in 0..100u64 {
+        let n = 1000 + i * 37;
+        match i % 3 {
+            0 => {
+                let (_, len, _) = c.upload(i.to_string(), upload_of(n, 500)).await.unwrap();
+                assert_eq!(len, n);
+            }
+            1 => {
+                let s = c.download(n, 400).await.unwrap();
+                assert_eq!(checksum(s).await.unwrap().len, n);
+            }
+            _ => {
+                let s = c.echo_stream(upload_of(n, 300)).await.unwrap();
+                assert_eq!(checksum(s).await.unwrap().len, n);
+            }
+        }
+    }
+    let stats = host.stats();
+    assert_eq!(stats.connections_opened, 1, "{stats:?}");
+    assert_eq!(stats.calls_total, 100);
+    host.shutdown_async().await;
+}
 
 /// Expands to one test per behaviour for binding `$b`.
 macro_rules! binding_tests {
@@ -65,6 +208,26 @@ macro_rules! binding_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn a_queued_call_whose_deadline_passes_never_runs() {
             super::a_queued_call_whose_deadline_passes_never_runs($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn streamed_upload() {
+            super::streamed_upload($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn streamed_download() {
+            super::streamed_download($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn streamed_both_ways() {
+            super::streamed_both_ways($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn streams_stopped_early_keep_the_connection() {
+            super::streams_stopped_early_keep_the_connection($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_hundred_sequential_streamed_calls_use_one_connection() {
+            super::a_hundred_sequential_streamed_calls_use_one_connection($b).await
         }
         #[test]
         fn the_blocking_client_needs_no_runtime() {

@@ -72,11 +72,15 @@ impl RawPeer {
         self.send_bytes(&out);
     }
 
-    /// The next frame, or `None` once the host closed the connection.
+    /// The next frame other than a Ping (the host pings once to measure the round trip; this
+    /// peer leaves it unanswered, which the host must tolerate), or `None` once the host closed
+    /// the connection.
     fn next(&mut self) -> Option<Frame> {
         loop {
-            if let Some(f) = self.codec.decode(&mut self.buf).unwrap() {
-                return Some(f);
+            match self.codec.decode(&mut self.buf).unwrap() {
+                Some(Frame::Ping(_)) => continue,
+                Some(f) => return Some(f),
+                None => {}
             }
             if self.fill() == 0 {
                 return None;

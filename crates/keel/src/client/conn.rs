@@ -6,24 +6,39 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use keel_wire::{Cancel, Codec, Frame, Hello, HelloReply, Limits, Request, RequestFlags};
+use bytes::BytesMut;
+use keel_wire::{
+    Cancel, Codec, Frame, Hello, HelloReply, Limits, Request, RequestFlags, StopSending,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
-use super::ClientConfig;
+use super::{ClientConfig, Outgoing};
 use crate::endpoint::{Endpoint, Io};
 use crate::error::{Error, Kind, Status, StatusCode};
+use crate::service::Payload;
 use crate::sink::{SendError, Sink};
+use crate::wire_stream::Streams;
 
 /// What a waiting call receives.
-type ReplySlot = oneshot::Sender<Result<Result<Bytes, Status>, Error>>;
+type ReplySlot = oneshot::Sender<Result<Result<Payload, Status>, Error>>;
+
+/// A call waiting for its reply.
+#[derive(Debug)]
+struct Waiting {
+    slot: ReplySlot,
+    /// The reply is streamed: an Ok reply opens the inbound stream.
+    download: bool,
+}
 
 #[derive(Debug)]
 pub(crate) struct Conn {
     shared: Arc<Shared>,
     sink: Arc<Sink>,
+    streams: Arc<Streams>,
+    /// The runtime the connection's tasks (and upload pumps) run on.
+    runtime: tokio::runtime::Handle,
     tasks: [AbortHandle; 2],
 }
 
@@ -38,14 +53,14 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct Pending {
-    calls: HashMap<u64, ReplySlot>,
+    calls: HashMap<u64, Waiting>,
     /// Set once the connection is gone; later calls fail at once with this reason.
     closed: Option<String>,
 }
 
 impl Shared {
     /// Unregisters a waiting call; `None` if it was already answered or given up.
-    fn take(&self, call_id: u64) -> Option<ReplySlot> {
+    fn take(&self, call_id: u64) -> Option<Waiting> {
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -63,8 +78,10 @@ impl Shared {
             }
             std::mem::take(&mut p.calls)
         };
-        for (_, slot) in calls {
-            let _ = slot.send(Err(Error::new(Kind::Connection, reason.to_string())));
+        for (_, waiting) in calls {
+            let _ = waiting
+                .slot
+                .send(Err(Error::new(Kind::Connection, reason.to_string())));
         }
     }
 }
@@ -99,6 +116,7 @@ impl Conn {
             },
             &mut buf,
         );
+        let hello_sent = Instant::now();
         io.write_all(&buf).await.map_err(connect_err)?;
         buf.clear();
         let reply = loop {
@@ -149,6 +167,9 @@ impl Conn {
             wr,
             Codec::new(Limits::with_max_message_size(peer_max_message)),
         );
+        // The handshake was one round trip: the first estimate stream windows grow against.
+        let streams = Streams::new(sink.clone(), config.max_stream_window, peer_max_message);
+        streams.set_rtt(hello_sent.elapsed());
         let flusher = tokio::spawn(flusher);
         let reader = tokio::spawn(read_loop(
             rd,
@@ -156,10 +177,13 @@ impl Conn {
             Codec::new(Limits::with_max_message_size(config.max_message_size)),
             shared.clone(),
             sink.clone(),
+            streams.clone(),
         ));
         Ok(Conn {
             shared,
             sink,
+            streams,
+            runtime: tokio::runtime::Handle::current(),
             tasks: [reader.abort_handle(), flusher.abort_handle()],
         })
     }
@@ -171,6 +195,7 @@ impl Conn {
     /// Closes the connection now; waiting calls fail.
     pub(crate) fn close(&self, reason: &str) {
         self.shared.fail_all(reason);
+        self.streams.close(reason);
         for t in &self.tasks {
             t.abort();
         }
@@ -178,12 +203,17 @@ impl Conn {
 
     pub(crate) async fn call(
         &self,
-        service: &'static str,
-        operation: &'static str,
-        one_way: bool,
-        body: Bytes,
+        call: Outgoing,
         deadline: Instant,
-    ) -> Result<Result<Bytes, Status>, Error> {
+    ) -> Result<Result<Payload, Status>, Error> {
+        let Outgoing {
+            service,
+            operation,
+            one_way,
+            body,
+            upload,
+            download,
+        } = call;
         if body.len() as u64 > u64::from(self.shared.peer_max_message) {
             return Err(Error::new(
                 Kind::TooLarge,
@@ -205,7 +235,7 @@ impl Conn {
             if let Some(reason) = &p.closed {
                 return Err(Error::new(Kind::Connection, reason.clone()));
             }
-            p.calls.insert(call_id, slot);
+            p.calls.insert(call_id, Waiting { slot, download });
         }
         // From here on, a dropped future (the caller gave up) must unregister and tell the host.
         let mut guard = CallGuard {
@@ -216,20 +246,31 @@ impl Conn {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let request = Frame::Request(Request {
             call_id,
-            flags: RequestFlags { one_way },
+            flags: RequestFlags {
+                one_way,
+                streamed: upload.is_some(),
+            },
             // Round up so a sub-microsecond remainder is not read as "no deadline".
             deadline_us: (remaining.as_micros() as u64).max(1),
             service: service.to_string(),
             operation: operation.to_string(),
             body,
         });
+        // Register the upload before the request goes out, so the host's credit and
+        // StopSending for it are routed from the start.
+        let upload = upload.map(|s| (self.streams.register_outbound(call_id), s));
         if let Err(e) = self.sink.send(&request) {
             guard.armed = false;
             self.shared.take(call_id);
+            self.streams.stop_outbound(call_id);
             return Err(match e {
                 SendError::Closed => Error::new(Kind::Connection, "connection closed"),
                 SendError::Encode(e) => Error::new(Kind::TooLarge, e.to_string()),
             });
+        }
+        if let Some((handle, stream)) = upload {
+            self.runtime
+                .spawn(self.streams.clone().pump(handle, stream));
         }
         let outcome = tokio::time::timeout_at(deadline.into(), reply).await;
         guard.armed = false;
@@ -248,6 +289,7 @@ impl Conn {
 
     /// Forgets a call and tells the host it need not answer.
     fn cancel(&self, call_id: u64) {
+        self.streams.stop_outbound(call_id);
         let removed = self.shared.take(call_id).is_some();
         if removed {
             // Best effort: on a closed connection there is nothing to cancel.
@@ -283,20 +325,47 @@ async fn read_loop(
     mut codec: Codec,
     shared: Arc<Shared>,
     sink: Arc<Sink>,
+    streams: Arc<Streams>,
 ) {
     let reason = loop {
         match codec.decode(&mut buf) {
             Ok(Some(Frame::Reply(reply))) => {
-                let slot = shared.take(reply.call_id);
-                // No slot: the caller gave up (deadline, dropped future); drop the reply.
-                if let Some(slot) = slot {
-                    let result = if reply.status == StatusCode::Ok {
-                        Ok(reply.body)
-                    } else {
+                let waiting = shared.take(reply.call_id);
+                // Nobody waiting: the caller gave up (deadline, dropped future); drop the reply.
+                if let Some(waiting) = waiting {
+                    let result = if reply.status != StatusCode::Ok {
+                        // The call is over: an upload still running stops.
+                        streams.stop_outbound(reply.call_id);
                         Err(Status::from_wire(reply.status, reply.body))
+                    } else if waiting.download {
+                        // Opened before the next frame is read: its data follows this reply.
+                        Ok(Payload::Stream(streams.open_inbound(reply.call_id)))
+                    } else {
+                        Ok(Payload::Body(reply.body))
                     };
-                    let _ = slot.send(Ok(result));
+                    let _ = waiting.slot.send(Ok(result));
+                } else if reply.status == StatusCode::Ok {
+                    // A streamed reply nobody wants any more: tell the host to stop.
+                    let _ = sink.send(&Frame::StopSending(StopSending {
+                        call_id: reply.call_id,
+                    }));
                 }
+                continue;
+            }
+            Ok(Some(Frame::StreamData(d))) => {
+                streams.on_data(d);
+                continue;
+            }
+            Ok(Some(Frame::StreamEnd(end))) => {
+                streams.on_end(end);
+                continue;
+            }
+            Ok(Some(Frame::WindowUpdate(w))) => {
+                streams.on_window(w);
+                continue;
+            }
+            Ok(Some(Frame::StopSending(s))) => {
+                streams.on_stop_sending(s.call_id);
                 continue;
             }
             Ok(Some(Frame::Ping(nonce))) => {
@@ -315,9 +384,10 @@ async fn read_loop(
                     call_id: Some(id), ..
                 } = &e
                 {
-                    let slot = shared.take(*id);
-                    if let Some(slot) = slot {
-                        let _ = slot.send(Err(Error::new(Kind::TooLarge, format!("reply: {e}"))));
+                    if let Some(waiting) = shared.take(*id) {
+                        let _ = waiting
+                            .slot
+                            .send(Err(Error::new(Kind::TooLarge, format!("reply: {e}"))));
                     }
                 }
                 continue;
@@ -331,4 +401,5 @@ async fn read_loop(
         }
     };
     shared.fail_all(&reason);
+    streams.close(&reason);
 }

@@ -10,6 +10,8 @@ use bytes::Bytes;
 
 use crate::endpoint::{Endpoint, Protocol};
 use crate::error::{Error, Kind, Status};
+use crate::service::Payload;
+use crate::stream::ByteStream;
 use conn::Conn;
 
 /// Client settings. Every field has a documented default.
@@ -22,6 +24,9 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Largest reply body this client accepts. Default: 4 MiB.
     pub max_message_size: u32,
+    /// Largest flow-control window one streamed download may grow to (it starts at 256 KiB
+    /// and grows toward the link's bandwidth-delay product). Default: 8 MiB.
+    pub max_stream_window: u32,
 }
 
 impl Default for ClientConfig {
@@ -30,6 +35,7 @@ impl Default for ClientConfig {
             deadline: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
+            max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
         }
     }
 }
@@ -149,14 +155,14 @@ impl Channel {
 
     /// Sends one request and waits for its reply. The outer error is the caller's side (could
     /// not send, no reply in time); the inner `Status` is the host's answer.
+    ///
+    /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
+    /// it ends or the caller drops it.
     pub(crate) async fn call(
         &self,
-        service: &'static str,
-        operation: &'static str,
-        one_way: bool,
-        body: Bytes,
+        call: Outgoing,
         options: &CallOptions,
-    ) -> Result<Result<Bytes, Status>, Error> {
+    ) -> Result<Result<Payload, Status>, Error> {
         let deadline = options.deadline.unwrap_or(self.inner.config.deadline);
         let deadline = Instant::now() + deadline;
         let conn = match tokio::time::timeout_at(deadline.into(), self.conn()).await {
@@ -168,6 +174,20 @@ impl Channel {
                 ))
             }
         };
-        conn.call(service, operation, one_way, body, deadline).await
+        conn.call(call, deadline).await
     }
+}
+
+/// One call on its way out, whatever the binding.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) service: &'static str,
+    pub(crate) operation: &'static str,
+    pub(crate) one_way: bool,
+    /// The encoded arguments.
+    pub(crate) body: Bytes,
+    /// The request stream, for operations that take one.
+    pub(crate) upload: Option<ByteStream>,
+    /// The operation streams its reply.
+    pub(crate) download: bool,
 }

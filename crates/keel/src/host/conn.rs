@@ -18,9 +18,12 @@ use tokio::task::AbortHandle;
 use super::dispatch::{dispatch, Incoming};
 use super::HostShared;
 use crate::endpoint::Io;
+use crate::error::{Error, Kind};
 use crate::error::{Status, StatusCode};
-use crate::service::{Format, Outcome};
+use crate::service::{Format, Outcome, Payload};
 use crate::sink::Sink;
+use crate::stream::ByteStream;
+use crate::wire_stream::Streams;
 
 /// Per-call control shared with the task or pool job running it.
 #[derive(Debug, Default)]
@@ -54,17 +57,40 @@ pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
     fn close(&self);
 }
 
-/// The keel-wire responder: answers are Reply frames.
+/// The keel-wire responder: answers are Reply frames (then StreamData for a streamed reply).
 #[derive(Debug)]
 struct WireResponder {
     /// Replies are written by whichever thread produced them (see [`Sink`]).
     sink: Arc<Sink>,
+    streams: Arc<Streams>,
+    /// Where streamed replies are pumped from (answers may come from pool threads).
+    runtime: tokio::runtime::Handle,
     /// Largest reply body the client accepts (from its hello).
     peer_max_message: u32,
 }
 
 impl Responder for WireResponder {
     fn reply(&self, call_id: u64, outcome: Outcome) {
+        let outcome = match outcome {
+            Ok(Payload::Stream(stream)) => {
+                // Register first, so the client's credit for it is routed from the start.
+                let handle = self.streams.register_outbound(call_id);
+                let head = Frame::Reply(Reply {
+                    call_id,
+                    status: StatusCode::Ok,
+                    body: Bytes::new(),
+                });
+                if self.sink.send(&head).is_ok() {
+                    self.runtime
+                        .spawn(self.streams.clone().pump(handle, stream));
+                } else {
+                    self.streams.stop_outbound(call_id);
+                }
+                return;
+            }
+            Ok(Payload::Body(body)) => Ok(body),
+            Err(status) => Err(status),
+        };
         let (status, body) = match outcome {
             Ok(body) if body.len() as u64 > u64::from(self.peer_max_message) => (
                 StatusCode::TooLarge,
@@ -273,8 +299,18 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
         wr,
         Codec::new(Limits::with_max_message_size(hello.max_message_size)),
     );
+    let streams = Streams::new(
+        sink.clone(),
+        host.config.max_stream_window,
+        hello.max_message_size,
+    );
+    // One ping gives the round-trip time that stream windows grow against.
+    let ping_sent = Instant::now();
+    let _ = sink.send(&Frame::Ping(RTT_PING));
     let out = WireResponder {
         sink: sink.clone(),
+        streams: streams.clone(),
+        runtime: tokio::runtime::Handle::current(),
         peer_max_message: hello.max_message_size,
     };
     let conn = Arc::new(ConnShared::new(id, Box::new(out), info, host.clone()));
@@ -284,7 +320,17 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
     }
     let writer = tokio::spawn(flusher);
     let codec = Codec::new(Limits::with_max_message_size(host.config.max_message_size));
-    let reader = tokio::spawn(read_loop(rd, buf, codec, conn.clone(), sink));
+    let reader = tokio::spawn(read_loop(
+        rd,
+        buf,
+        codec,
+        conn.clone(),
+        Wire {
+            sink,
+            streams: streams.clone(),
+            ping_sent,
+        },
+    ));
     // The reader ends on EOF or error; the writer when it closed the connection on purpose.
     let reader_abort = reader.abort_handle();
     tokio::select! {
@@ -292,9 +338,20 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
         _ = writer => { reader_abort.abort(); }
     }
     // The peer is gone: nobody can receive answers, so stop what still runs for it.
+    streams.close("connection closed");
     let gone = Status::new(StatusCode::Cancelled, "connection closed");
     conn.abandon_all(&gone);
     host.unregister(conn.id);
+}
+
+/// The nonce of the ping a host sends to measure the round-trip time.
+const RTT_PING: u64 = 0x006b_6565_6c72_7474; // "keelrtt"
+
+/// The write side and stream state a wire connection's reader needs.
+struct Wire {
+    sink: Arc<Sink>,
+    streams: Arc<Streams>,
+    ping_sent: Instant,
 }
 
 async fn read_loop(
@@ -302,11 +359,21 @@ async fn read_loop(
     mut buf: BytesMut,
     mut codec: Codec,
     conn: Arc<ConnShared>,
-    sink: Arc<Sink>,
+    wire: Wire,
 ) {
+    let Wire {
+        sink,
+        streams,
+        ping_sent,
+    } = wire;
     loop {
         match codec.decode(&mut buf) {
             Ok(Some(Frame::Request(req))) => {
+                let stream = if req.flags.streamed {
+                    streams.open_inbound(req.call_id)
+                } else {
+                    ByteStream::empty()
+                };
                 let incoming = Incoming {
                     call_id: req.call_id,
                     one_way: req.flags.one_way,
@@ -315,19 +382,44 @@ async fn read_loop(
                     operation: &req.operation,
                     format: Format::Postcard,
                     body: req.body,
+                    stream,
                 };
                 dispatch(&conn, incoming, Instant::now());
                 continue;
             }
             Ok(Some(Frame::Cancel(c))) => {
                 conn.cancel(c.call_id);
+                streams.stop_outbound(c.call_id);
+                let cancelled = Error::new(Kind::Status(StatusCode::Cancelled), "call cancelled");
+                streams.fail_inbound(c.call_id, cancelled);
+                continue;
+            }
+            Ok(Some(Frame::StreamData(d))) => {
+                streams.on_data(d);
+                continue;
+            }
+            Ok(Some(Frame::StreamEnd(end))) => {
+                streams.on_end(end);
+                continue;
+            }
+            Ok(Some(Frame::WindowUpdate(w))) => {
+                streams.on_window(w);
+                continue;
+            }
+            Ok(Some(Frame::StopSending(s))) => {
+                streams.on_stop_sending(s.call_id);
                 continue;
             }
             Ok(Some(Frame::Ping(nonce))) => {
                 let _ = sink.send(&Frame::Pong(nonce));
                 continue;
             }
-            Ok(Some(Frame::Pong(_))) => continue,
+            Ok(Some(Frame::Pong(nonce))) => {
+                if nonce == RTT_PING {
+                    streams.set_rtt(ping_sent.elapsed());
+                }
+                continue;
+            }
             Ok(Some(Frame::Reply(_) | Frame::GoAway(_))) => {
                 conn.go_away("protocol error: the client sent a host-only frame");
                 conn.close();

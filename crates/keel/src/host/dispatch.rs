@@ -17,7 +17,8 @@ use bytes::Bytes;
 
 use super::conn::{CallCtl, ConnShared};
 use crate::error::{Status, StatusCode};
-use crate::service::{Format, Invocation, Outcome};
+use crate::service::{Format, Invocation, Outcome, Payload};
+use crate::stream::ByteStream;
 use crate::throttle::Admission;
 
 /// A call as it arrived, whatever the binding.
@@ -34,6 +35,8 @@ pub(crate) struct Incoming<'a> {
     /// How `body` (and the reply) is encoded.
     pub(crate) format: Format,
     pub(crate) body: Bytes,
+    /// The request stream, for operations that take one (empty otherwise).
+    pub(crate) stream: ByteStream,
 }
 
 pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Instant) {
@@ -58,7 +61,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownOperation, msg)));
     };
     let deadline = req.deadline.and_then(|d| received.checked_add(d));
-    let invocation = match service.invoke(op, req.format, &req.body) {
+    let invocation = match service.invoke(op, req.format, &req.body, req.stream) {
         Ok(inv) => inv,
         Err(status) => return conn.reply(call_id, Err(status)),
     };
@@ -68,7 +71,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     };
     if one_way {
         // Acknowledge receipt now; the outcome is not reported.
-        conn.reply(call_id, Ok(Bytes::new()));
+        conn.reply(call_id, Ok(Payload::Body(Bytes::new())));
     }
     let call = Call {
         conn: conn.clone(),

@@ -49,6 +49,10 @@ pub struct HostConfig {
     pub max_connections: usize,
     /// Calls in flight on one connection; more are answered `Busy`. Default: 4,096.
     pub max_calls_per_connection: usize,
+    /// Largest flow-control window one streamed upload may grow to (it starts at 256 KiB and
+    /// grows toward the link's bandwidth-delay product). Bounds the memory one stream can
+    /// occupy. Default: 8 MiB.
+    pub max_stream_window: u32,
     /// Runtime worker threads for I/O and async operations. Default: the number of CPUs.
     pub worker_threads: Option<usize>,
     /// The blocking-operation pool.
@@ -64,6 +68,7 @@ impl Default for HostConfig {
             handshake_timeout: Duration::from_secs(10),
             max_connections: 10_000,
             max_calls_per_connection: 4096,
+            max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
             worker_threads: None,
             pool: PoolConfig::default(),
         }

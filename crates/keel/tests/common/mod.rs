@@ -4,7 +4,63 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use keel::ByteStream;
 use serde::{Deserialize, Serialize};
+
+/// The byte at offset `i` of every test stream.
+pub fn pattern(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+/// `n` bytes of [`pattern`] starting at offset `from`.
+pub fn pattern_bytes(from: u64, n: usize) -> Vec<u8> {
+    (from..from + n as u64).map(pattern).collect()
+}
+
+/// Order-sensitive checksum of a byte sequence, fed chunk by chunk.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Checksum {
+    pub len: u64,
+    pub sum: u64,
+}
+
+impl Checksum {
+    pub fn add(&mut self, chunk: &[u8]) {
+        for &b in chunk {
+            self.sum = self.sum.wrapping_mul(31).wrapping_add(u64::from(b) + 1);
+        }
+        self.len += chunk.len() as u64;
+    }
+}
+
+/// The checksum of `n` bytes of [`pattern`].
+pub fn pattern_checksum(n: u64) -> Checksum {
+    let mut c = Checksum::default();
+    let mut at = 0;
+    while at < n {
+        let len = (n - at).min(64 * 1024) as usize;
+        c.add(&pattern_bytes(at, len));
+        at += len as u64;
+    }
+    c
+}
+
+/// Reads a whole stream into a checksum.
+pub async fn checksum(mut s: ByteStream) -> Result<Checksum, keel::Error> {
+    let mut c = Checksum::default();
+    while let Some(chunk) = s.next().await {
+        c.add(&chunk?);
+    }
+    Ok(c)
+}
+
+fn pattern_stream(n: u64, chunk: u32) -> ByteStream {
+    let chunk = u64::from(chunk.max(1));
+    ByteStream::from_iter(
+        (0..n.div_ceil(chunk))
+            .map(move |i| pattern_bytes(i * chunk, (n - i * chunk).min(chunk) as usize)),
+    )
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Negative(pub i64);
@@ -32,6 +88,20 @@ pub trait Probe {
     async fn async_thread_info(&self) -> ThreadInfo;
     fn blob_len(&self, data: Vec<u8>) -> u64;
     fn make_blob(&self, n: u64) -> Vec<u8>;
+    /// Reads the whole upload; returns its length and checksum (see [`checksum`]).
+    async fn upload(&self, tag: String, data: ByteStream) -> (String, u64, u64);
+    /// The same from a plain `fn` (reads with `blocking_next`).
+    fn upload_sync(&self, data: ByteStream) -> (u64, u64);
+    /// Reads at most `n` bytes of the upload, then returns, dropping the rest.
+    async fn upload_prefix(&self, data: ByteStream, n: u64) -> u64;
+    /// `n` bytes of [`pattern`], produced lazily in chunks of `chunk` bytes.
+    async fn download(&self, n: u64, chunk: u32) -> ByteStream;
+    /// The same from a plain `fn`, through a channel fed by a thread.
+    fn download_sync(&self, n: u64) -> ByteStream;
+    /// Sends the upload back as it arrives.
+    async fn echo_stream(&self, data: ByteStream) -> ByteStream;
+    /// A typed fault instead of a stream when `v` is negative.
+    async fn download_checked(&self, v: i64) -> Result<ByteStream, Negative>;
 }
 
 /// A contract the hosts in these tests never serve.
@@ -104,6 +174,54 @@ impl Probe for ProbeImpl {
     }
     fn make_blob(&self, n: u64) -> Vec<u8> {
         vec![7; n as usize]
+    }
+    async fn upload(&self, tag: String, data: ByteStream) -> (String, u64, u64) {
+        let c = checksum(data).await.unwrap_or_default();
+        (tag, c.len, c.sum)
+    }
+    fn upload_sync(&self, mut data: ByteStream) -> (u64, u64) {
+        let mut c = Checksum::default();
+        while let Some(Ok(chunk)) = data.blocking_next() {
+            c.add(&chunk);
+        }
+        (c.len, c.sum)
+    }
+    async fn upload_prefix(&self, mut data: ByteStream, n: u64) -> u64 {
+        let mut got = 0;
+        while got < n {
+            match data.next().await {
+                Some(Ok(chunk)) => got += chunk.len() as u64,
+                _ => break,
+            }
+        }
+        got
+    }
+    async fn download(&self, n: u64, chunk: u32) -> ByteStream {
+        pattern_stream(n, chunk)
+    }
+    fn download_sync(&self, n: u64) -> ByteStream {
+        let (tx, rx) = ByteStream::channel(4);
+        std::thread::spawn(move || {
+            let mut at = 0;
+            while at < n {
+                let len = (n - at).min(100_000);
+                if tx.blocking_send(pattern_bytes(at, len as usize)).is_err() {
+                    return;
+                }
+                at += len;
+            }
+        });
+        rx
+    }
+    async fn echo_stream(&self, data: ByteStream) -> ByteStream {
+        data
+    }
+    async fn download_checked(&self, v: i64) -> Result<ByteStream, Negative> {
+        if v < 0 {
+            Err(Negative(v))
+        } else {
+            Ok(pattern_stream(v as u64, 1000))
+        }
     }
 }
 
