@@ -2,9 +2,11 @@
 //!
 //! - [`calculator`]: seed 000's Calculator (add, subtract, multiply, divide with a fault).
 //! - [`service1`]: seed 002's Service1 (`get_data` sleeps, like the seed's 2 s operation).
+//! - [`transfer`]: streamed upload and download of any size.
 
 pub mod calculator;
 pub mod service1;
+pub mod transfer;
 
 /// What an example binary was asked to do, from its command line.
 #[derive(Debug, Clone, PartialEq, Eq)]

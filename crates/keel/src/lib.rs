@@ -76,6 +76,8 @@ mod stream;
 mod throttle;
 mod wire_stream;
 
+/// The chunk type of a [`ByteStream`] (the `bytes` crate's, re-exported).
+pub use bytes::Bytes;
 pub use client::{CallOptions, Channel, ClientConfig};
 pub use error::{Error, Status, StatusCode};
 pub use host::{
