@@ -25,6 +25,10 @@ pub trait Calculator {
     async fn reset(&self) -> ();
     /// No parameters, owned collection result.
     fn history(&self) -> Vec<String>;
+    /// Streamed upload next to plain parameters.
+    async fn store(&self, name: String, data: keel::ByteStream, overwrite: bool) -> u64;
+    /// Streamed, fallible download from a plain `fn`.
+    fn fetch(&self, name: String) -> Result<keel::ByteStream, String>;
 }
 
 struct Calc;
@@ -57,6 +61,13 @@ impl Calculator for Calc {
     fn history(&self) -> Vec<String> {
         Vec::new()
     }
+    async fn store(&self, name: String, data: keel::ByteStream, overwrite: bool) -> u64 {
+        let _ = (name, overwrite);
+        data.read_to_end(1024).await.map_or(0, |b| b.len() as u64)
+    }
+    fn fetch(&self, name: String) -> Result<keel::ByteStream, String> {
+        Ok(keel::ByteStream::from(name.into_bytes()))
+    }
 }
 
 fn assert_service<S: keel::Service>(_: &S) {}
@@ -70,6 +81,10 @@ async fn use_client(client: CalculatorClient) -> Result<(), keel::Error> {
     let _: () = client.log("hi".to_string()).await?;
     let _: () = client.reset().await?;
     let _: Vec<String> = client.history().await?;
+    let _: u64 = client
+        .store("a".into(), keel::ByteStream::from_bytes("x"), true)
+        .await?;
+    let _: keel::ByteStream = client.fetch("a".into()).await?;
     Ok(())
 }
 
@@ -88,9 +103,16 @@ fn main() {
     let server = CalculatorServer::new(Calc);
     assert_service(&server);
     let ops = keel::Service::descriptor(&server).operations;
-    assert_eq!(ops.len(), 7);
+    assert_eq!(ops.len(), 9);
     assert!(ops.iter().any(|op| op.name == "log" && op.one_way));
     assert!(ops
         .iter()
         .any(|op| op.name == "divide" && op.fault.is_some()));
+    let store = &ops[7];
+    assert!(store.stream_request && !store.stream_response);
+    // The stream is a parameter of the contract, in its place.
+    let names: Vec<_> = store.params.iter().map(|p| p.name).collect();
+    assert_eq!(names, ["name", "data", "overwrite"]);
+    let fetch = &ops[8];
+    assert!(!fetch.stream_request && fetch.stream_response && fetch.fault.is_some());
 }
