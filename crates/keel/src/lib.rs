@@ -60,7 +60,53 @@
 //!
 //! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
 //! owned serde types; no generics; `#[keel(one_way)]` operations return `()` (the host
-//! acknowledges receipt, the caller gets no result).
+//! acknowledges receipt, the caller gets no result); at most one [`ByteStream`] parameter, and
+//! none on a one-way operation.
+//!
+//! # Streamed transfer
+//!
+//! An operation may take a [`ByteStream`] (an upload), return one (a download), or both. A
+//! stream's size has no limit and its memory is bounded: the sender only gets ahead of the
+//! receiver by a flow-control window, which grows toward the link's bandwidth-delay product.
+//! A receiver that stops early tells the sender to stop; the connection carries on.
+//!
+//! ```
+//! use keel::ByteStream;
+//!
+//! #[keel::contract]
+//! pub trait Files {
+//!     /// Stores an upload under `name`; returns its size.
+//!     async fn put(&self, name: String, data: ByteStream) -> u64;
+//!     /// Sends `n` bytes back.
+//!     async fn get(&self, n: u64) -> ByteStream;
+//! }
+//!
+//! struct Store;
+//! impl Files for Store {
+//!     async fn put(&self, _name: String, mut data: ByteStream) -> u64 {
+//!         let mut size = 0;
+//!         while let Some(chunk) = data.next().await {
+//!             size += chunk.map_or(0, |c| c.len() as u64);
+//!         }
+//!         size
+//!     }
+//!     async fn get(&self, n: u64) -> ByteStream {
+//!         ByteStream::from(vec![0u8; n as usize])
+//!     }
+//! }
+//!
+//! let host = keel::Host::builder()
+//!     .service(FilesServer::new(Store))
+//!     .endpoint("tcp://127.0.0.1:0")
+//!     .start()?;
+//! let client = FilesBlockingClient::connect(host.url())?;
+//! let chunks = (0..100).map(|_| vec![1u8; 10_000]);
+//! assert_eq!(client.put("a".into(), ByteStream::from_iter(chunks))?, 1_000_000);
+//! let mut download = client.get(5)?;
+//! assert_eq!(download.blocking_next().unwrap()?.len(), 5);
+//! host.shutdown();
+//! # Ok::<(), keel::Error>(())
+//! ```
 
 #![forbid(unsafe_code)]
 
