@@ -73,6 +73,8 @@ mod rt;
 mod service;
 mod sink;
 mod throttle;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use client::{CallOptions, Channel, ClientConfig};
 pub use error::{Error, Status, StatusCode};
