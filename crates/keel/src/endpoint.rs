@@ -403,6 +403,8 @@ impl ServerSecurity {
 pub(crate) struct Listener {
     endpoint: Endpoint,
     socket: ListenSocket,
+    /// Empty, and unread, in builds without TLS.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     security: ServerSecurity,
     /// A Unix socket's file, removed with the listener.
     _unlink: Option<UnlinkOnDrop>,
@@ -557,6 +559,22 @@ mod tests {
         );
         assert!(looks_like_tls(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0a]));
         assert!(!looks_like_tls(b"KEEL"));
+    }
+
+    #[test]
+    fn a_tls_endpoint_needs_settings_or_the_feature() {
+        let ep = Endpoint::parse("tcps://127.0.0.1:0").unwrap();
+        let e = ServerSecurity::for_endpoint(&ep, &HostConfig::default()).unwrap_err();
+        assert_eq!(e.kind(), Kind::Config);
+        let expected = if cfg!(feature = "tls") {
+            "call HostBuilder::tls"
+        } else {
+            "need keel's `tls` feature"
+        };
+        assert!(e.to_string().contains(expected), "{e}");
+        assert!(e.to_string().contains("tcps://127.0.0.1:0"), "{e}");
+        let plain = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
+        ServerSecurity::for_endpoint(&plain, &HostConfig::default()).unwrap();
     }
 
     #[test]

@@ -508,14 +508,33 @@ pub fn self_signed(names: &[&str]) -> Result<SelfSigned, Error> {
             "self_signed needs at least one DNS name or IP address",
         ));
     }
-    // rcgen makes an IP address SAN for every name that parses as an IP address, else a DNS one.
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let certified = rcgen::generate_simple_self_signed(names.clone()).map_err(|e| {
+    let make = || -> Result<SelfSigned, rcgen::Error> {
+        // rcgen makes an IP address SAN for every name that parses as one, else a DNS name SAN.
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
+        // A subject of its own: two self-signed certificates with the same subject look like
+        // issuer and issued to a verifier, which then reports a bad signature instead of an
+        // unknown issuer.
+        let unique = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("{} (keel self-signed {unique:016x})", names[0]),
+        );
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(SelfSigned {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    };
+    make().map_err(|e| {
         config_err(format!("cannot make a certificate for {names:?}: {e}")).with_source(e)
-    })?;
-    Ok(SelfSigned {
-        cert_pem: certified.cert.pem(),
-        key_pem: certified.signing_key.serialize_pem(),
     })
 }
 
