@@ -2,7 +2,8 @@
 //! provider.
 //!
 //! - `tcps://host:port` runs the keel wire protocol over TLS (ALPN `keel/1`);
-//! - `https://host:port` runs HTTP/1.1 or HTTP/2 over TLS (ALPN `h2`, `http/1.1`).
+//! - `https://host:port` runs HTTP/1.1 or HTTP/2 over TLS (ALPN `h2`, `http/1.1`), with the
+//!   `http` feature.
 //!
 //! A host gets its certificate from a [`ServerTls`] ([`HostBuilder::tls`]); a client decides whom
 //! to trust with a [`ClientTls`] ([`ClientConfig::with_tls`]; without one, it trusts the
@@ -54,6 +55,10 @@ use rustls::RootCertStore;
 
 use crate::endpoint::Io;
 use crate::error::{Error, Kind};
+
+/// The rustls that keel uses, for [`ServerTls::from_rustls`] and [`ClientTls::from_rustls`]
+/// (a rustls config from another version of rustls does not fit).
+pub use rustls;
 
 /// The crypto provider used everywhere: `ring`, passed explicitly so that no process-wide
 /// default provider needs installing.

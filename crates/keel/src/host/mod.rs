@@ -43,7 +43,8 @@ pub struct HostConfig {
     /// How long `shutdown` waits for calls in flight before answering them `ShuttingDown`.
     /// Default: 10 s.
     pub close_timeout: Duration,
-    /// A new connection must complete the handshake within this. Default: 10 s.
+    /// A new connection must complete the handshake within this (on TLS endpoints, the TLS
+    /// handshake and then keel's, each). Default: 10 s.
     pub handshake_timeout: Duration,
     /// Connections open at once; more are closed on accept. Default: 10,000.
     pub max_connections: usize,
