@@ -12,6 +12,9 @@
 //! [`Endpoint::connect_raw`]) and the security layer on top of it ([`Endpoint::secure_client`],
 //! [`Listener::secure`]), so that a slow TLS handshake runs in the connection's own task, never
 //! in the accept loop.
+//!
+//! TLS endpoints agree on their protocol with ALPN ([`Endpoint::alpn`]): `keel/1` on `tcps`;
+//! `h2` or `http/1.1` on `https`. There is no plaintext fallback in either direction.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -19,7 +22,9 @@ use std::path::{Path, PathBuf};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::client::ClientConfig;
 use crate::error::{Error, Kind};
+use crate::host::HostConfig;
 
 /// A byte stream keel can run its protocols over.
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
@@ -65,6 +70,28 @@ impl fmt::Debug for Connected {
 }
 
 const SCHEMES: &str = "tcp, tcps, unix, http, https";
+
+/// ALPN id of the keel wire protocol over TLS.
+pub(crate) const ALPN_KEEL: &[u8] = b"keel/1";
+/// ALPN id of HTTP/2.
+pub(crate) const ALPN_H2: &[u8] = b"h2";
+/// ALPN id of HTTP/1.1.
+pub(crate) const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// Whether `bytes` start like a TLS record (an alert or a handshake message): what a plaintext
+/// client reads when it reached a TLS endpoint.
+pub(crate) fn looks_like_tls(bytes: &[u8]) -> bool {
+    matches!(bytes, [0x15 | 0x16, 0x03, ..])
+}
+
+/// The error for a TLS endpoint in a build without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn tls_feature_needed(endpoint: &Endpoint) -> Error {
+    Error::new(
+        Kind::Config,
+        format!("{endpoint}: TLS endpoints need keel's `tls` feature, which this build leaves out"),
+    )
+}
 
 fn host_port(url: &str, scheme: &str, rest: &str) -> Result<String, Error> {
     let authority = rest.trim_end_matches('/');
@@ -129,6 +156,26 @@ impl Endpoint {
     /// Whether the scheme runs over TLS.
     pub(crate) fn is_tls(&self) -> bool {
         matches!(self, Endpoint::Tcps(_) | Endpoint::Https(_))
+    }
+
+    /// The ALPN protocols of this endpoint's binding, most preferred first: what a host accepts,
+    /// and what a client offers unless told otherwise.
+    pub(crate) fn alpn(&self) -> &'static [&'static [u8]] {
+        match self.protocol() {
+            Protocol::Wire => &[ALPN_KEEL],
+            Protocol::Http => &[ALPN_H2, ALPN_HTTP1],
+        }
+    }
+
+    /// The host part of a network endpoint (`[::1]:80` gives `::1`): the name a TLS client
+    /// checks the certificate against by default.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn host(&self) -> &str {
+        let authority = self.authority().unwrap_or_default();
+        let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+        host.strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
     }
 
     /// `host:port` for network schemes.
@@ -261,8 +308,9 @@ impl BoundListener {
         })
     }
 
-    /// Registers the listener with the current runtime.
-    pub(crate) fn into_async(self) -> std::io::Result<Listener> {
+    /// Registers the listener with the current runtime; `security` runs over every connection
+    /// it accepts (see [`Listener::secure`]).
+    pub(crate) fn into_async(self, security: ServerSecurity) -> std::io::Result<Listener> {
         let (socket, unlink) = match self.socket {
             BoundSocket::Tcp(l) => (ListenSocket::Tcp(TcpListener::from_std(l)?), None),
             #[cfg(unix)]
@@ -276,6 +324,7 @@ impl BoundListener {
         Ok(Listener {
             endpoint: self.endpoint,
             socket,
+            security,
             _unlink: unlink,
         })
     }
@@ -298,11 +347,65 @@ enum ListenSocket {
     Unix(tokio::net::UnixListener),
 }
 
+/// What a listener runs over each accepted connection: TLS on `tcps` and `https`, nothing on
+/// plain schemes. Built once per endpoint when a host starts.
+#[derive(Clone, Default)]
+pub(crate) struct ServerSecurity {
+    #[cfg(feature = "tls")]
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl fmt::Debug for ServerSecurity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        #[cfg(feature = "tls")]
+        let tls = self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        let tls = false;
+        f.debug_struct("ServerSecurity").field("tls", &tls).finish()
+    }
+}
+
+impl ServerSecurity {
+    /// The security layer of `endpoint` from a host's settings. A TLS endpoint needs
+    /// [`HostConfig::tls`] (and the `tls` feature).
+    pub(crate) fn for_endpoint(
+        endpoint: &Endpoint,
+        config: &HostConfig,
+    ) -> Result<ServerSecurity, Error> {
+        if !endpoint.is_tls() {
+            return Ok(ServerSecurity::default());
+        }
+        #[cfg(feature = "tls")]
+        {
+            let tls = config.tls.as_ref().ok_or_else(|| {
+                Error::new(
+                    Kind::Config,
+                    format!(
+                        "{endpoint}: a TLS endpoint needs a certificate: call HostBuilder::tls \
+                         (or set HostConfig::tls)"
+                    ),
+                )
+            })?;
+            Ok(ServerSecurity {
+                tls: Some(tls.acceptor(endpoint.alpn())),
+            })
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = config;
+            Err(tls_feature_needed(endpoint))
+        }
+    }
+}
+
 /// A listener registered with a runtime.
 #[derive(Debug)]
 pub(crate) struct Listener {
     endpoint: Endpoint,
     socket: ListenSocket,
+    /// Empty, and unread, in builds without TLS.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    security: ServerSecurity,
     /// A Unix socket's file, removed with the listener.
     _unlink: Option<UnlinkOnDrop>,
 }
@@ -329,30 +432,69 @@ impl Listener {
         }
     }
 
-    /// Runs the security layer of the endpoint over an accepted connection: nothing for plain
-    /// schemes.
+    /// Runs the security layer of the endpoint over an accepted connection: the TLS handshake
+    /// on TLS schemes (failing for a peer that does not speak TLS, or lacks a client
+    /// certificate the host requires), nothing on plain ones.
     pub(crate) async fn secure(&self, io: Box<dyn Io>) -> std::io::Result<Connected> {
-        if self.endpoint.is_tls() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "TLS endpoints are not built yet",
-            ));
+        #[cfg(feature = "tls")]
+        if let Some(acceptor) = &self.security.tls {
+            let (io, alpn) = crate::tls::accept(acceptor, io).await?;
+            return Ok(Connected { io, alpn });
         }
+        // A TLS endpoint without an acceptor cannot start (see `ServerSecurity::for_endpoint`).
+        debug_assert!(!self.endpoint.is_tls());
         Ok(Connected { io, alpn: None })
     }
 }
 
 impl Endpoint {
-    /// Runs the security layer of this endpoint over a raw client connection: nothing for plain
-    /// schemes.
-    pub(crate) async fn secure_client(&self, io: Box<dyn Io>) -> std::io::Result<Connected> {
-        if self.is_tls() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "TLS endpoints are not built yet",
-            ));
+    /// Runs the security layer of this endpoint over a raw client connection: on TLS schemes,
+    /// the handshake with `config.tls` (the system roots if unset), offering the ALPN protocols
+    /// `alpn` (usually [`Endpoint::alpn`]); nothing on plain schemes.
+    ///
+    /// Errors are `Connect` errors naming the endpoint and rustls's reason (e.g. "invalid peer
+    /// certificate: UnknownIssuer"), or `Config` errors for unusable settings.
+    pub(crate) async fn secure_client(
+        &self,
+        io: Box<dyn Io>,
+        config: &ClientConfig,
+        alpn: &[&[u8]],
+    ) -> Result<Connected, Error> {
+        if !self.is_tls() {
+            return Ok(Connected { io, alpn: None });
         }
-        Ok(Connected { io, alpn: None })
+        #[cfg(feature = "tls")]
+        {
+            use crate::tls::{ClientTls, TlsConnectError};
+            let system;
+            let tls = match &config.tls {
+                Some(tls) => tls,
+                None => {
+                    system = ClientTls::default_for_process().await?;
+                    &system
+                }
+            };
+            match tls.connect(io, self.host(), alpn).await {
+                Ok((io, alpn)) => Ok(Connected { io, alpn }),
+                Err(TlsConnectError::Config(e)) => Err(e),
+                Err(TlsConnectError::Handshake(e)) => {
+                    let message = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        format!(
+                            "{self}: the host closed the connection during the TLS handshake \
+                             (does it serve TLS on this port?)"
+                        )
+                    } else {
+                        format!("{self}: TLS handshake failed: {e}")
+                    };
+                    Err(Error::new(Kind::Connect, message).with_source(e))
+                }
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = (io, config, alpn);
+            Err(tls_feature_needed(self))
+        }
     }
 }
 
@@ -399,6 +541,40 @@ mod tests {
             let e = Endpoint::parse(bad).unwrap_err();
             assert_eq!(e.kind(), Kind::Config, "{bad}");
         }
+    }
+
+    #[test]
+    fn host_part_and_alpn() {
+        for (url, host) in [
+            ("tcps://localhost:1", "localhost"),
+            ("tcps://127.0.0.1:443", "127.0.0.1"),
+            ("https://[::1]:8443", "::1"),
+        ] {
+            assert_eq!(Endpoint::parse(url).unwrap().host(), host, "{url}");
+        }
+        assert_eq!(Endpoint::parse("tcps://h:1").unwrap().alpn(), &[b"keel/1"]);
+        assert_eq!(
+            Endpoint::parse("https://h:1").unwrap().alpn(),
+            &[&b"h2"[..], &b"http/1.1"[..]]
+        );
+        assert!(looks_like_tls(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0a]));
+        assert!(!looks_like_tls(b"KEEL"));
+    }
+
+    #[test]
+    fn a_tls_endpoint_needs_settings_or_the_feature() {
+        let ep = Endpoint::parse("tcps://127.0.0.1:0").unwrap();
+        let e = ServerSecurity::for_endpoint(&ep, &HostConfig::default()).unwrap_err();
+        assert_eq!(e.kind(), Kind::Config);
+        let expected = if cfg!(feature = "tls") {
+            "call HostBuilder::tls"
+        } else {
+            "need keel's `tls` feature"
+        };
+        assert!(e.to_string().contains(expected), "{e}");
+        assert!(e.to_string().contains("tcps://127.0.0.1:0"), "{e}");
+        let plain = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
+        ServerSecurity::for_endpoint(&plain, &HostConfig::default()).unwrap();
     }
 
     #[test]

@@ -48,6 +48,43 @@
 //!
 //! From async code, use the generated `CalculatorClient` instead: the same methods, `async`.
 //!
+//! # Endpoints and TLS
+//!
+//! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
+//! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`]); clients
+//! trust the system's root certificates unless told otherwise (`ClientConfig::with_tls`). For
+//! development, the `tls` module makes a self-signed certificate and both sides' settings:
+//!
+//! ```
+//! # #[cfg(feature = "tls")]
+//! # fn main() -> Result<(), keel::Error> {
+//! #[keel::contract]
+//! pub trait Greeter {
+//!     fn hello(&self, name: String) -> String;
+//! }
+//!
+//! struct English;
+//! impl Greeter for English {
+//!     fn hello(&self, name: String) -> String { format!("hello, {name}") }
+//! }
+//!
+//! let cert = keel::tls::self_signed(&["localhost", "127.0.0.1"])?;
+//! let host = keel::Host::builder()
+//!     .service(GreeterServer::new(English))
+//!     .endpoint("tcps://127.0.0.1:0")
+//!     .tls(cert.server_tls()?)
+//!     .start()?;
+//!
+//! let config = keel::ClientConfig::default().with_tls(cert.client_tls()?);
+//! let client = GreeterBlockingClient::new(keel::Channel::with_config(host.url(), config)?);
+//! assert_eq!(client.hello("world".into())?, "hello, world");
+//! host.shutdown();
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "tls"))]
+//! # fn main() {}
+//! ```
+//!
 //! # What `#[keel::contract]` generates
 //!
 //! For `trait Calculator`:
@@ -120,6 +157,8 @@ mod service;
 mod sink;
 mod stream;
 mod throttle;
+#[cfg(feature = "tls")]
+pub mod tls;
 mod wire_stream;
 
 /// The chunk type of a [`ByteStream`] (the `bytes` crate's, re-exported).

@@ -41,6 +41,9 @@ struct State {
     /// Encoded frames not yet written. Bounded in practice by calls in flight times the message
     /// limit, as every queued frame belongs to a call in flight.
     buf: BytesMut,
+    /// Bytes the writer took but could not flush yet (TLS buffers them): the flusher must
+    /// flush even when `buf` is empty.
+    unflushed: bool,
     codec: Codec,
     /// No more frames accepted.
     closing: bool,
@@ -78,6 +81,7 @@ impl Sink {
             state: Mutex::new(State {
                 writer: Some(writer),
                 buf: BytesMut::with_capacity(8 * 1024),
+                unflushed: false,
                 codec,
                 closing: false,
                 closed: false,
@@ -126,7 +130,10 @@ impl Sink {
         };
         match try_write(w, buf) {
             Progress::Done => {}
-            Progress::WouldBlock => self.flusher.notify_one(),
+            Progress::WouldBlock => {
+                st.unflushed = true;
+                self.flusher.notify_one();
+            }
             Progress::Failed => {
                 st.closed = true;
                 st.buf.clear();
@@ -165,11 +172,12 @@ async fn flush_loop(sink: Arc<Sink>) {
                     st.writer = None;
                     return;
                 }
-                let pending = !st.buf.is_empty();
+                let pending = !st.buf.is_empty() || st.unflushed;
                 if !pending && !st.closing {
                     break; // A sender finished the job already; the writer stays in place.
                 }
                 let Some(w) = st.writer.take() else { break };
+                st.unflushed = false;
                 let chunk = st.buf.split();
                 (w, chunk, st.closing)
             };
@@ -204,5 +212,75 @@ async fn flush_loop(sink: Arc<Sink>) {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_wire::{Cancel, Limits};
+    use tokio::io::{AsyncRead, ReadBuf};
+
+    /// Like a TLS stream: takes bytes at once but sends them only when flushed, and cannot
+    /// flush the first time it is asked.
+    struct HoldsBack {
+        held: Vec<u8>,
+        sent: Arc<Mutex<Vec<u8>>>,
+        flushes: usize,
+    }
+
+    impl AsyncRead for HoldsBack {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    impl AsyncWrite for HoldsBack {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.held.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            self.flushes += 1;
+            if self.flushes == 1 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let held = std::mem::take(&mut self.held);
+            self.sent.lock().unwrap().extend(held);
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn bytes_the_writer_holds_back_are_flushed_without_another_send() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let io: Box<dyn Io> = Box::new(HoldsBack {
+            held: Vec::new(),
+            sent: sent.clone(),
+            flushes: 0,
+        });
+        let (_rd, wr) = tokio::io::split(io);
+        let (sink, flusher) = Sink::new(wr, Codec::new(Limits::default()));
+        tokio::spawn(flusher);
+        sink.send(&Frame::Cancel(Cancel { call_id: 1 })).unwrap();
+        for _ in 0..1000 {
+            if !sent.lock().unwrap().is_empty() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the frame stayed in the writer's buffer");
     }
 }

@@ -237,8 +237,8 @@ macro_rules! binding_tests {
 }
 
 macro_rules! matrix {
-    ($($name:ident => $b:expr;)*) => {
-        $(mod $name {
+    ($($(#[$attr:meta])* $name:ident => $b:expr;)*) => {
+        $($(#[$attr])* mod $name {
             use super::*;
             binding_tests!($b);
         })*
@@ -248,6 +248,8 @@ macro_rules! matrix {
 matrix! {
     tcp => Binding::Tcp;
     unix => Binding::Unix;
+    #[cfg(feature = "tls")]
+    tcps => Binding::Tcps;
 }
 
 async fn every_operation_kind(b: Binding) {

@@ -107,7 +107,10 @@ impl Conn {
             Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
         };
         let raw = endpoint.connect_raw().await.map_err(connect_err)?;
-        let mut io = endpoint.secure_client(raw).await.map_err(connect_err)?.io;
+        let mut io = endpoint
+            .secure_client(raw, config, endpoint.alpn())
+            .await?
+            .io;
         let mut buf = BytesMut::with_capacity(4096);
         keel_wire::encode_hello(
             &Hello {
@@ -118,11 +121,22 @@ impl Conn {
         );
         let hello_sent = Instant::now();
         io.write_all(&buf).await.map_err(connect_err)?;
+        // Over TLS, written bytes may wait in the TLS layer until flushed.
+        io.flush().await.map_err(connect_err)?;
         buf.clear();
         let reply = loop {
             match keel_wire::decode_hello_reply(&mut buf) {
                 Ok(Some(r)) => break r,
                 Ok(None) => {}
+                Err(_) if crate::endpoint::looks_like_tls(&buf) => {
+                    return Err(Error::new(
+                        Kind::Connect,
+                        format!(
+                            "{endpoint}: the host answered with TLS; connect with a tcps:// URL \
+                             and TLS settings"
+                        ),
+                    ))
+                }
                 Err(e) => {
                     return Err(Error::new(
                         Kind::Protocol,

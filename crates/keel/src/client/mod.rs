@@ -27,6 +27,11 @@ pub struct ClientConfig {
     /// Largest flow-control window one streamed download may grow to (it starts at 256 KiB
     /// and grows toward the link's bandwidth-delay product). Default: 8 MiB.
     pub max_stream_window: u32,
+    /// Whom to trust on TLS endpoints (`tcps://`, `https://`), and the client's certificate for
+    /// mutual TLS. Default: `None`, which trusts the system's root certificates (loaded once per
+    /// process, on the first TLS connection).
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl Default for ClientConfig {
@@ -36,7 +41,18 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
             max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
+    }
+}
+
+impl ClientConfig {
+    /// These settings with `tls` for TLS endpoints (see [`ClientConfig::tls`]).
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: crate::tls::ClientTls) -> Self {
+        self.tls = Some(tls);
+        self
     }
 }
 
@@ -88,6 +104,10 @@ impl Channel {
                 Kind::Config,
                 format!("{endpoint}: the HTTP binding is not built yet"),
             ));
+        }
+        #[cfg(not(feature = "tls"))]
+        if endpoint.is_tls() {
+            return Err(crate::endpoint::tls_feature_needed(&endpoint));
         }
         Ok(Channel {
             inner: Arc::new(Inner {

@@ -290,7 +290,8 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
         max_message_size: host.config.max_message_size,
     };
     keel_wire::encode_hello_reply(&accept, &mut out);
-    if io.write_all(&out).await.is_err() {
+    // Over TLS, written bytes may wait in the TLS layer until flushed.
+    if io.write_all(&out).await.is_err() || io.flush().await.is_err() {
         return;
     }
 

@@ -43,7 +43,8 @@ pub struct HostConfig {
     /// How long `shutdown` waits for calls in flight before answering them `ShuttingDown`.
     /// Default: 10 s.
     pub close_timeout: Duration,
-    /// A new connection must complete the handshake within this. Default: 10 s.
+    /// A new connection must complete the handshake within this (on TLS endpoints, the TLS
+    /// handshake and then keel's, each). Default: 10 s.
     pub handshake_timeout: Duration,
     /// Connections open at once; more are closed on accept. Default: 10,000.
     pub max_connections: usize,
@@ -57,6 +58,10 @@ pub struct HostConfig {
     pub worker_threads: Option<usize>,
     /// The blocking-operation pool.
     pub pool: PoolConfig,
+    /// Certificate and key for TLS endpoints (`tcps://`, `https://`), and whether clients must
+    /// present certificates. Required when the host has a TLS endpoint. Default: `None`.
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::ServerTls>,
 }
 
 impl Default for HostConfig {
@@ -71,6 +76,8 @@ impl Default for HostConfig {
             max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
             worker_threads: None,
             pool: PoolConfig::default(),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -138,6 +145,14 @@ impl HostBuilder {
         self
     }
 
+    /// Sets the certificate and key that TLS endpoints (`tcps://`, `https://`) serve, and
+    /// whether clients must present certificates. Required when the host has a TLS endpoint.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::ServerTls) -> Self {
+        self.config.tls = Some(tls);
+        self
+    }
+
     /// Binds every endpoint and starts serving. Returns once the host accepts connections.
     pub fn start(self) -> Result<Host, Error> {
         let config = self.config;
@@ -168,6 +183,11 @@ impl HostBuilder {
                 format!("{ep}: the HTTP binding is not built yet"),
             ));
         }
+        // Before binding anything: a TLS endpoint without a certificate is a config error.
+        let security = endpoints
+            .iter()
+            .map(|ep| endpoint::ServerSecurity::for_endpoint(ep, &config))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let mut pool = keel_pool::Pool::builder();
         pool.thread_name("keel-handler");
@@ -212,7 +232,7 @@ impl HostBuilder {
 
         let mut urls = Vec::new();
         let mut accept_tasks = Vec::new();
-        for ep in endpoints {
+        for (ep, security) in endpoints.into_iter().zip(security) {
             let listen_err = |e: std::io::Error| {
                 Error::new(Kind::Config, format!("cannot listen on {ep}: {e}")).with_source(e)
             };
@@ -220,7 +240,7 @@ impl HostBuilder {
             urls.push(bound.local_url().map_err(listen_err)?);
             let listener = {
                 let _in_runtime = runtime.enter();
-                bound.into_async().map_err(listen_err)?
+                bound.into_async(security).map_err(listen_err)?
             };
             let host = shared.clone();
             accept_tasks.push(runtime.spawn(accept_loop(listener, host)));

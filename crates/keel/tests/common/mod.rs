@@ -244,6 +244,15 @@ pub fn host() -> keel::Host {
 pub enum Binding {
     Tcp,
     Unix,
+    #[cfg(feature = "tls")]
+    Tcps,
+}
+
+/// One self-signed certificate per test process, for "localhost" and "127.0.0.1".
+#[cfg(feature = "tls")]
+pub fn test_cert() -> &'static keel::tls::SelfSigned {
+    static CERT: std::sync::OnceLock<keel::tls::SelfSigned> = std::sync::OnceLock::new();
+    CERT.get_or_init(|| keel::tls::self_signed(&["localhost", "127.0.0.1"]).expect("certificate"))
 }
 
 impl Binding {
@@ -253,6 +262,8 @@ impl Binding {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         match self {
             Binding::Tcp => "tcp://127.0.0.1:0".to_string(),
+            #[cfg(feature = "tls")]
+            Binding::Tcps => "tcps://127.0.0.1:0".to_string(),
             Binding::Unix => format!(
                 "unix://{}/keel-test-{}-{}.sock",
                 std::env::temp_dir().display(),
@@ -264,6 +275,15 @@ impl Binding {
 
     /// A host serving the probe at `url` with `config`.
     pub fn host_at(self, config: keel::HostConfig, url: &str) -> keel::Host {
+        #[cfg(feature = "tls")]
+        let config = match self {
+            Binding::Tcps => {
+                let mut config = config;
+                config.tls = Some(test_cert().server_tls().expect("server tls"));
+                config
+            }
+            _ => config,
+        };
         keel::Host::builder()
             .service(ProbeServer::new(ProbeImpl::default()))
             .endpoint(url)
@@ -282,7 +302,12 @@ impl Binding {
 
     /// Client settings that work with this binding's hosts (e.g. trust for TLS).
     pub fn client_config(self) -> keel::ClientConfig {
-        keel::ClientConfig::default()
+        match self {
+            #[cfg(feature = "tls")]
+            Binding::Tcps => keel::ClientConfig::default()
+                .with_tls(test_cert().client_tls().expect("client tls")),
+            _ => keel::ClientConfig::default(),
+        }
     }
 
     /// A channel to `url` with `config` (which must come from [`Binding::client_config`]).

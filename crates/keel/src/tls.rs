@@ -1,0 +1,639 @@
+//! TLS for every network binding (feature `tls`, on by default), with rustls and its `ring`
+//! provider.
+//!
+//! - `tcps://host:port` runs the keel wire protocol over TLS (ALPN `keel/1`);
+//! - `https://host:port` runs HTTP/1.1 or HTTP/2 over TLS (ALPN `h2`, `http/1.1`), with the
+//!   `http` feature.
+//!
+//! A host gets its certificate from a [`ServerTls`] ([`HostBuilder::tls`]); a client decides whom
+//! to trust with a [`ClientTls`] ([`ClientConfig::with_tls`]; without one, it trusts the
+//! system's root certificates). Mutual TLS is [`ServerTls::require_client_certs`] on the host and
+//! [`ClientTls::with_identity`] on the client. There is never a plaintext fallback: a plain
+//! client cannot talk to a TLS endpoint, nor a TLS client to a plain one.
+//!
+//! The TLS handshake runs in each connection's own task, within
+//! [`HostConfig::handshake_timeout`], so a slow or silent peer delays only itself.
+//!
+//! For development and tests, [`self_signed`] makes a certificate and both sides' settings:
+//!
+//! ```
+//! # #[keel::contract] pub trait Greeter { fn hello(&self, name: String) -> String; }
+//! # struct G;
+//! # impl Greeter for G { fn hello(&self, name: String) -> String { format!("hello {name}") } }
+//! let cert = keel::tls::self_signed(&["localhost", "127.0.0.1"])?;
+//! let host = keel::Host::builder()
+//!     .service(GreeterServer::new(G))
+//!     .endpoint("tcps://127.0.0.1:0")
+//!     .tls(cert.server_tls()?)
+//!     .start()?;
+//!
+//! let config = keel::ClientConfig::default().with_tls(cert.client_tls()?);
+//! let client = GreeterBlockingClient::new(keel::Channel::with_config(host.url(), config)?);
+//! assert_eq!(client.hello("tls".into())?, "hello tls");
+//! host.shutdown();
+//! # Ok::<(), keel::Error>(())
+//! ```
+//!
+//! In production, load the host's certificate chain and key from PEM files
+//! ([`ServerTls::from_pem_files`]); clients either trust the system roots (the default) or a
+//! private CA ([`ClientTls::from_roots_pem_file`]). Anything else rustls can do is available
+//! through [`ServerTls::from_rustls`] and [`ClientTls::from_rustls`].
+//!
+//! [`HostBuilder::tls`]: crate::HostBuilder::tls
+//! [`ClientConfig::with_tls`]: crate::ClientConfig::with_tls
+//! [`HostConfig::handshake_timeout`]: crate::HostConfig::handshake_timeout
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+
+use crate::endpoint::Io;
+use crate::error::{Error, Kind};
+
+/// The rustls that keel uses, for [`ServerTls::from_rustls`] and [`ClientTls::from_rustls`]
+/// (a rustls config from another version of rustls does not fit).
+pub use rustls;
+
+/// The crypto provider used everywhere: `ring`, passed explicitly so that no process-wide
+/// default provider needs installing.
+fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
+}
+
+fn config_err(message: impl Into<String>) -> Error {
+    Error::new(Kind::Config, message)
+}
+
+fn rustls_err(what: &str, e: rustls::Error) -> Error {
+    config_err(format!("{what}: {e}")).with_source(e)
+}
+
+fn read_file(what: &str, path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| {
+        config_err(format!("cannot read the {what} {}: {e}", path.display())).with_source(e)
+    })
+}
+
+/// Every certificate in `pem`, in order; an error if there is none or the PEM is malformed.
+fn certs_from_pem(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| config_err(format!("{what}: invalid PEM: {e}")).with_source(e))?;
+    if certs.is_empty() {
+        return Err(config_err(format!(
+            "{what}: no certificate found in PEM (expected a -----BEGIN CERTIFICATE----- block)"
+        )));
+    }
+    Ok(certs)
+}
+
+/// The first private key in `pem` (PKCS#8, PKCS#1 or SEC1).
+fn key_from_pem(pem: &[u8], what: &str) -> Result<PrivateKeyDer<'static>, Error> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => config_err(format!(
+            "{what}: no private key found in PEM (expected a -----BEGIN PRIVATE KEY----- block, \
+             or an RSA or EC one)"
+        )),
+        e => config_err(format!("{what}: invalid PEM: {e}")).with_source(e),
+    })
+}
+
+fn roots_from_pem(pem: &[u8], what: &str) -> Result<Arc<RootCertStore>, Error> {
+    let mut roots = RootCertStore::empty();
+    for cert in certs_from_pem(pem, what)? {
+        roots
+            .add(cert)
+            .map_err(|e| rustls_err(&format!("{what}: unusable root certificate"), e))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// A certificate chain and its private key, kept to rebuild a config with other settings.
+struct Identity {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Identity {
+    fn from_pem(cert_chain_pem: &[u8], key_pem: &[u8], whose: &str) -> Result<Identity, Error> {
+        Ok(Identity {
+            chain: certs_from_pem(cert_chain_pem, &format!("{whose} certificate chain"))?,
+            key: key_from_pem(key_pem, &format!("{whose} key"))?,
+        })
+    }
+}
+
+/// A host's TLS settings: its certificate chain and key, and whether clients must present a
+/// certificate. Give it to [`HostBuilder::tls`](crate::HostBuilder::tls).
+///
+/// Cheap to clone. Its `Debug` output shows no key material.
+#[derive(Clone)]
+pub struct ServerTls {
+    config: Arc<rustls::ServerConfig>,
+    /// `None` for [`ServerTls::from_rustls`], which cannot be rebuilt.
+    identity: Option<Arc<Identity>>,
+    /// Meaningful only with `identity` (rustls does not tell for a config from elsewhere).
+    client_certs_required: bool,
+}
+
+impl fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ServerTls");
+        match &self.identity {
+            Some(id) => d
+                .field("certificates", &id.chain.len())
+                .field("client_certs_required", &self.client_certs_required),
+            None => d.field("from_rustls", &true),
+        };
+        d.finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// Settings from a PEM certificate chain (the host's certificate first, then any
+    /// intermediates) and a PEM private key (PKCS#8, PKCS#1 or SEC1).
+    ///
+    /// Fails with a configuration error if there is no certificate or no key, if the PEM is
+    /// malformed, or if the key does not belong to the first certificate.
+    ///
+    /// ```
+    /// let cert = keel::tls::self_signed(&["localhost"])?;
+    /// let tls = keel::tls::ServerTls::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes())?;
+    ///
+    /// let err = keel::tls::ServerTls::from_pem(b"not pem", cert.key_pem.as_bytes()).unwrap_err();
+    /// assert!(err.to_string().contains("no certificate found in PEM"), "{err}");
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    pub fn from_pem(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<ServerTls, Error> {
+        let identity = Arc::new(Identity::from_pem(cert_chain_pem, key_pem, "server")?);
+        ServerTls::build(identity, None)
+    }
+
+    /// [`ServerTls::from_pem`] with the chain and the key read from files (which may be the
+    /// same file).
+    pub fn from_pem_files(
+        cert_chain: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+    ) -> Result<ServerTls, Error> {
+        let chain = read_file("certificate chain", cert_chain.as_ref())?;
+        let key = read_file("private key", key.as_ref())?;
+        ServerTls::from_pem(&chain, &key)
+    }
+
+    /// Requires every client to present a certificate signed by one of `trusted_roots_pem`
+    /// (mutual TLS). Clients without one, or with one from another CA, fail their handshake.
+    ///
+    /// Not available for [`ServerTls::from_rustls`] settings: configure client authentication
+    /// on the rustls config instead.
+    ///
+    /// ```
+    /// let server = keel::tls::self_signed(&["localhost"])?;
+    /// let client = keel::tls::self_signed(&["my-client"])?;
+    /// let tls = server
+    ///     .server_tls()?
+    ///     .require_client_certs(client.cert_pem.as_bytes())?;
+    /// // Clients then need `with_identity(client.cert_pem.as_bytes(), client.key_pem.as_bytes())`.
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    pub fn require_client_certs(self, trusted_roots_pem: &[u8]) -> Result<ServerTls, Error> {
+        let identity = self.identity.ok_or_else(|| {
+            config_err(
+                "require_client_certs needs ServerTls settings made from PEM; with \
+                 ServerTls::from_rustls, configure client authentication on the rustls config",
+            )
+        })?;
+        let roots = roots_from_pem(trusted_roots_pem, "trusted client roots")?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider())
+            .build()
+            .map_err(|e| {
+                config_err(format!("cannot verify client certificates: {e}")).with_source(e)
+            })?;
+        ServerTls::build(identity, Some(verifier))
+    }
+
+    /// Settings from a rustls config, for anything the other constructors do not cover. keel
+    /// replaces its ALPN protocols per binding (`keel/1` on `tcps`; `h2` and `http/1.1` on
+    /// `https`); everything else is used as given.
+    pub fn from_rustls(config: Arc<rustls::ServerConfig>) -> ServerTls {
+        ServerTls {
+            config,
+            identity: None,
+            client_certs_required: false,
+        }
+    }
+
+    fn build(
+        identity: Arc<Identity>,
+        verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Result<ServerTls, Error> {
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| rustls_err("TLS protocol versions", e))?;
+        let client_certs_required = verifier.is_some();
+        let builder = match verifier {
+            Some(v) => builder.with_client_cert_verifier(v),
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder
+            .with_single_cert(identity.chain.clone(), identity.key.clone_key())
+            .map_err(|e| match e {
+                rustls::Error::InconsistentKeys(_) => config_err(format!(
+                    "the private key does not match the server certificate \
+                     (the first certificate of the chain): {e}"
+                ))
+                .with_source(e),
+                e => rustls_err("unusable server certificate or key", e),
+            })?;
+        Ok(ServerTls {
+            config: Arc::new(config),
+            identity: Some(identity),
+            client_certs_required,
+        })
+    }
+
+    /// An acceptor that agrees on one of `alpn` (the binding's protocols).
+    pub(crate) fn acceptor(&self, alpn: &[&[u8]]) -> tokio_rustls::TlsAcceptor {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+/// A client's TLS settings: which certificates it trusts, its own certificate for mutual TLS,
+/// and the server name it checks. Give it to [`ClientConfig::with_tls`](crate::ClientConfig::with_tls).
+///
+/// Without one, a client trusts the system's root certificates.
+///
+/// Cheap to clone. Its `Debug` output shows no key material.
+#[derive(Clone)]
+pub struct ClientTls {
+    config: Arc<rustls::ClientConfig>,
+    /// `None` for [`ClientTls::from_rustls`], which cannot be rebuilt.
+    roots: Option<Arc<RootCertStore>>,
+    identity: bool,
+    server_name: Option<String>,
+}
+
+impl fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ClientTls");
+        match &self.roots {
+            Some(roots) => d.field("roots", &roots.len()),
+            None => d.field("from_rustls", &true),
+        };
+        d.field("identity", &self.identity)
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// Trusts exactly the CA (or self-signed) certificates in `pem`, and nothing else.
+    ///
+    /// ```
+    /// let cert = keel::tls::self_signed(&["localhost"])?;
+    /// let tls = keel::tls::ClientTls::from_roots_pem(cert.cert_pem.as_bytes())?;
+    /// let config = keel::ClientConfig::default().with_tls(tls);
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    pub fn from_roots_pem(pem: &[u8]) -> Result<ClientTls, Error> {
+        ClientTls::build(roots_from_pem(pem, "trusted roots")?, None)
+    }
+
+    /// [`ClientTls::from_roots_pem`] with the certificates read from a file.
+    pub fn from_roots_pem_file(path: impl AsRef<Path>) -> Result<ClientTls, Error> {
+        ClientTls::from_roots_pem(&read_file("trusted roots", path.as_ref())?)
+    }
+
+    /// Trusts the operating system's root certificates (what a client without TLS settings
+    /// uses). Fails if none can be loaded.
+    pub fn system_roots() -> Result<ClientTls, Error> {
+        let loaded = rustls_native_certs::load_native_certs();
+        let mut roots = RootCertStore::empty();
+        let (added, _unusable) = roots.add_parsable_certificates(loaded.certs);
+        if added == 0 {
+            let why = if loaded.errors.is_empty() {
+                "none found".to_string()
+            } else {
+                loaded
+                    .errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            return Err(config_err(format!(
+                "no system root certificates could be loaded ({why}); give the client its own \
+                 trusted roots with ClientConfig::with_tls(ClientTls::from_roots_pem(..))"
+            )));
+        }
+        ClientTls::build(Arc::new(roots), None)
+    }
+
+    /// Presents this certificate chain and key to hosts that require client certificates
+    /// (mutual TLS, see [`ServerTls::require_client_certs`]).
+    ///
+    /// Not available for [`ClientTls::from_rustls`] settings: configure the client certificate
+    /// on the rustls config instead.
+    pub fn with_identity(self, cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<ClientTls, Error> {
+        let roots = self.roots.ok_or_else(|| {
+            config_err(
+                "with_identity needs ClientTls settings made by keel; with \
+                 ClientTls::from_rustls, configure the client certificate on the rustls config",
+            )
+        })?;
+        let identity = Identity::from_pem(cert_chain_pem, key_pem, "client")?;
+        let mut tls = ClientTls::build(roots, Some(identity))?;
+        tls.server_name = self.server_name;
+        Ok(tls)
+    }
+
+    /// Checks the host's certificate against `name` instead of the host part of the URL. For
+    /// example, connect to `tcps://10.0.0.7:4000` and verify the certificate for
+    /// `api.example.com`. `name` may be a DNS name or an IP address; it is checked when
+    /// connecting.
+    pub fn with_server_name(mut self, name: &str) -> ClientTls {
+        self.server_name = Some(name.to_string());
+        self
+    }
+
+    /// Settings from a rustls config, for anything the other constructors do not cover. keel
+    /// replaces its ALPN protocols per binding (`keel/1` on `tcps`; `h2` and `http/1.1` on
+    /// `https`); everything else is used as given.
+    pub fn from_rustls(config: Arc<rustls::ClientConfig>) -> ClientTls {
+        ClientTls {
+            identity: config.client_auth_cert_resolver.has_certs(),
+            config,
+            roots: None,
+            server_name: None,
+        }
+    }
+
+    fn build(roots: Arc<RootCertStore>, identity: Option<Identity>) -> Result<ClientTls, Error> {
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| rustls_err("TLS protocol versions", e))?
+            .with_root_certificates(roots.clone());
+        let has_identity = identity.is_some();
+        let config = match identity {
+            Some(id) => builder
+                .with_client_auth_cert(id.chain, id.key)
+                .map_err(|e| match e {
+                    rustls::Error::InconsistentKeys(_) => config_err(format!(
+                        "the private key does not match the client certificate \
+                         (the first certificate of the chain): {e}"
+                    ))
+                    .with_source(e),
+                    e => rustls_err("unusable client certificate or key", e),
+                })?,
+            None => builder.with_no_client_auth(),
+        };
+        Ok(ClientTls {
+            config: Arc::new(config),
+            roots: Some(roots),
+            identity: has_identity,
+            server_name: None,
+        })
+    }
+
+    /// The settings a client without its own uses: the system roots, loaded once per process
+    /// (off the runtime's workers, as it reads files) on the first TLS connection.
+    pub(crate) async fn default_for_process() -> Result<ClientTls, Error> {
+        static SYSTEM: OnceLock<ClientTls> = OnceLock::new();
+        if let Some(tls) = SYSTEM.get() {
+            return Ok(tls.clone());
+        }
+        let loaded = tokio::task::spawn_blocking(ClientTls::system_roots)
+            .await
+            .map_err(|e| config_err(format!("loading the system root certificates: {e}")))??;
+        Ok(SYSTEM.get_or_init(|| loaded).clone())
+    }
+
+    /// Runs the client handshake over `io` with the host at `host` (the URL's host part),
+    /// offering `alpn`. Returns the secured stream and the protocol agreed, if any.
+    pub(crate) async fn connect(
+        &self,
+        io: Box<dyn Io>,
+        host: &str,
+        alpn: &[&[u8]],
+    ) -> Result<(Box<dyn Io>, Option<Vec<u8>>), TlsConnectError> {
+        let name = self.server_name.as_deref().unwrap_or(host);
+        let server_name = ServerName::try_from(name.to_string()).map_err(|e| {
+            TlsConnectError::Config(config_err(format!(
+                "`{name}` is not a valid TLS server name (a DNS name or an IP address): {e}"
+            )))
+        })?;
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let stream = connector
+            .connect(server_name, io)
+            .await
+            .map_err(TlsConnectError::Handshake)?;
+        let agreed = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        Ok((Box::new(stream), agreed))
+    }
+}
+
+/// Why a client handshake did not happen.
+#[derive(Debug)]
+pub(crate) enum TlsConnectError {
+    /// The settings cannot be used for this host (e.g. an invalid server name).
+    Config(Error),
+    /// The handshake failed: rustls's reason (untrusted certificate, alert from the host, ...).
+    Handshake(std::io::Error),
+}
+
+/// Runs the server handshake over an accepted connection.
+pub(crate) async fn accept(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    io: Box<dyn Io>,
+) -> std::io::Result<(Box<dyn Io>, Option<Vec<u8>>)> {
+    let stream = acceptor.accept(io).await?;
+    let agreed = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    Ok((Box::new(stream), agreed))
+}
+
+/// A certificate and its private key, in PEM, from [`self_signed`].
+///
+/// For development and tests only: nothing vouches for a self-signed certificate, so every
+/// client must be told to trust it ([`SelfSigned::client_tls`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct SelfSigned {
+    /// The certificate, PEM-encoded.
+    pub cert_pem: String,
+    /// The certificate's private key, PEM-encoded (PKCS#8).
+    pub key_pem: String,
+}
+
+impl fmt::Debug for SelfSigned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SelfSigned")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+impl SelfSigned {
+    /// Host settings serving this certificate.
+    pub fn server_tls(&self) -> Result<ServerTls, Error> {
+        ServerTls::from_pem(self.cert_pem.as_bytes(), self.key_pem.as_bytes())
+    }
+
+    /// Client settings trusting exactly this certificate.
+    pub fn client_tls(&self) -> Result<ClientTls, Error> {
+        ClientTls::from_roots_pem(self.cert_pem.as_bytes())
+    }
+}
+
+/// Makes a self-signed certificate valid for `names`, each a DNS name (`localhost`) or an IP
+/// address (`127.0.0.1`, `::1`). For development and tests only.
+///
+/// ```
+/// let cert = keel::tls::self_signed(&["localhost", "127.0.0.1"])?;
+/// assert!(cert.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+/// let host_settings = cert.server_tls()?;
+/// let client_settings = cert.client_tls()?;
+/// # Ok::<(), keel::Error>(())
+/// ```
+pub fn self_signed(names: &[&str]) -> Result<SelfSigned, Error> {
+    if names.is_empty() {
+        return Err(config_err(
+            "self_signed needs at least one DNS name or IP address",
+        ));
+    }
+    let make = || -> Result<SelfSigned, rcgen::Error> {
+        // rcgen makes an IP address SAN for every name that parses as one, else a DNS name SAN.
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
+        // A subject of its own: two self-signed certificates with the same subject look like
+        // issuer and issued to a verifier, which then reports a bad signature instead of an
+        // unknown issuer.
+        let unique = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("{} (keel self-signed {unique:016x})", names[0]),
+        );
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(SelfSigned {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    };
+    make().map_err(|e| {
+        config_err(format!("cannot make a certificate for {names:?}: {e}")).with_source(e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_errors_are_clear_config_errors() {
+        let a = self_signed(&["localhost"]).unwrap();
+        let b = self_signed(&["localhost"]).unwrap();
+        let cases: [(&[u8], &[u8], &str); 4] = [
+            (
+                b"garbage",
+                a.key_pem.as_bytes(),
+                "no certificate found in PEM",
+            ),
+            (a.cert_pem.as_bytes(), b"garbage", "no private key"),
+            (
+                a.cert_pem.as_bytes(),
+                a.cert_pem.as_bytes(),
+                "no private key",
+            ),
+            (
+                a.cert_pem.as_bytes(),
+                b.key_pem.as_bytes(),
+                "does not match the server certificate",
+            ),
+        ];
+        for (cert, key, expected) in cases {
+            let e = ServerTls::from_pem(cert, key).unwrap_err();
+            assert_eq!(e.kind(), Kind::Config, "{e}");
+            assert!(e.to_string().contains(expected), "{e}");
+        }
+        let e = ClientTls::from_roots_pem(b"").unwrap_err();
+        assert!(e.to_string().contains("no certificate found"), "{e}");
+        let e = ClientTls::from_roots_pem(a.cert_pem.as_bytes())
+            .unwrap()
+            .with_identity(a.cert_pem.as_bytes(), b.key_pem.as_bytes())
+            .unwrap_err();
+        assert!(e.to_string().contains("does not match the client"), "{e}");
+    }
+
+    #[test]
+    fn one_file_may_hold_both_chain_and_key() {
+        let a = self_signed(&["localhost"]).unwrap();
+        let both = format!("{}{}", a.key_pem, a.cert_pem);
+        ServerTls::from_pem(both.as_bytes(), both.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn debug_output_shows_no_key_material() {
+        let a = self_signed(&["localhost", "127.0.0.1"]).unwrap();
+        let key_body = a.key_pem.lines().nth(1).unwrap().to_string();
+        let server = a
+            .server_tls()
+            .unwrap()
+            .require_client_certs(a.cert_pem.as_bytes())
+            .unwrap();
+        let client = a
+            .client_tls()
+            .unwrap()
+            .with_identity(a.cert_pem.as_bytes(), a.key_pem.as_bytes())
+            .unwrap()
+            .with_server_name("localhost");
+        for shown in [
+            format!("{server:?}"),
+            format!("{client:?}"),
+            format!("{a:?}"),
+        ] {
+            assert!(!shown.contains(&key_body), "{shown}");
+            assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+        }
+        assert!(format!("{server:?}").contains("client_certs_required: true"));
+        assert!(format!("{client:?}").contains("identity: true"));
+    }
+
+    #[test]
+    fn rebuilding_from_rustls_settings_is_refused_clearly() {
+        let a = self_signed(&["localhost"]).unwrap();
+        let server = ServerTls::from_rustls(a.server_tls().unwrap().config);
+        let e = server
+            .require_client_certs(a.cert_pem.as_bytes())
+            .unwrap_err();
+        assert!(e.to_string().contains("from_rustls"), "{e}");
+        let client = ClientTls::from_rustls(a.client_tls().unwrap().config);
+        let e = client
+            .with_identity(a.cert_pem.as_bytes(), a.key_pem.as_bytes())
+            .unwrap_err();
+        assert!(e.to_string().contains("from_rustls"), "{e}");
+    }
+
+    #[test]
+    fn self_signed_needs_a_name() {
+        assert!(self_signed(&[]).is_err());
+    }
+}

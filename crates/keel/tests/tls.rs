@@ -1,0 +1,309 @@
+//! TLS beyond the binding matrix: mutual TLS, trust failures, no plaintext fallback, server name
+//! overrides, configuration errors, PEM files, ALPN, and handshakes that never hold up the accept
+//! loop. Real sockets on port 0.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use keel::tls::{self, ClientTls, ServerTls};
+use rustls::pki_types::pem::PemObject as _;
+
+/// A certificate authority that issues leaf certificates, for mutual TLS with real chains.
+struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pem: String,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            issuer: rcgen::Issuer::new(params, key),
+            pem,
+        }
+    }
+
+    /// A leaf certificate for `name`: (chain PEM, leaf then this CA; key PEM).
+    fn issue(&self, name: &str) -> (String, String) {
+        let params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (format!("{}{}", cert.pem(), self.pem), key.serialize_pem())
+    }
+}
+
+fn tls_host(tls: ServerTls) -> keel::Host {
+    keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("tcps://127.0.0.1:0")
+        .tls(tls)
+        .start()
+        .expect("host starts")
+}
+
+fn client(url: &str, tls: ClientTls) -> ProbeClient {
+    let config = keel::ClientConfig::default().with_tls(tls);
+    ProbeClient::new(keel::Channel::with_config(url, config).expect("channel"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_admits_only_clients_with_a_certificate_from_the_trusted_ca() {
+    let clients_ca = Ca::new("clients");
+    let other_ca = Ca::new("someone else");
+    let host = tls_host(
+        test_cert()
+            .server_tls()
+            .unwrap()
+            .require_client_certs(clients_ca.pem.as_bytes())
+            .unwrap(),
+    );
+
+    let (chain, key) = clients_ca.issue("good-client");
+    let good = client(
+        host.url(),
+        test_cert()
+            .client_tls()
+            .unwrap()
+            .with_identity(chain.as_bytes(), key.as_bytes())
+            .unwrap(),
+    );
+    assert_eq!(good.echo("admitted".into()).await.unwrap(), "admitted");
+
+    let anonymous = client(host.url(), test_cert().client_tls().unwrap());
+    let err = anonymous.open().await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(err.to_string().contains("CertificateRequired"), "{err}");
+
+    let (chain, key) = other_ca.issue("bad-client");
+    let stranger = client(
+        host.url(),
+        test_cert()
+            .client_tls()
+            .unwrap()
+            .with_identity(chain.as_bytes(), key.as_bytes())
+            .unwrap(),
+    );
+    let err = stranger.open().await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(err.to_string().contains("UnknownCA"), "{err}");
+
+    // The refused clients never got past the handshake; the admitted one still works.
+    assert_eq!(good.echo("still".into()).await.unwrap(), "still");
+    assert_eq!(host.stats().connections_opened, 1);
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_server_certificate_is_a_clear_connection_error() {
+    let host = tls_host(test_cert().server_tls().unwrap());
+    let stranger = tls::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+    let c = client(host.url(), stranger.client_tls().unwrap());
+    let err = c.echo("x".into()).await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("invalid peer certificate: UnknownIssuer"),
+        "{err}"
+    );
+    assert!(err.to_string().contains(host.url()), "{err}");
+
+    // Trusted, but not issued for the name checked.
+    let c = client(
+        host.url(),
+        test_cert()
+            .client_tls()
+            .unwrap()
+            .with_server_name("elsewhere.example"),
+    );
+    let err = c.open().await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(err.to_string().contains("not valid for name"), "{err}");
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tls_settings_a_client_trusts_only_the_system_roots() {
+    let host = tls_host(test_cert().server_tls().unwrap());
+    let c = ProbeClient::new(keel::Channel::new(host.url()).unwrap());
+    let err = c.open().await.unwrap_err();
+    // A self-signed certificate is in no system store; a machine without one says so.
+    assert!(
+        (err.is_connection() && err.to_string().contains("UnknownIssuer"))
+            || err.to_string().contains("no system root certificates"),
+        "{err}"
+    );
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn there_is_no_plaintext_fallback_either_way() {
+    let host = tls_host(test_cert().server_tls().unwrap());
+    let plain_url = host.url().replace("tcps://", "tcp://");
+    for _ in 0..3 {
+        let plain = ProbeClient::new(keel::Channel::new(&plain_url).unwrap());
+        let err = plain.open().await.unwrap_err();
+        assert!(err.is_connection(), "{err}");
+        assert!(err.to_string().contains("TLS"), "{err}");
+    }
+    // The host keeps serving TLS clients.
+    let c = Binding::Tcps.client(&host).await;
+    assert_eq!(c.echo("fine".into()).await.unwrap(), "fine");
+    assert_eq!(host.stats().connections_opened, 1);
+    host.shutdown_async().await;
+
+    // A TLS client to a plain host.
+    let plain_host = Binding::Tcp.host();
+    let tls_url = plain_host.url().replace("tcp://", "tcps://");
+    let c = client(&tls_url, test_cert().client_tls().unwrap());
+    let err = c.open().await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(err.to_string().contains("TLS"), "{err}");
+    plain_host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_server_name_overrides_the_name_checked() {
+    let cert = tls::self_signed(&["localhost"]).unwrap();
+    let host = tls_host(cert.server_tls().unwrap());
+    assert!(host.url().starts_with("tcps://127.0.0.1:"));
+
+    let by_address = client(host.url(), cert.client_tls().unwrap());
+    let err = by_address.open().await.unwrap_err();
+    assert!(err.to_string().contains("not valid for name"), "{err}");
+
+    let by_name = client(
+        host.url(),
+        cert.client_tls().unwrap().with_server_name("localhost"),
+    );
+    assert_eq!(by_name.echo("named".into()).await.unwrap(), "named");
+
+    let invalid = client(
+        host.url(),
+        cert.client_tls().unwrap().with_server_name("not a name"),
+    );
+    let err = invalid.open().await.unwrap_err();
+    assert!(
+        err.to_string().contains("not a valid TLS server name"),
+        "{err}"
+    );
+    host.shutdown_async().await;
+}
+
+#[test]
+fn a_tls_endpoint_without_a_certificate_fails_to_start() {
+    let err = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("tcp://127.0.0.1:0")
+        .endpoint("tcps://127.0.0.1:0")
+        .start()
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("invalid configuration"), "{msg}");
+    assert!(msg.contains("tcps://127.0.0.1:0"), "{msg}");
+    assert!(msg.contains("HostBuilder::tls"), "{msg}");
+}
+
+#[test]
+fn server_tls_from_pem_rejects_garbage() {
+    let cert = test_cert();
+    let err = ServerTls::from_pem(b"garbage", cert.key_pem.as_bytes()).unwrap_err();
+    assert!(
+        err.to_string().contains("no certificate found in PEM"),
+        "{err}"
+    );
+    let err = ServerTls::from_pem(cert.cert_pem.as_bytes(), b"garbage").unwrap_err();
+    assert!(err.to_string().contains("no private key"), "{err}");
+    let other = tls::self_signed(&["localhost"]).unwrap();
+    let err = ServerTls::from_pem(cert.cert_pem.as_bytes(), other.key_pem.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("does not match"), "{err}");
+    let broken = cert.cert_pem.replace("-----END CERTIFICATE-----", "");
+    let err = ServerTls::from_pem(broken.as_bytes(), cert.key_pem.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("invalid PEM"), "{err}");
+}
+
+#[test]
+fn pem_files_round_trip() {
+    let dir = std::env::temp_dir().join(format!("keel-tls-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert = tls::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, &cert.cert_pem).unwrap();
+    std::fs::write(&key_path, &cert.key_pem).unwrap();
+
+    let host = tls_host(ServerTls::from_pem_files(&cert_path, &key_path).unwrap());
+    let config =
+        keel::ClientConfig::default().with_tls(ClientTls::from_roots_pem_file(&cert_path).unwrap());
+    let c = ProbeBlockingClient::new(keel::Channel::with_config(host.url(), config).unwrap());
+    assert_eq!(c.echo("from files".into()).unwrap(), "from files");
+    host.shutdown();
+
+    let missing = dir.join("missing.pem");
+    let err = ServerTls::from_pem_files(&missing, &key_path).unwrap_err();
+    assert!(err.to_string().contains("missing.pem"), "{err}");
+    let err = ClientTls::from_roots_pem_file(&missing).unwrap_err();
+    assert!(err.to_string().contains("missing.pem"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_does_not_hold_up_other_connections() {
+    let mut config = keel::HostConfig::default();
+    config.worker_threads = Some(1);
+    let host = Binding::Tcps.host_with(config);
+    let addr = host.url().strip_prefix("tcps://").unwrap().to_string();
+    // Connects and never says a word: its handshake waits in its own task.
+    let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let also_silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let c = Binding::Tcps.client(&host).await;
+    assert_eq!(c.echo("not blocked".into()).await.unwrap(), "not blocked");
+    let other = Binding::Tcps.client(&host).await;
+    assert_eq!(other.echo("me neither".into()).await.unwrap(), "me neither");
+    assert_eq!(host.stats().connections_opened, 2);
+    drop((silent, also_silent));
+    host.shutdown_async().await;
+}
+
+/// A raw rustls handshake with a tcps host offering `alpn`; the protocol agreed.
+async fn raw_handshake(url: &str, alpn: &[&[u8]]) -> std::io::Result<Option<Vec<u8>>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(test_cert().cert_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let tcp = tokio::net::TcpStream::connect(url.strip_prefix("tcps://").unwrap()).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?;
+    Ok(tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcps_agrees_on_keel_alpn_and_refuses_other_protocols() {
+    let host = Binding::Tcps.host();
+    let agreed = raw_handshake(host.url(), &[b"h2", b"keel/1"])
+        .await
+        .unwrap();
+    assert_eq!(agreed.as_deref(), Some(&b"keel/1"[..]));
+    let err = raw_handshake(host.url(), &[b"h2", b"http/1.1"])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("NoApplicationProtocol"), "{err}");
+    host.shutdown_async().await;
+}
