@@ -69,12 +69,14 @@ mod client;
 mod endpoint;
 mod error;
 mod host;
+#[cfg(feature = "http")]
+pub mod http;
 mod rt;
 mod service;
 mod sink;
 mod throttle;
 
-pub use client::{CallOptions, Channel, ClientConfig};
+pub use client::{CallOptions, Channel, ChannelStats, ClientConfig, HttpVersion};
 pub use error::{Error, Status, StatusCode};
 pub use host::{
     ConnectionInfo, Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport,

@@ -1,0 +1,616 @@
+//! The client side: [`HttpTransport`] carries a [`Channel`](crate::Channel)'s calls as HTTP
+//! requests. HTTP/1.1: a pool of keep-alive connections, one call at a time each, at most
+//! `http_max_connections`. HTTP/2: one multiplexed connection, reconnected on the next call
+//! after it fails.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ::http::header::{HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
+use ::http::{Method, Request, Response, Uri};
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+
+use super::body::{self, Body, ReadError};
+use super::{status_code_from_str, DEADLINE_HEADER, POSTCARD_CONTENT_TYPE, STATUS_HEADER};
+use crate::client::{ChannelStats, ClientConfig, HttpVersion};
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Kind, Status, StatusCode};
+
+/// The HTTP version of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    H1,
+    H2,
+}
+
+/// A channel's HTTP connections and how calls use them.
+pub(crate) struct HttpTransport {
+    endpoint: Endpoint,
+    config: ClientConfig,
+    /// `Auto` over TLS: the version ALPN agreed on the first connection (HTTP/2 is tried first).
+    negotiated: Mutex<Option<Proto>>,
+    /// Idle HTTP/1.1 connections, most recently used last.
+    idle: Mutex<Vec<H1Conn>>,
+    /// One permit per HTTP/1.1 call in progress, so at most `http_max_connections` exist.
+    h1_slots: Arc<Semaphore>,
+    /// The HTTP/2 connection, if any.
+    h2: Mutex<Option<H2Conn>>,
+    /// Serialises HTTP/2 connection attempts so a burst of first calls opens one connection.
+    h2_connecting: tokio::sync::Mutex<()>,
+    conns: Arc<Registry>,
+}
+
+impl fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("endpoint", &self.endpoint)
+            .field("version", &self.config.http_version)
+            .field("connections", &self.conns.open())
+            .finish_non_exhaustive()
+    }
+}
+
+struct H1Conn {
+    sender: http1::SendRequest<Body>,
+    id: u64,
+}
+
+#[derive(Clone)]
+struct H2Conn {
+    sender: http2::SendRequest<Body>,
+    id: u64,
+}
+
+/// Every connection's driver task, so that `close` can end them and stats can count them.
+#[derive(Debug, Default)]
+struct Registry {
+    drivers: Mutex<HashMap<u64, AbortHandle>>,
+    next_id: AtomicU64,
+    opened: AtomicU64,
+    closed: AtomicU64,
+}
+
+impl Registry {
+    /// Runs a connection's driver in a task of its own; returns the connection's id.
+    fn spawn<F>(self: &Arc<Self>, driver: F) -> u64
+    where
+        F: Future + Send + 'static,
+    {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let registry = self.clone();
+        // Held while spawning, so the task cannot remove its entry before it is inserted.
+        let mut drivers = self.drivers.lock().unwrap_or_else(|e| e.into_inner());
+        let task = tokio::spawn(async move {
+            let _ = driver.await;
+            registry.remove(id);
+        });
+        drivers.insert(id, task.abort_handle());
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        id
+    }
+
+    fn remove(&self, id: u64) -> Option<AbortHandle> {
+        let removed = self
+            .drivers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if removed.is_some() {
+            self.closed.fetch_add(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Closes connection `id` now.
+    fn kill(&self, id: u64) {
+        if let Some(task) = self.remove(id) {
+            task.abort();
+        }
+    }
+
+    fn kill_all(&self) {
+        let all = std::mem::take(&mut *self.drivers.lock().unwrap_or_else(|e| e.into_inner()));
+        self.closed.fetch_add(all.len() as u64, Ordering::Relaxed);
+        for task in all.into_values() {
+            task.abort();
+        }
+    }
+
+    fn is_open(&self, id: u64) -> bool {
+        self.drivers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&id)
+    }
+
+    fn open(&self) -> usize {
+        self.drivers.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// A freshly opened connection.
+enum Established {
+    H1(H1Conn),
+    H2(H2Conn),
+}
+
+/// What a call over one version ended with.
+enum Sent {
+    Done(Result<Result<Bytes, Status>, Error>),
+    /// The connection opened for the call speaks the other version (ALPN): call again.
+    Switch,
+}
+
+/// How many times a request the connection gave back unsent is tried on a fresh connection.
+const ATTEMPTS: usize = 3;
+
+impl HttpTransport {
+    pub(crate) fn new(endpoint: Endpoint, config: ClientConfig) -> HttpTransport {
+        let slots = config.http_max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        HttpTransport {
+            endpoint,
+            negotiated: Mutex::new(None),
+            idle: Mutex::new(Vec::new()),
+            h1_slots: Arc::new(Semaphore::new(slots)),
+            h2: Mutex::new(None),
+            h2_connecting: tokio::sync::Mutex::new(()),
+            conns: Arc::new(Registry::default()),
+            config,
+        }
+    }
+
+    /// The version the next call uses.
+    fn proto(&self) -> Proto {
+        match self.config.http_version {
+            HttpVersion::Http1 => Proto::H1,
+            HttpVersion::Http2 => Proto::H2,
+            _ if self.endpoint.is_tls() => {
+                let negotiated = *self.negotiated.lock().unwrap_or_else(|e| e.into_inner());
+                negotiated.unwrap_or(Proto::H2)
+            }
+            _ => Proto::H1,
+        }
+    }
+
+    /// Opens a connection now unless one is open.
+    pub(crate) async fn open(&self) -> Result<(), Error> {
+        loop {
+            match self.proto() {
+                Proto::H2 => match self.h2_conn().await? {
+                    Some(_) => return Ok(()),
+                    None => continue,
+                },
+                Proto::H1 => {
+                    if self.conns.open() > 0 {
+                        return Ok(());
+                    }
+                    match self.connect(Proto::H1).await? {
+                        Established::H1(c) => {
+                            self.put_idle(c);
+                            return Ok(());
+                        }
+                        Established::H2(c) => self.adopt_h2(c),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes every connection; calls in flight fail with a connection error.
+    pub(crate) fn close(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        *self.h2.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.conns.kill_all();
+    }
+
+    pub(crate) fn is_connected(&self) -> bool {
+        self.conns.open() > 0
+    }
+
+    pub(crate) fn stats(&self, calls: u64) -> ChannelStats {
+        let c = &self.conns;
+        ChannelStats {
+            connections_opened: c.opened.load(Ordering::Relaxed),
+            connections_closed: c.closed.load(Ordering::Relaxed),
+            connections_open: c.open(),
+            calls,
+        }
+    }
+
+    /// One call: one request, one response, within `deadline`.
+    pub(crate) async fn call(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        body: Bytes,
+        deadline: Instant,
+    ) -> Result<Result<Bytes, Status>, Error> {
+        let work = async {
+            loop {
+                let sent = match self.proto() {
+                    Proto::H1 => self.send_h1(service, operation, &body, deadline).await,
+                    Proto::H2 => self.send_h2(service, operation, &body, deadline).await,
+                };
+                match sent {
+                    Sent::Done(result) => return result,
+                    Sent::Switch => continue,
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline.into(), work).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::new(
+                Kind::Timeout,
+                format!("{service}.{operation}: no reply before the deadline"),
+            )),
+        }
+    }
+
+    /// A call over HTTP/1.1: an idle pooled connection, or a new one below the cap, or wait.
+    async fn send_h1(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        body: &Bytes,
+        deadline: Instant,
+    ) -> Sent {
+        let Ok(_permit) = self.h1_slots.acquire().await else {
+            unreachable!("the semaphore is never closed");
+        };
+        let mut request = match self.request(Proto::H1, service, operation, body, deadline) {
+            Ok(r) => r,
+            Err(e) => return Sent::Done(Err(e)),
+        };
+        for attempt in 1..=ATTEMPTS {
+            let conn = match self.take_idle() {
+                Some(c) => c,
+                None => match self.connect(Proto::H1).await {
+                    Ok(Established::H1(c)) => c,
+                    Ok(Established::H2(c)) => {
+                        self.adopt_h2(c);
+                        return Sent::Switch;
+                    }
+                    Err(e) => return Sent::Done(Err(e)),
+                },
+            };
+            // Until the answer is read to its end the connection cannot carry another call:
+            // dropped early (deadline, caller gone), the lease closes it, which also tells the
+            // host to stop the call.
+            let mut lease = Lease {
+                transport: self,
+                conn: Some(conn),
+                keep: false,
+            };
+            let sender = &mut lease.conn.as_mut().expect("leased").sender;
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    let (result, reusable) = self.answer(response).await;
+                    lease.keep = reusable;
+                    return Sent::Done(result);
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if attempt < ATTEMPTS => request = unsent,
+                    _ => return Sent::Done(Err(self.broken(e.into_error()))),
+                },
+            }
+        }
+        Sent::Done(Err(Error::new(
+            Kind::Connection,
+            format!(
+                "{}: every connection closed before the request was sent",
+                self.endpoint
+            ),
+        )))
+    }
+
+    /// A call over the HTTP/2 connection.
+    async fn send_h2(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        body: &Bytes,
+        deadline: Instant,
+    ) -> Sent {
+        let mut request = match self.request(Proto::H2, service, operation, body, deadline) {
+            Ok(r) => r,
+            Err(e) => return Sent::Done(Err(e)),
+        };
+        for attempt in 1..=ATTEMPTS {
+            let mut conn = match self.h2_conn().await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Sent::Switch,
+                Err(e) => return Sent::Done(Err(e)),
+            };
+            if conn.sender.ready().await.is_err() {
+                self.forget_h2(conn.id);
+                continue;
+            }
+            // Dropping this future (deadline, caller gone) resets the stream: the host stops
+            // the call. The connection carries on.
+            match conn.sender.try_send_request(request).await {
+                Ok(response) => return Sent::Done(self.answer(response).await.0),
+                Err(mut e) => match e.take_message() {
+                    // Never sent (the host said GOAWAY, or the connection just closed).
+                    Some(unsent) if attempt < ATTEMPTS => {
+                        self.forget_h2(conn.id);
+                        request = unsent;
+                    }
+                    _ => return Sent::Done(Err(self.broken(e.into_error()))),
+                },
+            }
+        }
+        Sent::Done(Err(Error::new(
+            Kind::Connection,
+            format!(
+                "{}: the connection closed before the request was sent",
+                self.endpoint
+            ),
+        )))
+    }
+
+    /// The live HTTP/2 connection, connecting if there is none; `None` if ALPN chose HTTP/1.1.
+    async fn h2_conn(&self) -> Result<Option<H2Conn>, Error> {
+        if let Some(c) = self.current_h2() {
+            return Ok(Some(c));
+        }
+        let _connecting = self.h2_connecting.lock().await;
+        if let Some(c) = self.current_h2() {
+            return Ok(Some(c));
+        }
+        match self.connect(Proto::H2).await? {
+            Established::H2(c) => {
+                *self.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+                Ok(Some(c))
+            }
+            Established::H1(c) => {
+                *self.negotiated.lock().unwrap_or_else(|e| e.into_inner()) = Some(Proto::H1);
+                self.put_idle(c);
+                Ok(None)
+            }
+        }
+    }
+
+    fn current_h2(&self) -> Option<H2Conn> {
+        let slot = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .filter(|c| !c.sender.is_closed() && self.conns.is_open(c.id))
+            .cloned()
+    }
+
+    /// Stops using HTTP/2 connection `id` for new calls; streams in flight on it finish.
+    fn forget_h2(&self, id: u64) {
+        let mut slot = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|c| c.id == id) {
+            *slot = None;
+        }
+    }
+
+    /// An HTTP/2 connection opened where HTTP/1.1 was expected (ALPN): use it from now on.
+    fn adopt_h2(&self, conn: H2Conn) {
+        *self.negotiated.lock().unwrap_or_else(|e| e.into_inner()) = Some(Proto::H2);
+        let old = self
+            .h2
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(conn);
+        if let Some(old) = old {
+            self.conns.kill(old.id);
+        }
+    }
+
+    fn take_idle(&self) -> Option<H1Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(c) = idle.pop() {
+            if !c.sender.is_closed() && self.conns.is_open(c.id) {
+                return Some(c);
+            }
+            self.conns.kill(c.id);
+        }
+        None
+    }
+
+    fn put_idle(&self, conn: H1Conn) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
+    }
+
+    /// Connects, secures and handshakes one connection within the connect timeout.
+    async fn connect(&self, want: Proto) -> Result<Established, Error> {
+        let endpoint = &self.endpoint;
+        let connect_err = |e: std::io::Error| {
+            Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
+        };
+        let handshake_err = |e: hyper::Error| {
+            Error::new(Kind::Connect, format!("{endpoint}: HTTP handshake: {e}")).with_source(e)
+        };
+        let connect = async {
+            let raw = endpoint.connect_raw().await.map_err(connect_err)?;
+            let connected = endpoint.secure_client(raw).await.map_err(connect_err)?;
+            // What TLS agreed wins; without ALPN (cleartext) the configured version is spoken.
+            let proto = match connected.alpn.as_deref() {
+                Some(b"h2") => Proto::H2,
+                Some(b"http/1.1") => Proto::H1,
+                _ => want,
+            };
+            if proto != want && self.config.http_version != HttpVersion::Auto {
+                return Err(Error::new(
+                    Kind::Protocol,
+                    format!(
+                        "{endpoint}: TLS agreed on {proto:?}, but this client is configured for {:?}",
+                        self.config.http_version
+                    ),
+                ));
+            }
+            let io = TokioIo::new(connected.io);
+            Ok(match proto {
+                Proto::H1 => {
+                    let (sender, driver) = http1::Builder::new()
+                        .handshake(io)
+                        .await
+                        .map_err(handshake_err)?;
+                    let id = self.conns.spawn(driver);
+                    Established::H1(H1Conn { sender, id })
+                }
+                Proto::H2 => {
+                    let (sender, driver) = http2::Builder::new(TokioExecutor::new())
+                        .adaptive_window(true)
+                        .timer(TokioTimer::new())
+                        .handshake(io)
+                        .await
+                        .map_err(handshake_err)?;
+                    let id = self.conns.spawn(driver);
+                    Established::H2(H2Conn { sender, id })
+                }
+            })
+        };
+        match tokio::time::timeout(self.config.connect_timeout, connect).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::new(
+                Kind::Connect,
+                format!(
+                    "{endpoint}: no connection within {:?}",
+                    self.config.connect_timeout
+                ),
+            )),
+        }
+    }
+
+    /// `POST /{service}/{operation}` with a postcard body and the remaining deadline.
+    fn request(
+        &self,
+        proto: Proto,
+        service: &str,
+        operation: &str,
+        body: &Bytes,
+        deadline: Instant,
+    ) -> Result<Request<Body>, Error> {
+        let authority = self.endpoint.authority().unwrap_or_default();
+        let path = format!("/{service}/{operation}");
+        // HTTP/2 carries scheme and authority as pseudo-headers; HTTP/1.1 the Host header.
+        let uri = match proto {
+            Proto::H1 => path,
+            Proto::H2 => format!("{}://{authority}{path}", self.endpoint.scheme()),
+        };
+        let uri: Uri = uri.parse().map_err(|e: ::http::uri::InvalidUri| {
+            Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
+        })?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        // Rounded up, so a sub-millisecond remainder is not sent as "no time at all".
+        let remaining_ms = remaining.as_micros().div_ceil(1000).max(1);
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(
+                CONTENT_TYPE,
+                HeaderValue::from_static(POSTCARD_CONTENT_TYPE),
+            )
+            .header(DEADLINE_HEADER, remaining_ms.to_string());
+        if proto == Proto::H1 {
+            builder = builder.header(HOST, authority);
+        }
+        builder
+            .body(body::full(body.clone()))
+            .map_err(|e| Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e))
+    }
+
+    /// Reads an answer; also says whether its HTTP/1.1 connection can carry another call.
+    async fn answer(
+        &self,
+        response: Response<Incoming>,
+    ) -> (Result<Result<Bytes, Status>, Error>, bool) {
+        let (parts, incoming) = response.into_parts();
+        let closing = parts
+            .headers
+            .get(CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
+        let limit = self.config.max_message_size;
+        let body = match body::read_limited(incoming, limit).await {
+            Ok(b) => b,
+            Err(ReadError::TooLarge { size, drained }) => {
+                let size = size.map_or_else(|| "more than".to_string(), |n| format!("{n}"));
+                let msg = format!(
+                    "reply body of {size} bytes exceeds this client's limit of {limit} bytes"
+                );
+                return (Err(Error::new(Kind::TooLarge, msg)), drained && !closing);
+            }
+            Err(ReadError::Broken(e)) => return (Err(self.broken(e)), false),
+        };
+        let result = match parts.headers.get(STATUS_HEADER).map(|v| v.to_str()) {
+            Some(Ok(code)) => match status_code_from_str(code) {
+                Some(StatusCode::Ok) => Ok(Ok(body)),
+                Some(code) => Ok(Err(Status::from_wire(code, body))),
+                None => Ok(Err(Status::new(
+                    StatusCode::Internal,
+                    format!(
+                        "the host answered keel-status `{code}`, unknown to this client: {}",
+                        String::from_utf8_lossy(&body)
+                    ),
+                ))),
+            },
+            _ if parts.status.is_success() => Ok(Ok(body)),
+            _ if parts.status == ::http::StatusCode::PAYLOAD_TOO_LARGE => Err(Error::new(
+                Kind::TooLarge,
+                format!(
+                    "{}: HTTP 413 without a {STATUS_HEADER} header",
+                    self.endpoint
+                ),
+            )),
+            _ => {
+                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+                Err(Error::new(
+                    Kind::Protocol,
+                    format!(
+                        "{}: HTTP {} without a {STATUS_HEADER} header (not a keel host?): {text}",
+                        self.endpoint, parts.status
+                    ),
+                ))
+            }
+        };
+        (result, !closing)
+    }
+
+    fn broken(&self, e: hyper::Error) -> Error {
+        Error::new(Kind::Connection, format!("{}: {e}", self.endpoint)).with_source(e)
+    }
+}
+
+impl Drop for HttpTransport {
+    fn drop(&mut self) {
+        self.conns.kill_all();
+    }
+}
+
+/// An HTTP/1.1 connection in use by one call: back to the pool if the call read its answer to
+/// the end on a connection that stays open, closed otherwise.
+struct Lease<'a> {
+    transport: &'a HttpTransport,
+    conn: Option<H1Conn>,
+    keep: bool,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.keep {
+                self.transport.put_idle(conn);
+            } else {
+                self.transport.conns.kill(conn.id);
+            }
+        }
+    }
+}
