@@ -85,6 +85,8 @@ macro_rules! matrix {
 matrix! {
     tcp => Binding::Tcp;
     unix => Binding::Unix;
+    http1 => Binding::Http1;
+    http2 => Binding::Http2;
 }
 
 async fn every_operation_kind(b: Binding) {

@@ -126,6 +126,10 @@ pub fn host() -> keel::Host {
 pub enum Binding {
     Tcp,
     Unix,
+    /// `http://`, spoken as HTTP/1.1 (a pool of keep-alive connections).
+    Http1,
+    /// `http://`, spoken as HTTP/2 with prior knowledge (one multiplexed connection).
+    Http2,
 }
 
 impl Binding {
@@ -135,6 +139,7 @@ impl Binding {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         match self {
             Binding::Tcp => "tcp://127.0.0.1:0".to_string(),
+            Binding::Http1 | Binding::Http2 => "http://127.0.0.1:0".to_string(),
             Binding::Unix => format!(
                 "unix://{}/keel-test-{}-{}.sock",
                 std::env::temp_dir().display(),
@@ -164,7 +169,13 @@ impl Binding {
 
     /// Client settings that work with this binding's hosts (e.g. trust for TLS).
     pub fn client_config(self) -> keel::ClientConfig {
-        keel::ClientConfig::default()
+        let mut config = keel::ClientConfig::default();
+        match self {
+            Binding::Http1 => config.http_version = keel::HttpVersion::Http1,
+            Binding::Http2 => config.http_version = keel::HttpVersion::Http2,
+            Binding::Tcp | Binding::Unix => {}
+        }
+        config
     }
 
     /// A channel to `url` with `config` (which must come from [`Binding::client_config`]).
@@ -185,7 +196,7 @@ impl Binding {
 
     /// Whether concurrent calls share one connection (HTTP/1.1 needs one per call in flight).
     pub fn multiplexed(self) -> bool {
-        true
+        self != Binding::Http1
     }
 }
 
