@@ -74,8 +74,8 @@ macro_rules! binding_tests {
 }
 
 macro_rules! matrix {
-    ($($name:ident => $b:expr;)*) => {
-        $(mod $name {
+    ($($(#[$attr:meta])* $name:ident => $b:expr;)*) => {
+        $($(#[$attr])* mod $name {
             use super::*;
             binding_tests!($b);
         })*
@@ -85,7 +85,9 @@ macro_rules! matrix {
 matrix! {
     tcp => Binding::Tcp;
     unix => Binding::Unix;
+    #[cfg(feature = "http")]
     http1 => Binding::Http1;
+    #[cfg(feature = "http")]
     http2 => Binding::Http2;
 }
 
