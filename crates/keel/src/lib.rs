@@ -48,6 +48,49 @@
 //!
 //! From async code, use the generated `CalculatorClient` instead: the same methods, `async`.
 //!
+//! # Over HTTP
+//!
+//! The same host also serves `http://` endpoints: HTTP/1.1 and HTTP/2 on one port, JSON for
+//! curl and any language, postcard for keel's own clients (the convention is in [`http`]).
+//!
+//! ```
+//! # use serde::{Deserialize, Serialize};
+//! # #[derive(Debug, Clone, Serialize, Deserialize)]
+//! # pub struct DivideByZero;
+//! # #[keel::contract]
+//! # pub trait Calculator {
+//! #     fn add(&self, a: f64, b: f64) -> f64;
+//! #     fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero>;
+//! # }
+//! # struct Calc;
+//! # impl Calculator for Calc {
+//! #     fn add(&self, a: f64, b: f64) -> f64 { a + b }
+//! #     fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero> {
+//! #         if b == 0.0 { Err(DivideByZero) } else { Ok(a / b) }
+//! #     }
+//! # }
+//! # #[cfg(feature = "http")] {
+//! let host = keel::Host::builder()
+//!     .service(CalculatorServer::new(Calc))
+//!     .endpoint("http://127.0.0.1:0")
+//!     .start()?;
+//!
+//! // `curl <url>/Calculator/add -d '{"a": 1, "b": 2}'` answers `3.0`; keel's client speaks
+//! // HTTP/1.1 (a pool of keep-alive connections) or, with `HttpVersion::Http2`, one HTTP/2
+//! // connection.
+//! let mut config = keel::ClientConfig::default();
+//! config.http_version = keel::HttpVersion::Http2;
+//! let client = CalculatorBlockingClient::new(keel::Channel::with_config(host.url(), config)?);
+//! client.open()?;
+//! assert_eq!(client.add(1.0, 2.0)?, 3.0);
+//! assert!(client.divide(1.0, 0.0).unwrap_err().fault::<DivideByZero>().is_some());
+//! assert_eq!(client.channel().stats().connections_opened, 1);
+//!
+//! host.shutdown();
+//! # }
+//! # Ok::<(), keel::Error>(())
+//! ```
+//!
 //! # What `#[keel::contract]` generates
 //!
 //! For `trait Calculator`:
