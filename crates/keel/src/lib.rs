@@ -75,7 +75,7 @@
 //!     .endpoint("http://127.0.0.1:0")
 //!     .start()?;
 //!
-//! // `curl <url>/Calculator/add -d '{"a": 1, "b": 2}'` answers `3.0`; keel's client speaks
+//! // `curl <url>/Calculator/add --json '{"a": 1, "b": 2}'` answers `3.0`; keel's client speaks
 //! // HTTP/1.1 (a pool of keep-alive connections) or, with `HttpVersion::Http2`, one HTTP/2
 //! // connection.
 //! let mut config = keel::ClientConfig::default();

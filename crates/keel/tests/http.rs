@@ -305,6 +305,10 @@ async fn every_error_answer_over_raw_json() {
             )
             .await;
         assert_eq!((a.status, a.keel_status()), (415, "bad_request"));
+        let form = [("content-type", "application/x-www-form-urlencoded")];
+        let a = raw.post("/Probe/echo", r#"{"s": "x"}"#, &form).await;
+        assert_eq!(a.status, 415);
+        assert!(a.json()["message"].as_str().unwrap().contains("--json"));
 
         let a = raw.get("/Probe/echo").await;
         assert_eq!((a.status, a.header("allow")), (405, Some("POST")));

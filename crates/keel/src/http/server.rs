@@ -352,8 +352,14 @@ fn wrong_method(method: &Method, path: &str, allowed: Method) -> Response<Body> 
 }
 
 fn unsupported_media_type(content_type: &str) -> Response<Body> {
+    // `curl -d` sends form data unless told otherwise: the most common way to get here.
+    let hint = if content_type.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
+        " (with curl: add -H 'content-type: application/json', or use --json)"
+    } else {
+        ""
+    };
     let msg = format!(
-        "content type `{content_type}` is not supported: send {JSON_CONTENT_TYPE} or {POSTCARD_CONTENT_TYPE}"
+        "content type `{content_type}` is not supported: send {JSON_CONTENT_TYPE} or {POSTCARD_CONTENT_TYPE}{hint}"
     );
     let mut response = error(Status::new(StatusCode::BadRequest, msg), Format::Json);
     *response.status_mut() = ::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
