@@ -38,12 +38,17 @@ pub(crate) enum ReadError {
     Broken(hyper::Error),
 }
 
-/// Reads a whole body of at most `limit` bytes. A larger one is drained up to
-/// [`DRAIN_LIMIT`] past the limit, without being buffered.
-pub(crate) async fn read_limited(mut body: Incoming, limit: u32) -> Result<Bytes, ReadError> {
+/// Reads a whole body of at most `limit` bytes. A larger one is read and thrown away up to
+/// `drain` bytes past the limit ([`DRAIN_LIMIT`] on HTTP/1.1, where an unread body would end the
+/// connection; 0 on HTTP/2, where dropping the body resets only its stream).
+pub(crate) async fn read_limited(
+    mut body: Incoming,
+    limit: u32,
+    drain: u64,
+) -> Result<Bytes, ReadError> {
     let limit = u64::from(limit);
     let declared = body.size_hint().exact();
-    if declared.is_some_and(|n| n > limit + DRAIN_LIMIT) {
+    if declared.is_some_and(|n| n > limit + drain) {
         return Err(ReadError::TooLarge {
             size: declared,
             drained: false,
@@ -58,7 +63,7 @@ pub(crate) async fn read_limited(mut body: Incoming, limit: u32) -> Result<Bytes
             continue; // trailers: nothing keel uses
         };
         total += data.len() as u64;
-        if total > limit + DRAIN_LIMIT {
+        if total > limit + drain {
             return Err(ReadError::TooLarge {
                 size: declared,
                 drained: false,

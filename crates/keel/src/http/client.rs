@@ -296,7 +296,7 @@ impl HttpTransport {
             }
             match sender.try_send_request(request).await {
                 Ok(response) => {
-                    let (result, reusable) = self.answer(response).await;
+                    let (result, reusable) = self.answer(response, Proto::H1).await;
                     lease.keep = reusable;
                     return Sent::Done(result);
                 }
@@ -340,7 +340,7 @@ impl HttpTransport {
             // Dropping this future (deadline, caller gone) resets the stream: the host stops
             // the call. The connection carries on.
             match conn.sender.try_send_request(request).await {
-                Ok(response) => return Sent::Done(self.answer(response).await.0),
+                Ok(response) => return Sent::Done(self.answer(response, Proto::H2).await.0),
                 Err(mut e) => match e.take_message() {
                     // Never sent (the host said GOAWAY, or the connection just closed).
                     Some(unsent) if attempt < ATTEMPTS => {
@@ -531,6 +531,7 @@ impl HttpTransport {
     async fn answer(
         &self,
         response: Response<Incoming>,
+        proto: Proto,
     ) -> (Result<Result<Bytes, Status>, Error>, bool) {
         let (parts, incoming) = response.into_parts();
         let closing = parts
@@ -539,7 +540,11 @@ impl HttpTransport {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
         let limit = self.config.max_message_size;
-        let body = match body::read_limited(incoming, limit).await {
+        let drain = match proto {
+            Proto::H1 => body::DRAIN_LIMIT,
+            Proto::H2 => 0,
+        };
+        let body = match body::read_limited(incoming, limit, drain).await {
             Ok(b) => b,
             Err(ReadError::TooLarge { size, drained }) => {
                 let size = size.map_or_else(|| "more than".to_string(), |n| format!("{n}"));

@@ -78,6 +78,9 @@ pub(crate) async fn serve(connected: Connected, host: Arc<HostShared>, id: u64, 
     let conn = Arc::new(ConnShared::new(id, Box::new(responder), info, host.clone()));
     host.register(conn.clone());
 
+    // No timer on the HTTP/1.1 side on purpose: hyper's header read timeout also runs while a
+    // keep-alive connection waits for its next request, and would close idle connections that
+    // keel keeps for the client's life.
     let mut builder = auto::Builder::new(TokioExecutor::new());
     let max_streams = u32::try_from(host.config().max_calls_per_connection).unwrap_or(u32::MAX);
     builder
@@ -193,7 +196,8 @@ async fn call(
             .is_some_and(|i| desc.operations[i].one_way)
     });
     let limit = host.config().max_message_size;
-    let body = match body::read_limited(req.into_body(), limit).await {
+    let drain = if h1 { body::DRAIN_LIMIT } else { 0 };
+    let body = match body::read_limited(req.into_body(), limit, drain).await {
         Ok(b) if b.is_empty() && format == Format::Json => Bytes::from_static(b"{}"),
         Ok(b) => b,
         Err(ReadError::TooLarge { size, drained }) => {
