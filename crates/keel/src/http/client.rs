@@ -3,10 +3,8 @@
 //! `http_max_connections`. HTTP/2: one multiplexed connection, reconnected on the next call
 //! after it fails.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -17,9 +15,9 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::sync::Semaphore;
-use tokio::task::AbortHandle;
 
 use super::body::{self, Body, ReadError};
+use super::conns::Registry;
 use super::{status_code_from_str, DEADLINE_HEADER, POSTCARD_CONTENT_TYPE, STATUS_HEADER};
 use crate::client::{ChannelStats, ClientConfig, HttpVersion};
 use crate::endpoint::Endpoint;
@@ -68,73 +66,6 @@ struct H1Conn {
 struct H2Conn {
     sender: http2::SendRequest<Body>,
     id: u64,
-}
-
-/// Every connection's driver task, so that `close` can end them and stats can count them.
-#[derive(Debug, Default)]
-struct Registry {
-    drivers: Mutex<HashMap<u64, AbortHandle>>,
-    next_id: AtomicU64,
-    opened: AtomicU64,
-    closed: AtomicU64,
-}
-
-impl Registry {
-    /// Runs a connection's driver in a task of its own; returns the connection's id.
-    fn spawn<F>(self: &Arc<Self>, driver: F) -> u64
-    where
-        F: Future + Send + 'static,
-    {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let registry = self.clone();
-        // Held while spawning, so the task cannot remove its entry before it is inserted.
-        let mut drivers = self.drivers.lock().unwrap_or_else(|e| e.into_inner());
-        let task = tokio::spawn(async move {
-            let _ = driver.await;
-            registry.remove(id);
-        });
-        drivers.insert(id, task.abort_handle());
-        self.opened.fetch_add(1, Ordering::Relaxed);
-        id
-    }
-
-    fn remove(&self, id: u64) -> Option<AbortHandle> {
-        let removed = self
-            .drivers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-        if removed.is_some() {
-            self.closed.fetch_add(1, Ordering::Relaxed);
-        }
-        removed
-    }
-
-    /// Closes connection `id` now.
-    fn kill(&self, id: u64) {
-        if let Some(task) = self.remove(id) {
-            task.abort();
-        }
-    }
-
-    fn kill_all(&self) {
-        let all = std::mem::take(&mut *self.drivers.lock().unwrap_or_else(|e| e.into_inner()));
-        self.closed.fetch_add(all.len() as u64, Ordering::Relaxed);
-        for task in all.into_values() {
-            task.abort();
-        }
-    }
-
-    fn is_open(&self, id: u64) -> bool {
-        self.drivers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&id)
-    }
-
-    fn open(&self) -> usize {
-        self.drivers.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
 }
 
 /// A freshly opened connection.

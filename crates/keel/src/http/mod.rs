@@ -7,6 +7,7 @@
 
 mod body;
 pub(crate) mod client;
+mod conns;
 pub(crate) mod server;
 
 use crate::error::StatusCode;
