@@ -4,6 +4,8 @@
 //! cargo run --release --example calculator                                  # both halves
 //! cargo run --release --example calculator -- --serve tcp://127.0.0.1:7000  # host only
 //! cargo run --release --example calculator -- --connect tcp://127.0.0.1:7000
+//! cargo run --release --example calculator -- --serve http://127.0.0.1:7000  # HTTP + JSON
+//! python3 examples/clients/calculator.py http://127.0.0.1:7000
 //! ```
 
 use keel_examples::calculator::{self, CalculatorBlockingClient, DivideByZero};

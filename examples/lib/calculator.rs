@@ -45,10 +45,16 @@ impl Calculator for Calc {
     }
 }
 
-/// A host serving [`Calc`] on `url`.
+/// A host serving [`Calc`] on `url` (any scheme: `tcp://`, `unix://`, `http://`, ...).
 pub fn host(url: &str) -> Result<keel::Host, keel::Error> {
     keel::Host::builder()
         .service(CalculatorServer::new(Calc))
         .endpoint(url)
         .start()
+}
+
+/// A host serving [`Calc`] over HTTP on a free loopback port: HTTP/1.1 and HTTP/2 with JSON, for
+/// curl and `clients/calculator.py` (see [`keel::http`]).
+pub fn http_host() -> Result<keel::Host, keel::Error> {
+    host("http://127.0.0.1:0")
 }

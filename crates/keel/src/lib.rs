@@ -83,6 +83,48 @@
 //! # }
 //! # #[cfg(not(feature = "tls"))]
 //! # fn main() {}
+//!
+//! # Over HTTP
+//!
+//! The same host also serves `http://` endpoints: HTTP/1.1 and HTTP/2 on one port, JSON for
+//! curl and any language, postcard for keel's own clients (the convention is in [`http`]).
+//!
+//! ```
+//! # use serde::{Deserialize, Serialize};
+//! # #[derive(Debug, Clone, Serialize, Deserialize)]
+//! # pub struct DivideByZero;
+//! # #[keel::contract]
+//! # pub trait Calculator {
+//! #     fn add(&self, a: f64, b: f64) -> f64;
+//! #     fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero>;
+//! # }
+//! # struct Calc;
+//! # impl Calculator for Calc {
+//! #     fn add(&self, a: f64, b: f64) -> f64 { a + b }
+//! #     fn divide(&self, a: f64, b: f64) -> Result<f64, DivideByZero> {
+//! #         if b == 0.0 { Err(DivideByZero) } else { Ok(a / b) }
+//! #     }
+//! # }
+//! # #[cfg(feature = "http")] {
+//! let host = keel::Host::builder()
+//!     .service(CalculatorServer::new(Calc))
+//!     .endpoint("http://127.0.0.1:0")
+//!     .start()?;
+//!
+//! // `curl <url>/Calculator/add --json '{"a": 1, "b": 2}'` answers `3.0`; keel's client speaks
+//! // HTTP/1.1 (a pool of keep-alive connections) or, with `HttpVersion::Http2`, one HTTP/2
+//! // connection.
+//! let mut config = keel::ClientConfig::default();
+//! config.http_version = keel::HttpVersion::Http2;
+//! let client = CalculatorBlockingClient::new(keel::Channel::with_config(host.url(), config)?);
+//! client.open()?;
+//! assert_eq!(client.add(1.0, 2.0)?, 3.0);
+//! assert!(client.divide(1.0, 0.0).unwrap_err().fault::<DivideByZero>().is_some());
+//! assert_eq!(client.channel().stats().connections_opened, 1);
+//!
+//! host.shutdown();
+//! # }
+//! # Ok::<(), keel::Error>(())
 //! ```
 //!
 //! # What `#[keel::contract]` generates
@@ -152,6 +194,8 @@ mod client;
 mod endpoint;
 mod error;
 mod host;
+#[cfg(feature = "http")]
+pub mod http;
 mod rt;
 mod service;
 mod sink;
@@ -163,7 +207,7 @@ mod wire_stream;
 
 /// The chunk type of a [`ByteStream`] (the `bytes` crate's, re-exported).
 pub use bytes::Bytes;
-pub use client::{CallOptions, Channel, ClientConfig};
+pub use client::{CallOptions, Channel, ChannelStats, ClientConfig, HttpVersion};
 pub use error::{Error, Status, StatusCode};
 pub use host::{
     ConnectionInfo, Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport,

@@ -250,6 +250,12 @@ matrix! {
     unix => Binding::Unix;
     #[cfg(feature = "tls")]
     tcps => Binding::Tcps;
+    #[cfg(feature = "http")]
+    http1 => Binding::Http1;
+    #[cfg(feature = "http")]
+    http2 => Binding::Http2;
+    #[cfg(all(feature = "http", feature = "tls"))]
+    https => Binding::Https;
 }
 
 async fn every_operation_kind(b: Binding) {

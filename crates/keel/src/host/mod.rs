@@ -4,6 +4,12 @@
 mod conn;
 mod dispatch;
 
+// What the bindings outside this module (HTTP) build on.
+#[cfg(feature = "http")]
+pub(crate) use conn::{ConnInfo, Responder};
+#[cfg(feature = "http")]
+pub(crate) use dispatch::{dispatch, Incoming};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +21,7 @@ use crate::endpoint::{self, Endpoint, Protocol};
 use crate::error::{Error, Kind, Status, StatusCode};
 use crate::service::Service;
 use crate::throttle::{Throttle, ThrottleConfig};
-use conn::ConnShared;
+pub(crate) use conn::ConnShared;
 
 /// Settings for the worker pool that runs blocking (`fn`) operations. `None` keeps keel-pool's
 /// documented default.
@@ -177,10 +183,11 @@ impl HostBuilder {
             .iter()
             .map(|u| Endpoint::parse(u))
             .collect::<Result<Vec<_>, _>>()?;
+        #[cfg(not(feature = "http"))]
         if let Some(ep) = endpoints.iter().find(|e| e.protocol() == Protocol::Http) {
             return Err(Error::new(
                 Kind::Config,
-                format!("{ep}: the HTTP binding is not built yet"),
+                format!("{ep}: HTTP endpoints need keel's `http` feature"),
             ));
         }
         // Before binding anything: a TLS endpoint without a certificate is a config error.
@@ -288,7 +295,10 @@ async fn accept_loop(listener: endpoint::Listener, host: Arc<HostShared>) {
             };
             match endpoint.protocol() {
                 Protocol::Wire => conn::serve(connected.io, host, id, info).await,
-                Protocol::Http => unreachable!("refused at start until the HTTP binding lands"),
+                #[cfg(feature = "http")]
+                Protocol::Http => crate::http::server::serve(connected, host, id, info).await,
+                #[cfg(not(feature = "http"))]
+                Protocol::Http => unreachable!("refused at start without the `http` feature"),
             }
         });
     }
@@ -363,7 +373,7 @@ impl std::fmt::Debug for HostShared {
 }
 
 impl HostShared {
-    fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
     }
 
@@ -378,7 +388,19 @@ impl HostShared {
         }
     }
 
-    fn register(&self, conn: Arc<ConnShared>) {
+    /// The host's settings.
+    #[cfg(feature = "http")]
+    pub(crate) fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// The service called `name`, if the host serves it.
+    #[cfg(feature = "http")]
+    pub(crate) fn service(&self, name: &str) -> Option<&Arc<dyn Service>> {
+        self.services.get(name)
+    }
+
+    pub(crate) fn register(&self, conn: Arc<ConnShared>) {
         self.stats.opened.fetch_add(1, Ordering::Relaxed);
         self.conns
             .lock()
@@ -386,7 +408,7 @@ impl HostShared {
             .insert(conn.id, conn);
     }
 
-    fn unregister(&self, id: u64) {
+    pub(crate) fn unregister(&self, id: u64) {
         if self
             .conns
             .lock()
@@ -514,19 +536,27 @@ impl Host {
         }
     }
 
-    /// Drains and stops: stops accepting, answers new calls `ShuttingDown`, lets calls in flight
-    /// finish within the close timeout (answering the rest `ShuttingDown`), closes connections,
+    /// Drains and stops: answers new calls `ShuttingDown`, lets calls in flight finish within the
+    /// close timeout (answering the rest `ShuttingDown`), stops accepting, closes connections,
     /// stops the pool. Blocks until done; from async code prefer [`Host::shutdown_async`].
+    ///
+    /// Connections are still accepted while calls in flight drain, so that a caller who needs a
+    /// new connection then (an HTTP/1.1 client whose connections are all busy, say) gets an
+    /// explicit `ShuttingDown` answer rather than a connect that hangs or is refused.
     pub fn shutdown(mut self) -> ShutdownReport {
         let runtime = self.runtime.take().expect("runtime present until shutdown");
         let shared = self.shared.clone();
         let tasks = std::mem::take(&mut self.accept_tasks);
         let stop = move || {
-            for t in &tasks {
-                t.abort();
-            }
             let report = runtime.block_on(async {
                 let report = shared.drain().await;
+                for t in &tasks {
+                    t.abort();
+                }
+                // Connections accepted after the drain closed the others carry no calls.
+                for c in shared.conns() {
+                    c.close();
+                }
                 // Give writers a moment to flush the final answers.
                 let flush_until = tokio::time::Instant::now() + Duration::from_secs(1);
                 while !shared

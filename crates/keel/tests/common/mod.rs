@@ -244,6 +244,13 @@ pub fn host() -> keel::Host {
 pub enum Binding {
     Tcp,
     Unix,
+    /// `http://`, spoken as HTTP/1.1 (a pool of keep-alive connections).
+    Http1,
+    /// `http://`, spoken as HTTP/2 with prior knowledge (one multiplexed connection).
+    Http2,
+    /// `https://`, HTTP/2 or HTTP/1.1 as ALPN agrees (h2 preferred).
+    #[cfg(feature = "tls")]
+    Https,
     #[cfg(feature = "tls")]
     Tcps,
 }
@@ -264,6 +271,9 @@ impl Binding {
             Binding::Tcp => "tcp://127.0.0.1:0".to_string(),
             #[cfg(feature = "tls")]
             Binding::Tcps => "tcps://127.0.0.1:0".to_string(),
+            Binding::Http1 | Binding::Http2 => "http://127.0.0.1:0".to_string(),
+            #[cfg(feature = "tls")]
+            Binding::Https => "https://127.0.0.1:0".to_string(),
             Binding::Unix => format!(
                 "unix://{}/keel-test-{}-{}.sock",
                 std::env::temp_dir().display(),
@@ -277,7 +287,7 @@ impl Binding {
     pub fn host_at(self, config: keel::HostConfig, url: &str) -> keel::Host {
         #[cfg(feature = "tls")]
         let config = match self {
-            Binding::Tcps => {
+            Binding::Tcps | Binding::Https => {
                 let mut config = config;
                 config.tls = Some(test_cert().server_tls().expect("server tls"));
                 config
@@ -302,12 +312,17 @@ impl Binding {
 
     /// Client settings that work with this binding's hosts (e.g. trust for TLS).
     pub fn client_config(self) -> keel::ClientConfig {
+        let mut config = keel::ClientConfig::default();
         match self {
             #[cfg(feature = "tls")]
-            Binding::Tcps => keel::ClientConfig::default()
-                .with_tls(test_cert().client_tls().expect("client tls")),
-            _ => keel::ClientConfig::default(),
+            Binding::Tcps | Binding::Https => {
+                config = config.with_tls(test_cert().client_tls().expect("client tls"))
+            }
+            Binding::Http1 => config.http_version = keel::HttpVersion::Http1,
+            Binding::Http2 => config.http_version = keel::HttpVersion::Http2,
+            Binding::Tcp | Binding::Unix => {}
         }
+        config
     }
 
     /// A channel to `url` with `config` (which must come from [`Binding::client_config`]).
@@ -328,7 +343,7 @@ impl Binding {
 
     /// Whether concurrent calls share one connection (HTTP/1.1 needs one per call in flight).
     pub fn multiplexed(self) -> bool {
-        true
+        self != Binding::Http1
     }
 }
 

@@ -1,0 +1,633 @@
+//! The client side: [`HttpTransport`] carries a [`Channel`](crate::Channel)'s calls as HTTP
+//! requests. HTTP/1.1: a pool of keep-alive connections, one call at a time each, at most
+//! `http_max_connections`. HTTP/2: one multiplexed connection, reconnected on the next call
+//! after it fails.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ::http::header::{HeaderValue, ACCEPT, CONNECTION, CONTENT_TYPE, HOST};
+use ::http::{Method, Request, Response, Uri};
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::body::{self, Body, ReadError};
+use super::conns::Registry;
+use super::{
+    status_code_from_str, ARGS_HEADER, DEADLINE_HEADER, POSTCARD_CONTENT_TYPE, STATUS_HEADER,
+    STREAM_CONTENT_TYPE,
+};
+use crate::client::{ChannelStats, ClientConfig, HttpVersion, Outgoing};
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Kind, Status, StatusCode};
+use crate::service::Payload;
+use crate::stream::ByteStream;
+
+/// The HTTP version of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    H1,
+    H2,
+}
+
+/// A channel's HTTP connections and how calls use them.
+pub(crate) struct HttpTransport {
+    endpoint: Endpoint,
+    config: ClientConfig,
+    /// `Auto` over TLS: the version ALPN agreed on the first connection (HTTP/2 is tried first).
+    negotiated: Mutex<Option<Proto>>,
+    /// Idle HTTP/1.1 connections, most recently used last.
+    idle: Arc<Mutex<Vec<H1Conn>>>,
+    /// HTTP/1.1 connections draining a streamed answer the caller stopped reading.
+    draining: Arc<body::Draining>,
+    /// One permit per HTTP/1.1 call in progress, so at most `http_max_connections` exist.
+    h1_slots: Arc<Semaphore>,
+    /// The HTTP/2 connection, if any.
+    h2: Mutex<Option<H2Conn>>,
+    /// Serialises HTTP/2 connection attempts so a burst of first calls opens one connection.
+    h2_connecting: tokio::sync::Mutex<()>,
+    conns: Arc<Registry>,
+}
+
+impl fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("endpoint", &self.endpoint)
+            .field("version", &self.config.http_version)
+            .field("connections", &self.conns.open())
+            .finish_non_exhaustive()
+    }
+}
+
+struct H1Conn {
+    sender: http1::SendRequest<Body>,
+    id: u64,
+}
+
+#[derive(Clone)]
+struct H2Conn {
+    sender: http2::SendRequest<Body>,
+    id: u64,
+}
+
+/// A freshly opened connection.
+enum Established {
+    H1(H1Conn),
+    H2(H2Conn),
+}
+
+/// What a call over one version ended with.
+enum Sent {
+    Done(Result<Result<Payload, Status>, Error>),
+    /// The connection opened for the call speaks the other version (ALPN): call again.
+    Switch,
+}
+
+/// How many times a request the connection gave back unsent is tried on a fresh connection.
+const ATTEMPTS: usize = 3;
+
+impl HttpTransport {
+    pub(crate) fn new(endpoint: Endpoint, config: ClientConfig) -> HttpTransport {
+        let slots = config.http_max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        HttpTransport {
+            endpoint,
+            negotiated: Mutex::new(None),
+            idle: Arc::new(Mutex::new(Vec::new())),
+            draining: Arc::default(),
+            h1_slots: Arc::new(Semaphore::new(slots)),
+            h2: Mutex::new(None),
+            h2_connecting: tokio::sync::Mutex::new(()),
+            conns: Arc::new(Registry::default()),
+            config,
+        }
+    }
+
+    /// The version the next call uses.
+    fn proto(&self) -> Proto {
+        match self.config.http_version {
+            HttpVersion::Http1 => Proto::H1,
+            HttpVersion::Http2 => Proto::H2,
+            _ if self.endpoint.is_tls() => {
+                let negotiated = *self.negotiated.lock().unwrap_or_else(|e| e.into_inner());
+                negotiated.unwrap_or(Proto::H2)
+            }
+            _ => Proto::H1,
+        }
+    }
+
+    /// Opens a connection now unless one is open.
+    pub(crate) async fn open(&self) -> Result<(), Error> {
+        loop {
+            match self.proto() {
+                Proto::H2 => match self.h2_conn().await? {
+                    Some(_) => return Ok(()),
+                    None => continue,
+                },
+                Proto::H1 => {
+                    if self.conns.open() > 0 {
+                        return Ok(());
+                    }
+                    match self.connect(Proto::H1).await? {
+                        Established::H1(c) => {
+                            self.put_idle(c);
+                            return Ok(());
+                        }
+                        Established::H2(c) => self.adopt_h2(c),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes every connection; calls in flight fail with a connection error.
+    pub(crate) fn close(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        *self.h2.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.conns.kill_all();
+    }
+
+    pub(crate) fn is_connected(&self) -> bool {
+        self.conns.open() > 0
+    }
+
+    pub(crate) fn stats(&self, calls: u64) -> ChannelStats {
+        let c = &self.conns;
+        ChannelStats {
+            connections_opened: c.opened.load(Ordering::Relaxed),
+            connections_closed: c.closed.load(Ordering::Relaxed),
+            connections_open: c.open(),
+            calls,
+        }
+    }
+
+    /// One call: one request, one response, within `deadline`.
+    ///
+    /// The deadline bounds the call until the answer's head arrives; a streamed answer then
+    /// flows until it ends or the caller drops it.
+    pub(crate) async fn call(
+        &self,
+        call: Outgoing,
+        deadline: Instant,
+    ) -> Result<Result<Payload, Status>, Error> {
+        let Outgoing {
+            service,
+            operation,
+            body,
+            upload,
+            download,
+            ..
+        } = call;
+        let mut upload = upload.map(|s| (s, body.clone()));
+        let work = async {
+            loop {
+                let proto = self.proto();
+                let request =
+                    match self.request(proto, service, operation, &body, &mut upload, deadline) {
+                        Ok(r) => r,
+                        Err(e) => return Err(e),
+                    };
+                let sent = match proto {
+                    Proto::H1 => self.send_h1(request, download).await,
+                    Proto::H2 => self.send_h2(request, download).await,
+                };
+                match sent {
+                    Sent::Done(result) => return result,
+                    Sent::Switch => continue,
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline.into(), work).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::new(
+                Kind::Timeout,
+                format!("{service}.{operation}: no reply before the deadline"),
+            )),
+        }
+    }
+
+    /// A call over HTTP/1.1: an idle pooled connection, or a new one below the cap, or wait.
+    async fn send_h1(&self, mut request: Request<Body>, download: bool) -> Sent {
+        let Ok(permit) = self.h1_slots.clone().acquire_owned().await else {
+            unreachable!("the semaphore is never closed");
+        };
+        let mut permit = Some(permit);
+        for attempt in 1..=ATTEMPTS {
+            let conn = loop {
+                if let Some(c) = self.take_idle() {
+                    break c;
+                }
+                // A connection finishing a drain is free soon: cheaper than a new one.
+                if self.draining.wait_one().await {
+                    continue;
+                }
+                match self.connect(Proto::H1).await {
+                    Ok(Established::H1(c)) => break c,
+                    Ok(Established::H2(c)) => {
+                        self.adopt_h2(c);
+                        return Sent::Switch;
+                    }
+                    Err(e) => return Sent::Done(Err(e)),
+                }
+            };
+            // Until the answer is read to its end the connection cannot carry another call:
+            // dropped early (deadline, caller gone), the lease closes it, which also tells the
+            // host to stop the call.
+            let mut lease = Lease {
+                idle: self.idle.clone(),
+                conns: self.conns.clone(),
+                conn: Some(conn),
+                keep: false,
+                _permit: permit.take(),
+            };
+            let sender = &mut lease.conn.as_mut().expect("leased").sender;
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    let (result, reusable) =
+                        self.answer(response, download, Some(&mut lease)).await;
+                    lease.keep = reusable;
+                    return Sent::Done(result);
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if attempt < ATTEMPTS => {
+                        permit = lease._permit.take();
+                        request = unsent;
+                    }
+                    _ => return Sent::Done(Err(self.broken(e.into_error()))),
+                },
+            }
+        }
+        Sent::Done(Err(Error::new(
+            Kind::Connection,
+            format!(
+                "{}: every connection closed before the request was sent",
+                self.endpoint
+            ),
+        )))
+    }
+
+    /// A call over the HTTP/2 connection.
+    async fn send_h2(&self, mut request: Request<Body>, download: bool) -> Sent {
+        for attempt in 1..=ATTEMPTS {
+            let mut conn = match self.h2_conn().await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Sent::Switch,
+                Err(e) => return Sent::Done(Err(e)),
+            };
+            if conn.sender.ready().await.is_err() {
+                self.forget_h2(conn.id);
+                continue;
+            }
+            // Dropping this future (deadline, caller gone) resets the stream: the host stops
+            // the call. The connection carries on.
+            match conn.sender.try_send_request(request).await {
+                Ok(response) => return Sent::Done(self.answer(response, download, None).await.0),
+                Err(mut e) => match e.take_message() {
+                    // Never sent (the host said GOAWAY, or the connection just closed).
+                    Some(unsent) if attempt < ATTEMPTS => {
+                        self.forget_h2(conn.id);
+                        request = unsent;
+                    }
+                    _ => return Sent::Done(Err(self.broken(e.into_error()))),
+                },
+            }
+        }
+        Sent::Done(Err(Error::new(
+            Kind::Connection,
+            format!(
+                "{}: the connection closed before the request was sent",
+                self.endpoint
+            ),
+        )))
+    }
+
+    /// The live HTTP/2 connection, connecting if there is none; `None` if ALPN chose HTTP/1.1.
+    async fn h2_conn(&self) -> Result<Option<H2Conn>, Error> {
+        if let Some(c) = self.current_h2() {
+            return Ok(Some(c));
+        }
+        let _connecting = self.h2_connecting.lock().await;
+        if let Some(c) = self.current_h2() {
+            return Ok(Some(c));
+        }
+        match self.connect(Proto::H2).await? {
+            Established::H2(c) => {
+                *self.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+                Ok(Some(c))
+            }
+            Established::H1(c) => {
+                *self.negotiated.lock().unwrap_or_else(|e| e.into_inner()) = Some(Proto::H1);
+                self.put_idle(c);
+                Ok(None)
+            }
+        }
+    }
+
+    fn current_h2(&self) -> Option<H2Conn> {
+        let slot = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .filter(|c| !c.sender.is_closed() && self.conns.is_open(c.id))
+            .cloned()
+    }
+
+    /// Stops using HTTP/2 connection `id` for new calls; streams in flight on it finish.
+    fn forget_h2(&self, id: u64) {
+        let mut slot = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|c| c.id == id) {
+            *slot = None;
+        }
+    }
+
+    /// An HTTP/2 connection opened where HTTP/1.1 was expected (ALPN): use it from now on.
+    fn adopt_h2(&self, conn: H2Conn) {
+        *self.negotiated.lock().unwrap_or_else(|e| e.into_inner()) = Some(Proto::H2);
+        let old = self
+            .h2
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(conn);
+        if let Some(old) = old {
+            self.conns.kill(old.id);
+        }
+    }
+
+    fn take_idle(&self) -> Option<H1Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(c) = idle.pop() {
+            if !c.sender.is_closed() && self.conns.is_open(c.id) {
+                return Some(c);
+            }
+            self.conns.kill(c.id);
+        }
+        None
+    }
+
+    fn put_idle(&self, conn: H1Conn) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
+    }
+
+    /// Connects, secures and handshakes one connection within the connect timeout.
+    async fn connect(&self, want: Proto) -> Result<Established, Error> {
+        let endpoint = &self.endpoint;
+        let connect_err = |e: std::io::Error| {
+            Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
+        };
+        let handshake_err = |e: hyper::Error| {
+            Error::new(Kind::Connect, format!("{endpoint}: HTTP handshake: {e}")).with_source(e)
+        };
+        let connect = async {
+            let raw = endpoint.connect_raw().await.map_err(connect_err)?;
+            let alpn: &[&[u8]] = match self.config.http_version {
+                HttpVersion::Http1 => &[crate::endpoint::ALPN_HTTP1],
+                HttpVersion::Http2 => &[crate::endpoint::ALPN_H2],
+                _ => &[crate::endpoint::ALPN_H2, crate::endpoint::ALPN_HTTP1],
+            };
+            let connected = endpoint.secure_client(raw, &self.config, alpn).await?;
+            // What TLS agreed wins; without ALPN (cleartext) the configured version is spoken.
+            let proto = match connected.alpn.as_deref() {
+                Some(b"h2") => Proto::H2,
+                Some(b"http/1.1") => Proto::H1,
+                _ => want,
+            };
+            if proto != want && self.config.http_version != HttpVersion::Auto {
+                return Err(Error::new(
+                    Kind::Protocol,
+                    format!(
+                        "{endpoint}: TLS agreed on {proto:?}, but this client is configured for {:?}",
+                        self.config.http_version
+                    ),
+                ));
+            }
+            let io = TokioIo::new(connected.io);
+            Ok(match proto {
+                Proto::H1 => {
+                    let (sender, driver) = http1::Builder::new()
+                        .handshake(io)
+                        .await
+                        .map_err(handshake_err)?;
+                    let id = self.conns.spawn(driver);
+                    Established::H1(H1Conn { sender, id })
+                }
+                Proto::H2 => {
+                    let (sender, driver) = http2::Builder::new(TokioExecutor::new())
+                        .initial_stream_window_size(super::H2_STREAM_WINDOW)
+                        .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
+                        .timer(TokioTimer::new())
+                        .handshake(io)
+                        .await
+                        .map_err(handshake_err)?;
+                    let id = self.conns.spawn(driver);
+                    Established::H2(H2Conn { sender, id })
+                }
+            })
+        };
+        match tokio::time::timeout(self.config.connect_timeout, connect).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::new(
+                Kind::Connect,
+                format!(
+                    "{endpoint}: no connection within {:?}",
+                    self.config.connect_timeout
+                ),
+            )),
+        }
+    }
+
+    /// `POST /{service}/{operation}` with a postcard body and the remaining deadline; or, for a
+    /// streamed upload (taken from `upload`, so only once), the stream as the body and the
+    /// other arguments in the `keel-args` header.
+    fn request(
+        &self,
+        proto: Proto,
+        service: &str,
+        operation: &str,
+        body: &Bytes,
+        upload: &mut Option<(ByteStream, Bytes)>,
+        deadline: Instant,
+    ) -> Result<Request<Body>, Error> {
+        let authority = self.endpoint.authority().unwrap_or_default();
+        let path = format!("/{service}/{operation}");
+        // HTTP/2 carries scheme and authority as pseudo-headers; HTTP/1.1 the Host header.
+        let uri = match proto {
+            Proto::H1 => path,
+            Proto::H2 => format!("{}://{authority}{path}", self.endpoint.scheme()),
+        };
+        let uri: Uri = uri.parse().map_err(|e: ::http::uri::InvalidUri| {
+            Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
+        })?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        // Rounded up, so a sub-millisecond remainder is not sent as "no time at all".
+        let remaining_ms = remaining.as_micros().div_ceil(1000).max(1);
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(ACCEPT, HeaderValue::from_static(POSTCARD_CONTENT_TYPE))
+            .header(DEADLINE_HEADER, remaining_ms.to_string());
+        if proto == Proto::H1 {
+            builder = builder.header(HOST, authority);
+        }
+        let body = match upload.take() {
+            Some((stream, args)) => {
+                builder = builder
+                    .header(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE))
+                    .header(ARGS_HEADER, super::hex_encode(&args));
+                body::streamed(stream)
+            }
+            None => {
+                builder = builder.header(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static(POSTCARD_CONTENT_TYPE),
+                );
+                body::full(body.clone())
+            }
+        };
+        builder
+            .body(body)
+            .map_err(|e| Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e))
+    }
+
+    /// Reads an answer; also says whether its HTTP/1.1 connection (`lease`) can carry another
+    /// call now. A streamed answer takes the lease along: the connection returns to the pool
+    /// when the stream was read to its end (or drained after an early stop).
+    async fn answer(
+        &self,
+        response: Response<Incoming>,
+        download: bool,
+        lease: Option<&mut Lease>,
+    ) -> (Result<Result<Payload, Status>, Error>, bool) {
+        let (parts, incoming) = response.into_parts();
+        let closing = parts
+            .headers
+            .get(CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
+        let ok = parts
+            .headers
+            .get(STATUS_HEADER)
+            .and_then(|v| v.to_str().ok())
+            == Some(StatusCode::Ok.as_str());
+        if download && ok {
+            let stream = match lease {
+                None => body::received(incoming, None, |_| {}),
+                Some(lease) => {
+                    let lease = lease.take();
+                    let drain = (body::DRAIN_LIMIT, self.draining.clone());
+                    body::received(incoming, Some(drain), move |whole| {
+                        let mut lease = lease;
+                        lease.keep = whole && !closing;
+                        drop(lease); // Back to the pool, or closed.
+                    })
+                }
+            };
+            return (Ok(Ok(Payload::Stream(stream))), false);
+        }
+        let limit = self.config.max_message_size;
+        let drain = match lease {
+            Some(_) => body::DRAIN_LIMIT,
+            None => 0,
+        };
+        let body = match body::read_limited(incoming, limit, drain).await {
+            Ok(b) => b,
+            Err(ReadError::TooLarge { size, drained }) => {
+                let size = size.map_or_else(|| "more than".to_string(), |n| format!("{n}"));
+                let msg = format!(
+                    "reply body of {size} bytes exceeds this client's limit of {limit} bytes"
+                );
+                return (Err(Error::new(Kind::TooLarge, msg)), drained && !closing);
+            }
+            Err(ReadError::Broken(e)) => return (Err(self.broken(e)), false),
+        };
+        let result = match parts.headers.get(STATUS_HEADER).map(|v| v.to_str()) {
+            Some(Ok(code)) => match status_code_from_str(code) {
+                Some(StatusCode::Ok) => Ok(Ok(Payload::Body(body))),
+                Some(code) => Ok(Err(Status::from_wire(code, body))),
+                None => Ok(Err(Status::new(
+                    StatusCode::Internal,
+                    format!(
+                        "the host answered keel-status `{code}`, unknown to this client: {}",
+                        String::from_utf8_lossy(&body)
+                    ),
+                ))),
+            },
+            _ if parts.status.is_success() => Ok(Ok(Payload::Body(body))),
+            _ if parts.status == ::http::StatusCode::PAYLOAD_TOO_LARGE => Err(Error::new(
+                Kind::TooLarge,
+                format!(
+                    "{}: HTTP 413 without a {STATUS_HEADER} header",
+                    self.endpoint
+                ),
+            )),
+            _ => {
+                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+                Err(Error::new(
+                    Kind::Protocol,
+                    format!(
+                        "{}: HTTP {} without a {STATUS_HEADER} header (not a keel host?): {text}",
+                        self.endpoint, parts.status
+                    ),
+                ))
+            }
+        };
+        (result, !closing)
+    }
+
+    fn broken(&self, e: hyper::Error) -> Error {
+        Error::new(Kind::Connection, format!("{}: {e}", self.endpoint)).with_source(e)
+    }
+}
+
+impl Drop for HttpTransport {
+    fn drop(&mut self) {
+        self.conns.kill_all();
+    }
+}
+
+/// An HTTP/1.1 connection in use by one call: back to the pool if the call read its answer to
+/// the end on a connection that stays open, closed otherwise.
+struct Lease {
+    idle: Arc<Mutex<Vec<H1Conn>>>,
+    conns: Arc<Registry>,
+    conn: Option<H1Conn>,
+    keep: bool,
+    /// The call's place under `http_max_connections`, held until the connection is free.
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Lease {
+    /// Moves the connection (and the permit) to a new lease, for a streamed answer to return
+    /// when it is done; this one is left empty.
+    fn take(&mut self) -> Lease {
+        Lease {
+            idle: self.idle.clone(),
+            conns: self.conns.clone(),
+            conn: self.conn.take(),
+            keep: false,
+            _permit: self._permit.take(),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.keep {
+                self.idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(conn);
+            } else {
+                self.conns.kill(conn.id);
+            }
+        }
+    }
+}

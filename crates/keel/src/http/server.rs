@@ -1,0 +1,497 @@
+//! The host side: one task per HTTP connection (HTTP/1.1 and h2c on the same port, or what ALPN
+//! agreed), one call per request. Requests reach the same dispatcher as keel-wire frames; answers
+//! come back through [`HttpResponder`] to the request that is waiting for them.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ::http::header::{HeaderValue, ACCEPT, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use ::http::{Method, Request, Response, Version};
+use bytes::Bytes;
+use hyper::body::Incoming as IncomingBody;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use serde::Serialize;
+use tokio::sync::{oneshot, watch};
+
+use super::body::{self, Body, ReadError};
+use super::{
+    http_status, ARGS_HEADER, DEADLINE_HEADER, JSON_CONTENT_TYPE, POSTCARD_CONTENT_TYPE,
+    STATUS_HEADER, STREAM_CONTENT_TYPE,
+};
+use crate::endpoint::Connected;
+use crate::error::{Status, StatusCode};
+use crate::host::{dispatch, ConnInfo, ConnShared, HostShared, Incoming, Responder};
+use crate::service::{Format, Outcome, Payload, ServiceDescriptor};
+use crate::stream::ByteStream;
+
+/// Calls waiting for their answer on one HTTP connection.
+#[derive(Debug, Default)]
+struct Waiting {
+    calls: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
+    next_call_id: AtomicU64,
+}
+
+impl Waiting {
+    fn take(&self, call_id: u64) -> Option<oneshot::Sender<Outcome>> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&call_id)
+    }
+}
+
+/// Hands each answer to the request waiting for it; `go_away` and `close` start hyper's graceful
+/// shutdown of the connection (HTTP/1.1: close once the answer in progress is written; HTTP/2:
+/// `GOAWAY`, then close once the streams in flight are answered).
+#[derive(Debug)]
+struct HttpResponder {
+    waiting: Arc<Waiting>,
+    stop: watch::Sender<bool>,
+}
+
+impl Responder for HttpResponder {
+    fn reply(&self, call_id: u64, outcome: Outcome) {
+        if let Some(tx) = self.waiting.take(call_id) {
+            let _ = tx.send(outcome);
+        }
+    }
+
+    fn go_away(&self, _last_call_id: u64, _reason: &str) {
+        self.stop.send_replace(true);
+    }
+
+    fn close(&self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// Serves one accepted HTTP connection until it closes.
+pub(crate) async fn serve(connected: Connected, host: Arc<HostShared>, id: u64, info: ConnInfo) {
+    let waiting = Arc::new(Waiting::default());
+    let (stop, mut stopped) = watch::channel(false);
+    let responder = HttpResponder {
+        waiting: waiting.clone(),
+        stop,
+    };
+    let conn = Arc::new(ConnShared::new(id, Box::new(responder), info, host.clone()));
+    host.register(conn.clone());
+
+    // No timer on the HTTP/1.1 side on purpose: hyper's header read timeout also runs while a
+    // keep-alive connection waits for its next request, and would close idle connections that
+    // keel keeps for the client's life.
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let max_streams = u32::try_from(host.config().max_calls_per_connection).unwrap_or(u32::MAX);
+    builder
+        .http2()
+        .max_concurrent_streams(max_streams)
+        .initial_stream_window_size(super::H2_STREAM_WINDOW)
+        .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
+        .timer(TokioTimer::new());
+    let builder = match connected.alpn.as_deref() {
+        Some(b"h2") => builder.http2_only(),
+        Some(b"http/1.1") => builder.http1_only(),
+        _ => builder,
+    };
+    let service = {
+        let conn = conn.clone();
+        hyper::service::service_fn(move |req| {
+            let (conn, waiting) = (conn.clone(), waiting.clone());
+            async move { Ok::<_, Infallible>(handle(&conn, &waiting, req).await) }
+        })
+    };
+    let serving = builder.serve_connection(TokioIo::new(connected.io), service);
+    tokio::pin!(serving);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = serving.as_mut() => break,
+            _ = stopped.wait_for(|stop| *stop), if !stopping => {
+                stopping = true;
+                serving.as_mut().graceful_shutdown();
+            }
+        }
+    }
+    // The peer is gone: nobody can receive answers, so stop what still runs for it.
+    let gone = Status::new(StatusCode::Cancelled, "connection closed");
+    conn.abandon_all(&gone);
+    host.unregister(id);
+}
+
+/// One request: routes it and answers.
+async fn handle(
+    conn: &Arc<ConnShared>,
+    waiting: &Arc<Waiting>,
+    req: Request<IncomingBody>,
+) -> Response<Body> {
+    let h1 = req.version() <= Version::HTTP_11;
+    let path = req.uri().path().to_string();
+    let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
+    let mut response = match (segments.next(), segments.next(), segments.next()) {
+        (Some(service), None, _) if !service.is_empty() => {
+            if req.method() == Method::GET {
+                describe(conn, service)
+            } else {
+                wrong_method(req.method(), &path, Method::GET)
+            }
+        }
+        (Some(service), Some(operation), None) if !service.is_empty() && !operation.is_empty() => {
+            if req.method() == Method::POST {
+                call(conn, waiting, req, service, operation).await
+            } else {
+                wrong_method(req.method(), &path, Method::POST)
+            }
+        }
+        _ => error(
+            Status::new(
+                StatusCode::UnknownOperation,
+                format!("nothing at `{path}`: calls are POST /{{Service}}/{{operation}}, descriptions GET /{{Service}}"),
+            ),
+            Format::Json,
+        ),
+    };
+    if h1 && conn.host.is_shutting_down() {
+        // A draining host answers this one and closes, so the client reconnects elsewhere.
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// `POST /{Service}/{operation}`: one call.
+async fn call(
+    conn: &Arc<ConnShared>,
+    waiting: &Arc<Waiting>,
+    req: Request<IncomingBody>,
+    service: &str,
+    operation: &str,
+) -> Response<Body> {
+    let received = Instant::now();
+    let host = &conn.host;
+    let h1 = req.version() <= Version::HTTP_11;
+    let op = host.service(service).and_then(|s| {
+        let desc = s.descriptor();
+        desc.operation_index(operation).map(|i| &desc.operations[i])
+    });
+    let one_way = op.is_some_and(|op| op.one_way);
+    let stream_request = op.is_some_and(|op| op.stream_request);
+    // A streamed upload's body is the stream: its format is what it asks for with `Accept`.
+    let format = match req.headers().get(CONTENT_TYPE).map(|v| v.to_str()) {
+        _ if stream_request => accepted_format(&req),
+        None => Format::Json,
+        Some(Ok(ct)) => match ct.split(';').next().unwrap_or("").trim() {
+            t if t.eq_ignore_ascii_case(JSON_CONTENT_TYPE) => Format::Json,
+            t if t.eq_ignore_ascii_case(POSTCARD_CONTENT_TYPE) => Format::Postcard,
+            other => return unsupported_media_type(other),
+        },
+        Some(Err(_)) => return unsupported_media_type("(not text)"),
+    };
+    let deadline = match req.headers().get(DEADLINE_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            Some(ms) => Some(Duration::from_millis(ms)),
+            None => {
+                let msg =
+                    format!("invalid {DEADLINE_HEADER} header {v:?}: expected whole milliseconds");
+                return error(Status::new(StatusCode::BadRequest, msg), format);
+            }
+        },
+    };
+    let (format, body, stream) = if stream_request {
+        // The body is the stream; the other parameters travel in the `keel-args` header.
+        let args = match stream_args(&req, format) {
+            Ok(args) => args,
+            Err(status) => return error(status, format),
+        };
+        let drain = h1.then(|| (body::DRAIN_LIMIT, Arc::new(body::Draining::default())));
+        let stream = body::received(req.into_body(), drain, |_| {});
+        (format, args, stream)
+    } else {
+        let limit = host.config().max_message_size;
+        let drain = if h1 { body::DRAIN_LIMIT } else { 0 };
+        let body = match body::read_limited(req.into_body(), limit, drain).await {
+            Ok(b) if b.is_empty() && format == Format::Json => Bytes::from_static(b"{}"),
+            Ok(b) => b,
+            Err(ReadError::TooLarge { size, drained }) => {
+                let size = size.map_or_else(|| "more than".to_string(), |n| format!("{n}"));
+                let msg = format!(
+                    "request body of {size} bytes exceeds this host's limit of {limit} bytes"
+                );
+                let mut response = error(Status::new(StatusCode::TooLarge, msg), format);
+                if h1 && !drained {
+                    response
+                        .headers_mut()
+                        .insert(CONNECTION, HeaderValue::from_static("close"));
+                }
+                return response;
+            }
+            Err(ReadError::Broken(e)) => {
+                let msg = format!("cannot read the request body: {e}");
+                return error(Status::new(StatusCode::BadRequest, msg), format);
+            }
+        };
+        (format, body, ByteStream::empty())
+    };
+
+    let call_id = waiting.next_call_id.fetch_add(1, Ordering::Relaxed);
+    let (tx, answer) = oneshot::channel();
+    waiting
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(call_id, tx);
+    // If hyper drops this future (the client went away, or reset the stream), stop the call.
+    let mut guard = CancelOnDrop {
+        conn,
+        waiting,
+        call_id,
+        armed: true,
+    };
+    let incoming = Incoming {
+        call_id,
+        one_way,
+        deadline,
+        service,
+        operation,
+        format,
+        body,
+        stream,
+    };
+    dispatch(conn, incoming, received);
+    let outcome = answer.await;
+    guard.armed = false;
+    match outcome {
+        Ok(Ok(_)) if one_way => {
+            let mut response = Response::new(body::empty());
+            *response.status_mut() = ::http::StatusCode::ACCEPTED;
+            set_status_header(&mut response, StatusCode::Ok);
+            response
+        }
+        Ok(Ok(Payload::Body(reply))) => {
+            let mut response = Response::new(body::full(reply));
+            set_content_type(&mut response, content_type(format));
+            set_status_header(&mut response, StatusCode::Ok);
+            response
+        }
+        Ok(Ok(Payload::Stream(stream))) => {
+            let mut response = Response::new(body::streamed(stream));
+            set_content_type(&mut response, STREAM_CONTENT_TYPE);
+            set_status_header(&mut response, StatusCode::Ok);
+            response
+        }
+        Ok(Err(status)) => error(status, format),
+        Err(_) => {
+            let status = Status::new(StatusCode::Internal, "the call ended without an answer");
+            error(status, format)
+        }
+    }
+}
+
+/// The format a streamed-upload call asks for with `Accept` (JSON unless it names postcard).
+fn accepted_format(req: &Request<IncomingBody>) -> Format {
+    let postcard = req
+        .headers()
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case(POSTCARD_CONTENT_TYPE)
+        });
+    if postcard {
+        Format::Postcard
+    } else {
+        Format::Json
+    }
+}
+
+/// The non-stream parameters of a streamed-upload call, from the `keel-args` header: a JSON
+/// object, or hex-encoded postcard. Absent: no parameters (`{}`).
+fn stream_args(req: &Request<IncomingBody>, format: Format) -> Result<Bytes, Status> {
+    let Some(v) = req.headers().get(ARGS_HEADER) else {
+        return Ok(match format {
+            Format::Postcard => Bytes::new(),
+            _ => Bytes::from_static(b"{}"),
+        });
+    };
+    let bad = |why: &str| Status::new(StatusCode::BadRequest, format!("{ARGS_HEADER}: {why}"));
+    match format {
+        Format::Postcard => super::hex_decode(v.as_bytes())
+            .map(Bytes::from)
+            .ok_or_else(|| bad("expected hex-encoded postcard")),
+        _ => Ok(Bytes::copy_from_slice(v.as_bytes())),
+    }
+}
+
+/// Cancels a call whose request future is dropped before its answer arrived.
+struct CancelOnDrop<'a> {
+    conn: &'a Arc<ConnShared>,
+    waiting: &'a Waiting,
+    call_id: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.waiting.take(self.call_id);
+            self.conn.cancel(self.call_id);
+        }
+    }
+}
+
+/// `GET /{Service}`: the contract as JSON.
+fn describe(conn: &ConnShared, service: &str) -> Response<Body> {
+    let Some(s) = conn.host.service(service) else {
+        let msg = format!("no service `{service}` on this host");
+        return error(Status::new(StatusCode::UnknownService, msg), Format::Json);
+    };
+    let json = serde_json::to_vec(&Description::of(s.descriptor()))
+        .expect("a description always serializes");
+    let mut response = Response::new(body::full(Bytes::from(json)));
+    set_content_type(&mut response, JSON_CONTENT_TYPE);
+    set_status_header(&mut response, StatusCode::Ok);
+    response
+}
+
+#[derive(Serialize)]
+struct Description {
+    service: &'static str,
+    operations: Vec<OperationDescription>,
+}
+
+#[derive(Serialize)]
+struct OperationDescription {
+    name: &'static str,
+    params: Vec<ParamDescription>,
+    returns: &'static str,
+    fault: Option<&'static str>,
+    one_way: bool,
+    streamed: bool,
+}
+
+#[derive(Serialize)]
+struct ParamDescription {
+    name: &'static str,
+    #[serde(rename = "type")]
+    ty: &'static str,
+}
+
+impl Description {
+    fn of(desc: &'static ServiceDescriptor) -> Description {
+        Description {
+            service: desc.name,
+            operations: desc
+                .operations
+                .iter()
+                .map(|op| OperationDescription {
+                    name: op.name,
+                    params: op
+                        .params
+                        .iter()
+                        .map(|p| ParamDescription {
+                            name: p.name,
+                            ty: p.ty,
+                        })
+                        .collect(),
+                    returns: op.returns,
+                    fault: op.fault,
+                    one_way: op.one_way,
+                    streamed: op.streamed(),
+                })
+                .collect(),
+        }
+    }
+}
+
+fn wrong_method(method: &Method, path: &str, allowed: Method) -> Response<Body> {
+    let msg = format!("{method} is not allowed on `{path}`; use {allowed}");
+    let mut response = error(Status::new(StatusCode::BadRequest, msg), Format::Json);
+    *response.status_mut() = ::http::StatusCode::METHOD_NOT_ALLOWED;
+    let allowed = HeaderValue::from_str(allowed.as_str()).expect("a method is a header value");
+    response.headers_mut().insert(ALLOW, allowed);
+    response
+}
+
+fn unsupported_media_type(content_type: &str) -> Response<Body> {
+    // `curl -d` sends form data unless told otherwise: the most common way to get here.
+    let hint = if content_type.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
+        " (with curl: add -H 'content-type: application/json', or use --json)"
+    } else {
+        ""
+    };
+    let msg = format!(
+        "content type `{content_type}` is not supported: send {JSON_CONTENT_TYPE} or {POSTCARD_CONTENT_TYPE}{hint}"
+    );
+    let mut response = error(Status::new(StatusCode::BadRequest, msg), Format::Json);
+    *response.status_mut() = ::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    response
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fault: Option<serde_json::Value>,
+}
+
+/// An error answer: the status code from the table, `keel-status`, and the body in `format`.
+fn error(status: Status, format: Format) -> Response<Body> {
+    let code = status.code();
+    let (body, content_type) = match format {
+        Format::Json => {
+            let fault = (code == StatusCode::Fault).then(|| {
+                serde_json::from_slice(status.details()).unwrap_or(serde_json::Value::Null)
+            });
+            let body = ErrorBody {
+                code: code.as_str(),
+                message: fault.is_none().then(|| status.message()),
+                fault,
+            };
+            let json = serde_json::to_vec(&body).expect("an error body always serializes");
+            (Bytes::from(json), JSON_CONTENT_TYPE)
+        }
+        _ if code == StatusCode::Fault => (status.into_wire_body(), POSTCARD_CONTENT_TYPE),
+        _ => (status.into_wire_body(), "text/plain; charset=utf-8"),
+    };
+    let mut response = Response::new(body::full(body));
+    *response.status_mut() = ::http::StatusCode::from_u16(http_status(code))
+        .unwrap_or(::http::StatusCode::INTERNAL_SERVER_ERROR);
+    set_content_type(&mut response, content_type);
+    set_status_header(&mut response, code);
+    if matches!(code, StatusCode::Busy | StatusCode::ShuttingDown) {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+fn content_type(format: Format) -> &'static str {
+    match format {
+        Format::Postcard => POSTCARD_CONTENT_TYPE,
+        _ => JSON_CONTENT_TYPE,
+    }
+}
+
+fn set_content_type(response: &mut Response<Body>, content_type: &'static str) {
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+}
+
+fn set_status_header(response: &mut Response<Body>, code: StatusCode) {
+    response
+        .headers_mut()
+        .insert(STATUS_HEADER, HeaderValue::from_static(code.as_str()));
+}
