@@ -83,6 +83,7 @@
 //! # }
 //! # #[cfg(not(feature = "tls"))]
 //! # fn main() {}
+//! ```
 //!
 //! # Over HTTP
 //!

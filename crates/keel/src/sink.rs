@@ -33,6 +33,8 @@ pub(crate) struct Sink {
     state: Mutex<State>,
     /// Wakes the flusher when it has the writer to drive, or a close to perform.
     flusher: Notify,
+    /// Wakes producers waiting for the queue to shrink (see [`Sink::wait_below`]).
+    progress: Notify,
 }
 
 struct State {
@@ -41,6 +43,8 @@ struct State {
     /// Encoded frames not yet written. Bounded in practice by calls in flight times the message
     /// limit, as every queued frame belongs to a call in flight.
     buf: BytesMut,
+    /// Bytes the flusher took from `buf` and is writing now.
+    in_flight: usize,
     /// Bytes the writer took but could not flush yet (TLS buffers them): the flusher must
     /// flush even when `buf` is empty.
     unflushed: bool,
@@ -81,12 +85,14 @@ impl Sink {
             state: Mutex::new(State {
                 writer: Some(writer),
                 buf: BytesMut::with_capacity(8 * 1024),
+                in_flight: 0,
                 unflushed: false,
                 codec,
                 closing: false,
                 closed: false,
             }),
             flusher: Notify::new(),
+            progress: Notify::new(),
         });
         let flusher = flush_loop(sink.clone());
         (sink, flusher)
@@ -116,9 +122,25 @@ impl Sink {
             return;
         }
         st.closing = true;
+        self.progress.notify_waiters();
         if st.writer.is_some() {
             // Hand the writer to the flusher, which flushes and shuts down.
             self.flusher.notify_one();
+        }
+    }
+
+    /// Waits until at most `limit` bytes are queued (or the sink is closing). Streams call it
+    /// before each chunk, so a fast producer on a slow socket queues a bounded amount.
+    pub(crate) async fn wait_below(&self, limit: usize) {
+        loop {
+            let progressed = self.progress.notified();
+            {
+                let st = self.lock();
+                if st.closing || st.closed || st.buf.len() + st.in_flight <= limit {
+                    return;
+                }
+            }
+            progressed.await;
         }
     }
 
@@ -179,12 +201,15 @@ async fn flush_loop(sink: Arc<Sink>) {
                 let Some(w) = st.writer.take() else { break };
                 st.unflushed = false;
                 let chunk = st.buf.split();
+                st.in_flight = chunk.len();
                 (w, chunk, st.closing)
             };
             let ok = w.write_all(&chunk).await.is_ok() && w.flush().await.is_ok();
             chunk.clear();
             let shut_down = {
                 let mut st = sink.lock();
+                st.in_flight = 0;
+                sink.progress.notify_waiters();
                 if !ok {
                     st.closed = true;
                     st.buf.clear();
@@ -209,6 +234,7 @@ async fn flush_loop(sink: Arc<Sink>) {
             if shut_down {
                 let _ = w.shutdown().await;
                 sink.lock().closed = true;
+                sink.progress.notify_waiters();
                 return;
             }
         }

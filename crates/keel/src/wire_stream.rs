@@ -27,6 +27,10 @@ use crate::stream::{ByteStream, Credit};
 /// Largest StreamData payload keel sends (further limited by the peer's message size).
 const MAX_CHUNK: usize = 64 * 1024;
 
+/// A pump sends its next chunk only when at most this much is queued for the socket: the
+/// window bounds what the receiver holds, this bounds what the sender holds.
+const SEND_QUEUE_LIMIT: usize = 256 * 1024;
+
 /// The streams of one connection.
 #[derive(Debug)]
 pub(crate) struct Streams {
@@ -294,6 +298,7 @@ impl Streams {
                 if n == 0 {
                     break;
                 }
+                self.sink.wait_below(SEND_QUEUE_LIMIT).await;
                 lock(&out.window).consume(n);
                 let data = chunk.split_to(n);
                 if self
