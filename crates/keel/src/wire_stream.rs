@@ -138,8 +138,20 @@ impl Streams {
         ByteStream::remote(rx, credit)
     }
 
+    /// Handles a streamed-transfer frame (StreamData, StreamEnd, WindowUpdate, StopSending),
+    /// the same on both ends of a connection. Other frames are not this module's: ignored.
+    pub(crate) fn on_frame(&self, frame: Frame) {
+        match frame {
+            Frame::StreamData(d) => self.on_data(d),
+            Frame::StreamEnd(end) => self.on_end(end),
+            Frame::WindowUpdate(w) => self.on_window(w),
+            Frame::StopSending(s) => self.on_stop_sending(s.call_id),
+            _ => debug_assert!(false, "not a stream frame: {frame:?}"),
+        }
+    }
+
     /// StreamData arrived.
-    pub(crate) fn on_data(&self, d: StreamData) {
+    fn on_data(&self, d: StreamData) {
         let mut inbound = lock(&self.inbound);
         let Some(entry) = inbound.get_mut(&d.call_id) else {
             return; // Stopped or finished; this was in flight.
@@ -161,7 +173,7 @@ impl Streams {
     }
 
     /// StreamEnd arrived: the producer finished (or aborted) the stream.
-    pub(crate) fn on_end(&self, end: StreamEnd) {
+    fn on_end(&self, end: StreamEnd) {
         let Some(entry) = lock(&self.inbound).remove(&end.call_id) else {
             return;
         };
@@ -206,7 +218,7 @@ impl Streams {
     }
 
     /// WindowUpdate arrived: more credit for an outbound stream.
-    pub(crate) fn on_window(&self, w: WindowUpdate) {
+    fn on_window(&self, w: WindowUpdate) {
         let Some(out) = lock(&self.outbound).get(&w.call_id).cloned() else {
             return;
         };
@@ -232,7 +244,7 @@ impl Streams {
 
     /// StopSending arrived: stop producing for `call_id` and end the stream as cancelled
     /// (unless the pump ended it already).
-    pub(crate) fn on_stop_sending(&self, call_id: u64) {
+    fn on_stop_sending(&self, call_id: u64) {
         if let Some(out) = lock(&self.outbound).remove(&call_id) {
             out.stop();
             let _ = self.sink.send(&Frame::StreamEnd(StreamEnd {

@@ -395,20 +395,13 @@ async fn read_loop(
                 streams.fail_inbound(c.call_id, cancelled);
                 continue;
             }
-            Ok(Some(Frame::StreamData(d))) => {
-                streams.on_data(d);
-                continue;
-            }
-            Ok(Some(Frame::StreamEnd(end))) => {
-                streams.on_end(end);
-                continue;
-            }
-            Ok(Some(Frame::WindowUpdate(w))) => {
-                streams.on_window(w);
-                continue;
-            }
-            Ok(Some(Frame::StopSending(s))) => {
-                streams.on_stop_sending(s.call_id);
+            Ok(Some(
+                frame @ (Frame::StreamData(_)
+                | Frame::StreamEnd(_)
+                | Frame::WindowUpdate(_)
+                | Frame::StopSending(_)),
+            )) => {
+                streams.on_frame(frame);
                 continue;
             }
             Ok(Some(Frame::Ping(nonce))) => {
