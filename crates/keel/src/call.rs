@@ -75,6 +75,21 @@ fn decode_reply<T: DeserializeOwned>(
     })
 }
 
+/// The caller's error for a host's answer other than Ok. A fault is decoded as the contract's
+/// typed fault `E`.
+fn fault_or_status<E>(desc: &ServiceDescriptor, op: usize, status: Status) -> Error
+where
+    E: DeserializeOwned + Any + Send + Sync + Debug,
+{
+    if status.code() != StatusCode::Fault {
+        return Error::from_status(status);
+    }
+    match decode_reply::<E>(desc, op, status.details()) {
+        Ok(fault) => Error::from_fault(fault),
+        Err(undecodable) => undecodable,
+    }
+}
+
 /// Calls a request-reply operation.
 pub async fn call<A: Serialize, T: DeserializeOwned>(
     ch: &Channel,
@@ -120,10 +135,7 @@ where
 {
     match raw(ch, opts, desc, op, args, upload).await? {
         Ok(payload) => Ok(stream(payload)),
-        Err(status) if status.code() == StatusCode::Fault => Err(Error::from_fault(
-            decode_reply::<E>(desc, op, status.details())?,
-        )),
-        Err(status) => Err(Error::from_status(status)),
+        Err(status) => Err(fault_or_status::<E>(desc, op, status)),
     }
 }
 
@@ -143,10 +155,7 @@ where
 {
     match raw(ch, opts, desc, op, args, upload).await? {
         Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
-        Err(status) if status.code() == StatusCode::Fault => Err(Error::from_fault(
-            decode_reply::<E>(desc, op, status.details())?,
-        )),
-        Err(status) => Err(Error::from_status(status)),
+        Err(status) => Err(fault_or_status::<E>(desc, op, status)),
     }
 }
 
