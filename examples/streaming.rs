@@ -164,9 +164,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     let phases = rt.block_on(async {
-        let mut config = keel::ClientConfig::default();
-        config.deadline = std::time::Duration::from_secs(3600);
-        let client = TransferClient::new(keel::Channel::with_config(&host.url, config)?);
+        let channel = keel::Channel::builder(&host.url)
+            .deadline(std::time::Duration::from_secs(3600))
+            .build()?;
+        let client = TransferClient::new(channel);
         // Connect, and let the host settle, before measuring.
         client.upload(transfer::zeros(1024)).await?;
         let mut phases = Vec::new();

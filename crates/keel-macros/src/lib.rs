@@ -154,7 +154,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let params = op.params.iter().map(|(n, t)| {
             let n = n.to_string();
             let t = type_string(t);
-            quote!(#k::ParamInfo { name: #n, ty: #t })
+            quote!(#k::param(#n, #t))
         });
         let stream_request = op.stream_param.is_some();
         let stream_response = op.stream_reply;
@@ -168,16 +168,16 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let one_way = op.one_way;
         let blocking = !op.is_async;
         quote! {
-            #k::OperationInfo {
-                name: #name,
-                params: &[#(#params),*],
-                returns: #returns,
-                fault: #fault,
-                one_way: #one_way,
-                blocking: #blocking,
-                stream_request: #stream_request,
-                stream_response: #stream_response,
-            }
+            #k::operation(
+                #name,
+                &[#(#params),*],
+                #returns,
+                #fault,
+                #one_way,
+                #blocking,
+                #stream_request,
+                #stream_response,
+            )
         }
     });
 
@@ -301,10 +301,8 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #[allow(unused_imports)]
             use super::*;
             #(#args_structs)*
-            pub(super) static __DESCRIPTOR: #k::ServiceDescriptor = #k::ServiceDescriptor {
-                name: #service_name,
-                operations: &[#(#op_infos),*],
-            };
+            pub(super) static __DESCRIPTOR: #k::ServiceDescriptor =
+                #k::service(#service_name, &[#(#op_infos),*]);
         }
 
         #[doc = #trait_doc_link]

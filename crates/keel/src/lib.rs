@@ -52,7 +52,7 @@
 //!
 //! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
 //! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`]); clients
-//! trust the system's root certificates unless told otherwise (`ClientConfig::with_tls`). For
+//! trust the system's root certificates unless told otherwise (`ChannelBuilder::tls`). For
 //! development, the `tls` module makes a self-signed certificate and both sides' settings:
 //!
 //! ```
@@ -75,8 +75,8 @@
 //!     .tls(cert.server_tls()?)
 //!     .start()?;
 //!
-//! let config = keel::ClientConfig::default().with_tls(cert.client_tls()?);
-//! let client = GreeterBlockingClient::new(keel::Channel::with_config(host.url(), config)?);
+//! let channel = keel::Channel::builder(host.url()).tls(cert.client_tls()?).build()?;
+//! let client = GreeterBlockingClient::new(channel);
 //! assert_eq!(client.hello("world".into())?, "hello, world");
 //! host.shutdown();
 //! # Ok(())
@@ -115,9 +115,10 @@
 //! // `curl <url>/Calculator/add --json '{"a": 1, "b": 2}'` answers `3.0`; keel's client speaks
 //! // HTTP/1.1 (a pool of keep-alive connections) or, with `HttpVersion::Http2`, one HTTP/2
 //! // connection.
-//! let mut config = keel::ClientConfig::default();
-//! config.http_version = keel::HttpVersion::Http2;
-//! let client = CalculatorBlockingClient::new(keel::Channel::with_config(host.url(), config)?);
+//! let channel = keel::Channel::builder(host.url())
+//!     .http_version(keel::HttpVersion::Http2)
+//!     .build()?;
+//! let client = CalculatorBlockingClient::new(channel);
 //! client.open()?;
 //! assert_eq!(client.add(1.0, 2.0)?, 3.0);
 //! assert!(client.divide(1.0, 0.0).unwrap_err().fault::<DivideByZero>().is_some());
@@ -190,87 +191,123 @@
 
 #![forbid(unsafe_code)]
 
-mod call;
+// The layers, each importing only those above it in this list (see ARCHITECTURE.md):
+mod bindings;
 mod client;
-mod endpoint;
-mod error;
+mod core;
+mod dispatch;
 mod host;
-#[cfg(feature = "http")]
-pub mod http;
-mod rt;
-mod service;
-mod sink;
-mod stream;
-mod throttle;
-#[cfg(feature = "tls")]
-pub mod tls;
-mod wire_stream;
+mod transport;
 
 /// The chunk type of a [`ByteStream`] (the `bytes` crate's, re-exported).
 pub use bytes::Bytes;
-pub use client::{CallOptions, Channel, ChannelStats, ClientConfig, HttpVersion};
-pub use error::{Error, Status, StatusCode};
-pub use host::{
+pub use keel_macros::contract;
+
+#[cfg(feature = "http")]
+pub use crate::bindings::http;
+pub use crate::bindings::HttpVersion;
+pub use crate::client::{CallOptions, Channel, ChannelBuilder, ChannelStats, ClientConfig};
+pub use crate::core::error::Error;
+pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
+pub use crate::core::status::{Status, StatusCode};
+pub use crate::core::stream::{BlockingReader, ByteSender, ByteStream};
+pub use crate::dispatch::ThrottleConfig;
+pub use crate::host::{
     ConnectionInfo, Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport,
 };
-pub use keel_macros::contract;
-pub use service::{
-    Format, Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
-};
-pub use stream::{BlockingReader, ByteSender, ByteStream};
-pub use throttle::ThrottleConfig;
+#[cfg(feature = "tls")]
+pub use crate::transport::tls;
 
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
 pub use keel_pool as pool;
 
-/// What generated code calls. Not a public API: may change in any release.
+/// What generated code calls (as tonic's `codegen`). Not a public API: may change in any
+/// release; `#[keel::contract]` and keel are always used at the same version.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::call::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
     pub use crate::client::CallOptions;
-    pub use crate::service::{
-        Format, Invocation, OperationInfo, ParamInfo, Service, ServiceDescriptor,
+    pub use crate::client::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
+    pub use crate::core::codec::Format;
+    pub use crate::core::service::{
+        Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };
     pub use serde;
 
-    use crate::error::Status;
-    use crate::service::Outcome;
+    use crate::core::codec;
+    use crate::core::status::Status;
+
+    /// A contract's description.
+    pub const fn service(
+        name: &'static str,
+        operations: &'static [OperationInfo],
+    ) -> ServiceDescriptor {
+        ServiceDescriptor::new(name, operations)
+    }
+
+    /// One operation's description.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn operation(
+        name: &'static str,
+        params: &'static [ParamInfo],
+        returns: &'static str,
+        fault: Option<&'static str>,
+        one_way: bool,
+        blocking: bool,
+        stream_request: bool,
+        stream_response: bool,
+    ) -> OperationInfo {
+        OperationInfo::new(
+            name,
+            params,
+            returns,
+            fault,
+            one_way,
+            blocking,
+            stream_request,
+            stream_response,
+        )
+    }
+
+    /// One parameter's description.
+    pub const fn param(name: &'static str, ty: &'static str) -> ParamInfo {
+        ParamInfo::new(name, ty)
+    }
 
     /// Decodes operation arguments; failure is a `BadRequest` status.
     pub fn decode_args<T: serde::de::DeserializeOwned>(
         format: Format,
         body: &[u8],
     ) -> Result<T, Status> {
-        crate::service::decode_args(format, body)
+        codec::decode_args(format, body)
     }
     /// Encodes a plain return value.
     pub fn encode_ok<T: serde::Serialize>(format: Format, value: &T) -> Outcome {
-        crate::service::encode_ok(format, value)
+        codec::encode_ok(format, value)
     }
     /// Encodes a `Result<T, E>` return value.
     pub fn encode_fallible<T: serde::Serialize, E: serde::Serialize>(
         format: Format,
         value: &Result<T, E>,
     ) -> Outcome {
-        crate::service::encode_fallible(format, value)
+        codec::encode_fallible(format, value)
     }
     /// A streamed reply.
     pub fn stream_ok(stream: crate::ByteStream) -> Outcome {
-        crate::service::stream_ok(stream)
+        codec::stream_ok(stream)
     }
     /// A `Result<ByteStream, E>` reply.
     pub fn stream_fallible<E: serde::Serialize>(
         format: Format,
         value: Result<crate::ByteStream, E>,
     ) -> Outcome {
-        crate::service::stream_fallible(format, value)
+        codec::stream_fallible(format, value)
     }
     /// The status for an operation index the service does not have.
     pub fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
-        crate::service::unknown_operation(desc, op)
+        codec::unknown_operation(desc, op)
     }
     /// Runs a future to completion on keel's client runtime (blocking clients).
     pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-        crate::rt::block_on(fut)
+        crate::client::block_on(fut)
     }
 }

@@ -375,7 +375,7 @@ async fn reconnects_after_the_server_restarts(b: Binding) {
     let err = c.echo("none".into()).await.unwrap_err();
     assert!(err.is_connection(), "{err}");
     // Same address, new host: the next call reconnects by itself.
-    let host = b.host_at(keel::HostConfig::default(), &url);
+    let host = b.host_at(|h| h, &url);
     assert_eq!(c.echo("two".into()).await.unwrap(), "two");
     assert_eq!(host.stats().connections_opened, 1);
     host.shutdown_async().await;
@@ -414,9 +414,7 @@ async fn shutdown_drains_calls_in_flight_and_refuses_new_ones(b: Binding) {
 }
 
 async fn calls_still_running_at_the_close_timeout_are_answered(b: Binding) {
-    let mut config = keel::HostConfig::default();
-    config.close_timeout = Duration::from_millis(100);
-    let host = b.host_with(config);
+    let host = b.host_with(|h| h.close_timeout(Duration::from_millis(100)));
     let c = b.client(&host).await;
     let call = tokio::spawn({
         let c = c.clone();
@@ -449,9 +447,7 @@ async fn a_panicking_handler_faults_only_its_caller(b: Binding) {
 }
 
 async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks(b: Binding) {
-    let mut config = keel::HostConfig::default();
-    config.max_message_size = 1024;
-    let host = b.host_with(config);
+    let host = b.host_with(|h| h.max_message_size(1024));
     let c = b.client(&host).await;
     let other = b.client(&host).await;
     let err = c.blob_len(vec![0; 4096]).await.unwrap_err();
@@ -462,11 +458,7 @@ async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks(b: Binding
     );
     assert_eq!(c.blob_len(vec![0; 100]).await.unwrap(), 100);
     // A reply larger than the client accepts is refused by the host, with the same clarity.
-    let small = b.channel_with(host.url(), {
-        let mut cc = b.client_config();
-        cc.max_message_size = 512;
-        cc
-    });
+    let small = b.channel_with(host.url(), |c| c.max_message_size(512));
     let small = ProbeClient::new(small);
     let err = small.make_blob(10_000).await.unwrap_err();
     assert!(err.is_too_large(), "{err}");
@@ -485,9 +477,7 @@ async fn unknown_service_is_reported(b: Binding) {
 }
 
 async fn the_throttle_queues_then_refuses_with_busy(b: Binding) {
-    let mut config = keel::HostConfig::default();
-    config.throttle = keel::ThrottleConfig::new(1, 1);
-    let host = b.host_with(config);
+    let host = b.host_with(|h| h.throttle(keel::ThrottleConfig::new(1, 1)));
     let c = b.client(&host).await;
     let running = tokio::spawn({
         let c = c.clone();
@@ -507,9 +497,7 @@ async fn the_throttle_queues_then_refuses_with_busy(b: Binding) {
 }
 
 async fn a_queued_call_whose_deadline_passes_never_runs(b: Binding) {
-    let mut config = keel::HostConfig::default();
-    config.throttle = keel::ThrottleConfig::new(1, 10);
-    let host = b.host_with(config);
+    let host = b.host_with(|h| h.throttle(keel::ThrottleConfig::new(1, 10)));
     let c = b.client(&host).await;
     let blocker = tokio::spawn({
         let c = c.clone();
@@ -560,7 +548,7 @@ fn connect_to_nothing_is_a_connection_error() {
 fn a_unix_socket_file_is_removed_with_its_host_and_a_live_one_is_not_taken() {
     let url = Binding::Unix.listen_url();
     let path = std::path::PathBuf::from(url.strip_prefix("unix://").unwrap());
-    let host = Binding::Unix.host_at(keel::HostConfig::default(), &url);
+    let host = Binding::Unix.host_at(|h| h, &url);
     assert!(path.exists());
     let err = keel::Host::builder()
         .service(ProbeServer::new(ProbeImpl::default()))
@@ -576,7 +564,7 @@ fn a_unix_socket_file_is_removed_with_its_host_and_a_live_one_is_not_taken() {
     let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
     drop(stale);
     assert!(path.exists());
-    let host = Binding::Unix.host_at(keel::HostConfig::default(), &url);
+    let host = Binding::Unix.host_at(|h| h, &url);
     assert_eq!(c.echo("new host".into()).unwrap(), "new host");
     host.shutdown();
 }

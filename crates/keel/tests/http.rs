@@ -58,18 +58,22 @@ impl Calc for CalcImpl {
 }
 
 /// A host serving the probe and `Calc` over `http://127.0.0.1:0`.
-fn host_with(config: keel::HostConfig, calc: CalcImpl) -> keel::Host {
-    keel::Host::builder()
-        .service(ProbeServer::new(ProbeImpl::default()))
-        .service(CalcServer::new(calc))
-        .endpoint("http://127.0.0.1:0")
-        .config(config)
-        .start()
-        .expect("host starts")
+fn host_with(
+    settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+    calc: CalcImpl,
+) -> keel::Host {
+    settings(
+        keel::Host::builder()
+            .service(ProbeServer::new(ProbeImpl::default()))
+            .service(CalcServer::new(calc))
+            .endpoint("http://127.0.0.1:0"),
+    )
+    .start()
+    .expect("host starts")
 }
 
 fn host() -> keel::Host {
-    host_with(keel::HostConfig::default(), CalcImpl::default())
+    host_with(|h| h, CalcImpl::default())
 }
 
 /// A bare HTTP client on one connection: HTTP/1.1 or HTTP/2 with prior knowledge.
@@ -170,9 +174,10 @@ impl Raw {
 }
 
 fn channel(url: &str, version: keel::HttpVersion) -> keel::Channel {
-    let mut config = keel::ClientConfig::default();
-    config.http_version = version;
-    keel::Channel::with_config(url, config).unwrap()
+    keel::Channel::builder(url)
+        .http_version(version)
+        .build()
+        .unwrap()
 }
 
 async fn one_connection_for_sequential_calls(version: keel::HttpVersion) {
@@ -370,9 +375,10 @@ async fn every_error_answer_over_raw_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_is_503_with_retry_after() {
-    let mut config = keel::HostConfig::default();
-    config.throttle = keel::ThrottleConfig::new(1, 0);
-    let host = host_with(config, CalcImpl::default());
+    let host = host_with(
+        |h| h.throttle(keel::ThrottleConfig::new(1, 0)),
+        CalcImpl::default(),
+    );
     for h2 in [false, true] {
         let mut sleeper = Raw::connect(host.url(), h2).await;
         let running = tokio::spawn(async move {
@@ -423,9 +429,7 @@ async fn shutting_down_is_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_request_is_413_and_the_connection_carries_on() {
-    let mut config = keel::HostConfig::default();
-    config.max_message_size = 1024;
-    let host = host_with(config, CalcImpl::default());
+    let host = host_with(|h| h.max_message_size(1024), CalcImpl::default());
     // 4 KiB arrives whole; 1 MiB is still being sent (HTTP/2: beyond the flow-control window)
     // when the host answers.
     let small = serde_json::to_string(&json!({ "data": vec![0u8; 4096] })).unwrap();
@@ -455,9 +459,7 @@ async fn oversized_request_is_413_and_the_connection_carries_on() {
 #[test]
 fn a_body_past_the_drain_limit_is_refused_on_its_headers_and_the_connection_closed() {
     use std::io::{Read, Write};
-    let mut config = keel::HostConfig::default();
-    config.max_message_size = 1024;
-    let host = host_with(config, CalcImpl::default());
+    let host = host_with(|h| h.max_message_size(1024), CalcImpl::default());
     let addr = host.url().strip_prefix("http://").unwrap().to_string();
     let mut sock = std::net::TcpStream::connect(&addr).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
@@ -513,10 +515,11 @@ async fn describe_answers_the_contract_as_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_h2_request_cancels_its_call() {
-    let mut config = keel::HostConfig::default();
-    config.throttle = keel::ThrottleConfig::new(1, 10);
     let calc = CalcImpl::default();
-    let host = host_with(config, calc.clone());
+    let host = host_with(
+        |h| h.throttle(keel::ThrottleConfig::new(1, 10)),
+        calc.clone(),
+    );
     let raw = Raw::connect(host.url(), true).await;
     let Raw::H2(tx, addr) = raw else {
         unreachable!()

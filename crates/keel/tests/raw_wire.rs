@@ -137,9 +137,7 @@ fn unknown_operation_and_bad_arguments_keep_the_connection() {
 
 #[test]
 fn an_oversized_request_is_answered_and_skipped_without_closing() {
-    let mut config = keel::HostConfig::default();
-    config.max_message_size = 1024;
-    let host = common::host_with(config, "tcp://127.0.0.1:0");
+    let host = common::host_with(|h| h.max_message_size(1024), "tcp://127.0.0.1:0");
     let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
     peer.request(
         7,

@@ -51,8 +51,12 @@ fn tls_host(tls: ServerTls) -> keel::Host {
 }
 
 fn client(url: &str, tls: ClientTls) -> ProbeClient {
-    let config = keel::ClientConfig::default().with_tls(tls);
-    ProbeClient::new(keel::Channel::with_config(url, config).expect("channel"))
+    ProbeClient::new(
+        keel::Channel::builder(url)
+            .tls(tls)
+            .build()
+            .expect("channel"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,9 +244,11 @@ fn pem_files_round_trip() {
     std::fs::write(&key_path, &cert.key_pem).unwrap();
 
     let host = tls_host(ServerTls::from_pem_files(&cert_path, &key_path).unwrap());
-    let config =
-        keel::ClientConfig::default().with_tls(ClientTls::from_roots_pem_file(&cert_path).unwrap());
-    let c = ProbeBlockingClient::new(keel::Channel::with_config(host.url(), config).unwrap());
+    let channel = keel::Channel::builder(host.url())
+        .tls(ClientTls::from_roots_pem_file(&cert_path).unwrap())
+        .build()
+        .unwrap();
+    let c = ProbeBlockingClient::new(channel);
     assert_eq!(c.echo("from files".into()).unwrap(), "from files");
     host.shutdown();
 
@@ -256,9 +262,7 @@ fn pem_files_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_client_does_not_hold_up_other_connections() {
-    let mut config = keel::HostConfig::default();
-    config.worker_threads = Some(1);
-    let host = Binding::Tcps.host_with(config);
+    let host = Binding::Tcps.host_with(|h| h.worker_threads(1));
     let addr = host.url().strip_prefix("tcps://").unwrap().to_string();
     // Connects and never says a word: its handshake waits in its own task.
     let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();

@@ -66,11 +66,13 @@ impl HostSettings {
 pub(crate) fn start_host(binding: Binding, settings: HostSettings) -> anyhow::Result<keel::Host> {
     use keel_examples::calculator::{Calc, CalculatorServer};
     use keel_examples::service1::{Service1Impl, Service1Server};
+    let config = settings.config();
     let host = keel::Host::builder()
         .service(CalculatorServer::new(Calc))
         .service(Service1Server::new(Service1Impl))
         .endpoint(binding.listen_url())
-        .config(settings.config())
+        .pool(config.pool)
+        .throttle(config.throttle)
         .start()?;
     Ok(host)
 }

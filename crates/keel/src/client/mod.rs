@@ -1,22 +1,24 @@
 //! The client side: a [`Channel`] is one logical connection to a host, shared by every client
-//! (and every clone of a client) built on it. On keel-wire, calls are multiplexed over one
+//! (and every clone of a client) built on it. It owns its configuration ([`ChannelBuilder`])
+//! and hands plain settings to its binding: on keel-wire, calls are multiplexed over one
 //! connection; on HTTP, see [`crate::http`].
 
-mod conn;
+mod call;
+mod rt;
+
+pub use call::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
+pub(crate) use rt::block_on;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use crate::bindings::{self, Answer, ClientSettings, ClientTransport, HttpVersion, Outgoing};
+use crate::core::error::Error;
+use crate::transport::Endpoint;
 
-use crate::endpoint::{Endpoint, Protocol};
-use crate::error::{Error, Kind, Status};
-use crate::service::Payload;
-use crate::stream::ByteStream;
-use conn::Conn;
-
-/// Client settings. Every field has a documented default.
+/// A channel's settings, as [`ChannelBuilder`] collects them and [`Channel::config`] reports
+/// them.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
@@ -58,26 +60,113 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// These settings with `tls` for TLS endpoints (see [`ClientConfig::tls`]).
-    #[cfg(feature = "tls")]
-    pub fn with_tls(mut self, tls: crate::tls::ClientTls) -> Self {
-        self.tls = Some(tls);
-        self
+    /// What the bindings need of these settings.
+    fn settings(&self) -> ClientSettings {
+        ClientSettings {
+            connect_timeout: self.connect_timeout,
+            max_message_size: self.max_message_size,
+            max_stream_window: self.max_stream_window,
+            #[cfg(feature = "tls")]
+            tls: self.tls.clone(),
+            #[cfg(not(feature = "tls"))]
+            tls: (),
+            http_version: self.http_version,
+            http_max_connections: self.http_max_connections,
+        }
     }
 }
 
-/// Which HTTP version a client speaks on `http://` and `https://` endpoints (see
-/// [`ClientConfig::http_version`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HttpVersion {
-    /// HTTP/1.1 on `http://`; on `https://`, what TLS ALPN agrees, preferring HTTP/2.
-    #[default]
-    Auto,
-    /// HTTP/1.1: a pool of keep-alive connections, one call at a time on each.
-    Http1,
-    /// HTTP/2 (h2c with prior knowledge on `http://`): one connection carries every call.
-    Http2,
+/// Builds a [`Channel`]: the host's URL, then settings, then [`ChannelBuilder::build`] (nothing
+/// connected yet) or [`ChannelBuilder::connect`] (connected and past the handshake). Every
+/// setter documents its default.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn example() -> Result<(), keel::Error> {
+/// let channel = keel::Channel::builder("http://127.0.0.1:7000")
+///     .deadline(Duration::from_secs(5))
+///     .http_version(keel::HttpVersion::Http2)
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ChannelBuilder {
+    url: String,
+    config: ClientConfig,
+}
+
+impl ChannelBuilder {
+    /// Deadline for each call unless the call sets its own. Default: 60 s.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.config.deadline = deadline;
+        self
+    }
+
+    /// Limit for connecting plus the handshake. Default: 10 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Largest reply body this client accepts. Default: 4 MiB.
+    pub fn max_message_size(mut self, bytes: u32) -> Self {
+        self.config.max_message_size = bytes;
+        self
+    }
+
+    /// Largest flow-control window one streamed download may grow to. Default: 8 MiB.
+    pub fn max_stream_window(mut self, bytes: u32) -> Self {
+        self.config.max_stream_window = bytes;
+        self
+    }
+
+    /// Whom to trust on TLS endpoints, and the client's certificate for mutual TLS. Default:
+    /// the system's root certificates, no client certificate.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::ClientTls) -> Self {
+        self.config.tls = Some(tls);
+        self
+    }
+
+    /// The HTTP version spoken on `http://` and `https://` endpoints. Default:
+    /// [`HttpVersion::Auto`].
+    pub fn http_version(mut self, version: HttpVersion) -> Self {
+        self.config.http_version = version;
+        self
+    }
+
+    /// HTTP/1.1: the most connections open at once. Default: 32.
+    pub fn http_max_connections(mut self, n: usize) -> Self {
+        self.config.http_max_connections = n;
+        self
+    }
+
+    /// The channel; nothing is connected yet. Fails for an invalid URL or a binding this build
+    /// leaves out.
+    pub fn build(self) -> Result<Channel, Error> {
+        let endpoint = Endpoint::parse(&self.url)?;
+        #[cfg(not(feature = "tls"))]
+        if endpoint.is_tls() {
+            return Err(crate::transport::tls_feature_needed(&endpoint));
+        }
+        let transport = bindings::client(endpoint, self.config.settings())?;
+        Ok(Channel {
+            inner: Arc::new(Inner {
+                config: self.config,
+                transport,
+                calls: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The channel, connected and past the handshake.
+    pub async fn connect(self) -> Result<Channel, Error> {
+        let channel = self.build()?;
+        channel.open().await?;
+        Ok(channel)
+    }
 }
 
 /// A channel's connection and call counters, from [`Channel::stats`].
@@ -96,6 +185,7 @@ pub struct ChannelStats {
 
 /// Per-call options carried by a generated client (see its `with_deadline`).
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct CallOptions {
     deadline: Option<Duration>,
 }
@@ -120,113 +210,47 @@ pub struct Channel {
 
 #[derive(Debug)]
 struct Inner {
-    endpoint: Endpoint,
     config: ClientConfig,
-    transport: Transport,
+    transport: Box<dyn ClientTransport>,
     /// Calls made, for [`Channel::stats`].
     calls: AtomicU64,
 }
 
-/// How a channel reaches its host.
-#[derive(Debug)]
-enum Transport {
-    /// keel-wire: one multiplexed connection.
-    Wire(WireSlot),
-    /// HTTP/1.1 or HTTP/2.
-    #[cfg(feature = "http")]
-    Http(crate::http::client::HttpTransport),
-}
-
-/// The keel-wire connection of a channel.
-#[derive(Debug, Default)]
-struct WireSlot {
-    /// The live connection, if any. A std mutex: held only to clone or swap the `Arc`.
-    conn: Mutex<Option<Arc<Conn>>>,
-    /// Serialises connection attempts so a burst of first calls opens one connection.
-    connecting: tokio::sync::Mutex<()>,
-    opened: AtomicU64,
-    /// Connections taken out of `conn` (closed, or found broken and replaced).
-    closed: AtomicU64,
-}
-
 impl Channel {
+    /// A builder for a channel to `url` (e.g. `tcp://127.0.0.1:7000`).
+    pub fn builder(url: impl Into<String>) -> ChannelBuilder {
+        ChannelBuilder {
+            url: url.into(),
+            config: ClientConfig::default(),
+        }
+    }
+
     /// A channel to `url` with default settings; nothing is connected yet.
     pub fn new(url: &str) -> Result<Channel, Error> {
-        Channel::with_config(url, ClientConfig::default())
+        Channel::builder(url).build()
     }
 
-    /// A channel to `url` with `config`; nothing is connected yet.
-    pub fn with_config(url: &str, config: ClientConfig) -> Result<Channel, Error> {
-        let endpoint = Endpoint::parse(url)?;
-        #[cfg(not(feature = "tls"))]
-        if endpoint.is_tls() {
-            return Err(crate::endpoint::tls_feature_needed(&endpoint));
-        }
-        let transport = match endpoint.protocol() {
-            Protocol::Wire => Transport::Wire(WireSlot::default()),
-            #[cfg(feature = "http")]
-            Protocol::Http => Transport::Http(crate::http::client::HttpTransport::new(
-                endpoint.clone(),
-                config.clone(),
-            )),
-            #[cfg(not(feature = "http"))]
-            Protocol::Http => {
-                return Err(Error::new(
-                    Kind::Config,
-                    format!("{endpoint}: HTTP endpoints need keel's `http` feature"),
-                ))
-            }
-        };
-        Ok(Channel {
-            inner: Arc::new(Inner {
-                endpoint,
-                config,
-                transport,
-                calls: AtomicU64::new(0),
-            }),
-        })
-    }
-
-    /// Creates a channel and opens it: the returned channel is connected and past the handshake.
+    /// Creates a channel with default settings and opens it: the returned channel is connected
+    /// and past the handshake.
     pub async fn connect(url: &str) -> Result<Channel, Error> {
-        let ch = Channel::new(url)?;
-        ch.open().await?;
-        Ok(ch)
+        Channel::builder(url).connect().await
     }
 
     /// Connects and completes the handshake now, unless already connected. (HTTP/1.1: opens
     /// one pooled connection unless one is open.)
     pub async fn open(&self) -> Result<(), Error> {
-        match &self.inner.transport {
-            Transport::Wire(w) => self.wire_conn(w).await.map(drop),
-            #[cfg(feature = "http")]
-            Transport::Http(h) => h.open().await,
-        }
+        self.inner.transport.open().await
     }
 
     /// Closes the connection. Calls in flight fail with a connection error; the next call
     /// reconnects.
     pub async fn close(&self) {
-        match &self.inner.transport {
-            Transport::Wire(w) => {
-                let conn = w.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(c) = conn {
-                    w.closed.fetch_add(1, Ordering::Relaxed);
-                    c.close("closed by the client");
-                }
-            }
-            #[cfg(feature = "http")]
-            Transport::Http(h) => h.close(),
-        }
+        self.inner.transport.close();
     }
 
     /// Whether a connection is open right now.
     pub fn is_connected(&self) -> bool {
-        match &self.inner.transport {
-            Transport::Wire(w) => w.current().is_some(),
-            #[cfg(feature = "http")]
-            Transport::Http(h) => h.is_connected(),
-        }
+        self.inner.transport.is_connected()
     }
 
     /// The settings this channel was built with.
@@ -236,50 +260,13 @@ impl Channel {
 
     /// Connection and call counters: e.g. that a client's calls share one connection.
     pub fn stats(&self) -> ChannelStats {
-        let calls = self.inner.calls.load(Ordering::Relaxed);
-        match &self.inner.transport {
-            Transport::Wire(w) => {
-                let broken = {
-                    let slot = w.conn.lock().unwrap_or_else(|e| e.into_inner());
-                    slot.as_ref().map(|c| !c.is_open())
-                };
-                // A connection that broke but is still in the slot counts as closed.
-                let (open, dead) = match broken {
-                    Some(false) => (1, 0),
-                    Some(true) => (0, 1),
-                    None => (0, 0),
-                };
-                ChannelStats {
-                    connections_opened: w.opened.load(Ordering::Relaxed),
-                    connections_closed: w.closed.load(Ordering::Relaxed) + dead,
-                    connections_open: open,
-                    calls,
-                }
-            }
-            #[cfg(feature = "http")]
-            Transport::Http(h) => h.stats(calls),
+        let counts = self.inner.transport.counts();
+        ChannelStats {
+            connections_opened: counts.opened,
+            connections_closed: counts.closed,
+            connections_open: counts.open,
+            calls: self.inner.calls.load(Ordering::Relaxed),
         }
-    }
-
-    async fn wire_conn(&self, w: &WireSlot) -> Result<Arc<Conn>, Error> {
-        if let Some(c) = w.current() {
-            return Ok(c);
-        }
-        let _connecting = w.connecting.lock().await;
-        if let Some(c) = w.current() {
-            return Ok(c);
-        }
-        let conn = Arc::new(Conn::connect(&self.inner.endpoint, &self.inner.config).await?);
-        w.opened.fetch_add(1, Ordering::Relaxed);
-        let old = w
-            .conn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(conn.clone());
-        if old.is_some() {
-            w.closed.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(conn)
     }
 
     /// Sends one request and waits for its reply. The outer error is the caller's side (could
@@ -287,57 +274,12 @@ impl Channel {
     ///
     /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
     /// it ends or the caller drops it.
-    pub(crate) async fn call(
-        &self,
-        call: Outgoing,
-        options: &CallOptions,
-    ) -> Result<Result<Payload, Status>, Error> {
+    pub(crate) async fn call(&self, call: Outgoing, options: &CallOptions) -> Answer {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let deadline = options.deadline.unwrap_or(self.inner.config.deadline);
-        let deadline = Instant::now() + deadline;
-        match &self.inner.transport {
-            Transport::Wire(w) => self.wire_call(w, call, deadline).await,
-            #[cfg(feature = "http")]
-            Transport::Http(h) => h.call(call, deadline).await,
-        }
-    }
-
-    async fn wire_call(
-        &self,
-        w: &WireSlot,
-        call: Outgoing,
-        deadline: Instant,
-    ) -> Result<Result<Payload, Status>, Error> {
-        let conn = match tokio::time::timeout_at(deadline.into(), self.wire_conn(w)).await {
-            Ok(conn) => conn?,
-            Err(_) => {
-                return Err(Error::new(
-                    Kind::Timeout,
-                    "deadline passed while connecting",
-                ))
-            }
-        };
-        conn.call(call, deadline).await
-    }
-}
-
-/// One call on its way out, whatever the binding.
-#[derive(Debug)]
-pub(crate) struct Outgoing {
-    pub(crate) service: &'static str,
-    pub(crate) operation: &'static str,
-    pub(crate) one_way: bool,
-    /// The encoded arguments.
-    pub(crate) body: Bytes,
-    /// The request stream, for operations that take one.
-    pub(crate) upload: Option<ByteStream>,
-    /// The operation streams its reply.
-    pub(crate) download: bool,
-}
-
-impl WireSlot {
-    fn current(&self) -> Option<Arc<Conn>> {
-        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        guard.as_ref().filter(|c| c.is_open()).cloned()
+        self.inner
+            .transport
+            .call(call, Instant::now() + deadline)
+            .await
     }
 }

@@ -225,17 +225,21 @@ impl Probe for ProbeImpl {
     }
 }
 
-pub fn host_with(config: keel::HostConfig, url: &str) -> keel::Host {
-    keel::Host::builder()
-        .service(ProbeServer::new(ProbeImpl::default()))
-        .endpoint(url)
-        .config(config)
-        .start()
-        .expect("host starts")
+pub fn host_with(
+    settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+    url: &str,
+) -> keel::Host {
+    settings(
+        keel::Host::builder()
+            .service(ProbeServer::new(ProbeImpl::default()))
+            .endpoint(url),
+    )
+    .start()
+    .expect("host starts")
 }
 
 pub fn host() -> keel::Host {
-    host_with(keel::HostConfig::default(), "tcp://127.0.0.1:0")
+    host_with(|h| h, "tcp://127.0.0.1:0")
 }
 
 /// A binding under test: how a host listens and how a client connects. The matrix in
@@ -283,55 +287,63 @@ impl Binding {
         }
     }
 
-    /// A host serving the probe at `url` with `config`.
-    pub fn host_at(self, config: keel::HostConfig, url: &str) -> keel::Host {
-        #[cfg(feature = "tls")]
-        let config = match self {
-            Binding::Tcps | Binding::Https => {
-                let mut config = config;
-                config.tls = Some(test_cert().server_tls().expect("server tls"));
-                config
-            }
-            _ => config,
-        };
-        keel::Host::builder()
+    /// A host serving the probe at `url`, with `settings` on top of what this binding needs.
+    pub fn host_at(
+        self,
+        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        url: &str,
+    ) -> keel::Host {
+        let builder = keel::Host::builder()
             .service(ProbeServer::new(ProbeImpl::default()))
-            .endpoint(url)
-            .config(config)
-            .start()
-            .expect("host starts")
+            .endpoint(url);
+        #[cfg(feature = "tls")]
+        let builder = match self {
+            Binding::Tcps | Binding::Https => {
+                builder.tls(test_cert().server_tls().expect("server tls"))
+            }
+            _ => builder,
+        };
+        settings(builder).start().expect("host starts")
     }
 
-    pub fn host_with(self, config: keel::HostConfig) -> keel::Host {
-        self.host_at(config, &self.listen_url())
+    pub fn host_with(
+        self,
+        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+    ) -> keel::Host {
+        self.host_at(settings, &self.listen_url())
     }
 
     pub fn host(self) -> keel::Host {
-        self.host_with(keel::HostConfig::default())
+        self.host_with(|h| h)
     }
 
-    /// Client settings that work with this binding's hosts (e.g. trust for TLS).
-    pub fn client_config(self) -> keel::ClientConfig {
-        let mut config = keel::ClientConfig::default();
+    /// A channel builder for `url` with what this binding's hosts need (e.g. trust for TLS).
+    pub fn channel_builder(self, url: &str) -> keel::ChannelBuilder {
+        let builder = keel::Channel::builder(url);
         match self {
             #[cfg(feature = "tls")]
             Binding::Tcps | Binding::Https => {
-                config = config.with_tls(test_cert().client_tls().expect("client tls"))
+                builder.tls(test_cert().client_tls().expect("client tls"))
             }
-            Binding::Http1 => config.http_version = keel::HttpVersion::Http1,
-            Binding::Http2 => config.http_version = keel::HttpVersion::Http2,
-            Binding::Tcp | Binding::Unix => {}
+            Binding::Http1 => builder.http_version(keel::HttpVersion::Http1),
+            Binding::Http2 => builder.http_version(keel::HttpVersion::Http2),
+            Binding::Tcp | Binding::Unix => builder,
         }
-        config
     }
 
-    /// A channel to `url` with `config` (which must come from [`Binding::client_config`]).
-    pub fn channel_with(self, url: &str, config: keel::ClientConfig) -> keel::Channel {
-        keel::Channel::with_config(url, config).expect("channel")
+    /// A channel to `url`, with `settings` on top of what this binding needs.
+    pub fn channel_with(
+        self,
+        url: &str,
+        settings: impl FnOnce(keel::ChannelBuilder) -> keel::ChannelBuilder,
+    ) -> keel::Channel {
+        settings(self.channel_builder(url))
+            .build()
+            .expect("channel")
     }
 
     pub fn channel(self, url: &str) -> keel::Channel {
-        self.channel_with(url, self.client_config())
+        self.channel_with(url, |c| c)
     }
 
     /// A connected probe client.

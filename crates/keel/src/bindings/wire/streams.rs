@@ -18,11 +18,13 @@ use keel_wire::{
     Frame, RecvWindow, SendWindow, StatusCode, StopSending, StreamData, StreamEnd, WindowConfig,
     WindowUpdate, DEFAULT_INITIAL_WINDOW,
 };
+
+use crate::core::status::StatusCode as KeelCode;
 use tokio::sync::{mpsc, Notify};
 
-use crate::error::{Error, Kind};
-use crate::sink::Sink;
-use crate::stream::{ByteStream, Credit};
+use crate::core::error::{Error, Kind};
+use crate::core::stream::{ByteStream, Credit};
+use crate::transport::sink::Sink;
 
 /// Largest StreamData payload keel sends (further limited by the peer's message size).
 const MAX_CHUNK: usize = 64 * 1024;
@@ -162,7 +164,7 @@ impl Streams {
             let msg = format!("the peer broke flow control: {e}");
             let _ = entry
                 .tx
-                .send(Err(Error::new(Kind::Status(StatusCode::BadRequest), msg)));
+                .send(Err(Error::new(Kind::Status(KeelCode::BadRequest), msg)));
             let _ = self
                 .sink
                 .send(&Frame::StopSending(StopSending { call_id: d.call_id }));
@@ -180,7 +182,7 @@ impl Streams {
         if end.status != StatusCode::Ok {
             let msg = String::from_utf8_lossy(&end.message).into_owned();
             let _ = entry.tx.send(Err(Error::new(
-                Kind::Status(end.status),
+                Kind::Status(KeelCode::from_wire(end.status)),
                 format!("the sender aborted the stream: {msg}"),
             )));
         }

@@ -1,99 +1,14 @@
-//! The caller's error type, [`Error`], and the status that travels on the wire, [`Status`].
+//! The caller's error type, [`Error`].
 //!
-//! They are separate on purpose (as in tonic): a [`Status`] is what a host says about a call; an
-//! [`Error`] is everything a caller can meet, including failures that never reached a host
-//! (connect refused, local deadline, message too large to send).
+//! It is separate from [`Status`] on purpose (as in tonic): a [`Status`] is what a host says
+//! about a call; an [`Error`] is everything a caller can meet, including failures that never
+//! reached a host (connect refused, local deadline, message too large to send).
 
 use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 
-use bytes::Bytes;
-pub use keel_wire::StatusCode;
-
-/// What a host says about a call that did not succeed: a code, a message for humans and, for
-/// [`StatusCode::Fault`], the encoded typed fault.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Status {
-    code: StatusCode,
-    message: String,
-    details: Bytes,
-}
-
-impl Status {
-    /// A status with a code and a message.
-    pub fn new(code: StatusCode, message: impl Into<String>) -> Status {
-        Status {
-            code,
-            message: message.into(),
-            details: Bytes::new(),
-        }
-    }
-
-    /// A typed fault whose encoded value is `details`.
-    pub(crate) fn fault(details: Bytes) -> Status {
-        Status {
-            code: StatusCode::Fault,
-            message: String::new(),
-            details,
-        }
-    }
-
-    /// The code.
-    pub fn code(&self) -> StatusCode {
-        self.code
-    }
-
-    /// The message for humans (empty for faults).
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The encoded fault value, for [`StatusCode::Fault`]; empty otherwise.
-    pub fn details(&self) -> &Bytes {
-        &self.details
-    }
-
-    /// The body this status travels with on keel-wire: the fault for faults, else the message.
-    pub(crate) fn into_wire_body(self) -> Bytes {
-        if self.code == StatusCode::Fault {
-            self.details
-        } else {
-            Bytes::from(self.message.into_bytes())
-        }
-    }
-
-    /// The status a wire reply carries.
-    pub(crate) fn from_wire(code: StatusCode, body: Bytes) -> Status {
-        if code == StatusCode::Fault {
-            Status::fault(body)
-        } else {
-            Status::new(code, String::from_utf8_lossy(&body).into_owned())
-        }
-    }
-}
-
-impl fmt::Debug for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Status")
-            .field("code", &self.code)
-            .field("message", &self.message)
-            .field("details_len", &self.details.len())
-            .finish()
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.message.is_empty() {
-            write!(f, "{}", self.code.as_str())
-        } else {
-            write!(f, "{}: {}", self.code.as_str(), self.message)
-        }
-    }
-}
-
-impl StdError for Status {}
+use super::status::{Status, StatusCode};
 
 /// Everything that can go wrong with a call, as the caller sees it.
 ///

@@ -1,4 +1,4 @@
-//! The dispatcher: from a decoded request to a running handler.
+//! One call's way from a decoded request to a running handler.
 //!
 //! Order of checks, cheapest first: draining → service → operation → per-connection limit →
 //! arguments → throttle. Blocking operations run on keel-pool and never on a runtime worker;
@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::conn::{CallCtl, ConnShared};
-use crate::error::{Status, StatusCode};
-use crate::service::{Format, Invocation, Outcome, Payload};
-use crate::stream::ByteStream;
-use crate::throttle::Admission;
+use super::throttle::Admission;
+use crate::core::codec::Format;
+use crate::core::service::{Invocation, Outcome, Payload};
+use crate::core::status::{Status, StatusCode};
+use crate::core::stream::ByteStream;
 
 /// A call as it arrived, whatever the binding.
 #[derive(Debug)]
@@ -40,15 +41,15 @@ pub(crate) struct Incoming<'a> {
 }
 
 pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Instant) {
-    let host = &conn.host;
+    let dispatcher = &conn.dispatcher;
     let call_id = req.call_id;
     let one_way = req.one_way;
     conn.info.calls.fetch_add(1, Ordering::Relaxed);
-    if host.is_shutting_down() {
+    if dispatcher.is_shutting_down() {
         let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
         return conn.reply(call_id, Err(status));
     }
-    let Some(service) = host.services.get(req.service) else {
+    let Some(service) = dispatcher.service(req.service) else {
         let msg = format!("no service `{}` on this host", req.service);
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownService, msg)));
     };
@@ -61,14 +62,19 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownOperation, msg)));
     };
     let deadline = req.deadline.and_then(|d| received.checked_add(d));
-    let invocation = match service.invoke(op, req.format, &req.body, req.stream) {
-        Ok(inv) => inv,
-        Err(status) => return conn.reply(call_id, Err(status)),
-    };
+    // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let ctl = match conn.track(call_id) {
         Ok(ctl) => ctl,
         Err(status) => return conn.reply(call_id, Err(status)),
     };
+    let invocation = match service.invoke(op, req.format, &req.body, req.stream) {
+        Ok(inv) => inv,
+        Err(status) => {
+            conn.untrack(call_id);
+            return conn.reply(call_id, Err(status));
+        }
+    };
+    dispatcher.call_accepted();
     if one_way {
         // Acknowledge receipt now; the outcome is not reported.
         conn.reply(call_id, Ok(Payload::Body(Bytes::new())));
@@ -80,7 +86,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         one_way,
         deadline,
     };
-    match host.throttle.admit() {
+    match dispatcher.throttle.admit() {
         Admission::Now(permit) => call.start(invocation, permit),
         Admission::Queued(place) => {
             let rt = tokio::runtime::Handle::current();
@@ -137,7 +143,7 @@ impl Call {
     fn start(self, invocation: Invocation, permit: tokio::sync::OwnedSemaphorePermit) {
         match invocation {
             Invocation::Blocking(job) => {
-                let pool = self.conn.host.pool.clone();
+                let pool = self.conn.dispatcher.pool.clone();
                 let (conn, call_id, one_way) = (self.conn.clone(), self.call_id, self.one_way);
                 let submitted = pool.spawn(move || {
                     let _permit = permit;

@@ -1,61 +1,23 @@
-//! One host-side connection, whatever its protocol: the calls it has in flight and where their
-//! answers go (a [`Responder`]). Every accepted call is answered exactly once: whoever removes it
-//! from `calls` (the handler finishing, a cancel, or the drain timeout) owns the answer.
-//!
-//! [`serve`] runs a keel-wire connection: handshake, then a reader that hands requests to the
-//! dispatcher; replies are written by whichever thread produced them (see [`Sink`]).
+//! The host side of a keel-wire connection: the handshake, then a reader that hands requests
+//! to dispatch; replies are written by whichever thread produced them (see [`Sink`]).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{Codec, Frame, GoAway, HelloReply, Limits, Reply, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
-use tokio::task::AbortHandle;
 
-use super::dispatch::{dispatch, Incoming};
-use super::HostShared;
-use crate::endpoint::Io;
-use crate::error::{Error, Kind};
-use crate::error::{Status, StatusCode};
-use crate::service::{Format, Outcome, Payload};
-use crate::sink::Sink;
-use crate::stream::ByteStream;
-use crate::wire_stream::Streams;
-
-/// Per-call control shared with the task or pool job running it.
-#[derive(Debug, Default)]
-pub(crate) struct CallCtl {
-    /// Set by a cancel frame or the drain timeout: a job that has not started must not start.
-    pub(crate) cancelled: AtomicBool,
-    /// The task running an async operation, so a cancel can stop it.
-    pub(crate) task: Mutex<Option<AbortHandle>>,
-}
-
-impl CallCtl {
-    /// The call will not be answered by its handler: a job not yet started must not start, and
-    /// an async operation still running is aborted. (A blocking job already running finishes;
-    /// threads cannot be interrupted.)
-    fn stop(&self) {
-        self.cancelled.store(true, Ordering::Release);
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
-
-/// Where a connection's answers go: keel-wire frames, or the HTTP requests waiting for them.
-pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
-    /// Delivers the answer to call `call_id`.
-    fn reply(&self, call_id: u64, outcome: Outcome);
-    /// The host will serve no new calls here; tell the peer (calls up to `last_call_id` are
-    /// still answered).
-    fn go_away(&self, last_call_id: u64, reason: &str);
-    /// Delivers what is queued, then closes the connection.
-    fn close(&self);
-}
+use super::streams::Streams;
+use crate::bindings::ServerSettings;
+use crate::core::codec::Format;
+use crate::core::error::{Error, Kind};
+use crate::core::service::{Outcome, Payload};
+use crate::core::status::{Status, StatusCode};
+use crate::core::stream::ByteStream;
+use crate::dispatch::{dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, Responder};
+use crate::transport::sink::Sink;
+use crate::transport::Io;
 
 /// The keel-wire responder: answers are Reply frames (then StreamData for a streamed reply).
 #[derive(Debug)]
@@ -77,7 +39,7 @@ impl Responder for WireResponder {
                 let handle = self.streams.register_outbound(call_id);
                 let head = Frame::Reply(Reply {
                     call_id,
-                    status: StatusCode::Ok,
+                    status: keel_wire::StatusCode::Ok,
                     body: Bytes::new(),
                 });
                 if self.sink.send(&head).is_ok() {
@@ -93,15 +55,15 @@ impl Responder for WireResponder {
         };
         let (status, body) = match outcome {
             Ok(body) if body.len() as u64 > u64::from(self.peer_max_message) => (
-                StatusCode::TooLarge,
+                keel_wire::StatusCode::TooLarge,
                 Bytes::from(format!(
                     "reply body of {} bytes exceeds the client's limit of {} bytes",
                     body.len(),
                     self.peer_max_message
                 )),
             ),
-            Ok(body) => (StatusCode::Ok, body),
-            Err(status) => (status.code(), status.into_wire_body()),
+            Ok(body) => (keel_wire::StatusCode::Ok, body),
+            Err(status) => (status.code().to_wire(), status.into_body()),
         };
         let _ = self.sink.send(&Frame::Reply(Reply {
             call_id,
@@ -123,134 +85,16 @@ impl Responder for WireResponder {
     }
 }
 
-/// Facts about one connection, for [`Host::connections`](crate::Host::connections).
-#[derive(Debug)]
-pub(crate) struct ConnInfo {
-    /// The binding's scheme: `tcp`, `tcps`, `unix`, `http`, `https`.
-    pub(crate) binding: &'static str,
-    /// The other end, for logs.
-    pub(crate) peer: String,
-    /// When the connection was accepted.
-    pub(crate) opened: Instant,
-    /// Calls received on it (accepted or refused).
-    pub(crate) calls: AtomicU64,
-}
-
-#[derive(Debug)]
-pub(crate) struct ConnShared {
-    pub(crate) id: u64,
-    out: Box<dyn Responder>,
-    calls: Mutex<HashMap<u64, Arc<CallCtl>>>,
-    last_call_id: AtomicU64,
-    pub(crate) info: ConnInfo,
-    pub(crate) host: Arc<HostShared>,
-}
-
-impl ConnShared {
-    /// A connection whose answers go to `out`.
-    pub(crate) fn new(
-        id: u64,
-        out: Box<dyn Responder>,
-        info: ConnInfo,
-        host: Arc<HostShared>,
-    ) -> ConnShared {
-        ConnShared {
-            id,
-            out,
-            calls: Mutex::new(HashMap::new()),
-            last_call_id: AtomicU64::new(0),
-            info,
-            host,
-        }
-    }
-
-    /// Registers an accepted call. `None` if the connection already has as many calls as allowed.
-    pub(crate) fn track(&self, call_id: u64) -> Result<Arc<CallCtl>, Status> {
-        let ctl = Arc::new(CallCtl::default());
-        {
-            let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-            if calls.len() >= self.host.config.max_calls_per_connection {
-                return Err(Status::new(
-                    StatusCode::Busy,
-                    format!(
-                        "this connection already has {} calls in flight",
-                        self.host.config.max_calls_per_connection
-                    ),
-                ));
-            }
-            calls.insert(call_id, ctl.clone());
-        }
-        self.last_call_id.fetch_max(call_id, Ordering::Relaxed);
-        self.host.call_started();
-        Ok(ctl)
-    }
-
-    /// Answers a tracked call, unless someone else (cancel, drain) already did.
-    pub(crate) fn finish(&self, call_id: u64, one_way: bool, outcome: Outcome) {
-        let removed = self
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&call_id);
-        if removed.is_some() {
-            if !one_way {
-                self.reply(call_id, outcome);
-            }
-            self.host.call_finished();
-        }
-    }
-
-    /// Sends an answer for a call that was never tracked (refused before admission).
-    pub(crate) fn reply(&self, call_id: u64, outcome: Outcome) {
-        self.out.reply(call_id, outcome);
-    }
-
-    /// The caller no longer wants call `call_id`: stop it; no answer is sent.
-    pub(crate) fn cancel(&self, call_id: u64) {
-        let removed = self
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&call_id);
-        if let Some(ctl) = removed {
-            ctl.stop();
-            self.host.call_finished();
-        }
-    }
-
-    /// Drain: tell the client no new calls will be served here.
-    pub(crate) fn go_away(&self, reason: &str) {
-        let last_call_id = self.last_call_id.load(Ordering::Relaxed);
-        self.out.go_away(last_call_id, reason);
-    }
-
-    /// Answers every call still in flight with `status` and closes the connection.
-    pub(crate) fn abandon_all(&self, status: &Status) {
-        let calls = std::mem::take(&mut *self.calls.lock().unwrap_or_else(|e| e.into_inner()));
-        for (call_id, ctl) in calls {
-            ctl.stop();
-            self.reply(call_id, Err(status.clone()));
-            self.host.call_finished();
-        }
-        self.out.close();
-    }
-
-    /// Delivers what is queued and closes the connection.
-    pub(crate) fn close(&self) {
-        self.out.close();
-    }
-
-    /// Calls in flight on this connection.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-}
-
 /// Serves one accepted keel-wire connection until it closes.
-pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info: ConnInfo) {
+pub(crate) async fn serve(
+    io: Box<dyn Io>,
+    dispatcher: Arc<Dispatcher>,
+    settings: Arc<ServerSettings>,
+    info: ConnInfo,
+) {
     let mut io = io;
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    let handshake = tokio::time::timeout(host.config.handshake_timeout, async {
+    let handshake = tokio::time::timeout(settings.handshake_timeout, async {
         loop {
             match keel_wire::decode_hello(&mut buf) {
                 Ok(Some(h)) => return Ok(h),
@@ -287,7 +131,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
     }
     let accept = HelloReply::Accept {
         version: keel_wire::VERSION,
-        max_message_size: host.config.max_message_size,
+        max_message_size: settings.max_message_size,
     };
     keel_wire::encode_hello_reply(&accept, &mut out);
     // Over TLS, written bytes may wait in the TLS layer until flushed.
@@ -302,7 +146,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
     );
     let streams = Streams::new(
         sink.clone(),
-        host.config.max_stream_window,
+        settings.max_stream_window,
         hello.max_message_size,
     );
     // One ping gives the round-trip time that stream windows grow against.
@@ -314,13 +158,14 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
         runtime: tokio::runtime::Handle::current(),
         peer_max_message: hello.max_message_size,
     };
-    let conn = Arc::new(ConnShared::new(id, Box::new(out), info, host.clone()));
-    host.register(conn.clone());
-    if host.is_shutting_down() {
+    let id = dispatcher.next_conn_id();
+    let conn = Arc::new(ConnShared::new(id, Box::new(out), info, dispatcher.clone()));
+    dispatcher.register(conn.clone());
+    if dispatcher.is_shutting_down() {
         conn.go_away("host shutting down");
     }
     let writer = tokio::spawn(flusher);
-    let codec = Codec::new(Limits::with_max_message_size(host.config.max_message_size));
+    let codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
     let reader = tokio::spawn(read_loop(
         rd,
         buf,
@@ -342,7 +187,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, host: Arc<HostShared>, id: u64, info:
     streams.close("connection closed");
     let gone = Status::new(StatusCode::Cancelled, "connection closed");
     conn.abandon_all(&gone);
-    host.unregister(conn.id);
+    dispatcher.unregister(conn.id);
 }
 
 /// The nonce of the ping a host sends to measure the round-trip time.

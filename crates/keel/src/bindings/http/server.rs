@@ -11,26 +11,27 @@ use std::time::{Duration, Instant};
 use ::http::header::{HeaderValue, ACCEPT, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use ::http::{Method, Request, Response, Version};
 use bytes::Bytes;
-use hyper::body::Incoming as IncomingBody;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use super::body::{self, Body, ReadError};
+use super::body::{self, Body, ReadError, Received};
 use super::{
     http_status, ARGS_HEADER, DEADLINE_HEADER, JSON_CONTENT_TYPE, POSTCARD_CONTENT_TYPE,
     STATUS_HEADER, STREAM_CONTENT_TYPE,
 };
-use crate::endpoint::Connected;
-use crate::error::{Status, StatusCode};
-use crate::host::{dispatch, ConnInfo, ConnShared, HostShared, Incoming, Responder};
-use crate::service::{Format, Outcome, Payload, ServiceDescriptor};
-use crate::stream::ByteStream;
+use crate::bindings::ServerSettings;
+use crate::core::codec::Format;
+use crate::core::service::{Outcome, Payload, ServiceDescriptor};
+use crate::core::status::{Status, StatusCode};
+use crate::core::stream::ByteStream;
+use crate::dispatch::{dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, Responder};
+use crate::transport::Connected;
 
 /// Calls waiting for their answer on one HTTP connection.
 #[derive(Debug, Default)]
-struct Waiting {
+pub(super) struct Waiting {
     calls: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
     next_call_id: AtomicU64,
 }
@@ -69,22 +70,66 @@ impl Responder for HttpResponder {
     }
 }
 
+/// What every request of one HTTP connection shares.
+#[derive(Debug, Clone)]
+pub(super) struct Ctx {
+    pub(super) conn: Arc<ConnShared>,
+    pub(super) waiting: Arc<Waiting>,
+    pub(super) settings: Arc<ServerSettings>,
+}
+
+impl Ctx {
+    /// Registers a new connection with `dispatcher`; `stop` is told when the host wants the
+    /// connection to go away or close.
+    pub(super) fn register(
+        dispatcher: &Arc<Dispatcher>,
+        settings: Arc<ServerSettings>,
+        info: ConnInfo,
+        stop: watch::Sender<bool>,
+    ) -> Ctx {
+        let waiting = Arc::new(Waiting::default());
+        let responder = HttpResponder {
+            waiting: waiting.clone(),
+            stop,
+        };
+        let id = dispatcher.next_conn_id();
+        let conn = Arc::new(ConnShared::new(
+            id,
+            Box::new(responder),
+            info,
+            dispatcher.clone(),
+        ));
+        dispatcher.register(conn.clone());
+        Ctx {
+            conn,
+            waiting,
+            settings,
+        }
+    }
+
+    /// The connection is gone: nobody can receive answers, so stop what still runs for it.
+    pub(super) fn unregister(&self) {
+        let gone = Status::new(StatusCode::Cancelled, "connection closed");
+        self.conn.abandon_all(&gone);
+        self.conn.dispatcher.unregister(self.conn.id);
+    }
+}
+
 /// Serves one accepted HTTP connection until it closes.
-pub(crate) async fn serve(connected: Connected, host: Arc<HostShared>, id: u64, info: ConnInfo) {
-    let waiting = Arc::new(Waiting::default());
+pub(crate) async fn serve(
+    connected: Connected,
+    dispatcher: Arc<Dispatcher>,
+    settings: Arc<ServerSettings>,
+    info: ConnInfo,
+) {
     let (stop, mut stopped) = watch::channel(false);
-    let responder = HttpResponder {
-        waiting: waiting.clone(),
-        stop,
-    };
-    let conn = Arc::new(ConnShared::new(id, Box::new(responder), info, host.clone()));
-    host.register(conn.clone());
+    let ctx = Ctx::register(&dispatcher, settings, info, stop);
 
     // No timer on the HTTP/1.1 side on purpose: hyper's header read timeout also runs while a
     // keep-alive connection waits for its next request, and would close idle connections that
     // keel keeps for the client's life.
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    let max_streams = u32::try_from(host.config().max_calls_per_connection).unwrap_or(u32::MAX);
+    let max_streams = u32::try_from(ctx.settings.max_calls_per_connection).unwrap_or(u32::MAX);
     builder
         .http2()
         .max_concurrent_streams(max_streams)
@@ -97,10 +142,10 @@ pub(crate) async fn serve(connected: Connected, host: Arc<HostShared>, id: u64, 
         _ => builder,
     };
     let service = {
-        let conn = conn.clone();
+        let ctx = ctx.clone();
         hyper::service::service_fn(move |req| {
-            let (conn, waiting) = (conn.clone(), waiting.clone());
-            async move { Ok::<_, Infallible>(handle(&conn, &waiting, req).await) }
+            let ctx = ctx.clone();
+            async move { Ok::<_, Infallible>(handle(&ctx, req).await) }
         })
     };
     let serving = builder.serve_connection(TokioIo::new(connected.io), service);
@@ -115,18 +160,12 @@ pub(crate) async fn serve(connected: Connected, host: Arc<HostShared>, id: u64, 
             }
         }
     }
-    // The peer is gone: nobody can receive answers, so stop what still runs for it.
-    let gone = Status::new(StatusCode::Cancelled, "connection closed");
-    conn.abandon_all(&gone);
-    host.unregister(id);
+    ctx.unregister();
 }
 
 /// One request: routes it and answers.
-async fn handle(
-    conn: &Arc<ConnShared>,
-    waiting: &Arc<Waiting>,
-    req: Request<IncomingBody>,
-) -> Response<Body> {
+pub(super) async fn handle<B: Received>(ctx: &Ctx, req: Request<B>) -> Response<Body> {
+    let conn = &ctx.conn;
     let h1 = req.version() <= Version::HTTP_11;
     let path = req.uri().path().to_string();
     let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
@@ -140,7 +179,7 @@ async fn handle(
         }
         (Some(service), Some(operation), None) if !service.is_empty() && !operation.is_empty() => {
             if req.method() == Method::POST {
-                call(conn, waiting, req, service, operation).await
+                call(ctx, req, service, operation).await
             } else {
                 wrong_method(req.method(), &path, Method::POST)
             }
@@ -153,7 +192,7 @@ async fn handle(
             Format::Json,
         ),
     };
-    if h1 && conn.host.is_shutting_down() {
+    if h1 && conn.dispatcher.is_shutting_down() {
         // A draining host answers this one and closes, so the client reconnects elsewhere.
         response
             .headers_mut()
@@ -163,17 +202,16 @@ async fn handle(
 }
 
 /// `POST /{Service}/{operation}`: one call.
-async fn call(
-    conn: &Arc<ConnShared>,
-    waiting: &Arc<Waiting>,
-    req: Request<IncomingBody>,
+async fn call<B: Received>(
+    ctx: &Ctx,
+    req: Request<B>,
     service: &str,
     operation: &str,
 ) -> Response<Body> {
     let received = Instant::now();
-    let host = &conn.host;
+    let Ctx { conn, waiting, .. } = ctx;
     let h1 = req.version() <= Version::HTTP_11;
-    let op = host.service(service).and_then(|s| {
+    let op = conn.dispatcher.service(service).and_then(|s| {
         let desc = s.descriptor();
         desc.operation_index(operation).map(|i| &desc.operations[i])
     });
@@ -211,7 +249,7 @@ async fn call(
         let stream = body::received(req.into_body(), drain, |_| {});
         (format, args, stream)
     } else {
-        let limit = host.config().max_message_size;
+        let limit = ctx.settings.max_message_size;
         let drain = if h1 { body::DRAIN_LIMIT } else { 0 };
         let body = match body::read_limited(req.into_body(), limit, drain).await {
             Ok(b) if b.is_empty() && format == Format::Json => Bytes::from_static(b"{}"),
@@ -292,7 +330,7 @@ async fn call(
 }
 
 /// The format a streamed-upload call asks for with `Accept` (JSON unless it names postcard).
-fn accepted_format(req: &Request<IncomingBody>) -> Format {
+fn accepted_format<B>(req: &Request<B>) -> Format {
     let postcard = req
         .headers()
         .get_all(ACCEPT)
@@ -314,8 +352,8 @@ fn accepted_format(req: &Request<IncomingBody>) -> Format {
 }
 
 /// The non-stream parameters of a streamed-upload call, from the `keel-args` header: a JSON
-/// object, or hex-encoded postcard. Absent: no parameters (`{}`).
-fn stream_args(req: &Request<IncomingBody>, format: Format) -> Result<Bytes, Status> {
+/// object, or postcard in unpadded URL-safe base64. Absent: no parameters (`{}`).
+fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
     let Some(v) = req.headers().get(ARGS_HEADER) else {
         return Ok(match format {
             Format::Postcard => Bytes::new(),
@@ -324,9 +362,9 @@ fn stream_args(req: &Request<IncomingBody>, format: Format) -> Result<Bytes, Sta
     };
     let bad = |why: &str| Status::new(StatusCode::BadRequest, format!("{ARGS_HEADER}: {why}"));
     match format {
-        Format::Postcard => super::hex_decode(v.as_bytes())
+        Format::Postcard => super::args_decode(v.as_bytes())
             .map(Bytes::from)
-            .ok_or_else(|| bad("expected hex-encoded postcard")),
+            .ok_or_else(|| bad("expected postcard in unpadded URL-safe base64")),
         _ => Ok(Bytes::copy_from_slice(v.as_bytes())),
     }
 }
@@ -350,7 +388,7 @@ impl Drop for CancelOnDrop<'_> {
 
 /// `GET /{Service}`: the contract as JSON.
 fn describe(conn: &ConnShared, service: &str) -> Response<Body> {
-    let Some(s) = conn.host.service(service) else {
+    let Some(s) = conn.dispatcher.service(service) else {
         let msg = format!("no service `{service}` on this host");
         return error(Status::new(StatusCode::UnknownService, msg), Format::Json);
     };
@@ -461,8 +499,8 @@ fn error(status: Status, format: Format) -> Response<Body> {
             let json = serde_json::to_vec(&body).expect("an error body always serializes");
             (Bytes::from(json), JSON_CONTENT_TYPE)
         }
-        _ if code == StatusCode::Fault => (status.into_wire_body(), POSTCARD_CONTENT_TYPE),
-        _ => (status.into_wire_body(), "text/plain; charset=utf-8"),
+        _ if code == StatusCode::Fault => (status.into_body(), POSTCARD_CONTENT_TYPE),
+        _ => (status.into_body(), "text/plain; charset=utf-8"),
     };
     let mut response = Response::new(body::full(body));
     *response.status_mut() = ::http::StatusCode::from_u16(http_status(code))

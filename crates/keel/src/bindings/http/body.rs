@@ -9,16 +9,32 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
-use http_body::{Body as _, Frame};
+use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyDataStream, BodyExt, Empty, Full, StreamBody};
-use hyper::body::Incoming;
 use tokio::sync::Notify;
 
-use crate::stream::ByteStream;
+use crate::core::stream::ByteStream;
 
 /// Any error a body can end with.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A body keel receives: hyper's on its own connections, any server's (axum's, say) through
+/// [`HttpService`](super::HttpService).
+pub(crate) trait Received:
+    http_body::Body<Data = Bytes, Error = Self::E> + Send + Unpin + 'static
+{
+    /// The body's error type.
+    type E: Into<BoxError> + std::fmt::Display + Send;
+}
+
+impl<B> Received for B
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError> + std::fmt::Display + Send,
+{
+    type E = B::Error;
+}
 
 /// The body type keel sends, on the host and on the client.
 pub(crate) type Body = BoxBody<Bytes, BoxError>;
@@ -63,8 +79,8 @@ impl Stream for Frames {
 /// reads it, and if the consumer stops early, keeps reading and discarding up to `limit` more
 /// bytes. `done(true)` is called once the body was read to its end (the connection can carry
 /// the next message), `done(false)` if it was given up (beyond the limit, or broken).
-pub(crate) fn received(
-    incoming: Incoming,
+pub(crate) fn received<B: Received>(
+    incoming: B,
     drain: Option<(u64, Arc<Draining>)>,
     done: impl FnOnce(bool) + Send + 'static,
 ) -> ByteStream {
@@ -154,7 +170,7 @@ struct Guarded {
 }
 
 impl Stream for Guarded {
-    type Item = Result<Bytes, crate::Error>;
+    type Item = Result<Bytes, crate::core::error::Error>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let polled = self.stream.poll_chunk(cx);
         if let Poll::Ready(None | Some(Err(_))) = &polled {
@@ -218,14 +234,14 @@ pub(crate) enum ReadError {
     /// was read to its end, so the connection can carry another message.
     TooLarge { size: Option<u64>, drained: bool },
     /// The peer went away or broke the protocol mid-body.
-    Broken(hyper::Error),
+    Broken(BoxError),
 }
 
 /// Reads a whole body of at most `limit` bytes. A larger one is read and thrown away up to
 /// `drain` bytes past the limit ([`DRAIN_LIMIT`] on HTTP/1.1, where an unread body would end the
 /// connection; 0 on HTTP/2, where dropping the body resets only its stream).
-pub(crate) async fn read_limited(
-    mut body: Incoming,
+pub(crate) async fn read_limited<B: Received>(
+    mut body: B,
     limit: u32,
     drain: u64,
 ) -> Result<Bytes, ReadError> {
@@ -242,7 +258,8 @@ pub(crate) async fn read_limited(
     let mut rest = BytesMut::new();
     let mut total: u64 = 0;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(ReadError::Broken)?.into_data() else {
+        let frame = frame.map_err(|e| ReadError::Broken(e.into()))?;
+        let Ok(data) = frame.into_data() else {
             continue; // trailers: nothing keel uses
         };
         total += data.len() as u64;

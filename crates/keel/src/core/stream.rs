@@ -19,7 +19,8 @@ use futures_core::Stream;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::mpsc;
 
-use crate::error::{Error, Kind, StatusCode};
+use super::error::{Error, Kind};
+use super::status::StatusCode;
 
 /// Default chunk size when keel reads from a reader on your behalf.
 const READ_CHUNK: usize = 64 * 1024;

@@ -6,7 +6,7 @@
 //!   `http` feature.
 //!
 //! A host gets its certificate from a [`ServerTls`] ([`HostBuilder::tls`]); a client decides whom
-//! to trust with a [`ClientTls`] ([`ClientConfig::with_tls`]; without one, it trusts the
+//! to trust with a [`ClientTls`] ([`ChannelBuilder::tls`]; without one, it trusts the
 //! system's root certificates). Mutual TLS is [`ServerTls::require_client_certs`] on the host and
 //! [`ClientTls::with_identity`] on the client. There is never a plaintext fallback: a plain
 //! client cannot talk to a TLS endpoint, nor a TLS client to a plain one.
@@ -27,8 +27,8 @@
 //!     .tls(cert.server_tls()?)
 //!     .start()?;
 //!
-//! let config = keel::ClientConfig::default().with_tls(cert.client_tls()?);
-//! let client = GreeterBlockingClient::new(keel::Channel::with_config(host.url(), config)?);
+//! let channel = keel::Channel::builder(host.url()).tls(cert.client_tls()?).build()?;
+//! let client = GreeterBlockingClient::new(channel);
 //! assert_eq!(client.hello("tls".into())?, "hello tls");
 //! host.shutdown();
 //! # Ok::<(), keel::Error>(())
@@ -37,10 +37,10 @@
 //! In production, load the host's certificate chain and key from PEM files
 //! ([`ServerTls::from_pem_files`]); clients either trust the system roots (the default) or a
 //! private CA ([`ClientTls::from_roots_pem_file`]). Anything else rustls can do is available
-//! through [`ServerTls::from_rustls`] and [`ClientTls::from_rustls`].
+//! through the escape hatch [`rustls_unstable`], outside keel's semver guarantees.
 //!
 //! [`HostBuilder::tls`]: crate::HostBuilder::tls
-//! [`ClientConfig::with_tls`]: crate::ClientConfig::with_tls
+//! [`ChannelBuilder::tls`]: crate::ChannelBuilder::tls
 //! [`HostConfig::handshake_timeout`]: crate::HostConfig::handshake_timeout
 
 use std::fmt;
@@ -53,12 +53,38 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
-use crate::endpoint::Io;
-use crate::error::{Error, Kind};
+use super::Io;
+use crate::core::error::{Error, Kind};
 
-/// The rustls that keel uses, for [`ServerTls::from_rustls`] and [`ClientTls::from_rustls`]
-/// (a rustls config from another version of rustls does not fit).
-pub use rustls;
+/// The escape hatch to rustls, for what keel's own TLS settings do not cover (custom
+/// certificate verifiers, key logging, session stores, ...).
+///
+/// **Not covered by keel's semver guarantees**: these items name rustls types, and follow the
+/// rustls version keel uses (0.23 today), which a minor release of keel may change. Everything
+/// else in [`crate::tls`] is keel's own and stays stable.
+pub mod rustls_unstable {
+    use std::sync::Arc;
+
+    use super::{ClientTls, ServerTls};
+
+    /// The rustls that keel uses (a config from another version of rustls does not fit).
+    pub use rustls;
+
+    /// Host settings from a rustls config. keel replaces its ALPN protocols per binding
+    /// (`keel/1` on `tcps`; `h2` and `http/1.1` on `https`); everything else is used as given.
+    /// [`ServerTls::require_client_certs`] is not available on such settings: configure client
+    /// authentication on the rustls config instead.
+    pub fn server_tls(config: Arc<rustls::ServerConfig>) -> ServerTls {
+        ServerTls::from_rustls(config)
+    }
+
+    /// Client settings from a rustls config. keel replaces its ALPN protocols per binding;
+    /// everything else is used as given. [`ClientTls::with_identity`] is not available on
+    /// such settings: configure the client certificate on the rustls config instead.
+    pub fn client_tls(config: Arc<rustls::ClientConfig>) -> ClientTls {
+        ClientTls::from_rustls(config)
+    }
+}
 
 /// The crypto provider used everywhere: `ring`, passed explicitly so that no process-wide
 /// default provider needs installing.
@@ -139,7 +165,7 @@ impl Identity {
 #[derive(Clone)]
 pub struct ServerTls {
     config: Arc<rustls::ServerConfig>,
-    /// `None` for [`ServerTls::from_rustls`], which cannot be rebuilt.
+    /// `None` for [`rustls_unstable::server_tls`], which cannot be rebuilt.
     identity: Option<Arc<Identity>>,
     /// Meaningful only with `identity` (rustls does not tell for a config from elsewhere).
     client_certs_required: bool,
@@ -192,7 +218,7 @@ impl ServerTls {
     /// Requires every client to present a certificate signed by one of `trusted_roots_pem`
     /// (mutual TLS). Clients without one, or with one from another CA, fail their handshake.
     ///
-    /// Not available for [`ServerTls::from_rustls`] settings: configure client authentication
+    /// Not available for [`rustls_unstable::server_tls`] settings: configure client authentication
     /// on the rustls config instead.
     ///
     /// ```
@@ -208,7 +234,8 @@ impl ServerTls {
         let identity = self.identity.ok_or_else(|| {
             config_err(
                 "require_client_certs needs ServerTls settings made from PEM; with \
-                 ServerTls::from_rustls, configure client authentication on the rustls config",
+                 rustls_unstable::server_tls (from_rustls), configure client authentication on the \
+                 rustls config",
             )
         })?;
         let roots = roots_from_pem(trusted_roots_pem, "trusted client roots")?;
@@ -220,10 +247,8 @@ impl ServerTls {
         ServerTls::build(identity, Some(verifier))
     }
 
-    /// Settings from a rustls config, for anything the other constructors do not cover. keel
-    /// replaces its ALPN protocols per binding (`keel/1` on `tcps`; `h2` and `http/1.1` on
-    /// `https`); everything else is used as given.
-    pub fn from_rustls(config: Arc<rustls::ServerConfig>) -> ServerTls {
+    /// Settings from a rustls config (see [`rustls_unstable::server_tls`]).
+    fn from_rustls(config: Arc<rustls::ServerConfig>) -> ServerTls {
         ServerTls {
             config,
             identity: None,
@@ -269,7 +294,7 @@ impl ServerTls {
 }
 
 /// A client's TLS settings: which certificates it trusts, its own certificate for mutual TLS,
-/// and the server name it checks. Give it to [`ClientConfig::with_tls`](crate::ClientConfig::with_tls).
+/// and the server name it checks. Give it to [`ChannelBuilder::tls`](crate::ChannelBuilder::tls).
 ///
 /// Without one, a client trusts the system's root certificates.
 ///
@@ -277,7 +302,7 @@ impl ServerTls {
 #[derive(Clone)]
 pub struct ClientTls {
     config: Arc<rustls::ClientConfig>,
-    /// `None` for [`ClientTls::from_rustls`], which cannot be rebuilt.
+    /// `None` for [`rustls_unstable::client_tls`], which cannot be rebuilt.
     roots: Option<Arc<RootCertStore>>,
     identity: bool,
     server_name: Option<String>,
@@ -302,7 +327,7 @@ impl ClientTls {
     /// ```
     /// let cert = keel::tls::self_signed(&["localhost"])?;
     /// let tls = keel::tls::ClientTls::from_roots_pem(cert.cert_pem.as_bytes())?;
-    /// let config = keel::ClientConfig::default().with_tls(tls);
+    /// let channel = keel::Channel::builder("tcps://localhost:7000").tls(tls).build()?;
     /// # Ok::<(), keel::Error>(())
     /// ```
     pub fn from_roots_pem(pem: &[u8]) -> Result<ClientTls, Error> {
@@ -333,7 +358,7 @@ impl ClientTls {
             };
             return Err(config_err(format!(
                 "no system root certificates could be loaded ({why}); give the client its own \
-                 trusted roots with ClientConfig::with_tls(ClientTls::from_roots_pem(..))"
+                 trusted roots with ChannelBuilder::tls(ClientTls::from_roots_pem(..))"
             )));
         }
         ClientTls::build(Arc::new(roots), None)
@@ -342,13 +367,14 @@ impl ClientTls {
     /// Presents this certificate chain and key to hosts that require client certificates
     /// (mutual TLS, see [`ServerTls::require_client_certs`]).
     ///
-    /// Not available for [`ClientTls::from_rustls`] settings: configure the client certificate
+    /// Not available for [`rustls_unstable::client_tls`] settings: configure the client certificate
     /// on the rustls config instead.
     pub fn with_identity(self, cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<ClientTls, Error> {
         let roots = self.roots.ok_or_else(|| {
             config_err(
                 "with_identity needs ClientTls settings made by keel; with \
-                 ClientTls::from_rustls, configure the client certificate on the rustls config",
+                 rustls_unstable::client_tls (from_rustls), configure the client certificate on the \
+                 rustls config",
             )
         })?;
         let identity = Identity::from_pem(cert_chain_pem, key_pem, "client")?;
@@ -366,10 +392,8 @@ impl ClientTls {
         self
     }
 
-    /// Settings from a rustls config, for anything the other constructors do not cover. keel
-    /// replaces its ALPN protocols per binding (`keel/1` on `tcps`; `h2` and `http/1.1` on
-    /// `https`); everything else is used as given.
-    pub fn from_rustls(config: Arc<rustls::ClientConfig>) -> ClientTls {
+    /// Settings from a rustls config (see [`rustls_unstable::client_tls`]).
+    fn from_rustls(config: Arc<rustls::ClientConfig>) -> ClientTls {
         ClientTls {
             identity: config.client_auth_cert_resolver.has_certs(),
             config,

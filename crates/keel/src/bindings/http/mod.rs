@@ -1,4 +1,4 @@
-#![doc = include_str!("../../HTTP.md")]
+#![doc = include_str!("../../../HTTP.md")]
 //!
 //! # Constants
 //!
@@ -9,8 +9,13 @@ mod body;
 pub(crate) mod client;
 mod conns;
 pub(crate) mod server;
+mod service;
 
-use crate::error::StatusCode;
+pub use service::HttpService;
+
+use base64::Engine as _;
+
+use crate::core::status::StatusCode;
 
 /// The header every answer carries: the call's [`StatusCode::as_str`] (`ok` on success).
 pub const STATUS_HEADER: &str = "keel-status";
@@ -28,7 +33,8 @@ pub const POSTCARD_CONTENT_TYPE: &str = "application/x-keel-postcard";
 pub const STREAM_CONTENT_TYPE: &str = "application/octet-stream";
 
 /// The request header carrying the other parameters of an operation whose body is a stream:
-/// a JSON object, or hex-encoded postcard when the call asks for postcard with `Accept`.
+/// a JSON object, or postcard in unpadded URL-safe base64 when the call asks for postcard with
+/// `Accept`.
 pub const ARGS_HEADER: &str = "keel-args";
 
 /// HTTP/2 receive window of one stream: what a sender may have in flight on it. Fixed, not
@@ -41,28 +47,16 @@ pub(crate) const H2_STREAM_WINDOW: u32 = 4 << 20;
 /// buffered at the receiver.
 pub(crate) const H2_CONNECTION_WINDOW: u32 = 8 << 20;
 
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
+/// `bytes` as the `keel-args` header carries postcard: unpadded URL-safe base64.
+pub(crate) fn args_encode(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// The bytes of hex text (either case); `None` if it is not hex.
-pub(crate) fn hex_decode(text: &[u8]) -> Option<Vec<u8>> {
-    fn digit(c: u8) -> Option<u8> {
-        (c as char).to_digit(16).map(|d| d as u8)
-    }
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    text.chunks(2)
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
+/// The bytes of a `keel-args` header in postcard form; `None` if it is not such base64.
+pub(crate) fn args_decode(text: &[u8]) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
 }
 
 /// The HTTP status an answer with `code` is sent with (see the table in the module docs).
@@ -78,15 +72,7 @@ pub fn http_status(code: StatusCode) -> u16 {
         StatusCode::HandlerPanicked | StatusCode::Internal => 500,
         StatusCode::Busy | StatusCode::ShuttingDown => 503,
         StatusCode::DeadlineExceeded => 504,
-        _ => 500,
     }
-}
-
-/// The code whose [`StatusCode::as_str`] is `s`.
-pub(crate) fn status_code_from_str(s: &str) -> Option<StatusCode> {
-    (0..=u8::MAX)
-        .map_while(StatusCode::from_u8)
-        .find(|c| c.as_str() == s)
 }
 
 #[cfg(test)]
@@ -95,19 +81,23 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_through_its_name() {
-        for c in (0..=u8::MAX).map_while(StatusCode::from_u8) {
-            assert_eq!(status_code_from_str(c.as_str()), Some(c));
+        for c in StatusCode::ALL {
+            assert_eq!(StatusCode::from_name(c.as_str()), Some(c));
             assert!((200..600).contains(&http_status(c)));
         }
-        assert_eq!(status_code_from_str("nope"), None);
+        assert_eq!(StatusCode::from_name("nope"), None);
     }
 
     #[test]
-    fn hex_round_trips_and_rejects_non_hex() {
+    fn args_round_trip_and_reject_what_is_not_base64() {
         let all: Vec<u8> = (0..=255).collect();
-        assert_eq!(hex_decode(hex_encode(&all).as_bytes()), Some(all));
-        assert_eq!(hex_decode(b"0A0b"), Some(vec![10, 11]));
-        assert_eq!(hex_decode(b"abc"), None);
-        assert_eq!(hex_decode(b"zz"), None);
+        let text = args_encode(&all);
+        assert!(text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert_eq!(args_decode(text.as_bytes()), Some(all));
+        assert_eq!(args_decode(b"AQI"), Some(vec![1, 2]));
+        assert_eq!(args_decode(b"a+b/"), None);
+        assert_eq!(args_decode(b"A"), None);
     }
 }

@@ -14,15 +14,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
-use super::{ClientConfig, Outgoing};
-use crate::endpoint::{Endpoint, Io};
-use crate::error::{Error, Kind, Status, StatusCode};
-use crate::service::Payload;
-use crate::sink::{SendError, Sink};
-use crate::wire_stream::Streams;
+use super::streams::Streams;
+use crate::bindings::{Answer, ClientSettings, Outgoing};
+use crate::core::error::{Error, Kind};
+use crate::core::service::Payload;
+use crate::core::status::{Status, StatusCode};
+use crate::transport::sink::{SendError, Sink};
+use crate::transport::{Endpoint, Io};
+use keel_wire::StatusCode as WireCode;
 
 /// What a waiting call receives.
-type ReplySlot = oneshot::Sender<Result<Result<Payload, Status>, Error>>;
+type ReplySlot = oneshot::Sender<Answer>;
 
 /// A call waiting for its reply.
 #[derive(Debug)]
@@ -88,7 +90,10 @@ impl Shared {
 
 impl Conn {
     /// Connects and completes the handshake within the configured connect timeout.
-    pub(crate) async fn connect(endpoint: &Endpoint, config: &ClientConfig) -> Result<Conn, Error> {
+    pub(crate) async fn connect(
+        endpoint: &Endpoint,
+        config: &ClientSettings,
+    ) -> Result<Conn, Error> {
         let fut = Self::connect_inner(endpoint, config);
         match tokio::time::timeout(config.connect_timeout, fut).await {
             Ok(r) => r,
@@ -102,13 +107,13 @@ impl Conn {
         }
     }
 
-    async fn connect_inner(endpoint: &Endpoint, config: &ClientConfig) -> Result<Conn, Error> {
+    async fn connect_inner(endpoint: &Endpoint, config: &ClientSettings) -> Result<Conn, Error> {
         let connect_err = |e: std::io::Error| {
             Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
         };
         let raw = endpoint.connect_raw().await.map_err(connect_err)?;
         let mut io = endpoint
-            .secure_client(raw, config, endpoint.alpn())
+            .secure_client(raw, &config.tls, endpoint.alpn())
             .await?
             .io;
         let mut buf = BytesMut::with_capacity(4096);
@@ -128,7 +133,7 @@ impl Conn {
             match keel_wire::decode_hello_reply(&mut buf) {
                 Ok(Some(r)) => break r,
                 Ok(None) => {}
-                Err(_) if crate::endpoint::looks_like_tls(&buf) => {
+                Err(_) if crate::transport::looks_like_tls(&buf) => {
                     return Err(Error::new(
                         Kind::Connect,
                         format!(
@@ -215,11 +220,7 @@ impl Conn {
         }
     }
 
-    pub(crate) async fn call(
-        &self,
-        call: Outgoing,
-        deadline: Instant,
-    ) -> Result<Result<Payload, Status>, Error> {
+    pub(crate) async fn call(&self, call: Outgoing, deadline: Instant) -> Answer {
         let Outgoing {
             service,
             operation,
@@ -347,10 +348,13 @@ async fn read_loop(
                 let waiting = shared.take(reply.call_id);
                 // Nobody waiting: the caller gave up (deadline, dropped future); drop the reply.
                 if let Some(waiting) = waiting {
-                    let result = if reply.status != StatusCode::Ok {
+                    let result = if reply.status != WireCode::Ok {
                         // The call is over: an upload still running stops.
                         streams.stop_outbound(reply.call_id);
-                        Err(Status::from_wire(reply.status, reply.body))
+                        Err(Status::from_body(
+                            StatusCode::from_wire(reply.status),
+                            reply.body,
+                        ))
                     } else if waiting.download {
                         // Opened before the next frame is read: its data follows this reply.
                         Ok(Payload::Stream(streams.open_inbound(reply.call_id)))
@@ -358,7 +362,7 @@ async fn read_loop(
                         Ok(Payload::Body(reply.body))
                     };
                     let _ = waiting.slot.send(Ok(result));
-                } else if reply.status == StatusCode::Ok {
+                } else if reply.status == WireCode::Ok {
                     // A streamed reply nobody wants any more: tell the host to stop.
                     let _ = sink.send(&Frame::StopSending(StopSending {
                         call_id: reply.call_id,

@@ -1,4 +1,4 @@
-//! The client side: [`HttpTransport`] carries a [`Channel`](crate::Channel)'s calls as HTTP
+//! The client side: [`HttpClient`] carries a [`Channel`](crate::Channel)'s calls as HTTP
 //! requests. HTTP/1.1: a pool of keep-alive connections, one call at a time each, at most
 //! `http_max_connections`. HTTP/2: one multiplexed connection, reconnected on the next call
 //! after it fails.
@@ -19,14 +19,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::body::{self, Body, ReadError};
 use super::conns::Registry;
 use super::{
-    status_code_from_str, ARGS_HEADER, DEADLINE_HEADER, POSTCARD_CONTENT_TYPE, STATUS_HEADER,
-    STREAM_CONTENT_TYPE,
+    ARGS_HEADER, DEADLINE_HEADER, POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE,
 };
-use crate::client::{ChannelStats, ClientConfig, HttpVersion, Outgoing};
-use crate::endpoint::Endpoint;
-use crate::error::{Error, Kind, Status, StatusCode};
-use crate::service::Payload;
-use crate::stream::ByteStream;
+use crate::bindings::{
+    Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion, Outgoing,
+};
+use crate::core::error::{Error, Kind};
+use crate::core::service::Payload;
+use crate::core::status::{Status, StatusCode};
+use crate::core::stream::ByteStream;
+use crate::transport::{Endpoint, ALPN_H2, ALPN_HTTP1};
 
 /// The HTTP version of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +38,9 @@ enum Proto {
 }
 
 /// A channel's HTTP connections and how calls use them.
-pub(crate) struct HttpTransport {
+pub(crate) struct HttpClient {
     endpoint: Endpoint,
-    config: ClientConfig,
+    config: ClientSettings,
     /// `Auto` over TLS: the version ALPN agreed on the first connection (HTTP/2 is tried first).
     negotiated: Mutex<Option<Proto>>,
     /// Idle HTTP/1.1 connections, most recently used last.
@@ -54,9 +56,9 @@ pub(crate) struct HttpTransport {
     conns: Arc<Registry>,
 }
 
-impl fmt::Debug for HttpTransport {
+impl fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpTransport")
+        f.debug_struct("HttpClient")
             .field("endpoint", &self.endpoint)
             .field("version", &self.config.http_version)
             .field("connections", &self.conns.open())
@@ -91,10 +93,10 @@ enum Sent {
 /// How many times a request the connection gave back unsent is tried on a fresh connection.
 const ATTEMPTS: usize = 3;
 
-impl HttpTransport {
-    pub(crate) fn new(endpoint: Endpoint, config: ClientConfig) -> HttpTransport {
+impl HttpClient {
+    pub(crate) fn new(endpoint: Endpoint, config: ClientSettings) -> HttpClient {
         let slots = config.http_max_connections.clamp(1, Semaphore::MAX_PERMITS);
-        HttpTransport {
+        HttpClient {
             endpoint,
             negotiated: Mutex::new(None),
             idle: Arc::new(Mutex::new(Vec::new())),
@@ -121,7 +123,7 @@ impl HttpTransport {
     }
 
     /// Opens a connection now unless one is open.
-    pub(crate) async fn open(&self) -> Result<(), Error> {
+    async fn open_inner(&self) -> Result<(), Error> {
         loop {
             match self.proto() {
                 Proto::H2 => match self.h2_conn().await? {
@@ -144,36 +146,11 @@ impl HttpTransport {
         }
     }
 
-    /// Closes every connection; calls in flight fail with a connection error.
-    pub(crate) fn close(&self) {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        *self.h2.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.conns.kill_all();
-    }
-
-    pub(crate) fn is_connected(&self) -> bool {
-        self.conns.open() > 0
-    }
-
-    pub(crate) fn stats(&self, calls: u64) -> ChannelStats {
-        let c = &self.conns;
-        ChannelStats {
-            connections_opened: c.opened.load(Ordering::Relaxed),
-            connections_closed: c.closed.load(Ordering::Relaxed),
-            connections_open: c.open(),
-            calls,
-        }
-    }
-
     /// One call: one request, one response, within `deadline`.
     ///
     /// The deadline bounds the call until the answer's head arrives; a streamed answer then
     /// flows until it ends or the caller drops it.
-    pub(crate) async fn call(
-        &self,
-        call: Outgoing,
-        deadline: Instant,
-    ) -> Result<Result<Payload, Status>, Error> {
+    async fn call_inner(&self, call: Outgoing, deadline: Instant) -> Answer {
         let Outgoing {
             service,
             operation,
@@ -388,11 +365,11 @@ impl HttpTransport {
         let connect = async {
             let raw = endpoint.connect_raw().await.map_err(connect_err)?;
             let alpn: &[&[u8]] = match self.config.http_version {
-                HttpVersion::Http1 => &[crate::endpoint::ALPN_HTTP1],
-                HttpVersion::Http2 => &[crate::endpoint::ALPN_H2],
-                _ => &[crate::endpoint::ALPN_H2, crate::endpoint::ALPN_HTTP1],
+                HttpVersion::Http1 => &[ALPN_HTTP1],
+                HttpVersion::Http2 => &[ALPN_H2],
+                _ => &[ALPN_H2, ALPN_HTTP1],
             };
-            let connected = endpoint.secure_client(raw, &self.config, alpn).await?;
+            let connected = endpoint.secure_client(raw, &self.config.tls, alpn).await?;
             // What TLS agreed wins; without ALPN (cleartext) the configured version is spoken.
             let proto = match connected.alpn.as_deref() {
                 Some(b"h2") => Proto::H2,
@@ -480,7 +457,7 @@ impl HttpTransport {
             Some((stream, args)) => {
                 builder = builder
                     .header(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE))
-                    .header(ARGS_HEADER, super::hex_encode(&args));
+                    .header(ARGS_HEADER, super::args_encode(&args));
                 body::streamed(stream)
             }
             None => {
@@ -545,12 +522,15 @@ impl HttpTransport {
                 );
                 return (Err(Error::new(Kind::TooLarge, msg)), drained && !closing);
             }
-            Err(ReadError::Broken(e)) => return (Err(self.broken(e)), false),
+            Err(ReadError::Broken(e)) => {
+                let e = Error::new(Kind::Connection, format!("{}: {e}", self.endpoint));
+                return (Err(e), false);
+            }
         };
         let result = match parts.headers.get(STATUS_HEADER).map(|v| v.to_str()) {
-            Some(Ok(code)) => match status_code_from_str(code) {
+            Some(Ok(code)) => match StatusCode::from_name(code) {
                 Some(StatusCode::Ok) => Ok(Ok(Payload::Body(body))),
-                Some(code) => Ok(Err(Status::from_wire(code, body))),
+                Some(code) => Ok(Err(Status::from_body(code, body))),
                 None => Ok(Err(Status::new(
                     StatusCode::Internal,
                     format!(
@@ -586,7 +566,36 @@ impl HttpTransport {
     }
 }
 
-impl Drop for HttpTransport {
+impl ClientTransport for HttpClient {
+    fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer> {
+        Box::pin(self.call_inner(call, deadline))
+    }
+
+    fn open(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.open_inner())
+    }
+
+    fn close(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        *self.h2.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.conns.kill_all();
+    }
+
+    fn is_connected(&self) -> bool {
+        self.conns.open() > 0
+    }
+
+    fn counts(&self) -> ConnCounts {
+        let c = &self.conns;
+        ConnCounts {
+            opened: c.opened.load(Ordering::Relaxed),
+            closed: c.closed.load(Ordering::Relaxed),
+            open: c.open(),
+        }
+    }
+}
+
+impl Drop for HttpClient {
     fn drop(&mut self) {
         self.conns.kill_all();
     }

@@ -1,19 +1,20 @@
 //! What `#[keel::contract]` generates against: a service's description and the invocation of
-//! one of its operations. Hosts and bindings use these; users normally never name them.
+//! one of its operations. The descriptors are public (for introspection); the rest is reached
+//! only through `keel::__private`, the module generated code calls.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
-use crate::error::{Status, StatusCode};
-use crate::stream::ByteStream;
+use super::codec::Format;
+use super::status::Status;
+use super::stream::ByteStream;
 
 /// A contract's description: its name and operations, in declaration order.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ServiceDescriptor {
     /// The contract (trait) name, e.g. `Calculator`.
     pub name: &'static str,
@@ -22,6 +23,11 @@ pub struct ServiceDescriptor {
 }
 
 impl ServiceDescriptor {
+    /// A description (what generated code builds; see `keel::__private`).
+    pub(crate) const fn new(name: &'static str, operations: &'static [OperationInfo]) -> Self {
+        ServiceDescriptor { name, operations }
+    }
+
     /// The index of the operation called `name`.
     pub fn operation_index(&self, name: &str) -> Option<usize> {
         self.operations.iter().position(|op| op.name == name)
@@ -30,6 +36,7 @@ impl ServiceDescriptor {
 
 /// One operation of a contract.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct OperationInfo {
     /// The method name, e.g. `add`.
     pub name: &'static str,
@@ -50,6 +57,30 @@ pub struct OperationInfo {
 }
 
 impl OperationInfo {
+    /// A description of one operation (what generated code builds; see `keel::__private`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) const fn new(
+        name: &'static str,
+        params: &'static [ParamInfo],
+        returns: &'static str,
+        fault: Option<&'static str>,
+        one_way: bool,
+        blocking: bool,
+        stream_request: bool,
+        stream_response: bool,
+    ) -> Self {
+        OperationInfo {
+            name,
+            params,
+            returns,
+            fault,
+            one_way,
+            blocking,
+            stream_request,
+            stream_response,
+        }
+    }
+
     /// Whether either direction is streamed.
     pub fn streamed(&self) -> bool {
         self.stream_request || self.stream_response
@@ -58,6 +89,7 @@ impl OperationInfo {
 
 /// One parameter of an operation.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ParamInfo {
     /// The parameter name.
     pub name: &'static str,
@@ -65,15 +97,11 @@ pub struct ParamInfo {
     pub ty: &'static str,
 }
 
-/// How message bodies are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Format {
-    /// postcard: compact binary, keel's own clients.
-    Postcard,
-    /// JSON (`serde_json`): the HTTP binding's format for clients in any language. Arguments
-    /// are an object of the parameters by name.
-    Json,
+impl ParamInfo {
+    /// A description of one parameter (what generated code builds).
+    pub(crate) const fn new(name: &'static str, ty: &'static str) -> Self {
+        ParamInfo { name, ty }
+    }
 }
 
 /// What a successful operation sends back.
@@ -116,13 +144,15 @@ impl fmt::Debug for Invocation {
 }
 
 /// A service a [`Host`](crate::Host) can serve. Implemented by the `{Contract}Server` types that
-/// `#[keel::contract]` generates; not meant to be implemented by hand.
+/// `#[keel::contract]` generates; not meant to be implemented by hand (its hidden method may
+/// change in any release).
 pub trait Service: Send + Sync + 'static {
     /// The contract's description.
     fn descriptor(&self) -> &'static ServiceDescriptor;
-    /// Decodes the arguments of operation `op` and prepares its invocation. `stream` is the
+    /// Generated code's part, not a public API. Decodes the arguments of operation `op` and prepares its invocation. `stream` is the
     /// request stream (empty unless the caller streams one); an operation that takes none drops
     /// it, which tells the sender to stop.
+    #[doc(hidden)]
     fn invoke(
         &self,
         op: usize,
@@ -130,81 +160,4 @@ pub trait Service: Send + Sync + 'static {
         body: &[u8],
         stream: ByteStream,
     ) -> Result<Invocation, Status>;
-}
-
-pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result<Bytes, String> {
-    match format {
-        Format::Postcard => postcard::to_stdvec(value)
-            .map(Bytes::from)
-            .map_err(|e| e.to_string()),
-        Format::Json => serde_json::to_vec(value)
-            .map(Bytes::from)
-            .map_err(|e| e.to_string()),
-    }
-}
-
-pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, String> {
-    match format {
-        Format::Postcard => postcard::from_bytes(body).map_err(|e| e.to_string()),
-        Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
-    }
-}
-
-/// Decodes operation arguments; a failure is the caller's fault (`BadRequest`).
-pub(crate) fn decode_args<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, Status> {
-    decode(format, body).map_err(|e| {
-        Status::new(
-            StatusCode::BadRequest,
-            format!("cannot decode arguments: {e}"),
-        )
-    })
-}
-
-/// Encodes a handler's return value.
-pub(crate) fn encode_ok<T: Serialize>(format: Format, value: &T) -> Outcome {
-    encode(format, value)
-        .map(Payload::Body)
-        .map_err(|e| Status::new(StatusCode::Internal, format!("cannot encode reply: {e}")))
-}
-
-/// Encodes a typed fault.
-fn encode_fault<E: Serialize>(format: Format, fault: &E) -> Status {
-    match encode(format, fault) {
-        Ok(b) => Status::fault(b),
-        Err(e) => Status::new(StatusCode::Internal, format!("cannot encode fault: {e}")),
-    }
-}
-
-/// Encodes a handler's `Result<T, E>`: `Err` becomes a typed fault.
-pub(crate) fn encode_fallible<T: Serialize, E: Serialize>(
-    format: Format,
-    value: &Result<T, E>,
-) -> Outcome {
-    match value {
-        Ok(v) => encode_ok(format, v),
-        Err(e) => Err(encode_fault(format, e)),
-    }
-}
-
-/// A handler's streamed reply.
-pub(crate) fn stream_ok(stream: ByteStream) -> Outcome {
-    Ok(Payload::Stream(stream))
-}
-
-/// A handler's `Result<ByteStream, E>`: `Err` becomes a typed fault.
-pub(crate) fn stream_fallible<E: Serialize>(
-    format: Format,
-    value: Result<ByteStream, E>,
-) -> Outcome {
-    match value {
-        Ok(s) => Ok(Payload::Stream(s)),
-        Err(e) => Err(encode_fault(format, &e)),
-    }
-}
-
-pub(crate) fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
-    Status::new(
-        StatusCode::UnknownOperation,
-        format!("{} has no operation #{op}", desc.name),
-    )
 }

@@ -15,7 +15,7 @@ use keel_wire::{Codec, Frame, WireError};
 use tokio::io::{AsyncWrite, AsyncWriteExt, WriteHalf};
 use tokio::sync::Notify;
 
-use crate::endpoint::Io;
+use super::Io;
 
 type Writer = WriteHalf<Box<dyn Io>>;
 

@@ -6,10 +6,13 @@ use std::fmt::Debug;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::client::{CallOptions, Channel, Outgoing};
-use crate::error::{Error, Kind, Status, StatusCode};
-use crate::service::{self, Format, Payload, ServiceDescriptor};
-use crate::stream::ByteStream;
+use super::{CallOptions, Channel};
+use crate::bindings::{Answer, Outgoing};
+use crate::core::codec::{self, Format};
+use crate::core::error::{Error, Kind};
+use crate::core::service::{Payload, ServiceDescriptor};
+use crate::core::status::{Status, StatusCode};
+use crate::core::stream::ByteStream;
 
 async fn raw<A: Serialize>(
     ch: &Channel,
@@ -18,9 +21,9 @@ async fn raw<A: Serialize>(
     op: usize,
     args: &A,
     upload: Option<ByteStream>,
-) -> Result<Result<Payload, Status>, Error> {
+) -> Answer {
     let info = &desc.operations[op];
-    let body = service::encode(Format::Postcard, args).map_err(|e| {
+    let body = codec::encode(Format::Postcard, args).map_err(|e| {
         Error::new(
             Kind::Codec,
             format!(
@@ -66,7 +69,7 @@ fn decode_reply<T: DeserializeOwned>(
     op: usize,
     body: &[u8],
 ) -> Result<T, Error> {
-    service::decode(Format::Postcard, body).map_err(|e| {
+    codec::decode(Format::Postcard, body).map_err(|e| {
         let name = desc.operations[op].name;
         Error::new(
             Kind::Codec,

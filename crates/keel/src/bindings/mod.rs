@@ -1,0 +1,165 @@
+//! Bindings: how a call travels over a connection. Each binding is a folder of its own with one
+//! client-side type implementing [`ClientTransport`] and one server-side entry point; the two
+//! registration points are [`client`] and [`serve`] below.
+//!
+//! - [`wire`]: the keel wire protocol (`tcp://`, `tcps://`, `unix://`), one multiplexed
+//!   connection, frames from `keel-wire`;
+//! - [`http`] (feature `http`): HTTP/1.1 and HTTP/2 (`http://`, `https://`), one request per
+//!   call, the convention in `HTTP.md`.
+//!
+//! A binding sits on the transport (sockets, TLS) and on dispatch (the host side hands every
+//! call to [`crate::dispatch::dispatch`]); it takes plain settings ([`ClientSettings`],
+//! [`ServerSettings`]) from the client and the host above it.
+
+#[cfg(feature = "http")]
+pub mod http;
+pub(crate) mod wire;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::core::error::Error;
+use crate::core::service::Payload;
+use crate::core::status::Status;
+use crate::core::stream::ByteStream;
+use crate::dispatch::{ConnInfo, Dispatcher};
+use crate::transport::{ClientTlsSettings, Connected, Endpoint, Protocol};
+
+/// Which HTTP version a client speaks on `http://` and `https://` endpoints (see
+/// [`ChannelBuilder::http_version`](crate::ChannelBuilder::http_version)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HttpVersion {
+    /// HTTP/1.1 on `http://`; on `https://`, what TLS ALPN agrees, preferring HTTP/2.
+    #[default]
+    Auto,
+    /// HTTP/1.1: a pool of keep-alive connections, one call at a time on each.
+    Http1,
+    /// HTTP/2 (h2c with prior knowledge on `http://`): one connection carries every call.
+    Http2,
+}
+
+/// A client's settings as its bindings take them (plain values from the channel's config).
+#[derive(Debug, Clone)]
+pub(crate) struct ClientSettings {
+    /// Limit for connecting plus the handshake.
+    pub(crate) connect_timeout: Duration,
+    /// Largest reply body this client accepts.
+    pub(crate) max_message_size: u32,
+    /// Largest flow-control window one streamed download may grow to.
+    pub(crate) max_stream_window: u32,
+    /// Whom to trust on TLS endpoints (`None`: the system roots).
+    pub(crate) tls: ClientTlsSettings,
+    /// The HTTP version spoken on HTTP endpoints.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) http_version: HttpVersion,
+    /// HTTP/1.1: the most connections open at once.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) http_max_connections: usize,
+}
+
+/// A host's settings as its bindings take them (plain values from the host's config).
+#[derive(Debug, Clone)]
+pub(crate) struct ServerSettings {
+    /// Largest request body accepted.
+    pub(crate) max_message_size: u32,
+    /// A new connection must complete keel's handshake within this.
+    pub(crate) handshake_timeout: Duration,
+    /// Largest flow-control window one streamed upload may grow to.
+    pub(crate) max_stream_window: u32,
+    /// Calls (HTTP/2: streams) in flight on one connection.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) max_calls_per_connection: usize,
+}
+
+/// One call on its way out, whatever the binding.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) service: &'static str,
+    pub(crate) operation: &'static str,
+    pub(crate) one_way: bool,
+    /// The encoded arguments.
+    pub(crate) body: Bytes,
+    /// The request stream, for operations that take one.
+    pub(crate) upload: Option<ByteStream>,
+    /// The operation streams its reply.
+    pub(crate) download: bool,
+}
+
+/// A call's result: the outer error is the caller's side (could not send, no reply in time);
+/// the inner `Status` is the host's answer.
+pub(crate) type Answer = Result<Result<Payload, Status>, Error>;
+
+/// A boxed future, as [`ClientTransport`]'s methods return.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A client's connection counts, for `Channel::stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ConnCounts {
+    /// Connections opened (connected and past the handshake), since creation.
+    pub(crate) opened: u64,
+    /// Of those, connections closed since.
+    pub(crate) closed: u64,
+    /// Connections open now.
+    pub(crate) open: usize,
+}
+
+/// The client side of a binding: carries one channel's calls to its host.
+pub(crate) trait ClientTransport: Send + Sync + std::fmt::Debug {
+    /// Sends one call and waits for its answer until `deadline`. The deadline bounds the call
+    /// until its reply (or a streamed reply's head) arrives.
+    fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer>;
+    /// Connects (and completes any handshake) now, unless connected.
+    fn open(&self) -> BoxFuture<'_, Result<(), Error>>;
+    /// Closes every connection; calls in flight fail with a connection error.
+    fn close(&self);
+    /// Whether a connection is open now.
+    fn is_connected(&self) -> bool;
+    /// Connection counters.
+    fn counts(&self) -> ConnCounts;
+}
+
+/// The client side of `endpoint`'s binding. One line per binding.
+pub(crate) fn client(
+    endpoint: Endpoint,
+    settings: ClientSettings,
+) -> Result<Box<dyn ClientTransport>, Error> {
+    Ok(match endpoint.protocol() {
+        Protocol::Wire => Box::new(wire::WireClient::new(endpoint, settings)),
+        #[cfg(feature = "http")]
+        Protocol::Http => Box::new(http::client::HttpClient::new(endpoint, settings)),
+        #[cfg(not(feature = "http"))]
+        Protocol::Http => return Err(http_feature_needed(&endpoint)),
+    })
+}
+
+/// Serves one accepted (and secured) connection of `protocol` until it closes. One line per
+/// binding.
+pub(crate) async fn serve(
+    connected: Connected,
+    protocol: Protocol,
+    dispatcher: Arc<Dispatcher>,
+    settings: Arc<ServerSettings>,
+    info: ConnInfo,
+) {
+    match protocol {
+        Protocol::Wire => wire::serve(connected.io, dispatcher, settings, info).await,
+        #[cfg(feature = "http")]
+        Protocol::Http => http::server::serve(connected, dispatcher, settings, info).await,
+        #[cfg(not(feature = "http"))]
+        Protocol::Http => unreachable!("refused at start without the `http` feature"),
+    }
+}
+
+/// The error for an HTTP endpoint in a build without the `http` feature.
+#[cfg(not(feature = "http"))]
+pub(crate) fn http_feature_needed(endpoint: &Endpoint) -> Error {
+    Error::new(
+        crate::core::error::Kind::Config,
+        format!("{endpoint}: HTTP endpoints need keel's `http` feature"),
+    )
+}

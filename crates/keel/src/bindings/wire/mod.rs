@@ -1,0 +1,131 @@
+//! The keel wire protocol binding (`tcp://`, `tcps://`, `unix://`): every call of a client
+//! multiplexed over one connection, in frames from `keel-wire`.
+//!
+//! - [`client`]: one client connection ([`client::Conn`]), a reader task routing replies;
+//! - [`server`]: one host connection, handshake then a reader handing requests to dispatch;
+//! - [`streams`]: streamed transfer on a connection, for both ends.
+//!
+//! [`WireClient`] is the binding's [`ClientTransport`]: the channel's one connection, opened
+//! on first use and replaced on the next call after it breaks.
+
+pub(crate) mod client;
+pub(crate) mod server;
+pub(crate) mod streams;
+
+pub(crate) use server::serve;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::{Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
+use crate::core::error::{Error, Kind};
+use crate::transport::Endpoint;
+use client::Conn;
+
+/// A channel's keel-wire connection.
+#[derive(Debug)]
+pub(crate) struct WireClient {
+    endpoint: Endpoint,
+    settings: ClientSettings,
+    /// The live connection, if any. A std mutex: held only to clone or swap the `Arc`.
+    conn: Mutex<Option<Arc<Conn>>>,
+    /// Serialises connection attempts so a burst of first calls opens one connection.
+    connecting: tokio::sync::Mutex<()>,
+    opened: AtomicU64,
+    /// Connections taken out of `conn` (closed, or found broken and replaced).
+    closed: AtomicU64,
+}
+
+impl WireClient {
+    pub(crate) fn new(endpoint: Endpoint, settings: ClientSettings) -> WireClient {
+        WireClient {
+            endpoint,
+            settings,
+            conn: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            opened: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Conn>> {
+        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().filter(|c| c.is_open()).cloned()
+    }
+
+    /// The live connection, connecting if there is none.
+    async fn conn(&self) -> Result<Arc<Conn>, Error> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let conn = Arc::new(Conn::connect(&self.endpoint, &self.settings).await?);
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let old = self
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(conn.clone());
+        if old.is_some() {
+            self.closed.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(conn)
+    }
+
+    async fn call_inner(&self, call: Outgoing, deadline: Instant) -> Answer {
+        let conn = match tokio::time::timeout_at(deadline.into(), self.conn()).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(Error::new(
+                    Kind::Timeout,
+                    "deadline passed while connecting",
+                ))
+            }
+        };
+        conn.call(call, deadline).await
+    }
+}
+
+impl ClientTransport for WireClient {
+    fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer> {
+        Box::pin(self.call_inner(call, deadline))
+    }
+
+    fn open(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move { self.conn().await.map(drop) })
+    }
+
+    fn close(&self) {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(c) = conn {
+            self.closed.fetch_add(1, Ordering::Relaxed);
+            c.close("closed by the client");
+        }
+    }
+
+    fn is_connected(&self) -> bool {
+        self.current().is_some()
+    }
+
+    fn counts(&self) -> ConnCounts {
+        let broken = {
+            let slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            slot.as_ref().map(|c| !c.is_open())
+        };
+        // A connection that broke but is still in the slot counts as closed.
+        let (open, dead) = match broken {
+            Some(false) => (1, 0),
+            Some(true) => (0, 1),
+            None => (0, 0),
+        };
+        ConnCounts {
+            opened: self.opened.load(Ordering::Relaxed),
+            closed: self.closed.load(Ordering::Relaxed) + dead,
+            open,
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! How message bodies are encoded and decoded: postcard for keel's own clients, JSON for any
+//! HTTP client. Decoding arguments is the caller's fault when it fails (`BadRequest`); encoding
+//! a reply is the host's (`Internal`).
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::service::{Outcome, Payload, ServiceDescriptor};
+use super::status::{Status, StatusCode};
+use super::stream::ByteStream;
+
+/// How message bodies are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Format {
+    /// postcard: compact binary, keel's own clients.
+    Postcard,
+    /// JSON (`serde_json`): the HTTP binding's format for clients in any language. Arguments
+    /// are an object of the parameters by name.
+    Json,
+}
+
+pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result<Bytes, String> {
+    match format {
+        Format::Postcard => postcard::to_stdvec(value)
+            .map(Bytes::from)
+            .map_err(|e| e.to_string()),
+        Format::Json => serde_json::to_vec(value)
+            .map(Bytes::from)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, String> {
+    match format {
+        Format::Postcard => postcard::from_bytes(body).map_err(|e| e.to_string()),
+        Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
+    }
+}
+
+/// Decodes operation arguments; a failure is the caller's fault (`BadRequest`).
+pub(crate) fn decode_args<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, Status> {
+    decode(format, body).map_err(|e| {
+        Status::new(
+            StatusCode::BadRequest,
+            format!("cannot decode arguments: {e}"),
+        )
+    })
+}
+
+/// Encodes a handler's return value.
+pub(crate) fn encode_ok<T: Serialize>(format: Format, value: &T) -> Outcome {
+    encode(format, value)
+        .map(Payload::Body)
+        .map_err(|e| Status::new(StatusCode::Internal, format!("cannot encode reply: {e}")))
+}
+
+/// Encodes a typed fault.
+fn encode_fault<E: Serialize>(format: Format, fault: &E) -> Status {
+    match encode(format, fault) {
+        Ok(b) => Status::fault(b),
+        Err(e) => Status::new(StatusCode::Internal, format!("cannot encode fault: {e}")),
+    }
+}
+
+/// Encodes a handler's `Result<T, E>`: `Err` becomes a typed fault.
+pub(crate) fn encode_fallible<T: Serialize, E: Serialize>(
+    format: Format,
+    value: &Result<T, E>,
+) -> Outcome {
+    match value {
+        Ok(v) => encode_ok(format, v),
+        Err(e) => Err(encode_fault(format, e)),
+    }
+}
+
+/// A handler's streamed reply.
+pub(crate) fn stream_ok(stream: ByteStream) -> Outcome {
+    Ok(Payload::Stream(stream))
+}
+
+/// A handler's `Result<ByteStream, E>`: `Err` becomes a typed fault.
+pub(crate) fn stream_fallible<E: Serialize>(
+    format: Format,
+    value: Result<ByteStream, E>,
+) -> Outcome {
+    match value {
+        Ok(s) => Ok(Payload::Stream(s)),
+        Err(e) => Err(encode_fault(format, &e)),
+    }
+}
+
+pub(crate) fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
+    Status::new(
+        StatusCode::UnknownOperation,
+        format!("{} has no operation #{op}", desc.name),
+    )
+}

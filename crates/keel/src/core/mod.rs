@@ -1,0 +1,17 @@
+//! The core every other layer shares: what a call is, independent of how it travels.
+//!
+//! - [`error`]: the caller's [`Error`](error::Error);
+//! - [`status`]: what a host says about a call, [`Status`](status::Status) and keel's own
+//!   [`StatusCode`](status::StatusCode);
+//! - [`stream`]: [`ByteStream`](stream::ByteStream), a body that flows in chunks;
+//! - [`service`]: a contract's descriptors and the [`Service`](service::Service) trait generated
+//!   servers implement (the dispatch trait);
+//! - [`codec`]: how arguments, replies and faults are encoded.
+//!
+//! Imports nothing else of keel's.
+
+pub(crate) mod codec;
+pub(crate) mod error;
+pub(crate) mod service;
+pub(crate) mod status;
+pub(crate) mod stream;

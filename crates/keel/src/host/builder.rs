@@ -1,0 +1,374 @@
+//! [`HostBuilder`]: every setting of a host, each with a setter and a documented default.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{accept_loop, Host, HostRuntime};
+use crate::bindings::ServerSettings;
+use crate::core::error::{Error, Kind};
+use crate::core::service::Service;
+use crate::dispatch::{Dispatcher, Limits, ThrottleConfig};
+use crate::transport::socket::ServerSecurity;
+#[cfg(not(feature = "http"))]
+use crate::transport::Protocol;
+use crate::transport::{Endpoint, ServerTlsSettings};
+
+/// Settings for the worker pool that runs blocking (`fn`) operations. `None` keeps keel-pool's
+/// documented default (see [`keel_pool::Builder`]).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct PoolConfig {
+    /// Warm floor: threads created at start that never retire.
+    pub min_threads: Option<usize>,
+    /// Most threads at once; beyond it work queues (never dropped).
+    pub max_threads: Option<usize>,
+    /// How long a thread above the floor stays idle before retiring.
+    pub keep_alive: Option<Duration>,
+    /// Stack size of pool threads.
+    pub stack_size: Option<usize>,
+}
+
+/// A host's settings, as [`HostBuilder`] collects them and [`Host::config`] reports them.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HostConfig {
+    /// Admission control. Default: [`ThrottleConfig::default`].
+    pub throttle: ThrottleConfig,
+    /// Largest request body accepted. Default: 4 MiB.
+    pub max_message_size: u32,
+    /// How long `shutdown` waits for calls in flight before answering them `ShuttingDown`.
+    /// Default: 10 s.
+    pub close_timeout: Duration,
+    /// A new connection must complete the handshake within this (on TLS endpoints, the TLS
+    /// handshake and then keel's, each). Default: 10 s.
+    pub handshake_timeout: Duration,
+    /// Connections open at once; more are closed on accept. Default: 10,000.
+    pub max_connections: usize,
+    /// Calls in flight on one connection; more are answered `Busy`. Default: 4,096.
+    pub max_calls_per_connection: usize,
+    /// Largest flow-control window one streamed upload may grow to (it starts at 256 KiB and
+    /// grows toward the link's bandwidth-delay product). Bounds the memory one stream can
+    /// occupy. Default: 8 MiB.
+    pub max_stream_window: u32,
+    /// Runtime worker threads for I/O and async operations, when the host builds its own
+    /// runtime. Default: the number of CPUs.
+    pub worker_threads: Option<usize>,
+    /// The blocking-operation pool.
+    pub pool: PoolConfig,
+    /// Certificate and key for TLS endpoints (`tcps://`, `https://`), and whether clients must
+    /// present certificates. Required when the host has a TLS endpoint. Default: `None`.
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::ServerTls>,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            throttle: ThrottleConfig::default(),
+            max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
+            close_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_calls_per_connection: 4096,
+            max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
+            worker_threads: None,
+            pool: PoolConfig::default(),
+            #[cfg(feature = "tls")]
+            tls: None,
+        }
+    }
+}
+
+impl HostConfig {
+    fn tls(&self) -> ServerTlsSettings {
+        #[cfg(feature = "tls")]
+        let tls = self.tls.clone();
+        #[cfg(not(feature = "tls"))]
+        let tls = ();
+        tls
+    }
+
+    /// What the bindings need of these settings.
+    fn server_settings(&self) -> ServerSettings {
+        ServerSettings {
+            max_message_size: self.max_message_size,
+            handshake_timeout: self.handshake_timeout,
+            max_stream_window: self.max_stream_window,
+            max_calls_per_connection: self.max_calls_per_connection,
+        }
+    }
+}
+
+/// Builds a [`Host`]: services, endpoints, settings, then [`HostBuilder::start`]. Every setter
+/// documents its default; settings not set keep it.
+///
+/// ```
+/// # #[keel::contract] pub trait Echo { fn echo(&self, s: String) -> String; }
+/// # struct E;
+/// # impl Echo for E { fn echo(&self, s: String) -> String { s } }
+/// use std::time::Duration;
+///
+/// let host = keel::Host::builder()
+///     .service(EchoServer::new(E))
+///     .endpoint("tcp://127.0.0.1:0")
+///     .max_concurrent_calls(256)
+///     .max_queued_calls(512)
+///     .max_message_size(1 << 20)
+///     .close_timeout(Duration::from_secs(5))
+///     .min_threads(4)
+///     .start()?;
+/// assert_eq!(host.config().max_message_size, 1 << 20);
+/// host.shutdown();
+/// # Ok::<(), keel::Error>(())
+/// ```
+#[derive(Default)]
+pub struct HostBuilder {
+    services: Vec<Arc<dyn Service>>,
+    endpoints: Vec<String>,
+    config: HostConfig,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl std::fmt::Debug for HostBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.services.iter().map(|s| s.descriptor().name).collect();
+        f.debug_struct("HostBuilder")
+            .field("services", &names)
+            .field("endpoints", &self.endpoints)
+            .field("config", &self.config)
+            .field("runtime", &self.runtime.is_some())
+            .finish()
+    }
+}
+
+impl HostBuilder {
+    /// Adds a service: a generated `{Contract}Server`.
+    pub fn service<S: Service>(mut self, service: S) -> Self {
+        self.services.push(Arc::new(service));
+        self
+    }
+
+    /// Adds an endpoint URL to listen on, e.g. `tcp://127.0.0.1:0` (port 0 picks a free port;
+    /// [`Host::urls`] reports the bound one). A host without endpoints serves only through
+    /// [`Host::http_service`].
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoints.push(url.into());
+        self
+    }
+
+    /// Runs the host on the caller's tokio runtime (I/O, async operations, accept loops)
+    /// instead of a runtime of its own (the default). Blocking operations still run on the
+    /// host's keel-pool, never on the runtime's workers. Stop such a host with
+    /// [`Host::shutdown_async`] from async code.
+    pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(handle);
+        self
+    }
+
+    /// Sets admission control (both throttle limits at once). Default:
+    /// [`ThrottleConfig::default`].
+    pub fn throttle(mut self, throttle: ThrottleConfig) -> Self {
+        self.config.throttle = throttle;
+        self
+    }
+
+    /// Calls running at once across the host. Default: 1,024.
+    pub fn max_concurrent_calls(mut self, n: usize) -> Self {
+        self.config.throttle.max_concurrent_calls = n;
+        self
+    }
+
+    /// Calls waiting for a slot; one more is answered `Busy` at once. Default: 1,024.
+    pub fn max_queued_calls(mut self, n: usize) -> Self {
+        self.config.throttle.max_queued_calls = n;
+        self
+    }
+
+    /// Sets all of the blocking-operation pool's settings at once. Default:
+    /// [`PoolConfig::default`] (keel-pool's defaults).
+    pub fn pool(mut self, pool: PoolConfig) -> Self {
+        self.config.pool = pool;
+        self
+    }
+
+    /// The pool's warm floor: threads created at start that never retire. Default: keel-pool's.
+    pub fn min_threads(mut self, n: usize) -> Self {
+        self.config.pool.min_threads = Some(n);
+        self
+    }
+
+    /// Most pool threads at once; beyond it work queues. Default: keel-pool's.
+    pub fn max_threads(mut self, n: usize) -> Self {
+        self.config.pool.max_threads = Some(n);
+        self
+    }
+
+    /// How long a pool thread above the floor stays idle before retiring. Default: keel-pool's.
+    pub fn keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.config.pool.keep_alive = Some(keep_alive);
+        self
+    }
+
+    /// Stack size of pool threads. Default: keel-pool's.
+    pub fn thread_stack_size(mut self, bytes: usize) -> Self {
+        self.config.pool.stack_size = Some(bytes);
+        self
+    }
+
+    /// Largest request body accepted. Default: 4 MiB.
+    pub fn max_message_size(mut self, bytes: u32) -> Self {
+        self.config.max_message_size = bytes;
+        self
+    }
+
+    /// How long `shutdown` waits for calls in flight. Default: 10 s.
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.config.close_timeout = timeout;
+        self
+    }
+
+    /// How long a new connection may take to complete its handshakes. Default: 10 s.
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handshake_timeout = timeout;
+        self
+    }
+
+    /// Connections open at once; more are closed on accept. Default: 10,000.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.config.max_connections = n;
+        self
+    }
+
+    /// Calls in flight on one connection; more are answered `Busy`. Default: 4,096.
+    pub fn max_calls_per_connection(mut self, n: usize) -> Self {
+        self.config.max_calls_per_connection = n;
+        self
+    }
+
+    /// Largest flow-control window one streamed upload may grow to. Default: 8 MiB.
+    pub fn max_stream_window(mut self, bytes: u32) -> Self {
+        self.config.max_stream_window = bytes;
+        self
+    }
+
+    /// Worker threads of the host's own runtime (ignored with [`HostBuilder::runtime`]).
+    /// Default: the number of CPUs.
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.config.worker_threads = Some(n);
+        self
+    }
+
+    /// Sets the certificate and key that TLS endpoints (`tcps://`, `https://`) serve, and
+    /// whether clients must present certificates. Required when the host has a TLS endpoint.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::ServerTls) -> Self {
+        self.config.tls = Some(tls);
+        self
+    }
+
+    /// Binds every endpoint and starts serving. Returns once the host accepts connections.
+    pub fn start(self) -> Result<Host, Error> {
+        let HostBuilder {
+            services: list,
+            endpoints,
+            config,
+            runtime,
+        } = self;
+        let mut services: HashMap<String, Arc<dyn Service>> = HashMap::new();
+        for s in list {
+            let name = s.descriptor().name;
+            if services.insert(name.to_string(), s).is_some() {
+                return Err(Error::new(
+                    Kind::Config,
+                    format!("service `{name}` added twice"),
+                ));
+            }
+        }
+        let endpoints = endpoints
+            .iter()
+            .map(|u| Endpoint::parse(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        #[cfg(not(feature = "http"))]
+        if let Some(ep) = endpoints.iter().find(|e| e.protocol() == Protocol::Http) {
+            return Err(crate::bindings::http_feature_needed(ep));
+        }
+        // Before binding anything: a TLS endpoint without a certificate is a config error.
+        let security = endpoints
+            .iter()
+            .map(|ep| ServerSecurity::for_endpoint(ep, &config.tls()))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let pool = build_pool(&config.pool)?;
+        let runtime = match runtime {
+            Some(handle) => HostRuntime::Shared(handle),
+            None => {
+                let mut rt = tokio::runtime::Builder::new_multi_thread();
+                rt.enable_all().thread_name("keel-host");
+                if let Some(n) = config.worker_threads {
+                    rt.worker_threads(n.max(1));
+                }
+                let rt = rt.build().map_err(|e| {
+                    Error::new(Kind::Config, format!("cannot start the host runtime: {e}"))
+                        .with_source(e)
+                })?;
+                HostRuntime::Owned(Some(rt))
+            }
+        };
+        let handle = runtime.handle().expect("a runtime until shutdown");
+
+        let limits = Limits {
+            max_calls_per_connection: config.max_calls_per_connection,
+        };
+        let dispatcher = Arc::new(Dispatcher::new(services, limits, config.throttle, pool));
+        let settings = Arc::new(config.server_settings());
+
+        let mut urls = Vec::new();
+        let mut accept_tasks = Vec::new();
+        for (ep, security) in endpoints.into_iter().zip(security) {
+            let listen_err = |e: std::io::Error| {
+                Error::new(Kind::Config, format!("cannot listen on {ep}: {e}")).with_source(e)
+            };
+            let bound = ep.bind().map_err(listen_err)?;
+            urls.push(bound.local_url().map_err(listen_err)?);
+            let listener = {
+                let _in_runtime = handle.enter();
+                bound.into_async(security).map_err(listen_err)?
+            };
+            accept_tasks.push(handle.spawn(accept_loop(
+                listener,
+                dispatcher.clone(),
+                settings.clone(),
+                config.max_connections,
+            )));
+        }
+        Ok(Host {
+            dispatcher,
+            settings,
+            config,
+            runtime,
+            urls,
+            accept_tasks,
+        })
+    }
+}
+
+fn build_pool(pc: &PoolConfig) -> Result<keel_pool::Pool, Error> {
+    let mut pool = keel_pool::Pool::builder();
+    pool.thread_name("keel-handler");
+    if let Some(n) = pc.min_threads {
+        pool.min_threads(n);
+    }
+    if let Some(n) = pc.max_threads {
+        pool.max_threads(n);
+    }
+    if let Some(d) = pc.keep_alive {
+        pool.keep_alive(d);
+    }
+    if let Some(n) = pc.stack_size {
+        pool.stack_size(n);
+    }
+    pool.build().map_err(|e| {
+        Error::new(Kind::Config, format!("cannot start the handler pool: {e}")).with_source(e)
+    })
+}

@@ -1,0 +1,86 @@
+//! How bytes get between two machines: endpoint addresses, sockets (TCP and Unix), TLS, and the
+//! write path of a connection. Knows nothing of calls or of any binding's protocol; takes plain
+//! settings (TLS settings, timeouts), never a host's or a client's configuration.
+//!
+//! | URL | binding |
+//! |-----|---------|
+//! | `tcp://host:port` | keel wire protocol over TCP |
+//! | `tcps://host:port` | keel wire protocol over TLS |
+//! | `unix:///path/to/socket` | keel wire protocol over a Unix socket |
+//! | `http://host:port` | HTTP/1.1 and HTTP/2 (prior knowledge) on one port |
+//! | `https://host:port` | HTTP/1.1 and HTTP/2 over TLS (ALPN) |
+//!
+//! Listening and connecting happen in two steps: the raw socket ([`socket::Listener::accept`],
+//! [`Endpoint::connect_raw`]) and the security layer on top of it
+//! ([`Endpoint::secure_client`], [`socket::Listener::secure`]), so that a slow TLS handshake
+//! runs in the connection's own task, never in the accept loop.
+//!
+//! TLS endpoints agree on their protocol with ALPN ([`Endpoint::alpn`]): `keel/1` on `tcps`;
+//! `h2` or `http/1.1` on `https`. There is no plaintext fallback in either direction.
+
+pub(crate) mod address;
+pub(crate) mod sink;
+pub(crate) mod socket;
+#[cfg(feature = "tls")]
+pub mod tls;
+
+use std::fmt;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub(crate) use address::{Endpoint, Protocol};
+
+/// A byte stream keel can run its protocols over.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// A connected (and, for TLS schemes, secured) byte stream.
+pub(crate) struct Connected {
+    pub(crate) io: Box<dyn Io>,
+    /// The protocol agreed by TLS ALPN, if any (`h2`, `http/1.1`, `keel/1`).
+    pub(crate) alpn: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for Connected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connected")
+            .field("alpn", &self.alpn.as_deref().map(String::from_utf8_lossy))
+            .finish_non_exhaustive()
+    }
+}
+
+/// ALPN id of the keel wire protocol over TLS.
+pub(crate) const ALPN_KEEL: &[u8] = b"keel/1";
+/// ALPN id of HTTP/2.
+pub(crate) const ALPN_H2: &[u8] = b"h2";
+/// ALPN id of HTTP/1.1.
+pub(crate) const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// Whether `bytes` start like a TLS record (an alert or a handshake message): what a plaintext
+/// client reads when it reached a TLS endpoint.
+pub(crate) fn looks_like_tls(bytes: &[u8]) -> bool {
+    matches!(bytes, [0x15 | 0x16, 0x03, ..])
+}
+
+/// The error for a TLS endpoint in a build without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn tls_feature_needed(endpoint: &Endpoint) -> crate::core::error::Error {
+    crate::core::error::Error::new(
+        crate::core::error::Kind::Config,
+        format!("{endpoint}: TLS endpoints need keel's `tls` feature, which this build leaves out"),
+    )
+}
+
+/// The client's TLS settings as the transport takes them (nothing in builds without TLS).
+#[cfg(feature = "tls")]
+pub(crate) type ClientTlsSettings = Option<tls::ClientTls>;
+/// The client's TLS settings as the transport takes them (nothing in builds without TLS).
+#[cfg(not(feature = "tls"))]
+pub(crate) type ClientTlsSettings = ();
+
+/// The host's TLS settings as the transport takes them (nothing in builds without TLS).
+#[cfg(feature = "tls")]
+pub(crate) type ServerTlsSettings = Option<tls::ServerTls>;
+/// The host's TLS settings as the transport takes them (nothing in builds without TLS).
+#[cfg(not(feature = "tls"))]
+pub(crate) type ServerTlsSettings = ();
