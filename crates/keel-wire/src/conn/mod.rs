@@ -35,7 +35,8 @@
 //! releasing the lock, so control frames and data frames keep their order (a StreamEnd never
 //! overtakes the stream's last StreamData).
 //!
-//! Nothing here changes the bytes on the wire: the core follows the rules of `PROTOCOL.md`.
+//! The rules the core keeps (frame order, flow control, stopping streams) are those of
+//! `PROTOCOL.md`.
 //!
 //! [`start_call`]: Connection::start_call
 //! [`open_outbound`]: Connection::open_outbound
