@@ -255,6 +255,10 @@ impl RecvWindow {
 
 #[cfg(test)]
 mod tests {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
     use super::*;
 
     const RTT: Duration = Duration::from_millis(200);
@@ -441,21 +445,45 @@ mod tests {
         let _: &dyn std::error::Error = &FlowError::Overflow;
     }
 
-    /// xorshift64*, to pick test cases without extra dependencies.
-    struct Rng(u64);
+    /// One step of [`random_producer_consumer`]: which action, how long before it, and two
+    /// raw numbers the action scales to what the state allows.
+    #[derive(Debug, Clone)]
+    struct Step {
+        action: u8,
+        micros: u64,
+        a: u64,
+        b: u64,
+    }
 
-    impl Rng {
-        fn u64(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
+    /// One run of [`random_producer_consumer`].
+    #[derive(Debug, Clone)]
+    struct Run {
+        config: WindowConfig,
+        rtt: Duration,
+        steps: Vec<Step>,
+    }
 
-        /// Uniform-ish in `0..=max`.
-        fn upto(&mut self, max: u64) -> u64 {
-            self.u64() % (max + 1)
-        }
+    fn runs() -> impl Strategy<Value = Run> {
+        // Tiny windows reach the edge cases, larger ones the auto-tuning.
+        let max = prop_oneof![1..=65u32, 1..=(1u32 << 20) + 1];
+        let step = (0..5u8, 0..=100_000u64, any::<u64>(), any::<u64>()).prop_map(
+            |(action, micros, a, b)| Step {
+                action,
+                micros,
+                a,
+                b,
+            },
+        );
+        (max, any::<u32>(), 0..=300u64, vec(step, 1..=2000)).prop_map(
+            |(max, initial, rtt, steps)| Run {
+                config: WindowConfig {
+                    initial: 1 + initial % max,
+                    max,
+                },
+                rtt: ms(rtt),
+                steps,
+            },
+        )
     }
 
     /// A producer and a consumer with frames in flight both ways, random timing, random chunk
@@ -464,19 +492,17 @@ mod tests {
     /// everything is delivered and consumed the producer can always send.
     #[test]
     fn random_producer_consumer() {
+        use std::cell::Cell;
         use std::collections::VecDeque;
 
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let (mut grew, mut stayed, mut stalls_avoided) = (0, 0, 0);
-        for run in 0..300 {
-            // Tiny windows reach the edge cases, larger ones the auto-tuning.
-            let largest = if rng.upto(1) == 0 { 64 } else { 1 << 20 };
-            let max = 1 + rng.upto(largest) as u32;
-            let config = WindowConfig {
-                initial: 1 + rng.upto(u64::from(max) - 1) as u32,
-                max,
-            };
-            let rtt = ms(rng.upto(300));
+        let (grew, stayed, stalls_avoided) = (Cell::new(0), Cell::new(0), Cell::new(0));
+        let mut runner = TestRunner::new(Config {
+            cases: 300,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let result = runner.run(&runs(), |Run { config, rtt, steps }| {
+            let max = config.max;
             let start = Instant::now();
             let mut now = start;
             let mut producer = SendWindow::new(config.initial);
@@ -486,39 +512,39 @@ mod tests {
             let mut granted = u64::from(config.initial);
             let (mut sent, mut received) = (0u64, 0u64);
             let mut window = consumer.window();
-            for step in 0..2000 {
-                now += Duration::from_micros(rng.upto(100_000));
-                match rng.upto(4) {
+            for (i, step) in steps.iter().enumerate() {
+                now += Duration::from_micros(step.micros);
+                match step.action {
                     0 if producer.available() > 0 => {
-                        let n = 1 + rng.upto(producer.available() - 1);
-                        let n = n.min(1 + rng.upto(u64::from(max))) as usize;
+                        let n = 1 + step.a % producer.available();
+                        let n = n.min(1 + step.b % (u64::from(max) + 1)) as usize;
                         producer.consume(n);
                         sent += n as u64;
                         data_in_flight.push_back(n);
                     }
                     1 => {
                         if let Some(n) = data_in_flight.pop_front() {
-                            consumer.on_data(n).expect("producer within its grant");
+                            prop_assert_eq!(consumer.on_data(n), Ok(()), "step {}", i);
                             received += n as u64;
                         }
                     }
                     2 => {
-                        let n = rng.upto(consumer.buffered()) as usize;
+                        let n = (step.a % (consumer.buffered() + 1)) as usize;
                         if let Some(increment) = consumer.on_consumed(n, now, rtt) {
-                            assert!(increment > 0);
+                            prop_assert!(increment > 0);
                             granted += u64::from(increment);
                             updates_in_flight.push_back(increment);
                         }
                     }
                     3 => {
                         if let Some(increment) = updates_in_flight.pop_front() {
-                            producer.grant(increment).expect("no overflow");
+                            prop_assert_eq!(producer.grant(increment), Ok(()), "step {}", i);
                         }
                     }
-                    _ => {
+                    4 => {
                         // Quiesce: deliver and consume everything.
                         while let Some(n) = data_in_flight.pop_front() {
-                            consumer.on_data(n).expect("producer within its grant");
+                            prop_assert_eq!(consumer.on_data(n), Ok(()), "step {}", i);
                             received += n as u64;
                         }
                         let n = consumer.buffered() as usize;
@@ -527,32 +553,37 @@ mod tests {
                             updates_in_flight.push_back(increment);
                         }
                         while let Some(increment) = updates_in_flight.pop_front() {
-                            producer.grant(increment).expect("no overflow");
+                            prop_assert_eq!(producer.grant(increment), Ok(()), "step {}", i);
                         }
-                        assert_eq!(consumer.buffered(), 0);
-                        stalls_avoided += usize::from(sent > u64::from(config.initial));
-                        assert!(
-                            producer.available() > 0,
-                            "run {run} step {step}: producer stalled"
-                        );
-                        assert_eq!(producer.available(), granted - sent);
+                        prop_assert_eq!(consumer.buffered(), 0);
+                        if sent > u64::from(config.initial) {
+                            stalls_avoided.set(stalls_avoided.get() + 1);
+                        }
+                        prop_assert!(producer.available() > 0, "step {}: producer stalled", i);
+                        prop_assert_eq!(producer.available(), granted - sent);
                     }
+                    _ => {}
                 }
-                assert!(consumer.window() >= window, "window shrank");
+                prop_assert!(consumer.window() >= window, "window shrank");
                 window = consumer.window();
-                assert!(window <= max);
+                prop_assert!(window <= max);
                 let outstanding = granted - received;
-                assert!(outstanding + consumer.buffered() <= u64::from(max));
-                assert!(outstanding + consumer.buffered() <= u64::from(window));
-                assert!(producer.available() + (sent - received) <= outstanding);
+                prop_assert!(outstanding + consumer.buffered() <= u64::from(max));
+                prop_assert!(outstanding + consumer.buffered() <= u64::from(window));
+                prop_assert!(producer.available() + (sent - received) <= outstanding);
             }
             if consumer.window() > config.initial {
-                grew += 1;
+                grew.set(grew.get() + 1);
             } else {
-                stayed += 1;
+                stayed.set(stayed.get() + 1);
             }
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
         }
         // The runs cover both behaviours, and producers went past their initial credit.
+        let (grew, stayed, stalls_avoided) = (grew.get(), stayed.get(), stalls_avoided.get());
         assert!(grew > 30 && stayed > 30, "grew {grew}, stayed {stayed}");
         assert!(stalls_avoided > 1000, "{stalls_avoided}");
     }

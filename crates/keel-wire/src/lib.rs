@@ -21,6 +21,15 @@
 //! [`SendWindow`] (producer) and [`RecvWindow`] (consumer, with window auto-tuning up to
 //! [`DEFAULT_MAX_WINDOW`]). Ordering and error rules are in `PROTOCOL.md`.
 //!
+//! # The connection core
+//!
+//! Above frames and flow control, [`Connection`] (module [`conn`]) is the per-connection protocol
+//! state both ends of a connection share, still sans-IO: the client's call table, the
+//! flow-control accounting of every stream in both directions, ping/pong and the round-trip-time
+//! estimate, GoAway, and which frames each side may receive. The caller feeds it decoded frames
+//! and gets [`Event`]s back, tells it what the application did, and sends the control frames it
+//! queues; the caller keeps the socket, the clock, and the frames that carry application data.
+//!
 //! # Example
 //!
 //! Encode a request and decode it back, as the two ends of a connection would:
@@ -61,6 +70,7 @@
 #![forbid(unsafe_code)]
 
 mod codec;
+pub mod conn;
 mod flow;
 mod frame;
 mod handshake;
@@ -69,6 +79,7 @@ pub use codec::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,
     HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_NAME_LEN, MAX_REASON_LEN,
 };
+pub use conn::{CallRejected, Closed, ConnError, Connection, Event, Side};
 pub use flow::{
     FlowError, RecvWindow, SendWindow, WindowConfig, MAX_WINDOW_SIZE, WINDOW_EXCEEDED_REASON,
 };

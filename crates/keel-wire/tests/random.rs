@@ -1,136 +1,148 @@
-//! Property-style tests without extra dependencies: a deterministic xorshift generator makes
-//! random frames, random split points and random garbage.
+//! Property tests (proptest): random frames, random split points and random garbage.
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{
     Cancel, Codec, Frame, GoAway, Limits, Reply, Request, RequestFlags, StatusCode, StopSending,
     StreamData, StreamEnd, WindowUpdate, WireError, MAX_NAME_LEN, MAX_REASON_LEN,
 };
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::select;
 
 #[path = "support/fuzz_core.rs"]
 mod fuzz_core;
 
-/// xorshift64*: small, deterministic, good enough to pick test cases.
-struct Rng(u64);
+/// A length that is usually small and sometimes up to `max`.
+fn len(max: usize) -> impl Strategy<Value = usize> {
+    prop_oneof![3 => 0..=max.min(16), 1 => 0..=max]
+}
 
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
+/// Random bytes, usually few, sometimes up to `max`.
+fn blob(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    len(max).prop_flat_map(|n| vec(any::<u8>(), n))
+}
 
-    fn u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
+fn body(max: usize) -> impl Strategy<Value = Bytes> {
+    blob(max).prop_map(Bytes::from)
+}
 
-    /// Uniform-ish in `0..=max`.
-    fn upto(&mut self, max: usize) -> usize {
-        (self.u64() % (max as u64 + 1)) as usize
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.u64() as u8).collect()
-    }
-
-    /// Random bytes, usually few, sometimes up to `max`.
-    fn blob(&mut self, max: usize) -> Vec<u8> {
-        let n = self.len(max);
-        self.bytes(n)
-    }
-
-    /// A length that is usually small and sometimes up to `max`.
-    fn len(&mut self, max: usize) -> usize {
-        if self.upto(3) == 0 {
-            self.upto(max)
-        } else {
-            self.upto(max.min(16))
-        }
-    }
-
-    /// Text of at most `max` bytes mixing 1- to 4-byte characters.
-    fn text(&mut self, max: usize) -> String {
-        const CHARS: [char; 6] = ['a', 'Z', '_', 'é', '€', '😀'];
-        let target = self.len(max);
-        let mut s = String::new();
-        loop {
-            let c = CHARS[self.upto(CHARS.len() - 1)];
-            if s.len() + c.len_utf8() > target {
-                return s;
+/// Text of at most `max` bytes (usually few) mixing 1- to 4-byte characters.
+fn text(max: usize) -> impl Strategy<Value = String> {
+    const CHARS: [char; 6] = ['a', 'Z', '_', 'é', '€', '😀'];
+    len(max).prop_flat_map(|target| {
+        vec(select(&CHARS[..]), target).prop_map(move |chars| {
+            let mut s = String::new();
+            for c in chars {
+                if s.len() + c.len_utf8() > target {
+                    break;
+                }
+                s.push(c);
             }
-            s.push(c);
-        }
-    }
+            s
+        })
+    })
+}
 
-    fn frame(&mut self, max_body: usize) -> Frame {
-        match self.upto(9) {
-            0 => Frame::Request(Request {
-                call_id: self.u64(),
-                flags: RequestFlags {
-                    one_way: self.upto(1) == 1,
-                    streamed: self.upto(1) == 1,
-                },
-                deadline_us: self.u64(),
-                service: self.text(MAX_NAME_LEN),
-                operation: self.text(MAX_NAME_LEN),
-                body: Bytes::from(self.blob(max_body)),
-            }),
-            1 => Frame::Reply(Reply {
-                call_id: self.u64(),
-                status: self.status(),
-                body: Bytes::from(self.blob(max_body)),
-            }),
-            2 => Frame::Cancel(Cancel {
-                call_id: self.u64(),
-            }),
-            3 => Frame::Ping(self.u64()),
-            4 => Frame::Pong(self.u64()),
-            5 => Frame::GoAway(GoAway {
-                last_call_id: self.u64(),
-                reason: self.text(MAX_REASON_LEN),
-            }),
-            6 => Frame::StreamData(StreamData {
-                call_id: self.u64(),
-                data: Bytes::from(self.blob(max_body)),
-            }),
-            7 => {
-                let status = self.status();
-                Frame::StreamEnd(StreamEnd {
-                    call_id: self.u64(),
-                    status,
-                    message: if status == StatusCode::Ok {
-                        Bytes::new()
-                    } else {
-                        Bytes::from(self.text(MAX_REASON_LEN))
-                    },
+fn status() -> impl Strategy<Value = StatusCode> {
+    (0..=11u8).prop_map(|v| StatusCode::from_u8(v).unwrap())
+}
+
+/// Any frame, with bodies and stream data of at most `max_body` bytes.
+fn frame(max_body: usize) -> impl Strategy<Value = Frame> {
+    let request = (
+        any::<u64>(),
+        any::<(bool, bool)>(),
+        any::<u64>(),
+        text(MAX_NAME_LEN),
+        text(MAX_NAME_LEN),
+        body(max_body),
+    )
+        .prop_map(
+            |(call_id, (one_way, streamed), deadline_us, service, operation, body)| {
+                Frame::Request(Request {
+                    call_id,
+                    flags: RequestFlags { one_way, streamed },
+                    deadline_us,
+                    service,
+                    operation,
+                    body,
                 })
-            }
-            8 => Frame::WindowUpdate(WindowUpdate {
-                call_id: self.u64(),
-                increment: (self.u64() as u32).max(1),
-            }),
-            _ => Frame::StopSending(StopSending {
-                call_id: self.u64(),
-            }),
-        }
-    }
+            },
+        );
+    let reply = (any::<u64>(), status(), body(max_body)).prop_map(|(call_id, status, body)| {
+        Frame::Reply(Reply {
+            call_id,
+            status,
+            body,
+        })
+    });
+    let go_away = (any::<u64>(), text(MAX_REASON_LEN)).prop_map(|(last_call_id, reason)| {
+        Frame::GoAway(GoAway {
+            last_call_id,
+            reason,
+        })
+    });
+    let data = (any::<u64>(), body(max_body))
+        .prop_map(|(call_id, data)| Frame::StreamData(StreamData { call_id, data }));
+    let end = (any::<u64>(), status(), text(MAX_REASON_LEN)).prop_map(|(call_id, status, text)| {
+        Frame::StreamEnd(StreamEnd {
+            call_id,
+            status,
+            message: if status == StatusCode::Ok {
+                Bytes::new()
+            } else {
+                Bytes::from(text)
+            },
+        })
+    });
+    let window = (any::<u64>(), 1..=u32::MAX)
+        .prop_map(|(call_id, increment)| Frame::WindowUpdate(WindowUpdate { call_id, increment }));
+    prop_oneof![
+        request,
+        reply,
+        any::<u64>().prop_map(|call_id| Frame::Cancel(Cancel { call_id })),
+        any::<u64>().prop_map(Frame::Ping),
+        any::<u64>().prop_map(Frame::Pong),
+        go_away,
+        data,
+        end,
+        window,
+        any::<u64>().prop_map(|call_id| Frame::StopSending(StopSending { call_id })),
+    ]
+}
 
-    fn status(&mut self) -> StatusCode {
-        StatusCode::from_u8(self.upto(11) as u8).unwrap()
-    }
+/// Where to cut a byte stream: each entry gives the next piece's size (a quarter of them up
+/// to everything left, the others at most 17 bytes), used in turn.
+fn cuts() -> impl Strategy<Value = Vec<(u8, usize)>> {
+    vec((0..4u8, any::<usize>()), 1..=32)
+}
 
-    /// Split `data` into random pieces.
-    fn pieces<'a>(&mut self, mut data: &'a [u8]) -> Vec<&'a [u8]> {
-        let mut out = vec![];
-        while !data.is_empty() {
-            let n = 1 + self.len(data.len() - 1);
-            let (a, b) = data.split_at(n);
-            out.push(a);
-            data = b;
+/// Split `data` into pieces following `cuts` (see [`cuts`]).
+fn pieces<'a>(mut data: &'a [u8], cuts: &[(u8, usize)]) -> Vec<&'a [u8]> {
+    let mut out = vec![];
+    for &(kind, raw) in cuts.iter().cycle() {
+        if data.is_empty() {
+            break;
         }
-        out
+        let most = if kind == 0 {
+            data.len()
+        } else {
+            data.len().min(17)
+        };
+        let (a, b) = data.split_at(1 + raw % most);
+        out.push(a);
+        data = b;
     }
+    out
+}
+
+/// Prefixes `data` with a chunk schedule for `fuzz_core` (its length byte, then the bytes).
+fn scheduled(schedule: &[u8], data: &[u8]) -> Vec<u8> {
+    assert!(schedule.len() < 16);
+    let mut out = vec![schedule.len() as u8];
+    out.extend_from_slice(schedule);
+    out.extend_from_slice(data);
+    out
 }
 
 /// Feed `pieces` to `codec`, collecting every outcome; stops at a fatal error.
@@ -157,34 +169,40 @@ fn decode_all(codec: &mut Codec, pieces: &[&[u8]]) -> Vec<Result<Frame, WireErro
     out
 }
 
-#[test]
-fn random_frames_survive_random_splits() {
-    let mut rng = Rng::new(1);
-    let limits = Limits::with_max_message_size(3000);
-    for _ in 0..500 {
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn random_frames_survive_random_splits(
+        frames in vec(frame(3000), 1..=41),
+        cuts in cuts(),
+    ) {
+        let limits = Limits::with_max_message_size(3000);
         let codec = Codec::new(limits);
-        let frames: Vec<Frame> = (0..=rng.upto(40)).map(|_| rng.frame(3000)).collect();
         let mut wire = BytesMut::new();
         for frame in &frames {
             codec.encode(frame, &mut wire).unwrap();
         }
-        let pieces = rng.pieces(&wire);
-        let got = decode_all(&mut Codec::new(limits), &pieces);
+        let got = decode_all(&mut Codec::new(limits), &pieces(&wire, &cuts));
         let expected: Vec<_> = frames.into_iter().map(Ok).collect();
-        assert_eq!(got, expected);
+        prop_assert_eq!(got, expected);
     }
 }
 
-/// Frames written under a larger limit than the reader's: every request, reply or stream data
-/// whose payload exceeds the reader's limit becomes a `TooLarge` naming its call, and everything
-/// else (GoAway and StreamEnd whatever their reason's length) still arrives, whatever the split.
-#[test]
-fn oversized_frames_are_skipped_and_named() {
-    let mut rng = Rng::new(2);
-    for _ in 0..300 {
-        let reader_limit = rng.upto(2000) as u32;
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Frames written under a larger limit than the reader's: every request, reply or stream
+    /// data whose payload exceeds the reader's limit becomes a `TooLarge` naming its call, and
+    /// everything else (GoAway and StreamEnd whatever their reason's length) still arrives,
+    /// whatever the split.
+    #[test]
+    fn oversized_frames_are_skipped_and_named(
+        reader_limit in 0..=2000u32,
+        frames in vec(frame(20_000), 1..=31),
+        cuts in cuts(),
+    ) {
         let writer = Codec::new(Limits::with_max_message_size(20_000));
-        let frames: Vec<Frame> = (0..=rng.upto(30)).map(|_| rng.frame(20_000)).collect();
         let mut wire = BytesMut::new();
         let mut expected = vec![];
         for frame in frames {
@@ -200,61 +218,61 @@ fn oversized_frames_are_skipped_and_named() {
                 None => Ok(frame),
             });
         }
-        let pieces = rng.pieces(&wire);
         let mut reader = Codec::new(Limits::with_max_message_size(reader_limit));
-        let got: Vec<_> = decode_all(&mut reader, &pieces)
-            .into_iter()
-            .map(|r| {
-                r.map_err(|e| match e {
-                    WireError::TooLarge { call_id, limit, .. } => {
-                        assert_eq!(limit, reader_limit);
-                        call_id
-                    }
-                    other => panic!("unexpected {other:?}"),
-                })
-            })
-            .collect();
-        assert_eq!(got, expected);
+        let mut got = vec![];
+        for outcome in decode_all(&mut reader, &pieces(&wire, &cuts)) {
+            got.push(match outcome {
+                Ok(frame) => Ok(frame),
+                Err(WireError::TooLarge { call_id, limit, .. }) => {
+                    prop_assert_eq!(limit, reader_limit);
+                    Err(call_id)
+                }
+                Err(other) => return Err(TestCaseError::fail(format!("unexpected {other:?}"))),
+            });
+        }
+        prop_assert_eq!(got, expected);
     }
 }
 
-#[test]
-fn random_garbage_never_panics() {
-    let mut rng = Rng::new(3);
-    for _ in 0..3000 {
-        let n = rng.len(3000);
-        let data = rng.bytes(n);
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn random_garbage_never_panics(data in blob(3000)) {
         fuzz_core::decode_frames(&data);
         fuzz_core::decode_hellos(&data);
     }
-}
 
-/// Valid streams with a few bytes changed reach deeper than pure garbage.
-#[test]
-fn mutated_streams_never_panic() {
-    let mut rng = Rng::new(4);
-    let codec = Codec::new(Limits::with_max_message_size(1000));
-    for _ in 0..3000 {
-        // Limit byte 2 selects 1000, matching the writer; the seed byte picks the split.
-        let mut data = vec![2, rng.u64() as u8];
+    /// Valid streams with a few bytes changed reach deeper than pure garbage.
+    #[test]
+    fn mutated_streams_never_panic(
+        frames in vec(frame(1000), 1..=6),
+        schedule in vec(any::<u8>(), 0..16),
+        mutations in vec((any::<usize>(), any::<u8>()), 1..=4),
+        hello_schedule in vec(any::<u8>(), 0..16),
+        hello_tail in vec(any::<u8>(), 0..=12),
+        hello_mutation in proptest::option::of((any::<usize>(), any::<u8>())),
+    ) {
+        let codec = Codec::new(Limits::with_max_message_size(1000));
         let mut wire = BytesMut::new();
-        for _ in 0..=rng.upto(5) {
-            codec.encode(&rng.frame(1000), &mut wire).unwrap();
+        for frame in &frames {
+            codec.encode(frame, &mut wire).unwrap();
         }
-        data.extend_from_slice(&wire);
-        for _ in 0..=rng.upto(3) {
-            let i = 2 + rng.upto(data.len() - 3);
-            data[i] = rng.u64() as u8;
+        for (i, b) in mutations {
+            let i = i % wire.len();
+            wire[i] = b;
         }
+        // Limit byte 2 selects 1000, matching the writer.
+        let mut data = vec![2];
+        data.extend_from_slice(&scheduled(&schedule, &wire));
         fuzz_core::decode_frames(&data);
 
-        let mut hello = vec![rng.u64() as u8];
-        hello.extend_from_slice(b"KEEL");
-        let tail = rng.upto(12);
-        hello.extend_from_slice(&rng.bytes(tail));
-        if rng.upto(1) == 0 {
-            let i = rng.upto(hello.len() - 1);
-            hello[i] = rng.u64() as u8;
+        let mut hello = b"KEEL".to_vec();
+        hello.extend_from_slice(&hello_tail);
+        let mut hello = scheduled(&hello_schedule, &hello);
+        if let Some((i, b)) = hello_mutation {
+            let i = i % hello.len();
+            hello[i] = b;
         }
         fuzz_core::decode_hellos(&hello);
     }

@@ -13,38 +13,55 @@ use keel_wire::{
 /// Message limits the frame target picks from (small ones reach the oversized paths).
 const LIMITS: [u32; 5] = [0, 16, 1000, 70_000, keel_wire::DEFAULT_MAX_MESSAGE_SIZE];
 
-/// Chunk sizes from a byte-seeded xorshift, so one input also decides how it is split.
-struct Chunks(u32);
+/// Chunk sizes read from the input itself: its first byte says how many schedule bytes follow
+/// (the byte's value mod 16); the bytes after them are the data to feed. So one input also
+/// decides how it is split, with no generator in between.
+#[derive(Debug, Clone, Copy)]
+struct Chunks<'a> {
+    schedule: &'a [u8],
+    taken: usize,
+}
 
-impl Chunks {
-    fn new(seed: u8) -> Chunks {
-        Chunks(u32::from(seed) | 0x100)
+impl<'a> Chunks<'a> {
+    /// Splits `input` into a chunk schedule and the data; `None` if `input` is empty.
+    fn split(input: &'a [u8]) -> Option<(Chunks<'a>, &'a [u8])> {
+        let (&n, rest) = input.split_first()?;
+        let (schedule, data) = rest.split_at((usize::from(n) % 16).min(rest.len()));
+        Some((Chunks { schedule, taken: 0 }, data))
     }
 
+    /// The next chunk's size, in `1..=max.max(1)`. The schedule bytes are used in turn, over
+    /// and over: below 0xC0 a small piece (1 to 16 bytes), from 0xC0 on a large one (64 bytes
+    /// to 4 KiB). An empty schedule feeds everything at once.
     fn next(&mut self, max: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        // Mostly small pieces, sometimes large ones.
-        let n = if self.0 & 3 == 0 {
-            self.0 >> 2
+        let max = max.max(1);
+        if self.schedule.is_empty() {
+            return max;
+        }
+        let b = self.schedule[self.taken % self.schedule.len()];
+        self.taken += 1;
+        let n = if b < 0xC0 {
+            1 + usize::from(b % 16)
         } else {
-            self.0 % 16
+            64 * usize::from(b - 0xBF)
         };
-        (n as usize % max.max(1)) + 1
+        n.min(max)
     }
 }
 
-/// Feed `data[2..]` to a [`Codec`] in chunks chosen by `data[1]`, with a limit chosen by
-/// `data[0]`, decoding until a fatal error. Every decoded frame must re-encode and decode to
-/// itself, and the buffer must never hold more than one partial frame within the limit.
+/// Feed the rest of `data` to a [`Codec`] with a limit chosen by `data[0]`, in chunks chosen by
+/// the schedule that follows it (see [`Chunks`]), decoding until a fatal error. Every decoded
+/// frame must re-encode and decode to itself, and the buffer must never hold more than one
+/// partial frame within the limit.
 pub(crate) fn decode_frames(data: &[u8]) {
-    let [pick, seed, stream @ ..] = data else {
+    let Some((pick, rest)) = data.split_first() else {
+        return;
+    };
+    let Some((mut chunks, stream)) = Chunks::split(rest) else {
         return;
     };
     let limits = Limits::with_max_message_size(LIMITS[usize::from(*pick) % LIMITS.len()]);
     let mut codec = Codec::new(limits);
-    let mut chunks = Chunks::new(*seed);
     let mut src = BytesMut::new();
     let mut rest = stream;
     while !rest.is_empty() {
@@ -78,14 +95,15 @@ pub(crate) fn decode_frames(data: &[u8]) {
     }
 }
 
-/// Feed `data[1..]` in chunks chosen by `data[0]` to [`decode_hello`] and, separately, to
+/// Feed `data` in chunks (a schedule, then the stream: see [`Chunks`]) to [`decode_hello`] and,
+/// separately, to
 /// [`decode_hello_reply`]. A mismatching magic must fail as soon as it is visible; a decoded
 /// message must re-encode to exactly the bytes it was decoded from.
 pub(crate) fn decode_hellos(data: &[u8]) {
-    let [seed, stream @ ..] = data else {
+    let Some((schedule, stream)) = Chunks::split(data) else {
         return;
     };
-    let mut chunks = Chunks::new(*seed);
+    let mut chunks = schedule;
     let mut src = BytesMut::new();
     let mut fed = 0;
     while fed < stream.len() {
@@ -111,7 +129,7 @@ pub(crate) fn decode_hellos(data: &[u8]) {
         }
     }
 
-    let mut chunks = Chunks::new(*seed);
+    let mut chunks = schedule;
     let mut src = BytesMut::new();
     let mut fed = 0;
     while fed < stream.len() {
