@@ -40,9 +40,9 @@ impl CallCtl {
 pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
     /// Delivers the answer to call `call_id`.
     fn reply(&self, call_id: u64, outcome: Outcome);
-    /// The host will serve no new calls here; tell the peer (calls up to `last_call_id` are
-    /// still answered).
-    fn go_away(&self, last_call_id: u64, reason: &str);
+    /// The host will serve no new calls here; tell the peer (calls it sent already are still
+    /// answered).
+    fn go_away(&self, reason: &str);
     /// Delivers what is queued, then closes the connection.
     fn close(&self);
 }
@@ -78,7 +78,6 @@ pub(crate) struct ConnShared {
     pub(crate) id: u64,
     out: Box<dyn Responder>,
     calls: Mutex<HashMap<u64, Arc<CallCtl>>>,
-    last_call_id: AtomicU64,
     pub(crate) info: ConnInfo,
     pub(crate) dispatcher: Arc<Dispatcher>,
 }
@@ -95,7 +94,6 @@ impl ConnShared {
             id,
             out,
             calls: Mutex::new(HashMap::new()),
-            last_call_id: AtomicU64::new(0),
             info,
             dispatcher,
         }
@@ -119,7 +117,6 @@ impl ConnShared {
             }
             calls.insert(call_id, ctl.clone());
         }
-        self.last_call_id.fetch_max(call_id, Ordering::Relaxed);
         self.dispatcher.call_started();
         Ok(ctl)
     }
@@ -159,8 +156,7 @@ impl ConnShared {
 
     /// Drain: tell the client no new calls will be served here.
     pub(crate) fn go_away(&self, reason: &str) {
-        let last_call_id = self.last_call_id.load(Ordering::Relaxed);
-        self.out.go_away(last_call_id, reason);
+        self.out.go_away(reason);
     }
 
     /// Answers every call still in flight with `status` and closes the connection.

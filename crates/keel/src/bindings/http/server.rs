@@ -61,7 +61,7 @@ impl Responder for HttpResponder {
         }
     }
 
-    fn go_away(&self, _last_call_id: u64, _reason: &str) {
+    fn go_away(&self, _reason: &str) {
         self.stop.send_replace(true);
     }
 

@@ -3,14 +3,15 @@
 //!
 //! - [`client`]: one client connection ([`client::Conn`]), a reader task routing replies;
 //! - [`server`]: one host connection, handshake then a reader handing requests to dispatch;
-//! - [`streams`]: streamed transfer on a connection, for both ends.
+//! - [`conn`]: one connection's state, the same on both ends: keel-wire's sans-IO core plus
+//!   the async ends of its streams.
 //!
 //! [`WireClient`] is the binding's [`ClientTransport`]: the channel's one connection, opened
 //! on first use and replaced on the next call after it breaks.
 
 pub(crate) mod client;
+mod conn;
 pub(crate) mod server;
-pub(crate) mod streams;
 
 pub(crate) use server::serve;
 
@@ -49,9 +50,10 @@ impl WireClient {
         }
     }
 
+    /// The connection new calls go to: open, and the host has not said GoAway.
     fn current(&self) -> Option<Arc<Conn>> {
         let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        guard.as_ref().filter(|c| c.is_open()).cloned()
+        guard.as_ref().filter(|c| c.takes_calls()).cloned()
     }
 
     /// The live connection, connecting if there is none.
@@ -76,17 +78,24 @@ impl WireClient {
         Ok(conn)
     }
 
-    async fn call_inner(&self, call: Outgoing, deadline: Instant) -> Answer {
-        let conn = match tokio::time::timeout_at(deadline.into(), self.conn()).await {
-            Ok(conn) => conn?,
-            Err(_) => {
-                return Err(Error::new(
-                    Kind::Timeout,
-                    "deadline passed while connecting",
-                ))
+    async fn call_inner(&self, mut call: Outgoing, deadline: Instant) -> Answer {
+        loop {
+            let conn = match tokio::time::timeout_at(deadline.into(), self.conn()).await {
+                Ok(conn) => conn?,
+                Err(_) => {
+                    return Err(Error::new(
+                        Kind::Timeout,
+                        "deadline passed while connecting",
+                    ))
+                }
+            };
+            // `None`: the host said GoAway before the call was sent; it goes to a new
+            // connection (`current` no longer offers this one).
+            match conn.call_or_return(call, deadline).await {
+                Ok(answer) => return answer,
+                Err(unsent) => call = unsent,
             }
-        };
-        conn.call(call, deadline).await
+        }
     }
 }
 

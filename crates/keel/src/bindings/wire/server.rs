@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use keel_wire::{Codec, Frame, GoAway, HelloReply, Limits, Reply, WireError};
+use keel_wire::{Codec, Event, Frame, HelloReply, Limits, Reply, Side, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 
-use super::streams::Streams;
+use super::conn::WireConn;
 use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
-use crate::core::error::{Error, Kind};
 use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
@@ -23,8 +22,7 @@ use crate::transport::Io;
 #[derive(Debug)]
 struct WireResponder {
     /// Replies are written by whichever thread produced them (see [`Sink`]).
-    sink: Arc<Sink>,
-    streams: Arc<Streams>,
+    wire: Arc<WireConn<()>>,
     /// Where streamed replies are pumped from (answers may come from pool threads).
     runtime: tokio::runtime::Handle,
     /// Largest reply body the client accepts (from its hello).
@@ -36,17 +34,16 @@ impl Responder for WireResponder {
         let outcome = match outcome {
             Ok(Payload::Stream(stream)) => {
                 // Register first, so the client's credit for it is routed from the start.
-                let handle = self.streams.register_outbound(call_id);
+                let handle = self.wire.open_outbound(call_id);
                 let head = Frame::Reply(Reply {
                     call_id,
                     status: keel_wire::StatusCode::Ok,
                     body: Bytes::new(),
                 });
-                if self.sink.send(&head).is_ok() {
-                    self.runtime
-                        .spawn(self.streams.clone().pump(handle, stream));
+                if self.wire.sink().send(&head).is_ok() {
+                    self.runtime.spawn(self.wire.clone().pump(handle, stream));
                 } else {
-                    self.streams.stop_outbound(call_id);
+                    self.wire.stop_outbound(call_id);
                 }
                 return;
             }
@@ -65,23 +62,19 @@ impl Responder for WireResponder {
             Ok(body) => (keel_wire::StatusCode::Ok, body),
             Err(status) => (status.code().to_wire(), status.into_body()),
         };
-        let _ = self.sink.send(&Frame::Reply(Reply {
+        let _ = self.wire.sink().send(&Frame::Reply(Reply {
             call_id,
             status,
             body,
         }));
     }
 
-    fn go_away(&self, last_call_id: u64, reason: &str) {
-        let frame = Frame::GoAway(GoAway {
-            last_call_id,
-            reason: reason.to_string(),
-        });
-        let _ = self.sink.send(&frame);
+    fn go_away(&self, reason: &str) {
+        self.wire.go_away(reason);
     }
 
     fn close(&self) {
-        self.sink.close();
+        self.wire.sink().close();
     }
 }
 
@@ -144,17 +137,16 @@ pub(crate) async fn serve(
         wr,
         Codec::new(Limits::with_max_message_size(hello.max_message_size)),
     );
-    let streams = Streams::new(
-        sink.clone(),
+    let wire = WireConn::new(
+        Side::Host,
+        sink,
         settings.max_stream_window,
         hello.max_message_size,
     );
     // One ping gives the round-trip time that stream windows grow against.
-    let ping_sent = Instant::now();
-    let _ = sink.send(&Frame::Ping(RTT_PING));
+    wire.ping();
     let out = WireResponder {
-        sink: sink.clone(),
-        streams: streams.clone(),
+        wire: wire.clone(),
         runtime: tokio::runtime::Handle::current(),
         peer_max_message: hello.max_message_size,
     };
@@ -166,17 +158,7 @@ pub(crate) async fn serve(
     }
     let writer = tokio::spawn(flusher);
     let codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
-    let reader = tokio::spawn(read_loop(
-        rd,
-        buf,
-        codec,
-        conn.clone(),
-        Wire {
-            sink,
-            streams: streams.clone(),
-            ping_sent,
-        },
-    ));
+    let reader = tokio::spawn(read_loop(rd, buf, codec, conn.clone(), wire.clone()));
     // The reader ends on EOF or error; the writer when it closed the connection on purpose.
     let reader_abort = reader.abort_handle();
     tokio::select! {
@@ -184,20 +166,10 @@ pub(crate) async fn serve(
         _ = writer => { reader_abort.abort(); }
     }
     // The peer is gone: nobody can receive answers, so stop what still runs for it.
-    streams.close("connection closed");
+    wire.close("connection closed");
     let gone = Status::new(StatusCode::Cancelled, "connection closed");
     conn.abandon_all(&gone);
     dispatcher.unregister(conn.id);
-}
-
-/// The nonce of the ping a host sends to measure the round-trip time.
-const RTT_PING: u64 = 0x006b_6565_6c72_7474; // "keelrtt"
-
-/// The write side and stream state a wire connection's reader needs.
-struct Wire {
-    sink: Arc<Sink>,
-    streams: Arc<Streams>,
-    ping_sent: Instant,
 }
 
 async fn read_loop(
@@ -205,65 +177,44 @@ async fn read_loop(
     mut buf: BytesMut,
     mut codec: Codec,
     conn: Arc<ConnShared>,
-    wire: Wire,
+    wire: Arc<WireConn<()>>,
 ) {
-    let Wire {
-        sink,
-        streams,
-        ping_sent,
-    } = wire;
     loop {
         match codec.decode(&mut buf) {
-            Ok(Some(Frame::Request(req))) => {
-                let stream = if req.flags.streamed {
-                    streams.open_inbound(req.call_id)
-                } else {
-                    ByteStream::empty()
-                };
-                let incoming = Incoming {
-                    call_id: req.call_id,
-                    one_way: req.flags.one_way,
-                    deadline: (req.deadline_us > 0).then(|| Duration::from_micros(req.deadline_us)),
-                    service: &req.service,
-                    operation: &req.operation,
-                    format: Format::Postcard,
-                    body: req.body,
-                    stream,
-                };
-                dispatch(&conn, incoming, Instant::now());
-                continue;
-            }
-            Ok(Some(Frame::Cancel(c))) => {
-                conn.cancel(c.call_id);
-                streams.stop_outbound(c.call_id);
-                let cancelled = Error::new(Kind::Status(StatusCode::Cancelled), "call cancelled");
-                streams.fail_inbound(c.call_id, cancelled);
-                continue;
-            }
-            Ok(Some(
-                frame @ (Frame::StreamData(_)
-                | Frame::StreamEnd(_)
-                | Frame::WindowUpdate(_)
-                | Frame::StopSending(_)),
-            )) => {
-                streams.on_frame(frame);
-                continue;
-            }
-            Ok(Some(Frame::Ping(nonce))) => {
-                let _ = sink.send(&Frame::Pong(nonce));
-                continue;
-            }
-            Ok(Some(Frame::Pong(nonce))) => {
-                if nonce == RTT_PING {
-                    streams.set_rtt(ping_sent.elapsed());
+            Ok(Some(frame)) => match wire.handle(frame) {
+                Ok(Some(Event::Request(req))) => {
+                    let stream = if req.flags.streamed {
+                        // Before the next frame is read: its data follows this request.
+                        wire.inbound_stream(req.call_id)
+                    } else {
+                        ByteStream::empty()
+                    };
+                    let incoming = Incoming {
+                        call_id: req.call_id,
+                        one_way: req.flags.one_way,
+                        deadline: (req.deadline_us > 0)
+                            .then(|| Duration::from_micros(req.deadline_us)),
+                        service: &req.service,
+                        operation: &req.operation,
+                        format: Format::Postcard,
+                        body: req.body,
+                        stream,
+                    };
+                    dispatch(&conn, incoming, Instant::now());
+                    continue;
                 }
-                continue;
-            }
-            Ok(Some(Frame::Reply(_) | Frame::GoAway(_))) => {
-                conn.go_away("protocol error: the client sent a host-only frame");
-                conn.close();
-                return;
-            }
+                // Its streams are stopped already; the call itself is dispatch's.
+                Ok(Some(Event::Cancel { call_id })) => {
+                    conn.cancel(call_id);
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    conn.go_away(&e.to_string());
+                    conn.close();
+                    return;
+                }
+            },
             Ok(None) => {}
             Err(WireError::TooLarge {
                 call_id,

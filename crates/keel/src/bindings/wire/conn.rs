@@ -1,0 +1,435 @@
+//! One keel-wire connection's state, the same on both ends: keel-wire's sans-IO core
+//! ([`keel_wire::Connection`]: call table, stream windows, ping/RTT, GoAway, which frames each
+//! side may receive) and, beside it under the same lock, the async ends of its streams (the
+//! channel an inbound stream's consumer reads, the wake-ups an outbound stream's pump waits
+//! for). Frames the core asks for are written before the lock is released, so they keep their
+//! order with the frames that caused them.
+//!
+//! A stream's window bounds what it can have in flight or buffered, so memory stays bounded
+//! whatever the stream's size. A consumer that stops early sends StopSending; the producer
+//! stops and the connection carries on.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use keel_wire::{
+    CallRejected, Closed, ConnError, Connection, Event, Frame, Side, StreamData, WindowConfig,
+    DEFAULT_INITIAL_WINDOW,
+};
+use tokio::sync::{mpsc, Notify};
+
+use crate::core::error::{Error, Kind};
+use crate::core::status::StatusCode;
+use crate::core::stream::{ByteStream, Credit};
+use crate::transport::sink::Sink;
+
+/// Largest StreamData payload keel sends (further limited by the peer's message size).
+const MAX_CHUNK: usize = 64 * 1024;
+
+/// A pump sends its next chunk only when at most this much is queued for the socket: the
+/// window bounds what the receiver holds, this bounds what the sender holds.
+const SEND_QUEUE_LIMIT: usize = 256 * 1024;
+
+/// One connection's shared state. `C` is what a client's pending call carries (the slot its
+/// reply goes to); a host uses `()`.
+#[derive(Debug)]
+pub(crate) struct WireConn<C> {
+    state: Mutex<State<C>>,
+    sink: Arc<Sink>,
+    /// Largest StreamData payload we may send (the peer's message limit, capped).
+    max_chunk: usize,
+}
+
+#[derive(Debug)]
+struct State<C> {
+    core: Connection<C>,
+    /// Where each inbound stream's data goes.
+    inbound: HashMap<u64, mpsc::UnboundedSender<Result<Bytes, Error>>>,
+    /// What each outbound stream's pump waits on.
+    outbound: HashMap<u64, Arc<Outbound>>,
+}
+
+/// An outbound stream's wake-ups.
+#[derive(Debug, Default)]
+struct Outbound {
+    /// Woken (one permit) when credit arrives or the stream is stopped.
+    credit: Notify,
+    /// Woken (all waiters) when the stream is stopped.
+    stop: Notify,
+    stopped: AtomicBool,
+}
+
+impl Outbound {
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.stop.notify_waiters();
+        self.credit.notify_one();
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Waits until the stream is stopped.
+    async fn stopped(&self) {
+        // A `Notified` sees `notify_waiters` from its creation on, so check after creating it.
+        let notified = self.stop.notified();
+        if self.is_stopped() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// An outbound stream registered with the connection, for [`WireConn::pump`].
+#[derive(Debug)]
+pub(crate) struct OutboundHandle {
+    call_id: u64,
+    out: Arc<Outbound>,
+}
+
+fn lost(reason: &str) -> Error {
+    Error::new(Kind::Connection, format!("stream interrupted: {reason}"))
+}
+
+impl<C> State<C> {
+    fn register_outbound(&mut self, call_id: u64) -> OutboundHandle {
+        let out = Arc::new(Outbound::default());
+        if self.core.is_closed() {
+            out.stop();
+        }
+        self.outbound.insert(call_id, out.clone());
+        OutboundHandle { call_id, out }
+    }
+
+    fn stop_outbound_handle(&mut self, call_id: u64) {
+        if let Some(out) = self.outbound.remove(&call_id) {
+            out.stop();
+        }
+    }
+
+    fn fail_inbound(&mut self, call_id: u64, error: Error) {
+        if let Some(tx) = self.inbound.remove(&call_id) {
+            let _ = tx.send(Err(error));
+        }
+    }
+}
+
+impl<C: Send + 'static> WireConn<C> {
+    /// The state of a connection whose handshake just completed on `side`. `max_window` bounds
+    /// the windows of streams we receive; `peer_max_message` the chunks we send.
+    pub(crate) fn new(
+        side: Side,
+        sink: Arc<Sink>,
+        max_window: u32,
+        peer_max_message: u32,
+    ) -> Arc<WireConn<C>> {
+        let window = WindowConfig {
+            initial: DEFAULT_INITIAL_WINDOW,
+            max: max_window.max(DEFAULT_INITIAL_WINDOW),
+        };
+        Arc::new(WireConn {
+            state: Mutex::new(State {
+                core: Connection::new(side, window),
+                inbound: HashMap::new(),
+                outbound: HashMap::new(),
+            }),
+            sink,
+            max_chunk: MAX_CHUNK.min(peer_max_message.max(1) as usize),
+        })
+    }
+
+    /// The write side.
+    pub(crate) fn sink(&self) -> &Arc<Sink> {
+        &self.sink
+    }
+
+    /// Runs `f` on the state under the lock, then writes the frames the core queued.
+    fn with<R>(&self, f: impl FnOnce(&mut State<C>) -> R) -> R {
+        let mut st = self.lock();
+        let r = f(&mut st);
+        while let Some(frame) = st.core.poll_transmit() {
+            // A closed sink means the connection is going: nothing left to tell the peer.
+            let _ = self.sink.send(&frame);
+        }
+        r
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<C>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Feeds one frame from the peer. Stream frames are handled here (data delivered to its
+    /// consumer, credit to its pump); what is left for the caller comes back: a host's Request
+    /// or Cancel, a client's Reply or GoAway. Stream cleanup for a Cancel is done already.
+    pub(crate) fn handle(&self, frame: Frame) -> Result<Option<Event<C>>, ConnError> {
+        let now = Instant::now();
+        self.with(|st| {
+            let Some(event) = st.core.handle(frame, now)? else {
+                return Ok(None);
+            };
+            match event {
+                Event::StreamData { call_id, data } => {
+                    if let Some(tx) = st.inbound.get(&call_id) {
+                        // A closed receiver means the consumer is gone; its drop already told
+                        // the producer to stop.
+                        let _ = tx.send(Ok(data));
+                    }
+                }
+                Event::StreamEnd {
+                    call_id,
+                    status,
+                    message,
+                } => {
+                    // Dropping the sender ends the consumer's stream after what it buffered.
+                    if let Some(tx) = st.inbound.remove(&call_id) {
+                        if status != keel_wire::StatusCode::Ok {
+                            let msg = String::from_utf8_lossy(&message);
+                            let _ = tx.send(Err(Error::new(
+                                Kind::Status(StatusCode::from_wire(status)),
+                                format!("the sender aborted the stream: {msg}"),
+                            )));
+                        }
+                    }
+                }
+                Event::StreamFailed { call_id, error } => {
+                    let msg = format!("the peer broke flow control: {error}");
+                    st.fail_inbound(
+                        call_id,
+                        Error::new(Kind::Status(StatusCode::BadRequest), msg),
+                    );
+                }
+                Event::Credit { call_id } => {
+                    if let Some(out) = st.outbound.get(&call_id) {
+                        out.credit.notify_one();
+                    }
+                }
+                Event::OutboundStopped { call_id, .. } => st.stop_outbound_handle(call_id),
+                Event::Cancel { call_id } => {
+                    st.stop_outbound_handle(call_id);
+                    let cancelled =
+                        Error::new(Kind::Status(StatusCode::Cancelled), "call cancelled");
+                    st.fail_inbound(call_id, cancelled);
+                    return Ok(Some(Event::Cancel { call_id }));
+                }
+                other => return Ok(Some(other)),
+            }
+            Ok(None)
+        })
+    }
+
+    /// The consumer's end of inbound stream `call_id`, whose window the core opened (for a
+    /// streamed Request or a download's Ok Reply). Call it before handling the next frame.
+    /// Dropping the stream before its end sends StopSending.
+    pub(crate) fn inbound_stream(self: &Arc<Self>, call_id: u64) -> ByteStream {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.with(|st| {
+            if st.core.is_closed() {
+                let _ = tx.send(Err(lost("connection closed")));
+            } else {
+                st.inbound.insert(call_id, tx);
+            }
+        });
+        let weak: Weak<WireConn<C>> = Arc::downgrade(self);
+        let credit: Arc<dyn Credit> = Arc::new(InboundCredit {
+            conn: weak,
+            call_id,
+        });
+        ByteStream::remote(rx, credit)
+    }
+
+    /// The consumer of an inbound stream took `n` bytes.
+    fn consumed(&self, call_id: u64, n: usize) {
+        let now = Instant::now();
+        self.with(|st| st.core.consumed(call_id, n, now));
+    }
+
+    /// The consumer of an inbound stream dropped it before its end: tell the producer to stop.
+    fn abandoned(&self, call_id: u64) {
+        self.with(|st| {
+            st.inbound.remove(&call_id);
+            st.core.abandon_inbound(call_id);
+        });
+    }
+
+    /// Host: registers the outbound stream of a streamed reply (before its Ok Reply is sent).
+    pub(crate) fn open_outbound(&self, call_id: u64) -> OutboundHandle {
+        self.with(|st| {
+            st.core.open_outbound(call_id);
+            st.register_outbound(call_id)
+        })
+    }
+
+    /// Stop producing for `call_id` (the call was cancelled or refused), without a StreamEnd.
+    pub(crate) fn stop_outbound(&self, call_id: u64) {
+        self.with(|st| {
+            st.core.stop_outbound(call_id);
+            st.stop_outbound_handle(call_id);
+        });
+    }
+
+    /// Sends `stream` as the data of `handle`'s call within the peer's credit, then StreamEnd.
+    /// Returns when the stream ended, was stopped, or the connection closed.
+    pub(crate) async fn pump(self: Arc<Self>, handle: OutboundHandle, mut stream: ByteStream) {
+        let OutboundHandle { call_id, out } = handle;
+        let end = loop {
+            let next = tokio::select! {
+                biased;
+                _ = out.stopped() => break None,
+                next = stream.next() => next,
+            };
+            let mut chunk = match next {
+                None => break Some((keel_wire::StatusCode::Ok, Bytes::new())),
+                Some(Ok(chunk)) => chunk,
+                Some(Err(e)) => {
+                    break Some((keel_wire::StatusCode::Internal, Bytes::from(e.to_string())))
+                }
+            };
+            while !chunk.is_empty() {
+                let n = loop {
+                    let credit = self.lock().core.send_credit(call_id);
+                    match credit {
+                        None => break 0,
+                        _ if out.is_stopped() => break 0,
+                        Some(0) => out.credit.notified().await,
+                        Some(c) => break (c as usize).min(self.max_chunk).min(chunk.len()),
+                    }
+                };
+                if n == 0 {
+                    out.stop();
+                    break;
+                }
+                self.sink.wait_below(SEND_QUEUE_LIMIT).await;
+                let data = chunk.split_to(n);
+                let sent = self.with(|st| {
+                    st.core.on_sent(call_id, n);
+                    self.sink
+                        .send(&Frame::StreamData(StreamData { call_id, data }))
+                        .is_ok()
+                });
+                if !sent {
+                    out.stop();
+                    break;
+                }
+            }
+            if out.is_stopped() {
+                break None;
+            }
+        };
+        // The core ends the stream unless the peer stopped it first.
+        self.with(|st| {
+            st.outbound.remove(&call_id);
+            if let Some((status, message)) = end {
+                st.core.finish_outbound(call_id, status, message);
+            } else {
+                st.core.stop_outbound(call_id);
+            }
+        });
+    }
+
+    /// Host: a measurement ping (its Pong gives the RTT stream windows grow against).
+    pub(crate) fn ping(&self) {
+        let now = Instant::now();
+        self.with(|st| st.core.ping(now));
+    }
+
+    /// A round-trip sample measured elsewhere (the client's handshake).
+    pub(crate) fn set_rtt(&self, rtt: Duration) {
+        self.with(|st| st.core.set_rtt(rtt));
+    }
+
+    /// Host: tell the client no new calls are served here (once).
+    pub(crate) fn go_away(&self, reason: &str) {
+        self.with(|st| st.core.go_away(reason));
+    }
+
+    /// Client: registers a call and returns its id; `upload` registers its outbound stream too
+    /// (its handle is returned, for the pump).
+    pub(crate) fn start_call(
+        &self,
+        slot: C,
+        download: bool,
+        upload: bool,
+    ) -> Result<(u64, Option<OutboundHandle>), CallRejected> {
+        self.with(|st| {
+            let call_id = st
+                .core
+                .start_call(slot, download, upload)
+                .map_err(|(why, _)| why)?;
+            let handle = upload.then(|| st.register_outbound(call_id));
+            Ok((call_id, handle))
+        })
+    }
+
+    /// Client: the caller gave up on `call_id`. Stops its upload and, if it was pending, tells
+    /// the host (Cancel). Returns its slot if it was pending.
+    pub(crate) fn cancel_call(&self, call_id: u64) -> Option<C> {
+        self.with(|st| {
+            st.stop_outbound_handle(call_id);
+            st.core.cancel_call(call_id)
+        })
+    }
+
+    /// Client: forgets a call whose request could not be sent.
+    pub(crate) fn forget_call(&self, call_id: u64) -> Option<C> {
+        self.with(|st| {
+            st.stop_outbound_handle(call_id);
+            st.core.forget_call(call_id)
+        })
+    }
+
+    /// Client: whether new calls may start here (not closed, no GoAway received).
+    pub(crate) fn takes_calls(&self) -> bool {
+        let st = self.lock();
+        !st.core.is_closed() && !st.core.is_going_away()
+    }
+
+    /// Whether the connection was closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().core.is_closed()
+    }
+
+    /// The connection is gone: inbound streams fail, pumps stop, and the pending calls are
+    /// returned for the caller to fail.
+    pub(crate) fn close(&self, reason: &str) -> Vec<(u64, C)> {
+        let (closed, inbound, outbound) = {
+            let mut st = self.lock();
+            let closed: Closed<C> = st.core.close(reason);
+            (
+                closed,
+                std::mem::take(&mut st.inbound),
+                std::mem::take(&mut st.outbound),
+            )
+        };
+        for (_, tx) in inbound {
+            let _ = tx.send(Err(lost(reason)));
+        }
+        for (_, out) in outbound {
+            out.stop();
+        }
+        closed.calls
+    }
+}
+
+/// Connects a remote [`ByteStream`] to its connection's flow control.
+struct InboundCredit<C> {
+    conn: Weak<WireConn<C>>,
+    call_id: u64,
+}
+
+impl<C: Send + 'static> Credit for InboundCredit<C> {
+    fn consumed(&self, n: usize) {
+        if let Some(c) = self.conn.upgrade() {
+            c.consumed(self.call_id, n);
+        }
+    }
+
+    fn abandoned(&self) {
+        if let Some(c) = self.conn.upgrade() {
+            c.abandoned(self.call_id);
+        }
+    }
+}
