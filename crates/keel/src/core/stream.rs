@@ -16,8 +16,9 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_core::Stream;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
+use tokio_util::io::ReaderStream;
 
 use super::error::{Error, Kind};
 use super::status::StatusCode;
@@ -110,11 +111,7 @@ impl ByteStream {
 
     /// A stream of what `reader` yields until it ends, in chunks of up to 64 KiB.
     pub fn from_reader(reader: impl AsyncRead + Send + 'static) -> ByteStream {
-        ByteStream::from_stream(ReaderStream {
-            reader: Box::pin(reader),
-            buf: BytesMut::new(),
-            done: false,
-        })
+        ByteStream::from_stream(ReaderStream::with_capacity(reader, READ_CHUNK))
     }
 
     /// A stream of `stream`'s chunks; an `Err` item ends the stream with that error.
@@ -169,7 +166,8 @@ impl ByteStream {
         if tokio::runtime::Handle::try_current().is_ok() {
             panic!("ByteStream::blocking_next called from async code; use `next().await`");
         }
-        futures_block_on(self.next())
+        // Parks this thread between polls; the connection's reader or the producer wakes it.
+        futures_executor::block_on(self.next())
     }
 
     /// Reads the whole stream into memory, failing with a too-large error beyond `limit` bytes.
@@ -373,40 +371,6 @@ impl Drop for Remote {
     }
 }
 
-struct ReaderStream {
-    reader: Pin<Box<dyn AsyncRead + Send>>,
-    buf: BytesMut,
-    done: bool,
-}
-
-impl Stream for ReaderStream {
-    type Item = Result<Bytes, io::Error>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if this.done {
-            return Poll::Ready(None);
-        }
-        this.buf.resize(READ_CHUNK, 0);
-        let mut rb = ReadBuf::new(&mut this.buf);
-        match this.reader.as_mut().poll_read(cx, &mut rb) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Err(e)) => {
-                this.done = true;
-                Poll::Ready(Some(Err(e)))
-            }
-            Poll::Ready(Ok(())) => {
-                let n = rb.filled().len();
-                if n == 0 {
-                    this.done = true;
-                    return Poll::Ready(None);
-                }
-                this.buf.truncate(n);
-                Poll::Ready(Some(Ok(this.buf.split().freeze())))
-            }
-        }
-    }
-}
-
 /// Maps a stream's errors into keel errors.
 struct MapErr<S>(Pin<Box<S>>);
 
@@ -425,28 +389,5 @@ where
                 })
             })
         })
-    }
-}
-
-/// Runs a future on the current thread, parking between polls (for blocking reads outside a
-/// runtime; the future is woken by the connection's reader or the producing thread).
-fn futures_block_on<F: std::future::Future>(fut: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
     }
 }

@@ -1,0 +1,127 @@
+//! A host on the application's own runtime: serving its endpoints there, and mounted in an axum
+//! app beside ordinary routes, on one port.
+#![cfg(feature = "http")]
+
+use std::time::Duration;
+
+use axum::routing::get;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[keel::contract]
+pub trait Greeter {
+    fn hello(&self, name: String) -> String;
+    async fn shout(&self, words: String) -> String;
+}
+
+struct English;
+
+impl Greeter for English {
+    fn hello(&self, name: String) -> String {
+        format!("hello {name}")
+    }
+    async fn shout(&self, words: String) -> String {
+        words.to_uppercase()
+    }
+}
+
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| name.starts_with(prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// One HTTP/1.1 request over a fresh connection; the status code and the body.
+async fn raw_http(addr: &str, request: String) -> (u16, String) {
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).await.unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").unwrap().1.to_string();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_runs_on_the_callers_runtime() {
+    let host = keel::Host::builder()
+        .service(GreeterServer::new(English))
+        .endpoint("tcp://127.0.0.1:0")
+        .runtime(tokio::runtime::Handle::current())
+        .start()
+        .unwrap();
+    // No runtime of its own: its I/O runs on this test's workers.
+    assert_eq!(threads_named("keel-host"), 0);
+    let client = GreeterClient::connect(host.url()).await.unwrap();
+    assert_eq!(client.hello("you".into()).await.unwrap(), "hello you");
+    assert_eq!(client.shout("hey".into()).await.unwrap(), "HEY");
+    // Blocking operations still ran on keel-pool, not on the runtime's workers.
+    assert!(host.pool_metrics().completed_total >= 1);
+    let report = host.shutdown_async().await;
+    assert_eq!(report.abandoned_calls, 0);
+    // The runtime is the caller's: it lives on and serves other work.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let err = client.hello("again".into()).await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_axum_app_serves_a_keel_contract_and_an_ordinary_route_on_one_port() {
+    let host = keel::Host::builder()
+        .service(GreeterServer::new(English))
+        .runtime(tokio::runtime::Handle::current())
+        .start()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .fallback_service(host.http_service());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // The ordinary route.
+    let get_health = format!("GET /health HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    assert_eq!(raw_http(&addr, get_health).await, (200, "ok".to_string()));
+
+    // The contract, as curl would call it: JSON over HTTP/1.1.
+    let body = r#"{"name": "curl"}"#;
+    let post = format!(
+        "POST /Greeter/hello HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(
+        raw_http(&addr, post).await,
+        (200, r#""hello curl""#.to_string())
+    );
+    let unknown = format!(
+        "POST /Greeter/nope HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+    );
+    assert_eq!(raw_http(&addr, unknown).await.0, 404);
+
+    // keel's own client, over HTTP/1.1 and HTTP/2 (h2c), to the same port.
+    for version in [keel::HttpVersion::Http1, keel::HttpVersion::Http2] {
+        let channel = keel::Channel::builder(format!("http://{addr}"))
+            .http_version(version)
+            .build()
+            .unwrap();
+        let client = GreeterClient::new(channel);
+        assert_eq!(client.hello("keel".into()).await.unwrap(), "hello keel");
+        assert_eq!(client.shout("quiet".into()).await.unwrap(), "QUIET");
+    }
+
+    // Every call went through the host's dispatcher, on one "connection" for the service.
+    assert_eq!(host.stats().calls_total, 5);
+    let conns = host.connections();
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    assert_eq!(conns[0].binding, "http-service");
+    assert_eq!(conns[0].calls, 6);
+
+    server.abort();
+    host.shutdown_async().await;
+}
