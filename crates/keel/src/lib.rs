@@ -129,6 +129,18 @@
 //! # Ok::<(), keel::Error>(())
 //! ```
 //!
+//! # Settings, and running inside your application
+//!
+//! Every setting has a setter with its default in its docs: [`HostBuilder`] for hosts (throttle,
+//! pool, limits, timeouts, TLS), [`ChannelBuilder`] for clients (deadline, limits, TLS, HTTP
+//! version). [`Host::config`] and [`Channel::config`] report what is in force.
+//!
+//! A host builds its own runtime unless given the application's with
+//! [`HostBuilder::runtime`]; blocking operations run on keel-pool either way. Its HTTP binding
+//! is also a `tower::Service` ([`Host::http_service`]), so an axum app can serve keel contracts
+//! beside its own routes on one port (see [`http::HttpService`]). `ARCHITECTURE.md` in the
+//! repository shows the layers and one call's path through the files.
+//!
 //! # What `#[keel::contract]` generates
 //!
 //! For `trait Calculator`:
