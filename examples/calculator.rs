@@ -8,8 +8,18 @@
 //! python3 examples/clients/calculator.py http://127.0.0.1:7000
 //! ```
 
+use clap::Parser;
 use keel_examples::calculator::{self, CalculatorBlockingClient, DivideByZero};
-use keel_examples::Mode;
+use keel_examples::{Mode, ModeArgs};
+
+/// Seed 000's Calculator: host it and call it in one process (no options), or run either half
+/// alone.
+#[derive(Debug, Parser)]
+#[command(name = "calculator")]
+struct Cli {
+    #[command(flatten)]
+    mode: ModeArgs,
+}
 
 fn main() {
     if let Err(e) = run() {
@@ -19,7 +29,7 @@ fn main() {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    match Mode::from_args()? {
+    match Cli::parse().mode.mode() {
         Mode::Serve(url) => keel_examples::serve_forever(calculator::host(&url)?),
         Mode::Connect(url) => call(&url),
         Mode::Both => {

@@ -9,11 +9,21 @@
 
 use std::time::Instant;
 
+use clap::Parser;
 use keel_examples::service1::{Service1BlockingClient, Service1Impl, Service1Server};
-use keel_examples::Mode;
+use keel_examples::{Mode, ModeArgs};
 
 const CLIENTS: usize = 100;
 const WORK_MS: u64 = 2000;
+
+/// Seed 002's Service1 (`get_data` blocks for a while): host it and fire a burst of 100
+/// concurrent 2 s calls at it in one process (no options), or run either half alone.
+#[derive(Debug, Parser)]
+#[command(name = "service1")]
+struct Cli {
+    #[command(flatten)]
+    mode: ModeArgs,
+}
 
 fn main() {
     if let Err(e) = run() {
@@ -30,7 +40,7 @@ fn host(url: &str) -> Result<keel::Host, keel::Error> {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    match Mode::from_args()? {
+    match Cli::parse().mode.mode() {
         Mode::Serve(url) => keel_examples::serve_forever(host(&url)?),
         Mode::Connect(url) => burst(&url),
         Mode::Both => {

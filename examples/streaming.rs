@@ -13,7 +13,9 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
+use clap::{Parser, ValueEnum};
 use keel_examples::transfer::{self, TransferClient};
+use serde::Serialize;
 
 fn main() {
     if let Err(e) = run() {
@@ -22,13 +24,61 @@ fn main() {
     }
 }
 
+/// Streamed transfer with bounded memory: uploads and then downloads N bytes to a host running in
+/// a child process, and reports how much the host's resident memory grew at its peak during each
+/// transfer (Linux).
+#[derive(Debug, Parser)]
+#[command(name = "streaming")]
 struct Args {
+    /// How much to upload and then download: 1GiB, 64MiB, 512KiB or a number of bytes
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
     bytes: u64,
-    binding: String,
+    /// The transport between this process and the host
+    #[arg(long, value_enum, default_value_t = Binding::Tcp)]
+    binding: Binding,
+    /// Print one JSON object (the numbers of both phases) instead of the table
+    #[arg(long)]
     json: bool,
+    /// Host only, on URL, until interrupted (how the measuring run starts its child)
+    #[arg(long, value_name = "URL")]
     serve: Option<String>,
 }
 
+/// The transports the host can listen on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Binding {
+    /// keel-wire over TCP on loopback
+    Tcp,
+    /// keel-wire over a Unix socket in the temp directory
+    Unix,
+    /// HTTP on loopback
+    Http,
+}
+
+impl Binding {
+    /// The URL the host listens on (port 0: a free port).
+    fn listen_url(self) -> String {
+        match self {
+            Binding::Tcp => "tcp://127.0.0.1:0".into(),
+            Binding::Http => "http://127.0.0.1:0".into(),
+            Binding::Unix => format!(
+                "unix://{}/keel-streaming-{}.sock",
+                std::env::temp_dir().display(),
+                std::process::id()
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.to_possible_value().expect("no variant is skipped");
+        f.write_str(v.get_name())
+    }
+}
+
+/// `1GiB`, `64MiB`, `512KiB` or a plain number of bytes.
 fn parse_size(s: &str) -> Result<u64, String> {
     let (num, mul) = if let Some(n) = s.strip_suffix("GiB") {
         (n, 1 << 30)
@@ -40,46 +90,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
         (s, 1)
     };
     num.parse::<u64>()
-        .map(|n| n * mul)
-        .map_err(|_| format!("bad size `{s}` (e.g. 1GiB, 64MiB, 1000)"))
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        bytes: 1 << 30,
-        binding: "tcp".into(),
-        json: false,
-        serve: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--bytes" => args.bytes = parse_size(&it.next().ok_or("--bytes needs a size")?)?,
-            "--binding" => args.binding = it.next().ok_or("--binding needs a name")?,
-            "--json" => args.json = true,
-            "--serve" => args.serve = Some(it.next().ok_or("--serve needs a URL")?),
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}`; usage: [--bytes N] [--binding tcp|unix|http] \
-                     [--json] | --serve URL"
-                ))
-            }
-        }
-    }
-    Ok(args)
-}
-
-fn listen_url(binding: &str) -> Result<String, String> {
-    Ok(match binding {
-        "tcp" => "tcp://127.0.0.1:0".into(),
-        "http" => "http://127.0.0.1:0".into(),
-        "unix" => format!(
-            "unix://{}/keel-streaming-{}.sock",
-            std::env::temp_dir().display(),
-            std::process::id()
-        ),
-        other => return Err(format!("unknown binding `{other}` (tcp, unix, http)")),
-    })
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("bad size `{s}` (e.g. 1GiB, 64MiB, 1000)"))
 }
 
 /// The host in a child process, so its memory is measured alone.
@@ -153,12 +166,36 @@ impl Phase {
     }
 }
 
+/// The `--json` line (CI reads `binding` and the `*_growth_mib` keys): per phase, seconds,
+/// MiB/s, the host's RSS before it and its peak during it (KiB), and the growth (MiB).
+#[derive(Serialize)]
+struct Json {
+    binding: Binding,
+    bytes: u64,
+    upload_secs: f64,
+    upload_mib_per_s: f64,
+    upload_rss_before_kib: u64,
+    upload_peak_kib: u64,
+    upload_growth_mib: f64,
+    download_secs: f64,
+    download_mib_per_s: f64,
+    download_rss_before_kib: u64,
+    download_peak_kib: u64,
+    download_growth_mib: f64,
+}
+
+/// `x` rounded to `decimals` places (what the JSON line has always carried).
+fn round(x: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    (x * scale).round() / scale
+}
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args()?;
+    let args = Args::parse();
     if let Some(url) = args.serve {
         keel_examples::serve_forever(transfer::host(&url)?);
     }
-    let host = ChildHost::start(&listen_url(&args.binding)?)?;
+    let host = ChildHost::start(&args.binding.listen_url())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -170,7 +207,6 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let client = TransferClient::new(channel);
         // Connect, and let the host settle, before measuring.
         client.upload(transfer::zeros(1024)).await?;
-        let mut phases = Vec::new();
 
         let rss_before_kib = host.reset_peak()?;
         let started = Instant::now();
@@ -179,12 +215,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         if got != args.bytes {
             return Err(format!("the host received {got} of {} bytes", args.bytes).into());
         }
-        phases.push(Phase {
+        let upload = Phase {
             name: "upload",
             secs,
             rss_before_kib,
             peak_kib: host.mem_kib("VmHWM")?,
-        });
+        };
 
         let rss_before_kib = host.reset_peak()?;
         let started = Instant::now();
@@ -197,38 +233,33 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         if got != args.bytes {
             return Err(format!("received {got} of {} bytes", args.bytes).into());
         }
-        phases.push(Phase {
+        let download = Phase {
             name: "download",
             secs,
             rss_before_kib,
             peak_kib: host.mem_kib("VmHWM")?,
-        });
-        Ok::<_, Box<dyn std::error::Error>>(phases)
+        };
+        Ok::<_, Box<dyn std::error::Error>>([upload, download])
     })?;
 
     let mib = args.bytes as f64 / (1024.0 * 1024.0);
     if args.json {
-        let fields: Vec<String> = phases
-            .iter()
-            .map(|p| {
-                format!(
-                    "\"{0}_secs\":{1:.3},\"{0}_mib_per_s\":{2:.1},\"{0}_rss_before_kib\":{3},\
-                     \"{0}_peak_kib\":{4},\"{0}_growth_mib\":{5:.1}",
-                    p.name,
-                    p.secs,
-                    mib / p.secs,
-                    p.rss_before_kib,
-                    p.peak_kib,
-                    p.growth_mib()
-                )
-            })
-            .collect();
-        println!(
-            "{{\"binding\":\"{}\",\"bytes\":{},{}}}",
-            args.binding,
-            args.bytes,
-            fields.join(",")
-        );
+        let [upload, download] = &phases;
+        let line = Json {
+            binding: args.binding,
+            bytes: args.bytes,
+            upload_secs: round(upload.secs, 3),
+            upload_mib_per_s: round(mib / upload.secs, 1),
+            upload_rss_before_kib: upload.rss_before_kib,
+            upload_peak_kib: upload.peak_kib,
+            upload_growth_mib: round(upload.growth_mib(), 1),
+            download_secs: round(download.secs, 3),
+            download_mib_per_s: round(mib / download.secs, 1),
+            download_rss_before_kib: download.rss_before_kib,
+            download_peak_kib: download.peak_kib,
+            download_growth_mib: round(download.growth_mib(), 1),
+        };
+        println!("{}", serde_json::to_string(&line)?);
     } else {
         println!(
             "{} of streamed transfer over {} (host in a child process):",

@@ -19,28 +19,26 @@ pub enum Mode {
     Connect(String),
 }
 
-impl Mode {
-    /// Parses `[--serve URL | --connect URL]` from the process arguments.
-    pub fn from_args() -> Result<Mode, String> {
-        Mode::parse(std::env::args().skip(1))
-    }
+/// The `[--serve URL | --connect URL]` options of an example binary; flatten them into its
+/// `clap` parser (`#[command(flatten)]`) and call [`ModeArgs::mode`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ModeArgs {
+    /// Host only, on URL (e.g. tcp://127.0.0.1:7000), until interrupted
+    #[arg(long, value_name = "URL", conflicts_with = "connect")]
+    pub serve: Option<String>,
+    /// Client only: call a host already listening on URL
+    #[arg(long, value_name = "URL")]
+    pub connect: Option<String>,
+}
 
-    /// Parses `[--serve URL | --connect URL]`.
-    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
-        let mode = match args.next().as_deref() {
-            None => Mode::Both,
-            Some("--serve") => Mode::Serve(args.next().ok_or("--serve needs a URL")?),
-            Some("--connect") => Mode::Connect(args.next().ok_or("--connect needs a URL")?),
-            Some(other) => {
-                return Err(format!(
-                    "unknown argument `{other}`; usage: [--serve URL | --connect URL]"
-                ))
-            }
-        };
-        if let Some(extra) = args.next() {
-            return Err(format!("unexpected argument `{extra}`"));
+impl ModeArgs {
+    /// The [`Mode`] these options ask for: [`Mode::Both`] when neither is given.
+    pub fn mode(self) -> Mode {
+        match (self.serve, self.connect) {
+            (Some(url), _) => Mode::Serve(url),
+            (None, Some(url)) => Mode::Connect(url),
+            (None, None) => Mode::Both,
         }
-        Ok(mode)
     }
 }
 
@@ -56,24 +54,33 @@ pub fn serve_forever(host: keel::Host) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
-    fn parse(args: &[&str]) -> Result<Mode, String> {
-        Mode::parse(args.iter().map(|s| s.to_string()))
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        mode: ModeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Mode, clap::Error> {
+        Cli::try_parse_from(std::iter::once("example").chain(args.iter().copied()))
+            .map(|cli| cli.mode.mode())
     }
 
     #[test]
     fn modes() {
-        assert_eq!(parse(&[]), Ok(Mode::Both));
+        assert_eq!(parse(&[]).unwrap(), Mode::Both);
         assert_eq!(
-            parse(&["--serve", "tcp://0.0.0.0:7000"]),
-            Ok(Mode::Serve("tcp://0.0.0.0:7000".into()))
+            parse(&["--serve", "tcp://0.0.0.0:7000"]).unwrap(),
+            Mode::Serve("tcp://0.0.0.0:7000".into())
         );
         assert_eq!(
-            parse(&["--connect", "tcp://h:1"]),
-            Ok(Mode::Connect("tcp://h:1".into()))
+            parse(&["--connect", "tcp://h:1"]).unwrap(),
+            Mode::Connect("tcp://h:1".into())
         );
         assert!(parse(&["--serve"]).is_err());
         assert!(parse(&["--bogus"]).is_err());
         assert!(parse(&["--connect", "tcp://h:1", "x"]).is_err());
+        assert!(parse(&["--serve", "tcp://h:1", "--connect", "tcp://h:1"]).is_err());
     }
 }

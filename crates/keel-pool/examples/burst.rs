@@ -3,7 +3,7 @@
 //! one task after an idle gap longer than the keep-alive.
 //!
 //! ```text
-//! cargo run --release -p keel-pool --example burst -- [--json] [--reps N]
+//! cargo run --release -p keel-pool --example burst -- [--json] [--reps N] [--only KEY-SUBSTRING]
 //! ```
 //!
 //! Each task increments a counter (the N-th records the time) and then blocks on a latch that is
@@ -17,7 +17,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use keel_pool::Pool;
+use serde::Serialize;
 
 /// Counts running tasks, records when the last one started, and holds them until released.
 struct Latch {
@@ -258,32 +260,39 @@ fn tokio_after_idle(reps: usize) -> f64 {
     median(v)
 }
 
-fn main() {
-    let mut json = false;
-    let mut reps = 7;
-    let mut only: Option<String> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--reps" => {
-                reps = args
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .filter(|&r| r > 0)
-                    .expect("--reps needs a positive number")
-            }
-            "--only" => only = Some(args.next().expect("--only needs a key substring")),
-            "-h" | "--help" => {
-                println!("usage: burst [--json] [--reps N] [--only KEY-SUBSTRING]");
-                return;
-            }
-            other => {
-                eprintln!("unknown argument {other:?}; usage: burst [--json] [--reps N] [--only KEY-SUBSTRING]");
-                std::process::exit(2);
-            }
-        }
+/// Burst benchmark: how long until N blocking tasks are all running, for keel-pool, tokio's
+/// `spawn_blocking` and raw `std::thread::spawn`, plus the start latency of one task after an
+/// idle gap; medians over the repetitions, µs.
+#[derive(Debug, Parser)]
+#[command(name = "burst")]
+struct Cli {
+    /// Also print one JSON object (every scenario's median, µs) as the last line
+    #[arg(long)]
+    json: bool,
+    /// Timed repetitions per scenario (at most 5 of them for the after-idle ones)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 7,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    reps: usize,
+    /// Run only the scenarios whose key contains this, and print just their numbers
+    #[arg(long, value_name = "KEY-SUBSTRING")]
+    only: Option<String>,
+}
+
+/// The `--json` line: scenario keys to medians (µs, to 0.1), in the order they ran.
+struct JsonLine<'a>(&'a [(&'a str, f64)]);
+
+impl Serialize for JsonLine<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|&(k, v)| (k, (v * 10.0).round() / 10.0)))
     }
+}
+
+fn main() {
+    let Cli { json, reps, only } = Cli::parse();
     let idle_reps = reps.min(5);
     let t0 = Instant::now();
     type Scenario = (&'static str, Box<dyn Fn() -> f64>);
@@ -368,10 +377,7 @@ fn main() {
         t0.elapsed().as_secs_f64(),
     );
     if json {
-        let body: Vec<String> = rows
-            .iter()
-            .map(|(k, v)| format!("\"{k}\":{v:.1}"))
-            .collect();
-        println!("{{{}}}", body.join(","));
+        let line = serde_json::to_string(&JsonLine(&rows)).expect("numbers serialize");
+        println!("{line}");
     }
 }

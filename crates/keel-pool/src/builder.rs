@@ -1,4 +1,6 @@
-//! `Builder`: configuration with documented defaults, checked against the OS limits.
+//! `Builder`: configuration with documented defaults, checked against the OS limits, and
+//! `Pool::builder`, the entry point that returns one (here, not in `pool`, so that `builder`
+//! depends on `pool` and not the other way round).
 
 use std::fmt;
 use std::io;
@@ -48,6 +50,13 @@ impl Default for Builder {
             thread_name: DEFAULT_THREAD_NAME.to_owned(),
             hook: None,
         }
+    }
+}
+
+impl Pool {
+    /// A [`Builder`] with every default.
+    pub fn builder() -> Builder {
+        Builder::new()
     }
 }
 

@@ -1,4 +1,5 @@
-//! `Pool`: the public face of the engine in `core`.
+//! `Pool`: the public face of the engine in `core`. Its entry point, `Pool::builder`, lives
+//! with the `Builder` it returns, so that this module does not depend on `builder`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::{Inner, Phase, Plain};
 use crate::handle::WithHandle;
-use crate::{Builder, JoinHandle, Metrics, PoolClosed};
+use crate::{JoinHandle, Metrics, PoolClosed};
 
 /// An elastic pool of worker threads for blocking work.
 ///
@@ -18,11 +19,6 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A [`Builder`] with every default.
-    pub fn builder() -> Builder {
-        Builder::new()
-    }
-
     /// Runs `f` on the pool. Never blocks on thread creation: it locks the queue, hands `f` to
     /// the most recently idle thread (or queues it and wakes the spawner), and returns.
     ///

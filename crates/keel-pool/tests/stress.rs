@@ -1,34 +1,22 @@
 //! Randomized stress of the concurrency core: many submitters, random sleeps, random pool
 //! shapes and keep-alives (short enough that threads retire and are re-created mid-run),
 //! random panics and injected spawn failures. Every task must run exactly once and every
-//! counter must add up. Seeds are printed so a failure can be replayed with `KEEL_POOL_SEED`.
+//! counter must add up. Every random choice comes from a `StdRng` seeded from the round's seed,
+//! so a seed fixes the round's plan (the thread interleaving still varies); seeds are printed
+//! so a failure can be replayed with `KEEL_POOL_SEED`.
 
 mod common;
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use common::{wait_for, PATIENCE};
 use keel_pool::Pool;
-
-/// xorshift64*: small, deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 
 struct Round {
     min: usize,
@@ -69,15 +57,15 @@ fn seeds() -> Vec<u64> {
 #[test]
 fn every_task_runs_exactly_once_and_counts_add_up() {
     for seed in seeds() {
-        let mut rng = Rng(seed | 1);
-        let min = rng.below(4) as usize;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let min = rng.random_range(0..4);
         let round = Round {
             min,
-            max: (min + 1 + rng.below(40) as usize).max(1),
-            keep_alive: Duration::from_micros(200 + rng.below(20_000)),
-            submitters: 2 + rng.below(7) as usize,
-            per_submitter: 100 + rng.below(300) as usize,
-            fail_spawns: rng.below(3) == 0,
+            max: min + rng.random_range(1..=40),
+            keep_alive: Duration::from_micros(rng.random_range(200..20_200)),
+            submitters: rng.random_range(2..=8),
+            per_submitter: rng.random_range(100..400),
+            fail_spawns: rng.random_ratio(1, 3),
         };
         eprintln!(
             "seed {seed}: min {} max {} keep_alive {:?} submitters {} x {} fail_spawns {}",
@@ -94,8 +82,8 @@ fn every_task_runs_exactly_once_and_counts_add_up() {
 
 fn run_round(seed: u64, r: &Round) {
     let refuse = Arc::new(AtomicBool::new(false));
-    let hook_rng = Arc::new(AtomicUsize::new(seed as usize));
-    let (rf, hr) = (refuse.clone(), hook_rng.clone());
+    let hook_rng = Mutex::new(StdRng::seed_from_u64(!seed));
+    let rf = refuse.clone();
     let pool = Arc::new(
         Pool::builder()
             .min_threads(r.min)
@@ -103,8 +91,8 @@ fn run_round(seed: u64, r: &Round) {
             .keep_alive(r.keep_alive)
             .spawn_hook(Arc::new(move || {
                 // While enabled, refuse about one creation in three.
-                let x = hr.fetch_add(0x9e37_79b9, Ordering::Relaxed);
-                if rf.load(Ordering::Relaxed) && (x >> 7) % 3 == 0 {
+                let refuse_this = hook_rng.lock().unwrap().random_ratio(1, 3);
+                if rf.load(Ordering::Relaxed) && refuse_this {
                     Err(io::Error::from(io::ErrorKind::WouldBlock))
                 } else {
                     Ok(())
@@ -132,19 +120,20 @@ fn run_round(seed: u64, r: &Round) {
                 panics_planned.clone(),
                 start.clone(),
             );
-            let mut rng = Rng((seed ^ (s as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03)) | 1);
+            let mut rng =
+                StdRng::seed_from_u64(seed ^ (s as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03));
             let per = r.per_submitter;
             thread::spawn(move || {
                 start.wait();
                 let mut handles = Vec::new();
                 for i in 0..per {
                     let id = s * per + i;
-                    let sleep_us = match rng.below(10) {
+                    let sleep_us = match rng.random_range(0..10) {
                         0..=5 => 0,
-                        6..=8 => rng.below(200),
-                        _ => rng.below(2_000),
+                        6..=8 => rng.random_range(0..200),
+                        _ => rng.random_range(0..2_000),
                     };
-                    let panics = rng.below(25) == 0;
+                    let panics = rng.random_ratio(1, 25);
                     if panics {
                         panics_planned.fetch_add(1, Ordering::Relaxed);
                     }
@@ -163,7 +152,7 @@ fn run_round(seed: u64, r: &Round) {
                         }
                         id
                     };
-                    if rng.below(2) == 0 {
+                    if rng.random_bool(0.5) {
                         handles.push((id, panics, pool.spawn_handle(task)));
                     } else {
                         pool.spawn(move || {
@@ -173,8 +162,8 @@ fn run_round(seed: u64, r: &Round) {
                         .unwrap();
                     }
                     // Occasional gaps longer than keep_alive make threads retire mid-run.
-                    if rng.below(60) == 0 {
-                        thread::sleep(Duration::from_micros(rng.below(25_000)));
+                    if rng.random_ratio(1, 60) {
+                        thread::sleep(Duration::from_micros(rng.random_range(0..25_000)));
                     }
                 }
                 for (id, panics, h) in handles {
@@ -251,13 +240,13 @@ impl Drop for Unrun {
 #[test]
 fn submit_racing_shutdown_now_loses_nothing() {
     for seed in seeds().into_iter().take(6) {
-        let mut rng = Rng(seed | 1);
-        let min = rng.below(3) as usize;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let min = rng.random_range(0..3);
         let pool = Arc::new(
             Pool::builder()
                 .min_threads(min)
-                .max_threads(min.max(1) + rng.below(8) as usize)
-                .keep_alive(Duration::from_millis(1 + rng.below(5)))
+                .max_threads(min.max(1) + rng.random_range(0..8))
+                .keep_alive(Duration::from_millis(rng.random_range(1..=5)))
                 .build()
                 .unwrap(),
         );
@@ -303,7 +292,7 @@ fn submit_racing_shutdown_now_loses_nothing() {
                 })
             })
             .collect();
-        thread::sleep(Duration::from_micros(rng.below(3_000)));
+        thread::sleep(Duration::from_micros(rng.random_range(0..3_000)));
         assert!(pool.shutdown_now());
         for s in submitters {
             s.join().unwrap();

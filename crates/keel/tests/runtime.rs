@@ -7,9 +7,12 @@ use std::time::Duration;
 use axum::routing::get;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A contract with one blocking and one async operation.
 #[keel::contract]
 pub trait Greeter {
+    /// Greets `name` (runs on keel-pool).
     fn hello(&self, name: String) -> String;
+    /// `words` in capitals (runs on the runtime).
     async fn shout(&self, words: String) -> String;
 }
 

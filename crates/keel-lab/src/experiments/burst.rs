@@ -19,10 +19,12 @@ pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 /// Stack of each client thread (1,000 of them at once).
 const CLIENT_STACK: usize = 256 * 1024;
 
-/// Settings of the burst experiment.
-#[derive(Debug, Clone, Copy)]
+/// Settings of the burst experiment. Serialized (in `keel-lab all`'s profile) without the
+/// binding, which the report carries once.
+#[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct Params {
     /// The transport.
+    #[serde(skip)]
     pub(crate) binding: Binding,
     /// Concurrent clients per burst.
     pub(crate) clients: usize,
