@@ -32,9 +32,15 @@ pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result
     }
 }
 
+/// Decodes a whole body. Bytes left over after the value are an error in both formats (postcard
+/// itself would ignore them, so random bytes could decode as a call).
 pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, String> {
     match format {
-        Format::Postcard => postcard::from_bytes(body).map_err(|e| e.to_string()),
+        Format::Postcard => match postcard::take_from_bytes(body) {
+            Ok((value, [])) => Ok(value),
+            Ok((_, rest)) => Err(format!("{} unexpected bytes after the value", rest.len())),
+            Err(e) => Err(e.to_string()),
+        },
         Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
     }
 }
@@ -96,4 +102,24 @@ pub(crate) fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
         StatusCode::UnknownOperation,
         format!("{} has no operation #{op}", desc.name),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailing_bytes_are_refused_in_both_formats() {
+        let body = encode(Format::Postcard, &(1u32, 2u32)).unwrap();
+        assert_eq!(decode::<(u32, u32)>(Format::Postcard, &body), Ok((1, 2)));
+        let mut longer = body.to_vec();
+        longer.push(0);
+        let e = decode::<(u32, u32)>(Format::Postcard, &longer).unwrap_err();
+        assert!(e.contains("1 unexpected bytes"), "{e}");
+        assert!(decode::<(u32,)>(Format::Postcard, &body).is_err());
+        let e = decode_args::<(u32, u32)>(Format::Postcard, &longer).unwrap_err();
+        assert_eq!(e.code(), StatusCode::BadRequest);
+        assert!(decode::<u32>(Format::Json, b"1 2").is_err());
+        assert_eq!(decode::<u32>(Format::Json, b" 1 "), Ok(1));
+    }
 }
