@@ -223,6 +223,29 @@ impl Codec {
         u64::from(self.limits.max_message_size) + u64::from(MAX_HEADER)
     }
 
+    /// Whether a frame has started arriving and is not whole yet: some of its bytes are in
+    /// `src` (the receive buffer this codec decodes from), or an oversized frame is still being
+    /// dropped. A receiver bounds how long that may last (keel: the host's frame timeout).
+    pub fn in_frame(&self, src: &BytesMut) -> bool {
+        self.discard > 0 || !src.is_empty()
+    }
+
+    /// How many bytes the frame at the front of `src` occupies once whole, length prefix
+    /// included; `None` until its length prefix has arrived, or while an oversized frame is
+    /// being dropped (it is not buffered) or its length exceeds the limit (it will be dropped).
+    /// A receiver can reserve that much from a memory budget before reading the rest.
+    pub fn pending_frame_size(&self, src: &BytesMut) -> Option<usize> {
+        if self.discard > 0 || src.len() < LEN_PREFIX_SIZE {
+            return None;
+        }
+        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
+        let bound = self
+            .frame_limit()
+            .max(MAX_GOAWAY_LEN as u64)
+            .max(MAX_STREAM_END_LEN as u64);
+        (u64::from(len) <= bound).then(|| LEN_PREFIX_SIZE + len as usize)
+    }
+
     /// Decode one frame from the front of `src`.
     ///
     /// Returns `Ok(None)` when `src` does not hold a whole frame yet (it then has reserved room

@@ -1025,6 +1025,7 @@ fn run(side: Side, steps: &[Step]) -> Result<(), TestCaseError> {
                                 prop_assert!(conn.send_credit(call_id).is_some());
                             }
                             Some(Event::StreamData { .. } | Event::StreamEnd { .. }) | None => {}
+                            Some(other) => prop_assert!(false, "an event of a later version: {other:?}"),
                         }
                     }
                 }
@@ -1046,6 +1047,7 @@ fn run(side: Side, steps: &[Step]) -> Result<(), TestCaseError> {
                             prop_assert!(conn.is_going_away());
                             prop_assert_eq!(s, slot);
                         }
+                        Err((other, _)) => prop_assert!(false, "unknown rejection {other:?}"),
                     }
                 }
             }

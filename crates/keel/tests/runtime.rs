@@ -118,12 +118,10 @@ async fn an_axum_app_serves_a_keel_contract_and_an_ordinary_route_on_one_port() 
         assert_eq!(client.shout("quiet".into()).await.unwrap(), "QUIET");
     }
 
-    // Every call went through the host's dispatcher, on one "connection" for the service.
+    // Every call went through the host's dispatcher; the connections are axum's, not the
+    // host's.
     assert_eq!(host.stats().calls_total, 5);
-    let conns = host.connections();
-    assert_eq!(conns.len(), 1, "{conns:?}");
-    assert_eq!(conns[0].binding, "http-service");
-    assert_eq!(conns[0].calls, 6);
+    assert!(host.connections().is_empty());
 
     server.abort();
     host.shutdown_async().await;

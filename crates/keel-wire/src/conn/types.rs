@@ -21,6 +21,7 @@ pub enum Side {
 /// `C` is the payload the client gave [`Connection::start_call`](crate::Connection::start_call)
 /// (for instance the oneshot sender a caller waits on).
 #[derive(PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event<C> {
     /// Host: a request arrived. If it is flagged [`streamed`](crate::RequestFlags::streamed),
     /// its inbound stream is already open, so the StreamData that follows is routed.
@@ -183,6 +184,7 @@ impl std::error::Error for ConnError {}
 
 /// Why [`Connection::start_call`](crate::Connection::start_call) refused a new call.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CallRejected {
     /// The connection was closed, for this reason (the one given to
     /// [`Connection::close`](crate::Connection::close) first).
@@ -209,6 +211,7 @@ impl std::error::Error for CallRejected {}
 
 /// What was still open when [`Connection::close`](crate::Connection::close) was called, so the
 /// caller can fail it. Every list is sorted by call id.
+#[non_exhaustive]
 pub struct Closed<C> {
     /// Client: the calls still waiting for a reply, with their slots.
     pub calls: Vec<(u64, C)>,

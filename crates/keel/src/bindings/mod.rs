@@ -69,6 +69,13 @@ pub(crate) struct ServerSettings {
     pub(crate) max_message_size: u32,
     /// A new connection must complete keel's handshake within this.
     pub(crate) handshake_timeout: Duration,
+    /// The rest of a started frame, request head or body must arrive within this; unsent
+    /// output above `max_unsent_bytes` must drain within it.
+    pub(crate) frame_timeout: Duration,
+    /// Unsent output beyond which a connection is not read until its peer reads.
+    pub(crate) max_unsent_bytes: usize,
+    /// Bytes of messages one connection may have partly received.
+    pub(crate) max_receive_bytes_per_connection: usize,
     /// Largest flow-control window one streamed upload may grow to.
     pub(crate) max_stream_window: u32,
     /// Calls (HTTP/2: streams) in flight on one connection.

@@ -69,10 +69,8 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     };
     let invocation = match service.invoke(op, req.format, &req.body, req.stream) {
         Ok(inv) => inv,
-        Err(status) => {
-            conn.untrack(call_id);
-            return conn.reply(call_id, Err(status));
-        }
+        // Answered unless a drain answered it meanwhile (even one-way calls hear of it).
+        Err(status) => return conn.finish(call_id, false, Err(status)),
     };
     dispatcher.call_accepted();
     if one_way {

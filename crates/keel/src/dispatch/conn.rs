@@ -50,6 +50,8 @@ pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
 /// Facts about one connection, for `Host::connections`.
 #[derive(Debug)]
 pub(crate) struct ConnInfo {
+    /// The host's id for it, unique for the host's life (in accept order).
+    pub(crate) id: u64,
     /// The binding's scheme: `tcp`, `tcps`, `unix`, `http`, `https`.
     pub(crate) binding: &'static str,
     /// The other end, for logs.
@@ -61,9 +63,10 @@ pub(crate) struct ConnInfo {
 }
 
 impl ConnInfo {
-    /// A connection of `binding` with `peer`, accepted now.
-    pub(crate) fn new(binding: &'static str, peer: String) -> ConnInfo {
+    /// Connection `id` of `binding` with `peer`, accepted now.
+    pub(crate) fn new(id: u64, binding: &'static str, peer: String) -> ConnInfo {
         ConnInfo {
+            id,
             binding,
             peer,
             opened: Instant::now(),
@@ -78,25 +81,63 @@ pub(crate) struct ConnShared {
     pub(crate) id: u64,
     out: Box<dyn Responder>,
     calls: Mutex<HashMap<u64, Arc<CallCtl>>>,
+    /// Calls it may have in flight at once.
+    max_calls: usize,
+    /// When a call last started or ended, in ms since the dispatcher started.
+    last_active: AtomicU64,
+    /// Being closed by the host (evicted, idle): no longer counts toward the connection limit.
+    closing: AtomicBool,
     pub(crate) info: ConnInfo,
     pub(crate) dispatcher: Arc<Dispatcher>,
 }
 
 impl ConnShared {
-    /// A connection whose answers go to `out`.
+    /// A connection whose answers go to `out`, with at most `max_calls` calls in flight.
     pub(crate) fn new(
-        id: u64,
         out: Box<dyn Responder>,
         info: ConnInfo,
+        max_calls: usize,
         dispatcher: Arc<Dispatcher>,
     ) -> ConnShared {
         ConnShared {
-            id,
+            id: info.id,
             out,
             calls: Mutex::new(HashMap::new()),
+            max_calls,
+            last_active: AtomicU64::new(dispatcher.now_ms()),
+            closing: AtomicBool::new(false),
             info,
             dispatcher,
         }
+    }
+
+    fn touch(&self) {
+        self.last_active
+            .store(self.dispatcher.now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long (ms) the connection has had no call in flight; `None` while it has one.
+    pub(crate) fn idle_ms(&self, now_ms: u64) -> Option<u64> {
+        let calls = self.calls();
+        calls
+            .is_empty()
+            .then(|| now_ms.saturating_sub(self.last_active.load(Ordering::Relaxed)))
+    }
+
+    /// Whether the host is closing it already.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection on the host's initiative (`reason` goes to the peer on
+    /// keel-wire). Returns false if it was being closed already.
+    pub(crate) fn shut(&self, reason: &str) -> bool {
+        if self.closing.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.go_away(reason);
+        self.close();
+        true
     }
 
     fn calls(&self) -> MutexGuard<'_, HashMap<u64, Arc<CallCtl>>> {
@@ -106,7 +147,7 @@ impl ConnShared {
     /// Registers a call. `Busy` if the connection already has as many calls as allowed.
     pub(crate) fn track(&self, call_id: u64) -> Result<Arc<CallCtl>, Status> {
         let ctl = Arc::new(CallCtl::default());
-        let limit = self.dispatcher.limits.max_calls_per_connection;
+        let limit = self.max_calls;
         {
             let mut calls = self.calls();
             if calls.len() >= limit {
@@ -117,22 +158,16 @@ impl ConnShared {
             }
             calls.insert(call_id, ctl.clone());
         }
+        self.touch();
         self.dispatcher.call_started();
         Ok(ctl)
-    }
-
-    /// Forgets a tracked call without answering it (it is answered another way, e.g. refused
-    /// after tracking with [`ConnShared::reply`]).
-    pub(crate) fn untrack(&self, call_id: u64) {
-        if self.calls().remove(&call_id).is_some() {
-            self.dispatcher.call_finished();
-        }
     }
 
     /// Answers a tracked call, unless someone else (cancel, drain) already did.
     pub(crate) fn finish(&self, call_id: u64, one_way: bool, outcome: Outcome) {
         let removed = self.calls().remove(&call_id);
         if removed.is_some() {
+            self.touch();
             if !one_way {
                 self.reply(call_id, outcome);
             }
@@ -149,6 +184,7 @@ impl ConnShared {
     pub(crate) fn cancel(&self, call_id: u64) {
         let removed = self.calls().remove(&call_id);
         if let Some(ctl) = removed {
+            self.touch();
             ctl.stop();
             self.dispatcher.call_finished();
         }

@@ -7,20 +7,23 @@
 //! It imports neither the host nor any binding: bindings call [`dispatch`] with an [`Incoming`]
 //! call and answer it through their [`Responder`].
 
+mod budget;
 mod call;
 mod conn;
 mod throttle;
 
+pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 pub(crate) use call::{dispatch, Incoming};
 pub(crate) use conn::{ConnInfo, ConnShared, Responder};
 pub use throttle::ThrottleConfig;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 
 use crate::core::service::Service;
 use crate::core::status::{Status, StatusCode};
@@ -29,8 +32,8 @@ use throttle::Throttle;
 /// The dispatcher's limits, as plain values from the host's settings.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// Calls in flight on one connection; more are answered `Busy`.
-    pub(crate) max_calls_per_connection: usize,
+    /// Bytes of messages all connections together may have partly received.
+    pub(crate) max_receive_bytes: usize,
 }
 
 /// Counters the dispatcher keeps for the host's stats.
@@ -39,6 +42,10 @@ pub(crate) struct Counters {
     pub(crate) opened: AtomicU64,
     pub(crate) closed: AtomicU64,
     pub(crate) refused: AtomicU64,
+    /// Closed to make room for a newcomer at the connection limit.
+    pub(crate) evicted: AtomicU64,
+    /// Closed for taking too long: handshake, idle, a frame, head or body, unsent output.
+    pub(crate) timed_out: AtomicU64,
     pub(crate) calls: AtomicU64,
 }
 
@@ -48,11 +55,21 @@ pub(crate) struct Dispatcher {
     pub(crate) limits: Limits,
     pub(crate) pool: Arc<keel_pool::Pool>,
     pub(crate) throttle: Arc<Throttle>,
+    /// The host-wide budget for bytes of messages being received.
+    pub(crate) receive_budget: Budget,
     shutting_down: AtomicBool,
+    /// Set once the host has stopped: a connection that finishes its handshakes later is
+    /// closed as it registers.
+    registrations_closed: AtomicBool,
     in_flight: AtomicUsize,
     drained: Notify,
     conns: Mutex<HashMap<u64, Arc<ConnShared>>>,
+    /// Connections still in their handshakes (TLS, keel's), by id (so in accept order), with
+    /// the task running each: the first to go when the connection limit needs room.
+    handshaking: Mutex<BTreeMap<u64, AbortHandle>>,
     next_conn: AtomicU64,
+    /// Where `now_ms` counts from.
+    epoch: Instant,
     pub(crate) stats: Counters,
 }
 
@@ -87,11 +104,15 @@ impl Dispatcher {
             limits,
             pool: Arc::new(pool),
             throttle: Throttle::new(throttle),
+            receive_budget: Budget::new(limits.max_receive_bytes),
             shutting_down: AtomicBool::new(false),
+            registrations_closed: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             drained: Notify::new(),
             conns: Mutex::new(HashMap::new()),
+            handshaking: Mutex::new(BTreeMap::new()),
             next_conn: AtomicU64::new(1),
+            epoch: Instant::now(),
             stats: Counters::default(),
         }
     }
@@ -139,15 +160,106 @@ impl Dispatcher {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Connections open now.
+    /// Milliseconds since the dispatcher started (the clock of connections' activity).
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Connections open now (registered, past their handshakes).
     pub(crate) fn conn_count(&self) -> usize {
         self.conn_map().len()
     }
 
-    /// Registers an open connection.
+    fn handshakes(&self) -> MutexGuard<'_, BTreeMap<u64, AbortHandle>> {
+        self.handshaking.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `limit` connections count toward the connection limit: those in their
+    /// handshakes, and those registered that the host is not closing already.
+    pub(crate) fn is_full(&self, limit: usize) -> bool {
+        let handshaking = self.handshakes().len();
+        let conns = self.conn_map();
+        // The exact count walks the connections: only needed near the limit.
+        handshaking + conns.len() >= limit
+            && handshaking + conns.values().filter(|c| !c.is_closing()).count() >= limit
+    }
+
+    /// A connection accepted as `id` started its handshakes in the task `task`.
+    pub(crate) fn handshake_started(&self, id: u64, task: AbortHandle) {
+        self.handshakes().insert(id, task);
+    }
+
+    /// Connection `id`'s handshakes are over (it registered, or failed).
+    pub(crate) fn handshake_ended(&self, id: u64) {
+        self.handshakes().remove(&id);
+    }
+
+    /// Makes room for a newcomer at the connection limit: ends the oldest handshake still
+    /// going, or else closes the connection idle longest. False if every connection has calls
+    /// in flight.
+    pub(crate) fn evict_one(&self) -> bool {
+        let oldest = self.handshakes().pop_first();
+        if let Some((_, task)) = oldest {
+            task.abort();
+            self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let now = self.now_ms();
+        let idlest = self
+            .conns()
+            .into_iter()
+            .filter(|c| !c.is_closing())
+            .filter_map(|c| c.idle_ms(now).map(|idle| (idle, c)))
+            .max_by_key(|(idle, _)| *idle);
+        match idlest {
+            Some((_, c)) => {
+                if c.shut("connection limit reached: closing the connection idle longest") {
+                    self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes every connection that has had no call in flight for `idle_timeout`.
+    pub(crate) fn reap_idle(&self, idle_timeout: Duration) {
+        let now = self.now_ms();
+        let limit = idle_timeout.as_millis() as u64;
+        for c in self.conns() {
+            if c.idle_ms(now).is_some_and(|idle| idle >= limit)
+                && c.shut("idle timeout: no call for too long")
+            {
+                self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A connection was closed for taking too long (a frame, a head, a body, unsent output).
+    pub(crate) fn timed_out(&self) {
+        self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Registers an open connection (its handshakes are over). After the host stopped it is
+    /// closed at once.
     pub(crate) fn register(&self, conn: Arc<ConnShared>) {
         self.stats.opened.fetch_add(1, Ordering::Relaxed);
-        self.conn_map().insert(conn.id, conn);
+        self.handshake_ended(conn.id);
+        self.conn_map().insert(conn.id, conn.clone());
+        if self.registrations_closed.load(Ordering::Acquire) {
+            conn.shut("host shut down");
+        }
+    }
+
+    /// The host has stopped: connections registering from now on are closed at once, and the
+    /// handshakes still going are ended.
+    pub(crate) fn close_registrations(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.registrations_closed.store(true, Ordering::Release);
+        let handshakes = std::mem::take(&mut *self.handshakes());
+        for task in handshakes.into_values() {
+            task.abort();
+        }
     }
 
     /// The connection is closed: answers nothing more, forgets it.

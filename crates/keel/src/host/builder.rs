@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{accept_loop, Host, HostRuntime};
+use super::{accept_loop, idle_reaper, Host, HostRuntime};
 use crate::bindings::ServerSettings;
 use crate::core::error::{Error, Kind};
 use crate::core::service::Service;
@@ -43,10 +43,38 @@ pub struct HostConfig {
     /// A new connection must complete the handshake within this (on TLS endpoints, the TLS
     /// handshake and then keel's, each). Default: 10 s.
     pub handshake_timeout: Duration,
-    /// Connections open at once; more are closed on accept. Default: 10,000.
+    /// Connections open at once, those still in their handshake included. When full, a newcomer
+    /// is admitted by closing the connection idle longest (no call in flight; a connection
+    /// still in its handshake first); only when every connection has calls in flight is the
+    /// newcomer refused. Default: 10,000.
     pub max_connections: usize,
-    /// Calls in flight on one connection; more are answered `Busy`. Default: 4,096.
-    pub max_calls_per_connection: usize,
+    /// A connection with no call in flight and none started for this long is closed (with
+    /// GoAway on keel-wire; the client reconnects on its next call). Default: 2 h, longer than
+    /// the idle hour keel keeps a client's latency flat across.
+    pub idle_timeout: Duration,
+    /// Once a frame (keel-wire), a request head or a request body (HTTP) has started arriving,
+    /// the rest must arrive within this; and unsent output above `max_unsent_bytes` must drain
+    /// within it. Otherwise the connection is closed. Default: 30 s.
+    pub frame_timeout: Duration,
+    /// Output a connection may have waiting for its peer to read. Beyond it, the host reads
+    /// nothing more from that connection until the peer reads (replies and pongs included).
+    /// Default: 1 MiB.
+    pub max_unsent_bytes: usize,
+    /// Bytes of messages one connection may have partly received at once (keel-wire frames,
+    /// HTTP bodies). Default: 16 MiB.
+    pub max_receive_bytes_per_connection: usize,
+    /// Bytes of messages all connections together may have partly received at once. A
+    /// connection that would pass it waits (within `frame_timeout`) for others to finish.
+    /// Default: 256 MiB.
+    pub max_receive_bytes: usize,
+    /// Calls in flight on one connection (on HTTP/2 also its concurrent streams); more are
+    /// answered `Busy`. Default: a fair share of the throttle, a quarter of
+    /// `max_concurrent_calls + max_queued_calls` (512 with the throttle's defaults; all of them
+    /// up to 16 for a small throttle), so that no single connection can take every place.
+    pub max_calls_per_connection: Option<usize>,
+    /// The listen backlog of TCP and Unix endpoints: connections the kernel completes before
+    /// the host accepts them. Default: 1,024.
+    pub listen_backlog: u32,
     /// Largest flow-control window one streamed upload may grow to (it starts at 256 KiB and
     /// grows toward the link's bandwidth-delay product). Bounds the memory one stream can
     /// occupy. Default: 8 MiB.
@@ -70,7 +98,13 @@ impl Default for HostConfig {
             close_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             max_connections: 10_000,
-            max_calls_per_connection: 4096,
+            idle_timeout: Duration::from_secs(2 * 3600),
+            frame_timeout: Duration::from_secs(30),
+            max_unsent_bytes: 1 << 20,
+            max_receive_bytes_per_connection: 16 << 20,
+            max_receive_bytes: 256 << 20,
+            max_calls_per_connection: None,
+            listen_backlog: 1024,
             max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
             worker_threads: None,
             pool: PoolConfig::default(),
@@ -89,13 +123,26 @@ impl HostConfig {
         tls
     }
 
+    /// Calls in flight allowed on one connection: the setting, or a fair share of the
+    /// throttle's places (running plus queued): a quarter of them, but never fewer than all of
+    /// them up to 16, so that a small throttle stays usable from one connection.
+    pub fn calls_per_connection(&self) -> usize {
+        self.max_calls_per_connection.unwrap_or_else(|| {
+            let places = self.throttle.max_concurrent_calls + self.throttle.max_queued_calls;
+            (places / 4).max(places.min(16)).max(1)
+        })
+    }
+
     /// What the bindings need of these settings.
     fn server_settings(&self) -> ServerSettings {
         ServerSettings {
             max_message_size: self.max_message_size,
             handshake_timeout: self.handshake_timeout,
+            frame_timeout: self.frame_timeout,
+            max_unsent_bytes: self.max_unsent_bytes,
+            max_receive_bytes_per_connection: self.max_receive_bytes_per_connection,
             max_stream_window: self.max_stream_window,
-            max_calls_per_connection: self.max_calls_per_connection,
+            max_calls_per_connection: self.calls_per_connection(),
         }
     }
 }
@@ -234,15 +281,55 @@ impl HostBuilder {
         self
     }
 
-    /// Connections open at once; more are closed on accept. Default: 10,000.
+    /// Connections open at once, handshakes included; when full, the connection idle longest
+    /// makes room for a newcomer. Default: 10,000.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.config.max_connections = n;
         self
     }
 
-    /// Calls in flight on one connection; more are answered `Busy`. Default: 4,096.
+    /// How long a connection may stay without calls before it is closed. Default: 2 h.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// How long the rest of a started frame, request head or body may take to arrive, and
+    /// unsent output above the bound to drain. Default: 30 s.
+    pub fn frame_timeout(mut self, timeout: Duration) -> Self {
+        self.config.frame_timeout = timeout;
+        self
+    }
+
+    /// Output a connection may have waiting before the host stops reading from it. Default:
+    /// 1 MiB.
+    pub fn max_unsent_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_unsent_bytes = bytes;
+        self
+    }
+
+    /// Bytes of messages one connection may have partly received. Default: 16 MiB.
+    pub fn max_receive_bytes_per_connection(mut self, bytes: usize) -> Self {
+        self.config.max_receive_bytes_per_connection = bytes;
+        self
+    }
+
+    /// Bytes of messages all connections may have partly received. Default: 256 MiB.
+    pub fn max_receive_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_receive_bytes = bytes;
+        self
+    }
+
+    /// Calls in flight on one connection; more are answered `Busy`. Default: a quarter of the
+    /// throttle's places (512 with its defaults).
     pub fn max_calls_per_connection(mut self, n: usize) -> Self {
-        self.config.max_calls_per_connection = n;
+        self.config.max_calls_per_connection = Some(n);
+        self
+    }
+
+    /// The listen backlog of TCP and Unix endpoints. Default: 1,024.
+    pub fn listen_backlog(mut self, n: u32) -> Self {
+        self.config.listen_backlog = n;
         self
     }
 
@@ -318,30 +405,38 @@ impl HostBuilder {
         let handle = runtime.handle().expect("a runtime until shutdown");
 
         let limits = Limits {
-            max_calls_per_connection: config.max_calls_per_connection,
+            max_receive_bytes: config.max_receive_bytes,
         };
         let dispatcher = Arc::new(Dispatcher::new(services, limits, config.throttle, pool));
         let settings = Arc::new(config.server_settings());
 
+        // Every endpoint is bound before any is served: a failure leaves nothing running.
         let mut urls = Vec::new();
-        let mut accept_tasks = Vec::new();
+        let mut listeners = Vec::new();
         for (ep, security) in endpoints.into_iter().zip(security) {
             let listen_err = |e: std::io::Error| {
                 Error::new(Kind::Config, format!("cannot listen on {ep}: {e}")).with_source(e)
             };
-            let bound = ep.bind().map_err(listen_err)?;
+            let bound = ep.bind(config.listen_backlog).map_err(listen_err)?;
             urls.push(bound.local_url().map_err(listen_err)?);
             let listener = {
                 let _in_runtime = handle.enter();
                 bound.into_async(security).map_err(listen_err)?
             };
-            accept_tasks.push(handle.spawn(accept_loop(
-                listener,
-                dispatcher.clone(),
-                settings.clone(),
-                config.max_connections,
-            )));
+            listeners.push(listener);
         }
+        let mut accept_tasks: Vec<_> = listeners
+            .into_iter()
+            .map(|listener| {
+                handle.spawn(accept_loop(
+                    listener,
+                    dispatcher.clone(),
+                    settings.clone(),
+                    config.max_connections,
+                ))
+            })
+            .collect();
+        accept_tasks.push(handle.spawn(idle_reaper(dispatcher.clone(), config.idle_timeout)));
         Ok(Host {
             dispatcher,
             settings,

@@ -42,8 +42,14 @@ pub struct HostStats {
     pub connections_closed: u64,
     /// Connections open now.
     pub connections_open: usize,
-    /// Connections refused because `max_connections` were open.
+    /// Connections refused because `max_connections` were open, all with calls in flight.
     pub connections_refused: u64,
+    /// Connections closed to make room for a newcomer at `max_connections` (the one idle
+    /// longest, or the oldest still in its handshake).
+    pub connections_evicted: u64,
+    /// Connections closed for taking too long: the handshake, a frame, a request head or body
+    /// not completed in time, unsent output not read, or no call for `idle_timeout`.
+    pub connections_timed_out: u64,
     /// Calls in flight now (admitted, not yet answered).
     pub calls_in_flight: usize,
     /// Calls waiting in the throttle queue now.
@@ -149,6 +155,8 @@ impl Host {
             connections_closed: d.stats.closed.load(Ordering::Relaxed),
             connections_open: d.conn_count(),
             connections_refused: d.stats.refused.load(Ordering::Relaxed),
+            connections_evicted: d.stats.evicted.load(Ordering::Relaxed),
+            connections_timed_out: d.stats.timed_out.load(Ordering::Relaxed),
             calls_in_flight: d.in_flight(),
             calls_queued: d.queued(),
             calls_total: d.stats.calls.load(Ordering::Relaxed),
@@ -176,7 +184,21 @@ impl Host {
     /// Connections are still accepted while calls in flight drain, so that a caller who needs a
     /// new connection then (an HTTP/1.1 client whose connections are all busy, say) gets an
     /// explicit `ShuttingDown` answer rather than a connect that hangs or is refused.
+    ///
+    /// # Panics
+    ///
+    /// For a host on the caller's runtime ([`HostBuilder::runtime`]), when called from inside
+    /// that runtime (blocking there could keep the drain from ever running): use
+    /// [`Host::shutdown_async`].
     pub fn shutdown(mut self) -> ShutdownReport {
+        if matches!(self.runtime, HostRuntime::Shared(_))
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            panic!(
+                "keel: Host::shutdown called from async code on the host's own runtime; \
+                 use Host::shutdown_async"
+            );
+        }
         let runtime = std::mem::replace(&mut self.runtime, HostRuntime::Owned(None));
         let stop = Stop {
             dispatcher: self.dispatcher.clone(),
@@ -193,8 +215,14 @@ impl Host {
                 report
             }
             HostRuntime::Shared(handle) => {
+                // The drain runs as a task of the caller's runtime, which must be running
+                // (checked below: not called from inside it).
                 let pool = stop.dispatcher.pool.clone();
-                let report = handle.block_on(stop.run());
+                let (tx, rx) = std::sync::mpsc::channel();
+                handle.spawn(async move {
+                    let _ = tx.send(stop.run().await);
+                });
+                let report = rx.recv().unwrap_or(ShutdownReport { abandoned_calls: 0 });
                 pool.shutdown(Duration::from_secs(1));
                 report
             }
@@ -243,6 +271,8 @@ impl Stop {
         for t in &self.accept_tasks {
             t.abort();
         }
+        // A connection still in its handshakes would register after this: none may.
+        self.dispatcher.close_registrations();
         // Connections accepted after the drain closed the others carry no calls.
         for c in self.dispatcher.conns() {
             c.close();
@@ -271,6 +301,8 @@ impl Drop for Host {
                 }
             }
             HostRuntime::Shared(_) => {
+                // The caller's runtime goes on: end what runs there for this host.
+                self.dispatcher.close_registrations();
                 let gone = crate::core::status::Status::new(
                     crate::core::status::StatusCode::ShuttingDown,
                     "host dropped",
@@ -285,6 +317,9 @@ impl Drop for Host {
 }
 
 /// Accepts connections until the task is aborted; each runs in a task of its own.
+///
+/// At the connection limit a newcomer is admitted by making room ([`Dispatcher::evict_one`]);
+/// only when every connection has calls in flight is it refused.
 async fn accept_loop(
     listener: Listener,
     dispatcher: Arc<Dispatcher>,
@@ -301,21 +336,49 @@ async fn accept_loop(
                 continue;
             }
         };
-        if dispatcher.conn_count() >= max_connections {
+        if dispatcher.is_full(max_connections) && !dispatcher.evict_one() {
             dispatcher.stats.refused.fetch_add(1, Ordering::Relaxed);
             drop(io);
             continue;
         }
-        let (dispatcher, settings, listener) =
-            (dispatcher.clone(), settings.clone(), listener.clone());
-        tokio::spawn(async move {
+        let id = dispatcher.next_conn_id();
+        let (d, settings, listener) = (dispatcher.clone(), settings.clone(), listener.clone());
+        // Held across the insert below, so the task cannot end (and remove its entry) first.
+        let task = tokio::spawn(async move {
+            let _ended = HandshakeEnded(d.clone(), id);
             // TLS runs here, not in the accept loop, so a slow peer delays only itself.
             let secured =
                 tokio::time::timeout(settings.handshake_timeout, listener.secure(io)).await;
-            let Ok(Ok(connected)) = secured else { return };
+            let connected = match secured {
+                Ok(Ok(connected)) => connected,
+                Ok(Err(_)) => return,
+                Err(_) => return d.timed_out(),
+            };
             let endpoint = listener.endpoint();
-            let info = ConnInfo::new(endpoint.scheme(), peer);
-            bindings::serve(connected, endpoint.protocol(), dispatcher, settings, info).await;
+            let info = ConnInfo::new(id, endpoint.scheme(), peer);
+            bindings::serve(connected, endpoint.protocol(), d, settings, info).await;
         });
+        dispatcher.handshake_started(id, task.abort_handle());
+        if task.is_finished() {
+            dispatcher.handshake_ended(id);
+        }
+    }
+}
+
+/// Takes a connection out of the handshakes when its task ends, however it ends.
+struct HandshakeEnded(Arc<Dispatcher>, u64);
+
+impl Drop for HandshakeEnded {
+    fn drop(&mut self) {
+        self.0.handshake_ended(self.1);
+    }
+}
+
+/// Closes the connections that stayed without calls for `idle_timeout`, until aborted.
+async fn idle_reaper(dispatcher: Arc<Dispatcher>, idle_timeout: Duration) {
+    let period = (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(period).await;
+        dispatcher.reap_idle(idle_timeout);
     }
 }

@@ -47,14 +47,22 @@ fn host_port(input: &str, url: &Url) -> Result<String, Error> {
     let written_port = authority
         .rsplit_once(':')
         .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
-    let extra =
-        !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some();
+    let extra = !matches!(url.path(), "" | "/") || has_extras(url);
     match (url.host_str(), url.port_or_known_default()) {
         (Some(host), Some(port)) if written_port && !extra && !host.is_empty() => {
             Ok(format!("{host}:{port}"))
         }
         _ => Err(expected()),
     }
+}
+
+/// A query, a fragment or credentials: nothing keel would use, so an error rather than silently
+/// dropped.
+fn has_extras(url: &Url) -> bool {
+    url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+        || url.password().is_some()
 }
 
 impl Endpoint {
@@ -71,11 +79,21 @@ impl Endpoint {
             "http" => host_port(input, &url).map(Endpoint::Http),
             "https" => host_port(input, &url).map(Endpoint::Https),
             "unix" => {
-                let path = url.path();
-                if url.host_str().is_some_and(|h| !h.is_empty()) || path.len() < 2 {
-                    return Err(config(format!("`{input}`: expected unix:///absolute/path")));
+                let expected = || config(format!("`{input}`: expected unix:///absolute/path"));
+                if url.host_str().is_some_and(|h| !h.is_empty()) || has_extras(&url) {
+                    return Err(expected());
                 }
-                Ok(Endpoint::Unix(PathBuf::from(path)))
+                // The path as written: `url` percent-encodes spaces and the like (decoded back
+                // here) and removes `.` and `..` segments (refused: the socket path would not
+                // be the one written).
+                let written = input.split_once("://").map_or("", |(_, rest)| rest);
+                let path = percent_encoding::percent_decode_str(url.path())
+                    .decode_utf8()
+                    .map_err(|_| expected())?;
+                if path.len() < 2 || written.split('/').any(|seg| seg == "." || seg == "..") {
+                    return Err(expected());
+                }
+                Ok(Endpoint::Unix(PathBuf::from(path.into_owned())))
             }
             other => Err(config(format!(
                 "`{input}`: unsupported scheme `{other}` (supported: {SCHEMES})"
@@ -210,9 +228,21 @@ mod tests {
             Endpoint::parse("tcp://[::1]:7").unwrap(),
             Endpoint::Tcp("[::1]:7".into())
         );
-        for bad in ["https://[::1]", "tcp://h:1?x=1", "tcp://h:99999"] {
+        for bad in [
+            "https://[::1]",
+            "tcp://h:1?x=1",
+            "tcp://h:1#f",
+            "tcp://user:pw@h:1",
+            "tcp://h:99999",
+            "unix:///tmp/a?b.sock",
+            "unix:///tmp/../etc/x.sock",
+        ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            Endpoint::parse("unix:///tmp/my sock").unwrap(),
+            Endpoint::Unix("/tmp/my sock".into())
+        );
     }
 
     #[test]

@@ -105,13 +105,37 @@ impl Sink {
     /// Queues `frame` and writes what the socket takes now. Never waits.
     pub(crate) fn send(&self, frame: &Frame) -> Result<(), SendError> {
         let mut st = self.lock();
+        Self::encode(&mut st, frame)?;
+        self.write_now(&mut st);
+        Ok(())
+    }
+
+    /// Queues `frame` without writing it: for callers holding a lock of their own, who then
+    /// call [`Sink::push`] after releasing it. Frames keep the order they were queued in.
+    pub(crate) fn enqueue(&self, frame: &Frame) -> Result<(), SendError> {
+        Self::encode(&mut self.lock(), frame)
+    }
+
+    /// Writes what is queued, as far as the socket takes it without waiting.
+    pub(crate) fn push(&self) {
+        let mut st = self.lock();
+        if !st.buf.is_empty() {
+            self.write_now(&mut st);
+        }
+    }
+
+    fn encode(st: &mut State, frame: &Frame) -> Result<(), SendError> {
         if st.closing || st.closed {
             return Err(SendError::Closed);
         }
-        let State { codec, buf, .. } = &mut *st;
-        codec.encode(frame, buf).map_err(SendError::Encode)?;
-        self.write_now(&mut st);
-        Ok(())
+        let State { codec, buf, .. } = st;
+        codec.encode(frame, buf).map_err(SendError::Encode)
+    }
+
+    /// Bytes queued and not yet written (those being written included).
+    pub(crate) fn unsent(&self) -> usize {
+        let st = self.lock();
+        st.buf.len() + st.in_flight
     }
 
     /// Stops accepting frames; what is queued is written, then the connection's write side is

@@ -32,20 +32,51 @@ impl Endpoint {
     /// Binds a listener for this endpoint. Synchronous, so a host can start from any context
     /// (including inside another runtime); [`BoundListener::into_async`] registers it with the
     /// host's runtime.
-    pub(crate) fn bind(&self) -> std::io::Result<BoundListener> {
+    pub(crate) fn bind(&self, backlog: u32) -> std::io::Result<BoundListener> {
         let socket = match self {
-            Endpoint::Unix(path) => BoundSocket::Unix(bind_unix(path)?, path.clone()),
-            _ => {
-                let l = std::net::TcpListener::bind(self.authority().unwrap_or_default())?;
-                l.set_nonblocking(true)?;
-                BoundSocket::Tcp(l)
-            }
+            Endpoint::Unix(path) => BoundSocket::Unix(bind_unix(path, backlog)?, path.clone()),
+            _ => BoundSocket::Tcp(bind_tcp(self.authority().unwrap_or_default(), backlog)?),
         };
         Ok(BoundListener {
             endpoint: self.clone(),
             socket,
         })
     }
+}
+
+/// The backlog as `listen(2)` takes it (the kernel caps it at `net.core.somaxconn`).
+fn backlog_arg(backlog: u32) -> i32 {
+    i32::try_from(backlog).unwrap_or(i32::MAX).max(1)
+}
+
+/// Binds the first of `authority`'s addresses that can be bound, listening with `backlog`
+/// (std's `TcpListener::bind` always asks for 128).
+fn bind_tcp(authority: &str, backlog: u32) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for addr in authority.to_socket_addrs()? {
+        let bound = (|| {
+            let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+            // As std does on Unix: a restarted host can bind while old connections linger.
+            #[cfg(unix)]
+            socket.set_reuse_address(true)?;
+            socket.bind(&addr.into())?;
+            socket.listen(backlog_arg(backlog))?;
+            socket.set_nonblocking(true)?;
+            Ok::<_, std::io::Error>(std::net::TcpListener::from(socket))
+        })();
+        match bound {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{authority} resolves to no address"),
+        )
+    }))
 }
 
 #[cfg(unix)]
@@ -64,7 +95,7 @@ async fn connect_unix(_: &Path) -> std::io::Result<TcpStream> {
 /// Binds a Unix socket at `path`. A socket file left behind by a host that is gone (nobody
 /// accepts on it) is replaced; a live one, or any other kind of file, is an error.
 #[cfg(unix)]
-fn bind_unix(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+fn bind_unix(path: &Path, backlog: u32) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::FileTypeExt;
     use std::os::unix::net::{UnixListener, UnixStream};
     match std::fs::symlink_metadata(path) {
@@ -85,13 +116,15 @@ fn bind_unix(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
         }
         Err(_) => {}
     }
-    let l = UnixListener::bind(path)?;
-    l.set_nonblocking(true)?;
-    Ok(l)
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    socket.bind(&socket2::SockAddr::unix(path)?)?;
+    socket.listen(backlog_arg(backlog))?;
+    socket.set_nonblocking(true)?;
+    Ok(UnixListener::from(std::os::fd::OwnedFd::from(socket)))
 }
 
 #[cfg(not(unix))]
-fn bind_unix(_: &Path) -> std::io::Result<std::net::TcpListener> {
+fn bind_unix(_: &Path, _: u32) -> std::io::Result<std::net::TcpListener> {
     Err(std::io::Error::new(
         std::io::ErrorKind::Unsupported,
         "unix:// endpoints need a Unix platform",

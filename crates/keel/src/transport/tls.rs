@@ -178,7 +178,7 @@ impl fmt::Debug for ServerTls {
             Some(id) => d
                 .field("certificates", &id.chain.len())
                 .field("client_certs_required", &self.client_certs_required),
-            None => d.field("from_rustls", &true),
+            None => d.field("rustls_unstable", &true),
         };
         d.finish_non_exhaustive()
     }
@@ -234,8 +234,8 @@ impl ServerTls {
         let identity = self.identity.ok_or_else(|| {
             config_err(
                 "require_client_certs needs ServerTls settings made from PEM; with \
-                 rustls_unstable::server_tls (from_rustls), configure client authentication on the \
-                 rustls config",
+                 rustls_unstable::server_tls, configure client authentication on the rustls \
+                 config",
             )
         })?;
         let roots = roots_from_pem(trusted_roots_pem, "trusted client roots")?;
@@ -313,7 +313,7 @@ impl fmt::Debug for ClientTls {
         let mut d = f.debug_struct("ClientTls");
         match &self.roots {
             Some(roots) => d.field("roots", &roots.len()),
-            None => d.field("from_rustls", &true),
+            None => d.field("rustls_unstable", &true),
         };
         d.field("identity", &self.identity)
             .field("server_name", &self.server_name)
@@ -373,8 +373,8 @@ impl ClientTls {
         let roots = self.roots.ok_or_else(|| {
             config_err(
                 "with_identity needs ClientTls settings made by keel; with \
-                 rustls_unstable::client_tls (from_rustls), configure the client certificate on the \
-                 rustls config",
+                 rustls_unstable::client_tls, configure the client certificate on the rustls \
+                 config",
             )
         })?;
         let identity = Identity::from_pem(cert_chain_pem, key_pem, "client")?;
@@ -648,12 +648,12 @@ mod tests {
         let e = server
             .require_client_certs(a.cert_pem.as_bytes())
             .unwrap_err();
-        assert!(e.to_string().contains("from_rustls"), "{e}");
+        assert!(e.to_string().contains("rustls_unstable"), "{e}");
         let client = ClientTls::from_rustls(a.client_tls().unwrap().config);
         let e = client
             .with_identity(a.cert_pem.as_bytes(), a.key_pem.as_bytes())
             .unwrap_err();
-        assert!(e.to_string().contains("from_rustls"), "{e}");
+        assert!(e.to_string().contains("rustls_unstable"), "{e}");
     }
 
     #[test]

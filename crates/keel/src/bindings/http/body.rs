@@ -15,6 +15,7 @@ use http_body_util::{BodyDataStream, BodyExt, Empty, Full, StreamBody};
 use tokio::sync::Notify;
 
 use crate::core::stream::ByteStream;
+use crate::dispatch::{ReceiveBudget, Reservation};
 
 /// Any error a body can end with.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -235,16 +236,23 @@ pub(crate) enum ReadError {
     TooLarge { size: Option<u64>, drained: bool },
     /// The peer went away or broke the protocol mid-body.
     Broken(BoxError),
+    /// The receive budget had no room for the body before its deadline.
+    NoRoom,
 }
 
 /// Reads a whole body of at most `limit` bytes. A larger one is read and thrown away up to
 /// `drain` bytes past the limit ([`DRAIN_LIMIT`] on HTTP/1.1, where an unread body would end the
 /// connection; 0 on HTTP/2, where dropping the body resets only its stream).
+///
+/// With `budget`, the bytes kept are reserved from it (waiting for room until its deadline) and
+/// the reservation comes back with the body, to be held while the body is in use.
 pub(crate) async fn read_limited<B: Received>(
     mut body: B,
     limit: u32,
     drain: u64,
-) -> Result<Bytes, ReadError> {
+    budget: Option<(&ReceiveBudget, tokio::time::Instant)>,
+) -> Result<(Bytes, Reservation), ReadError> {
+    let mut reserved = Reservation::default();
     let limit = u64::from(limit);
     let declared = body.size_hint().exact();
     if declared.is_some_and(|n| n > limit + drain) {
@@ -272,7 +280,14 @@ pub(crate) async fn read_limited<B: Received>(
         if total > limit {
             first = None;
             rest = BytesMut::new();
+            reserved = Reservation::default();
             continue;
+        }
+        if let Some((budget, deadline)) = budget {
+            match budget.reserve(data.len(), deadline).await {
+                Some(r) => reserved.merge(r),
+                None => return Err(ReadError::NoRoom),
+            }
         }
         match first.take() {
             None if rest.is_empty() => first = Some(data),
@@ -290,5 +305,5 @@ pub(crate) async fn read_limited<B: Received>(
             drained: true,
         });
     }
-    Ok(first.unwrap_or_else(|| rest.freeze()))
+    Ok((first.unwrap_or_else(|| rest.freeze()), reserved))
 }

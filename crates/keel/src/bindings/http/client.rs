@@ -513,8 +513,8 @@ impl HttpClient {
             Some(_) => body::DRAIN_LIMIT,
             None => 0,
         };
-        let body = match body::read_limited(incoming, limit, drain).await {
-            Ok(b) => b,
+        let body = match body::read_limited(incoming, limit, drain, None).await {
+            Ok((b, _)) => b,
             Err(ReadError::TooLarge { size, drained }) => {
                 let size = size.map_or_else(|| "more than".to_string(), |n| format!("{n}"));
                 let msg = format!(
@@ -526,6 +526,7 @@ impl HttpClient {
                 let e = Error::new(Kind::Connection, format!("{}: {e}", self.endpoint));
                 return (Err(e), false);
             }
+            Err(ReadError::NoRoom) => unreachable!("no budget on the client"),
         };
         let result = match parts.headers.get(STATUS_HEADER).map(|v| v.to_str()) {
             Some(Ok(code)) => match StatusCode::from_name(code) {

@@ -11,7 +11,7 @@ mod conns;
 pub(crate) mod server;
 mod service;
 
-pub use service::HttpService;
+pub use service::{HttpBody, HttpService};
 
 use base64::Engine as _;
 
@@ -42,6 +42,13 @@ pub const ARGS_HEADER: &str = "keel-args";
 /// protection closes the connection (hyperium/hyper#2526; reproduced here with an upload of
 /// 50-byte chunks). 4 MiB covers a 200 ms link at 160 Mbit/s.
 pub(crate) const H2_STREAM_WINDOW: u32 = 4 << 20;
+
+/// HTTP/1.1: the most a connection buffers of a request head (and of a body chunk being read);
+/// a head that does not fit is refused (431).
+pub(crate) const H1_MAX_BUF: usize = 64 * 1024;
+
+/// HTTP/2: the largest header list (a request's headers, decoded) a connection accepts.
+pub(crate) const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
 
 /// HTTP/2 receive window of a whole connection: bounds what all its streams together may have
 /// buffered at the receiver.

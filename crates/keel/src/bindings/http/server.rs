@@ -4,8 +4,10 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use ::http::header::{HeaderValue, ACCEPT, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
@@ -14,7 +16,8 @@ use bytes::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use serde::Serialize;
-use tokio::sync::{oneshot, watch};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{oneshot, watch, Notify};
 
 use super::body::{self, Body, ReadError, Received};
 use super::{
@@ -26,8 +29,10 @@ use crate::core::codec::Format;
 use crate::core::service::{Outcome, Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
-use crate::dispatch::{dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, Responder};
-use crate::transport::Connected;
+use crate::dispatch::{
+    dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, ReceiveBudget, Responder,
+};
+use crate::transport::{Connected, Io};
 
 /// Calls waiting for their answer on one HTTP connection.
 #[derive(Debug, Default)]
@@ -70,48 +75,60 @@ impl Responder for HttpResponder {
     }
 }
 
+/// The fewest concurrent streams an HTTP/2 connection is offered.
+const H2_MIN_STREAMS: usize = 128;
+
 /// What every request of one HTTP connection shares.
 #[derive(Debug, Clone)]
 pub(super) struct Ctx {
     pub(super) conn: Arc<ConnShared>,
     pub(super) waiting: Arc<Waiting>,
     pub(super) settings: Arc<ServerSettings>,
+    /// Bytes of request bodies this connection (and the host) may hold at once.
+    budget: ReceiveBudget,
+    /// The HTTP/1.1 request head being received, if any (none for `HttpService`).
+    watch: Option<Arc<HeadWatch>>,
 }
 
 impl Ctx {
-    /// Registers a new connection with `dispatcher`; `stop` is told when the host wants the
-    /// connection to go away or close.
-    pub(super) fn register(
+    /// A connection's shared state; `stop` is told when the host wants it to go away or close.
+    /// It has at most `max_calls` calls in flight; `watch` follows its request heads.
+    pub(super) fn new(
         dispatcher: &Arc<Dispatcher>,
         settings: Arc<ServerSettings>,
         info: ConnInfo,
         stop: watch::Sender<bool>,
+        max_calls: usize,
+        watch: Option<Arc<HeadWatch>>,
     ) -> Ctx {
         let waiting = Arc::new(Waiting::default());
         let responder = HttpResponder {
             waiting: waiting.clone(),
             stop,
         };
-        let id = dispatcher.next_conn_id();
         let conn = Arc::new(ConnShared::new(
-            id,
             Box::new(responder),
             info,
+            max_calls,
             dispatcher.clone(),
         ));
-        dispatcher.register(conn.clone());
+        let budget = ReceiveBudget::new(
+            settings.max_receive_bytes_per_connection,
+            &dispatcher.receive_budget,
+        );
         Ctx {
             conn,
             waiting,
             settings,
+            budget,
+            watch,
         }
     }
 
     /// The connection is gone: nobody can receive answers, so stop what still runs for it.
-    pub(super) fn unregister(&self) {
+    pub(super) fn abandon(&self) {
         let gone = Status::new(StatusCode::Cancelled, "connection closed");
         self.conn.abandon_all(&gone);
-        self.conn.dispatcher.unregister(self.conn.id);
     }
 }
 
@@ -123,16 +140,34 @@ pub(crate) async fn serve(
     info: ConnInfo,
 ) {
     let (stop, mut stopped) = watch::channel(false);
-    let ctx = Ctx::register(&dispatcher, settings, info, stop);
+    // HTTP/1.1 heads are watched unless TLS agreed on HTTP/2 (cleartext HTTP/2 is recognised
+    // by its preface).
+    let head_watch = Arc::new(HeadWatch::new(connected.alpn.as_deref() == Some(b"h2")));
+    let max_calls = settings.max_calls_per_connection;
+    let frame_timeout = settings.frame_timeout;
+    let ctx = Ctx::new(
+        &dispatcher,
+        settings,
+        info,
+        stop,
+        max_calls,
+        Some(head_watch.clone()),
+    );
+    dispatcher.register(ctx.conn.clone());
 
-    // No timer on the HTTP/1.1 side on purpose: hyper's header read timeout also runs while a
-    // keep-alive connection waits for its next request, and would close idle connections that
-    // keel keeps for the client's life.
+    // Not hyper's header read timeout: it also runs while a keep-alive connection waits for
+    // its next request, and would close idle connections keel keeps for the client's life.
+    // `HeadWatch` times only a head that has started arriving.
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    let max_streams = u32::try_from(ctx.settings.max_calls_per_connection).unwrap_or(u32::MAX);
+    // At least as many streams as calls: a stream over the call limit is answered Busy. A
+    // floor of 128 keeps a small throttle's Busy answers visible to HTTP/2 clients rather than
+    // queueing them behind the stream limit.
+    let max_streams = u32::try_from(max_calls.max(H2_MIN_STREAMS)).unwrap_or(u32::MAX);
+    builder.http1().max_buf_size(super::H1_MAX_BUF);
     builder
         .http2()
         .max_concurrent_streams(max_streams)
+        .max_header_list_size(super::H2_MAX_HEADER_LIST)
         .initial_stream_window_size(super::H2_STREAM_WINDOW)
         .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
         .timer(TokioTimer::new());
@@ -148,8 +183,14 @@ pub(crate) async fn serve(
             async move { Ok::<_, Infallible>(handle(&ctx, req).await) }
         })
     };
-    let serving = builder.serve_connection(TokioIo::new(connected.io), service);
+    let io = Watched {
+        io: connected.io,
+        watch: head_watch.clone(),
+    };
+    let serving = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(serving);
+    let overdue = head_watch.overdue(frame_timeout);
+    tokio::pin!(overdue);
     let mut stopping = false;
     loop {
         tokio::select! {
@@ -158,13 +199,156 @@ pub(crate) async fn serve(
                 stopping = true;
                 serving.as_mut().graceful_shutdown();
             }
+            _ = overdue.as_mut() => {
+                // A request head started arriving and did not finish in time (slowloris).
+                dispatcher.timed_out();
+                break;
+            }
         }
     }
-    ctx.unregister();
+    ctx.abandon();
+    dispatcher.unregister(ctx.conn.id);
+}
+
+/// Follows the request head an HTTP/1.1 connection is receiving, so that one that starts
+/// arriving and does not finish within the frame timeout closes the connection. A head
+/// "starts" when bytes arrive while no request is in progress; it ends when the request
+/// reaches [`handle`].
+#[derive(Debug)]
+pub(super) struct HeadWatch {
+    epoch: std::time::Instant,
+    /// When bytes arrived with no request in progress, in ms since `epoch` (plus one); 0 for
+    /// none.
+    started: AtomicU64,
+    /// Requests in progress.
+    in_request: AtomicUsize,
+    /// HTTP/2: its own framing, nothing to watch.
+    h2: AtomicBool,
+    /// Woken when a head starts.
+    armed: Notify,
+}
+
+impl HeadWatch {
+    fn new(h2: bool) -> HeadWatch {
+        HeadWatch {
+            epoch: std::time::Instant::now(),
+            started: AtomicU64::new(0),
+            in_request: AtomicUsize::new(0),
+            h2: AtomicBool::new(h2),
+            armed: Notify::new(),
+        }
+    }
+
+    /// Bytes arrived (`first` is what was read).
+    fn received(&self, first: &[u8]) {
+        if self.h2.load(Ordering::Relaxed) {
+            return;
+        }
+        if first.starts_with(b"PRI * HTTP/2.0") {
+            self.h2.store(true, Ordering::Relaxed);
+            return;
+        }
+        if self.in_request.load(Ordering::Acquire) == 0 && self.started.load(Ordering::Relaxed) == 0
+        {
+            let now = self.epoch.elapsed().as_millis() as u64 + 1;
+            self.started.store(now, Ordering::Release);
+            self.armed.notify_one();
+        }
+    }
+
+    /// A request's head is complete; the guard marks its end.
+    fn request(self: &Arc<Self>) -> RequestGuard {
+        self.in_request.fetch_add(1, Ordering::AcqRel);
+        self.started.store(0, Ordering::Release);
+        RequestGuard(self.clone())
+    }
+
+    /// Completes when a head has been arriving for longer than `timeout`.
+    async fn overdue(&self, timeout: Duration) {
+        loop {
+            let started = self.started.load(Ordering::Acquire);
+            if started == 0 {
+                self.armed.notified().await;
+                continue;
+            }
+            let due = self.epoch + Duration::from_millis(started - 1) + timeout;
+            tokio::time::sleep_until(due.into()).await;
+            if self.started.load(Ordering::Acquire) == started {
+                return;
+            }
+        }
+    }
+}
+
+/// A request in progress on a watched connection.
+struct RequestGuard(Arc<HeadWatch>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.0.in_request.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's byte stream, reporting what arrives to its [`HeadWatch`].
+struct Watched {
+    io: Box<dyn Io>,
+    watch: Arc<HeadWatch>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.watch.received(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
 }
 
 /// One request: routes it and answers.
 pub(super) async fn handle<B: Received>(ctx: &Ctx, req: Request<B>) -> Response<Body> {
+    let _in_request = ctx.watch.as_ref().map(|w| w.request());
     let conn = &ctx.conn;
     let h1 = req.version() <= Version::HTTP_11;
     let path = req.uri().path().to_string();
@@ -239,7 +423,7 @@ async fn call<B: Received>(
             }
         },
     };
-    let (format, body, stream) = if stream_request {
+    let (format, body, stream, reserved) = if stream_request {
         // The body is the stream; the other parameters travel in the `keel-args` header.
         let args = match stream_args(&req, format) {
             Ok(args) => args,
@@ -247,13 +431,33 @@ async fn call<B: Received>(
         };
         let drain = h1.then(|| (body::DRAIN_LIMIT, Arc::new(body::Draining::default())));
         let stream = body::received(req.into_body(), drain, |_| {});
-        (format, args, stream)
+        (format, args, stream, None)
     } else {
         let limit = ctx.settings.max_message_size;
         let drain = if h1 { body::DRAIN_LIMIT } else { 0 };
-        let body = match body::read_limited(req.into_body(), limit, drain).await {
-            Ok(b) if b.is_empty() && format == Format::Json => Bytes::from_static(b"{}"),
-            Ok(b) => b,
+        // The body must arrive within the frame timeout, in memory the budgets allow.
+        let deadline = tokio::time::Instant::now() + ctx.settings.frame_timeout;
+        let read = body::read_limited(req.into_body(), limit, drain, Some((&ctx.budget, deadline)));
+        let read = match tokio::time::timeout_at(deadline, read).await {
+            Ok(read) => read,
+            Err(_) => Err(ReadError::NoRoom),
+        };
+        let (body, reserved) = match read {
+            Ok((b, r)) if b.is_empty() && format == Format::Json => (Bytes::from_static(b"{}"), r),
+            Ok(read) => read,
+            Err(ReadError::NoRoom) => {
+                conn.dispatcher.timed_out();
+                let msg = "the request body did not arrive in time, or the host had no room \
+                           for it";
+                let mut response = error(Status::new(StatusCode::BadRequest, msg), format);
+                *response.status_mut() = ::http::StatusCode::REQUEST_TIMEOUT;
+                if h1 {
+                    response
+                        .headers_mut()
+                        .insert(CONNECTION, HeaderValue::from_static("close"));
+                }
+                return response;
+            }
             Err(ReadError::TooLarge { size, drained }) => {
                 let size = size.map_or_else(|| "more than".to_string(), |n| format!("{n}"));
                 let msg = format!(
@@ -272,7 +476,7 @@ async fn call<B: Received>(
                 return error(Status::new(StatusCode::BadRequest, msg), format);
             }
         };
-        (format, body, ByteStream::empty())
+        (format, body, ByteStream::empty(), Some(reserved))
     };
 
     let call_id = waiting.next_call_id.fetch_add(1, Ordering::Relaxed);
@@ -300,6 +504,8 @@ async fn call<B: Received>(
         stream,
     };
     dispatch(conn, incoming, received);
+    // The arguments are decoded: the body's memory is free again.
+    drop(reserved);
     let outcome = answer.await;
     guard.armed = false;
     match outcome {

@@ -46,7 +46,7 @@ pub struct HttpService {
     inner: Arc<Inner>,
 }
 
-/// Unregisters the service's connection when the last clone is dropped.
+/// Stops what still runs for the service's calls when the last clone is dropped.
 #[derive(Debug)]
 struct Inner {
     ctx: Ctx,
@@ -57,15 +57,17 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.ctx.unregister();
+        self.ctx.abandon();
     }
 }
 
 impl HttpService {
     pub(crate) fn new(dispatcher: &Arc<Dispatcher>, settings: Arc<ServerSettings>) -> HttpService {
         let (stop, stopped) = watch::channel(false);
-        let info = ConnInfo::new("http-service", "tower".to_string());
-        let ctx = Ctx::register(dispatcher, settings, info, stop);
+        let info = ConnInfo::new(dispatcher.next_conn_id(), "http-service", "tower".into());
+        // Not registered as a connection: the HTTP server that mounts it has its own, and the
+        // throttle (not a per-connection share) bounds the calls of all of them together.
+        let ctx = Ctx::new(dispatcher, settings, info, stop, usize::MAX, None);
         HttpService {
             inner: Arc::new(Inner {
                 ctx,
@@ -75,14 +77,43 @@ impl HttpService {
     }
 }
 
+/// The body of an [`HttpService`] answer: bytes, whole or streamed.
+pub struct HttpBody(Body);
+
+impl std::fmt::Debug for HttpBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpBody").finish_non_exhaustive()
+    }
+}
+
+impl http_body::Body for HttpBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.0.size_hint()
+    }
+}
+
 impl<B> tower_service::Service<Request<B>> for HttpService
 where
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError> + std::fmt::Display + Send,
 {
-    type Response = Response<Body>;
+    type Response = Response<HttpBody>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<HttpBody>, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // Admission happens per call (throttle, Busy): the service is always ready.
@@ -91,7 +122,7 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
-        Box::pin(async move { Ok(handle(&inner.ctx, req).await) })
+        Box::pin(async move { Ok(handle(&inner.ctx, req).await.map(HttpBody)) })
     }
 }
 

@@ -160,9 +160,11 @@ impl Conn {
         self.wire.takes_calls()
     }
 
-    /// Closes the connection now; waiting calls fail.
+    /// Closes the connection now; waiting calls fail, streams stop.
     pub(crate) fn close(&self, reason: &str) {
         fail_all(&self.wire, reason);
+        // Wakes any pump waiting for the socket queue to shrink.
+        self.wire.sink().close();
         for t in &self.tasks {
             t.abort();
         }
@@ -199,6 +201,7 @@ impl Conn {
                 Err(CallRejected::Closed(reason)) => {
                     return Ok(Err(Error::new(Kind::Connection, reason)))
                 }
+                Err(other) => return Ok(Err(Error::new(Kind::Connection, other.to_string()))),
             };
         let Outgoing {
             service,

@@ -41,6 +41,11 @@ pub(crate) struct WireConn<C> {
     sink: Arc<Sink>,
     /// Largest StreamData payload we may send (the peer's message limit, capped).
     max_chunk: usize,
+    /// New calls may start here: not closed, and (client) no GoAway received. Mirrors the
+    /// core's state so the call path can ask without the lock.
+    accepting: AtomicBool,
+    /// A stand-in `now` for frames whose handling reads no clock (saves a clock read per call).
+    created: Instant,
 }
 
 #[derive(Debug)]
@@ -139,6 +144,8 @@ impl<C: Send + 'static> WireConn<C> {
             }),
             sink,
             max_chunk: MAX_CHUNK.min(peer_max_message.max(1) as usize),
+            accepting: AtomicBool::new(true),
+            created: Instant::now(),
         })
     }
 
@@ -147,14 +154,20 @@ impl<C: Send + 'static> WireConn<C> {
         &self.sink
     }
 
-    /// Runs `f` on the state under the lock, then writes the frames the core queued.
+    /// Runs `f` on the state under the lock and queues the frames the core asked for (in
+    /// order with anything `f` queued); writes them once the lock is released, so no socket
+    /// write happens under it.
     fn with<R>(&self, f: impl FnOnce(&mut State<C>) -> R) -> R {
-        let mut st = self.lock();
-        let r = f(&mut st);
-        while let Some(frame) = st.core.poll_transmit() {
-            // A closed sink means the connection is going: nothing left to tell the peer.
-            let _ = self.sink.send(&frame);
-        }
+        let r = {
+            let mut st = self.lock();
+            let r = f(&mut st);
+            while let Some(frame) = st.core.poll_transmit() {
+                // A closed sink means the connection is going: nothing left to tell the peer.
+                let _ = self.sink.enqueue(&frame);
+            }
+            r
+        };
+        self.sink.push();
         r
     }
 
@@ -166,7 +179,12 @@ impl<C: Send + 'static> WireConn<C> {
     /// consumer, credit to its pump); what is left for the caller comes back: a host's Request
     /// or Cancel, a client's Reply or GoAway. Stream cleanup for a Cancel is done already.
     pub(crate) fn handle(&self, frame: Frame) -> Result<Option<Event<C>>, ConnError> {
-        let now = Instant::now();
+        // Only these frames' handling reads the time (RTT samples, new receive windows).
+        let now = match &frame {
+            Frame::Pong(_) | Frame::Reply(_) => Instant::now(),
+            Frame::Request(r) if r.flags.streamed => Instant::now(),
+            _ => self.created,
+        };
         self.with(|st| {
             let Some(event) = st.core.handle(frame, now)? else {
                 return Ok(None);
@@ -214,6 +232,17 @@ impl<C: Send + 'static> WireConn<C> {
                         Error::new(Kind::Status(StatusCode::Cancelled), "call cancelled");
                     st.fail_inbound(call_id, cancelled);
                     return Ok(Some(Event::Cancel { call_id }));
+                }
+                Event::Reply { ref reply, .. } => {
+                    // The call is over: its upload's pump stops (the core forgot its window).
+                    if reply.status != keel_wire::StatusCode::Ok {
+                        st.stop_outbound_handle(reply.call_id);
+                    }
+                    return Ok(Some(event));
+                }
+                Event::GoAway(_) => {
+                    self.accepting.store(false, Ordering::Release);
+                    return Ok(Some(event));
                 }
                 other => return Ok(Some(other)),
             }
@@ -305,9 +334,13 @@ impl<C: Send + 'static> WireConn<C> {
                 self.sink.wait_below(SEND_QUEUE_LIMIT).await;
                 let data = chunk.split_to(n);
                 let sent = self.with(|st| {
+                    // Stopped meanwhile (StopSending, Cancel, a window error): not one more byte.
+                    if st.core.send_credit(call_id).is_none() {
+                        return false;
+                    }
                     st.core.on_sent(call_id, n);
                     self.sink
-                        .send(&Frame::StreamData(StreamData { call_id, data }))
+                        .enqueue(&Frame::StreamData(StreamData { call_id, data }))
                         .is_ok()
                 });
                 if !sent {
@@ -383,8 +416,7 @@ impl<C: Send + 'static> WireConn<C> {
 
     /// Client: whether new calls may start here (not closed, no GoAway received).
     pub(crate) fn takes_calls(&self) -> bool {
-        let st = self.lock();
-        !st.core.is_closed() && !st.core.is_going_away()
+        self.accepting.load(Ordering::Acquire)
     }
 
     /// Whether the connection was closed.
@@ -395,6 +427,7 @@ impl<C: Send + 'static> WireConn<C> {
     /// The connection is gone: inbound streams fail, pumps stop, and the pending calls are
     /// returned for the caller to fail.
     pub(crate) fn close(&self, reason: &str) -> Vec<(u64, C)> {
+        self.accepting.store(false, Ordering::Release);
         let (closed, inbound, outbound) = {
             let mut st = self.lock();
             let closed: Closed<C> = st.core.close(reason);

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use super::{Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
 use crate::core::error::{Error, Kind};
+use crate::core::status::{Status, StatusCode};
 use crate::transport::Endpoint;
 use client::Conn;
 
@@ -29,14 +30,19 @@ use client::Conn;
 pub(crate) struct WireClient {
     endpoint: Endpoint,
     settings: ClientSettings,
-    /// The live connection, if any. A std mutex: held only to clone or swap the `Arc`.
+    /// The connection new calls go to, if any. A std mutex: held only to clone or swap an
+    /// `Arc`.
     conn: Mutex<Option<Arc<Conn>>>,
+    /// Connections the host said GoAway on: no new calls, but the calls and streams already on
+    /// them finish there. Kept until they close.
+    draining: Mutex<Vec<Arc<Conn>>>,
     /// Serialises connection attempts so a burst of first calls opens one connection.
     connecting: tokio::sync::Mutex<()>,
     opened: AtomicU64,
-    /// Connections taken out of `conn` (closed, or found broken and replaced).
-    closed: AtomicU64,
 }
+
+/// How many connections one call tries when each says GoAway before the call is sent.
+const GOAWAY_ATTEMPTS: usize = 2;
 
 impl WireClient {
     pub(crate) fn new(endpoint: Endpoint, settings: ClientSettings) -> WireClient {
@@ -44,9 +50,9 @@ impl WireClient {
             endpoint,
             settings,
             conn: Mutex::new(None),
+            draining: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(()),
             opened: AtomicU64::new(0),
-            closed: AtomicU64::new(0),
         }
     }
 
@@ -72,14 +78,17 @@ impl WireClient {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .replace(conn.clone());
-        if old.is_some() {
-            self.closed.fetch_add(1, Ordering::Relaxed);
+        let mut draining = self.draining.lock().unwrap_or_else(|e| e.into_inner());
+        draining.retain(|c| c.is_open());
+        // Dropping a connection closes it: one the host is draining stays until it closes.
+        if let Some(old) = old.filter(|c| c.is_open()) {
+            draining.push(old);
         }
         Ok(conn)
     }
 
     async fn call_inner(&self, mut call: Outgoing, deadline: Instant) -> Answer {
-        loop {
+        for _ in 0..GOAWAY_ATTEMPTS {
             let conn = match tokio::time::timeout_at(deadline.into(), self.conn()).await {
                 Ok(conn) => conn?,
                 Err(_) => {
@@ -89,13 +98,18 @@ impl WireClient {
                     ))
                 }
             };
-            // `None`: the host said GoAway before the call was sent; it goes to a new
-            // connection (`current` no longer offers this one).
+            // The host said GoAway before the call was sent: it goes to a new connection
+            // (`current` no longer offers this one).
             match conn.call_or_return(call, deadline).await {
                 Ok(answer) => return answer,
                 Err(unsent) => call = unsent,
             }
         }
+        // A host that says GoAway on every new connection is shutting down.
+        Ok(Err(Status::new(
+            StatusCode::ShuttingDown,
+            format!("{}: the host is going away", self.endpoint),
+        )))
     }
 }
 
@@ -110,8 +124,9 @@ impl ClientTransport for WireClient {
 
     fn close(&self) {
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(c) = conn {
-            self.closed.fetch_add(1, Ordering::Relaxed);
+        let draining =
+            std::mem::take(&mut *self.draining.lock().unwrap_or_else(|e| e.into_inner()));
+        for c in conn.into_iter().chain(draining) {
             c.close("closed by the client");
         }
     }
@@ -121,19 +136,21 @@ impl ClientTransport for WireClient {
     }
 
     fn counts(&self) -> ConnCounts {
-        let broken = {
-            let slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-            slot.as_ref().map(|c| !c.is_open())
-        };
-        // A connection that broke but is still in the slot counts as closed.
-        let (open, dead) = match broken {
-            Some(false) => (1, 0),
-            Some(true) => (0, 1),
-            None => (0, 0),
-        };
+        let current = self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let draining = self
+            .draining
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let open = current
+            .iter()
+            .chain(draining.iter())
+            .filter(|c| c.is_open())
+            .count();
+        let opened = self.opened.load(Ordering::Relaxed);
         ConnCounts {
-            opened: self.opened.load(Ordering::Relaxed),
-            closed: self.closed.load(Ordering::Relaxed) + dead,
+            opened,
+            closed: opened - open as u64,
             open,
         }
     }

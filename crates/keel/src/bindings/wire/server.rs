@@ -14,7 +14,9 @@ use crate::core::codec::Format;
 use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
-use crate::dispatch::{dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, Responder};
+use crate::dispatch::{
+    dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, ReceiveBudget, Reservation, Responder,
+};
 use crate::transport::sink::Sink;
 use crate::transport::Io;
 
@@ -150,15 +152,35 @@ pub(crate) async fn serve(
         runtime: tokio::runtime::Handle::current(),
         peer_max_message: hello.max_message_size,
     };
-    let id = dispatcher.next_conn_id();
-    let conn = Arc::new(ConnShared::new(id, Box::new(out), info, dispatcher.clone()));
+    let max_calls = settings.max_calls_per_connection;
+    let conn = Arc::new(ConnShared::new(
+        Box::new(out),
+        info,
+        max_calls,
+        dispatcher.clone(),
+    ));
     dispatcher.register(conn.clone());
     if dispatcher.is_shutting_down() {
         conn.go_away("host shutting down");
     }
     let writer = tokio::spawn(flusher);
     let codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
-    let reader = tokio::spawn(read_loop(rd, buf, codec, conn.clone(), wire.clone()));
+    let budget = ReceiveBudget::new(
+        settings.max_receive_bytes_per_connection,
+        &dispatcher.receive_budget,
+    );
+    let reader = tokio::spawn(read_loop(
+        rd,
+        buf,
+        codec,
+        conn.clone(),
+        wire.clone(),
+        ReadLimits {
+            frame_timeout: settings.frame_timeout,
+            max_unsent_bytes: settings.max_unsent_bytes,
+            budget,
+        },
+    ));
     // The reader ends on EOF or error; the writer when it closed the connection on purpose.
     let reader_abort = reader.abort_handle();
     tokio::select! {
@@ -172,49 +194,68 @@ pub(crate) async fn serve(
     dispatcher.unregister(conn.id);
 }
 
+/// What bounds a connection's reader: time to finish a frame, unsent output, memory.
+struct ReadLimits {
+    frame_timeout: Duration,
+    max_unsent_bytes: usize,
+    budget: ReceiveBudget,
+}
+
+/// Frames up to this size are not counted against the receive budget (they fit the reader's
+/// first buffer); larger ones are, from when their length is known until they are whole.
+const UNCOUNTED_FRAME: usize = 64 * 1024;
+
 async fn read_loop(
     mut rd: ReadHalf<Box<dyn Io>>,
     mut buf: BytesMut,
     mut codec: Codec,
     conn: Arc<ConnShared>,
     wire: Arc<WireConn<()>>,
+    limits: ReadLimits,
 ) {
+    // The frame being received: by when it must be whole, and the memory reserved for it.
+    let mut frame_deadline: Option<tokio::time::Instant> = None;
+    let mut reserved: Option<(usize, Reservation)> = None;
+    let timed_out = |why: &str| {
+        conn.dispatcher.timed_out();
+        conn.shut(why);
+    };
     loop {
         match codec.decode(&mut buf) {
-            Ok(Some(frame)) => match wire.handle(frame) {
-                Ok(Some(Event::Request(req))) => {
-                    let stream = if req.flags.streamed {
-                        // Before the next frame is read: its data follows this request.
-                        wire.inbound_stream(req.call_id)
-                    } else {
-                        ByteStream::empty()
-                    };
-                    let incoming = Incoming {
-                        call_id: req.call_id,
-                        one_way: req.flags.one_way,
-                        deadline: (req.deadline_us > 0)
-                            .then(|| Duration::from_micros(req.deadline_us)),
-                        service: &req.service,
-                        operation: &req.operation,
-                        format: Format::Postcard,
-                        body: req.body,
-                        stream,
-                    };
-                    dispatch(&conn, incoming, Instant::now());
-                    continue;
+            Ok(Some(frame)) => {
+                (frame_deadline, reserved) = (None, None);
+                match wire.handle(frame) {
+                    Ok(Some(Event::Request(req))) => {
+                        let stream = if req.flags.streamed {
+                            // Before the next frame is read: its data follows this request.
+                            wire.inbound_stream(req.call_id)
+                        } else {
+                            ByteStream::empty()
+                        };
+                        let incoming = Incoming {
+                            call_id: req.call_id,
+                            one_way: req.flags.one_way,
+                            deadline: (req.deadline_us > 0)
+                                .then(|| Duration::from_micros(req.deadline_us)),
+                            service: &req.service,
+                            operation: &req.operation,
+                            format: Format::Postcard,
+                            body: req.body,
+                            stream,
+                        };
+                        dispatch(&conn, incoming, Instant::now());
+                    }
+                    // Its streams are stopped already; the call itself is dispatch's.
+                    Ok(Some(Event::Cancel { call_id })) => conn.cancel(call_id),
+                    Ok(_) => {}
+                    Err(e) => {
+                        conn.go_away(&e.to_string());
+                        conn.close();
+                        return;
+                    }
                 }
-                // Its streams are stopped already; the call itself is dispatch's.
-                Ok(Some(Event::Cancel { call_id })) => {
-                    conn.cancel(call_id);
-                    continue;
-                }
-                Ok(_) => continue,
-                Err(e) => {
-                    conn.go_away(&e.to_string());
-                    conn.close();
-                    return;
-                }
-            },
+                continue;
+            }
             Ok(None) => {}
             Err(WireError::TooLarge {
                 call_id,
@@ -222,6 +263,7 @@ async fn read_loop(
                 limit,
             }) => {
                 // The codec skips the oversized frame; the connection stays usable.
+                reserved = None;
                 if let Some(call_id) = call_id {
                     let msg = format!(
                         "request of {size} bytes exceeds this host's limit of {limit} bytes"
@@ -236,7 +278,37 @@ async fn read_loop(
                 return;
             }
         }
-        match rd.read_buf(&mut buf).await {
+        // Backpressure: while the peer leaves too much of our output unread (replies, pongs),
+        // read nothing more from it; if it does not read within the frame timeout, close.
+        if wire.sink().unsent() > limits.max_unsent_bytes {
+            let wait = wire.sink().wait_below(limits.max_unsent_bytes);
+            if tokio::time::timeout(limits.frame_timeout, wait)
+                .await
+                .is_err()
+            {
+                return timed_out("the client did not read its replies in time");
+            }
+        }
+        let read = if codec.in_frame(&buf) {
+            let deadline = *frame_deadline
+                .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
+            // A large frame's memory is reserved before the rest of it is read.
+            if let Some(size) = codec.pending_frame_size(&buf) {
+                if size > UNCOUNTED_FRAME && reserved.as_ref().is_none_or(|(s, _)| *s != size) {
+                    match limits.budget.reserve(size, deadline).await {
+                        Some(r) => reserved = Some((size, r)),
+                        None => return timed_out("no room to receive this frame in time"),
+                    }
+                }
+            }
+            match tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)).await {
+                Ok(read) => read,
+                Err(_) => return timed_out("a frame was not completed in time"),
+            }
+        } else {
+            rd.read_buf(&mut buf).await
+        };
+        match read {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
