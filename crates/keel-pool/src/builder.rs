@@ -10,7 +10,16 @@ use std::time::Duration;
 use crate::core::{Config, Inner, SpawnHook};
 use crate::Pool;
 
-/// Default for [`Builder::max_threads`].
+/// Default for [`Builder::max_threads`]: 1,024.
+///
+/// Why this number: a blocking operation holds its thread for its whole run, so the pool needs
+/// one thread per call running at once, and keel's host admits at most its throttle's
+/// `max_concurrent_calls` (default 1,024) at once: the same number, so a burst the throttle
+/// admits never waits for a thread. The cost of the cap is bounded: each thread reserves a
+/// [`DEFAULT_STACK_SIZE`] stack (256 KiB of address space, touched only as used), so 1,024
+/// threads reserve 256 MiB of address space and typically a few MiB of memory. Beyond it, work
+/// queues rather than exhausting the process's threads (`ulimit -u`, `kernel.threads-max`).
+/// Raise both together for hosts whose operations mostly wait (sleeps, I/O).
 pub const DEFAULT_MAX_THREADS: usize = 1024;
 /// Default for [`Builder::keep_alive`]: 60 s.
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(60);

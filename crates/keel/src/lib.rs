@@ -141,6 +141,31 @@
 //! beside its own routes on one port (see [`http::HttpService`]). `ARCHITECTURE.md` in the
 //! repository shows the layers and one call's path through the files.
 //!
+//! # Limits
+//!
+//! Everything a peer can make a host hold is bounded, with a safe default and a setter on
+//! [`HostBuilder`]; what a host does at each limit is defined (a status, or a close with a
+//! reason), and every other client keeps being served.
+//!
+//! | resource | limit (setter) | default | at the limit |
+//! |---|---|---|---|
+//! | connections | [`max_connections`](HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest, is closed to admit the newcomer; refused only if all have calls in flight |
+//! | time to connect | [`handshake_timeout`](HostBuilder::handshake_timeout) | 10 s | closed (TLS and keel's handshakes each) |
+//! | idle time | [`idle_timeout`](HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
+//! | time to finish a frame, request head or body | [`frame_timeout`](HostBuilder::frame_timeout) | 30 s | closed (an HTTP body: 408) |
+//! | unsent output | [`max_unsent_bytes`](HostBuilder::max_unsent_bytes) | 1 MiB | the connection is not read until its peer reads; closed if it does not within `frame_timeout` |
+//! | bytes being received, per connection | [`max_receive_bytes_per_connection`](HostBuilder::max_receive_bytes_per_connection) | 16 MiB | waits for room within `frame_timeout`, then closed (an HTTP body: 408) |
+//! | bytes being received, whole host | [`max_receive_bytes`](HostBuilder::max_receive_bytes) | 256 MiB | the same |
+//! | message size | [`max_message_size`](HostBuilder::max_message_size) | 4 MiB | `TooLarge` (413), checked before allocating; the connection is kept |
+//! | calls in flight per connection | [`max_calls_per_connection`](HostBuilder::max_calls_per_connection) | a quarter of the throttle's places (512) | `Busy` (503) |
+//! | HTTP/2 streams per connection | follows the above | max(calls per connection, 128) | the client waits (`SETTINGS_MAX_CONCURRENT_STREAMS`) |
+//! | HTTP request head | fixed | 64 KiB (HTTP/1.1 buffer, HTTP/2 header list) | 431, or the connection is closed |
+//! | calls running, host-wide | [`max_concurrent_calls`](HostBuilder::max_concurrent_calls) | 1,024 | queued |
+//! | calls queued | [`max_queued_calls`](HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
+//! | stream window | [`max_stream_window`](HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
+//! | pool threads | [`max_threads`](HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
+//! | listen backlog | [`listen_backlog`](HostBuilder::listen_backlog) | 1,024 | the kernel's (`net.core.somaxconn` caps it) |
+//!
 //! # What `#[keel::contract]` generates
 //!
 //! For `trait Calculator`:
