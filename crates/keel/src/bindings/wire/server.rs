@@ -181,17 +181,28 @@ pub(crate) async fn serve(
             budget,
         },
     ));
-    // The reader ends on EOF or error; the writer when it closed the connection on purpose.
+    // The reader ends on EOF, an error or a limit; the writer when it closed the connection on
+    // purpose.
     let reader_abort = reader.abort_handle();
-    tokio::select! {
-        _ = reader => {}
-        _ = writer => { reader_abort.abort(); }
-    }
+    let mut writer = writer;
+    let writer_done = tokio::select! {
+        _ = reader => false,
+        _ = &mut writer => { reader_abort.abort(); true }
+    };
     // The peer is gone: nobody can receive answers, so stop what still runs for it.
     wire.close("connection closed");
     let gone = Status::new(StatusCode::Cancelled, "connection closed");
     conn.abandon_all(&gone);
     dispatcher.unregister(conn.id);
+    if !writer_done {
+        // What is queued (a GoAway, the last answers) goes out if the peer reads it in time;
+        // a peer that never reads does not keep the socket and the buffer.
+        wire.sink().close();
+        let writer_abort = writer.abort_handle();
+        if tokio::time::timeout(settings.frame_timeout, writer).await.is_err() {
+            writer_abort.abort();
+        }
+    }
 }
 
 /// What bounds a connection's reader: time to finish a frame, unsent output, memory.
