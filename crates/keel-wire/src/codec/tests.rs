@@ -1103,3 +1103,31 @@ fn encode_refuses_bad_stream_frames_and_writes_nothing() {
     assert_eq!(err.to_string(), "window update with increment 0 (call 4)");
     assert_eq!(&dst[..], b"keep");
 }
+
+#[test]
+fn in_frame_and_pending_size_follow_a_partial_frame() {
+    let mut codec = Codec::new(Limits::with_max_message_size(1024));
+    let whole = encode(&request(7, &[1; 100]));
+    let mut buf = BytesMut::new();
+    assert!(!codec.in_frame(&buf));
+    assert_eq!(codec.pending_frame_size(&buf), None);
+    buf.extend_from_slice(&whole[..3]);
+    assert!(codec.in_frame(&buf));
+    assert_eq!(codec.pending_frame_size(&buf), None, "length not known yet");
+    buf.extend_from_slice(&whole[3..10]);
+    assert_eq!(codec.pending_frame_size(&buf), Some(whole.len()));
+    assert_eq!(codec.decode(&mut buf).unwrap(), None);
+    buf.extend_from_slice(&whole[10..]);
+    assert!(codec.decode(&mut buf).unwrap().is_some());
+    assert!(!codec.in_frame(&buf));
+
+    // An oversized frame is dropped, not buffered: no size to reserve, but still in a frame
+    // until its last byte went by.
+    let mut big = raw(&[1]);
+    big[..4].copy_from_slice(&(1u32 << 20).to_le_bytes());
+    big.extend_from_slice(&[0; 8]);
+    assert_eq!(codec.pending_frame_size(&big), None);
+    assert!(matches!(codec.decode(&mut big), Err(WireError::TooLarge { .. })));
+    assert!(codec.in_frame(&big), "the rest of the oversized frame is still to come");
+    assert_eq!(codec.pending_frame_size(&big), None);
+}

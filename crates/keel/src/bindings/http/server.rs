@@ -213,7 +213,8 @@ pub(crate) async fn serve(
 /// Follows the request head an HTTP/1.1 connection is receiving, so that one that starts
 /// arriving and does not finish within the frame timeout closes the connection. A head
 /// "starts" when bytes arrive while no request is in progress; it ends when the request
-/// reaches [`handle`].
+/// reaches [`handle`]. (A client that pipelines its next request behind a streamed answer
+/// longer than the frame timeout is closed too; keel's client and browsers do not pipeline.)
 #[derive(Debug)]
 pub(super) struct HeadWatch {
     epoch: std::time::Instant,
@@ -244,7 +245,8 @@ impl HeadWatch {
         if self.h2.load(Ordering::Relaxed) {
             return;
         }
-        if first.starts_with(b"PRI * HTTP/2.0") {
+        // HTTP/2's preface ("PRI * HTTP/2.0..."): no HTTP/1.1 request starts with `PRI`.
+        if first.starts_with(b"PRI") {
             self.h2.store(true, Ordering::Relaxed);
             return;
         }
