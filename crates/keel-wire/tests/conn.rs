@@ -1025,7 +1025,9 @@ fn run(side: Side, steps: &[Step]) -> Result<(), TestCaseError> {
                                 prop_assert!(conn.send_credit(call_id).is_some());
                             }
                             Some(Event::StreamData { .. } | Event::StreamEnd { .. }) | None => {}
-                            Some(other) => prop_assert!(false, "an event of a later version: {other:?}"),
+                            Some(other) => {
+                                prop_assert!(false, "an event of a later version: {other:?}")
+                            }
                         }
                     }
                 }

@@ -187,3 +187,87 @@ fn not_a_keel_client_is_closed_quietly() {
     assert_eq!(good.echo("still serving".into()).unwrap(), "still serving");
     host.shutdown();
 }
+
+/// A host by hand: accepts one connection, reads keel's Hello *and the first Request* before
+/// answering either (so a client that waited for the HelloReply first would never get one),
+/// then answers with `reply`.
+fn pipelining_host(reply: HelloReply) -> (String, std::thread::JoinHandle<bool>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("tcp://{}", listener.local_addr().unwrap());
+    let host = std::thread::spawn(move || {
+        let (mut sock, _) = listener.accept().unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = BytesMut::new();
+        let mut codec = Codec::new(Limits::default());
+        let mut read = |buf: &mut BytesMut| {
+            let mut chunk = [0u8; 4096];
+            match sock.read(&mut chunk) {
+                Ok(n) if n > 0 => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    true
+                }
+                _ => false,
+            }
+        };
+        while keel_wire::decode_hello(&mut buf).unwrap().is_none() {
+            assert!(read(&mut buf), "no Hello");
+        }
+        let request = loop {
+            if let Some(Frame::Request(r)) = codec.decode(&mut buf).unwrap() {
+                break r;
+            }
+            if !read(&mut buf) {
+                return false; // The Request never came before the HelloReply: not pipelined.
+            }
+        };
+        let mut out = BytesMut::new();
+        let accepted = matches!(reply, HelloReply::Accept { .. });
+        keel_wire::encode_hello_reply(&reply, &mut out);
+        if accepted {
+            let body = postcard::to_stdvec(&"pipelined".to_string()).unwrap();
+            codec
+                .encode(
+                    &Frame::Reply(keel_wire::Reply {
+                        call_id: request.call_id,
+                        status: StatusCode::Ok,
+                        body: Bytes::from(body),
+                    }),
+                    &mut out,
+                )
+                .unwrap();
+        }
+        let mut sock = sock;
+        sock.write_all(&out).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        true
+    });
+    (url, host)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_clients_first_call_rides_with_the_handshake() {
+    let (url, host) = pipelining_host(HelloReply::Accept {
+        version: keel_wire::VERSION,
+        max_message_size: 1 << 20,
+    });
+    // No `open`: the first call connects, and goes out right behind the Hello.
+    let client = common::ProbeClient::new(keel::Channel::new(&url).unwrap());
+    assert_eq!(client.echo("x".into()).await.unwrap(), "pipelined");
+    assert!(
+        host.join().unwrap(),
+        "the request waited for the HelloReply"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_handshake_fails_the_pipelined_call_with_the_reason() {
+    let (url, host) = pipelining_host(HelloReply::Reject {
+        supported_version: 9,
+        reason: "only version 9 here".into(),
+    });
+    let client = common::ProbeClient::new(keel::Channel::new(&url).unwrap());
+    let err = client.echo("x".into()).await.unwrap_err();
+    assert!(err.is_protocol(), "{err}");
+    assert!(err.to_string().contains("only version 9 here"), "{err}");
+    assert!(host.join().unwrap());
+}

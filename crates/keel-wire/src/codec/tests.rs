@@ -1127,7 +1127,13 @@ fn in_frame_and_pending_size_follow_a_partial_frame() {
     big[..4].copy_from_slice(&(1u32 << 20).to_le_bytes());
     big.extend_from_slice(&[0; 8]);
     assert_eq!(codec.pending_frame_size(&big), None);
-    assert!(matches!(codec.decode(&mut big), Err(WireError::TooLarge { .. })));
-    assert!(codec.in_frame(&big), "the rest of the oversized frame is still to come");
+    assert!(matches!(
+        codec.decode(&mut big),
+        Err(WireError::TooLarge { .. })
+    ));
+    assert!(
+        codec.in_frame(&big),
+        "the rest of the oversized frame is still to come"
+    );
     assert_eq!(codec.pending_frame_size(&big), None);
 }

@@ -132,6 +132,11 @@ impl Sink {
         codec.encode(frame, buf).map_err(SendError::Encode)
     }
 
+    /// Encodes later frames for a peer taking messages of up to `bytes`.
+    pub(crate) fn set_max_message_size(&self, bytes: u32) {
+        self.lock().codec.set_max_message_size(bytes);
+    }
+
     /// Bytes queued and not yet written (those being written included).
     pub(crate) fn unsent(&self) -> usize {
         let st = self.lock();

@@ -2,6 +2,7 @@
 //! ([`WireConn`]) and routes replies to waiting calls; requests are written by the calling
 //! thread (see [`Sink`]).
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,7 +11,7 @@ use keel_wire::{
     CallRejected, Codec, Event, Frame, Hello, HelloReply, Limits, Request, RequestFlags, Side,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
 use super::conn::WireConn;
@@ -30,8 +31,11 @@ pub(crate) struct Conn {
     wire: Arc<WireConn<ReplySlot>>,
     /// The runtime the connection's tasks (and upload pumps) run on.
     runtime: tokio::runtime::Handle,
-    /// Largest request body the host accepts (from its handshake reply).
-    peer_max_message: u32,
+    /// Largest request body the host accepts (from its handshake reply; the default until it
+    /// arrives).
+    peer_max_message: Arc<AtomicU32>,
+    /// The handshake's outcome, once the host answered it.
+    handshaken: watch::Receiver<Option<Result<(), (Kind, String)>>>,
     tasks: [AbortHandle; 2],
 }
 
@@ -54,6 +58,10 @@ impl Conn {
         }
     }
 
+    /// Connects, secures, and sends keel's Hello, without waiting for the host's answer: the
+    /// first call goes right behind it (the handshake is pipelined with it, as HTTP/2's
+    /// preface is), so a fresh connection's first call costs one round trip. The reader task
+    /// takes the HelloReply; [`Conn::handshake`] waits for it.
     async fn connect_inner(endpoint: &Endpoint, config: &ClientSettings) -> Result<Conn, Error> {
         let connect_err = |e: std::io::Error| {
             Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
@@ -76,78 +84,49 @@ impl Conn {
         // Over TLS, written bytes may wait in the TLS layer until flushed.
         io.flush().await.map_err(connect_err)?;
         buf.clear();
-        let reply = loop {
-            match keel_wire::decode_hello_reply(&mut buf) {
-                Ok(Some(r)) => break r,
-                Ok(None) => {}
-                Err(_) if crate::transport::looks_like_tls(&buf) => {
-                    return Err(Error::new(
-                        Kind::Connect,
-                        format!(
-                            "{endpoint}: the host answered with TLS; connect with a tcps:// URL \
-                             and TLS settings"
-                        ),
-                    ))
-                }
-                Err(e) => {
-                    return Err(Error::new(
-                        Kind::Protocol,
-                        format!("{endpoint}: bad handshake: {e}"),
-                    ))
-                }
-            }
-            if io.read_buf(&mut buf).await.map_err(connect_err)? == 0 {
-                return Err(Error::new(
-                    Kind::Connect,
-                    format!("{endpoint}: closed during the handshake"),
-                ));
-            }
-        };
-        let peer_max_message = match reply {
-            HelloReply::Accept {
-                max_message_size, ..
-            } => max_message_size,
-            HelloReply::Reject {
-                supported_version,
-                reason,
-            } => {
-                return Err(Error::new(
-                    Kind::Protocol,
-                    format!(
-                        "{endpoint} refused the handshake (it speaks version {supported_version}, \
-                         this client {}): {reason}",
-                        keel_wire::VERSION
-                    ),
-                ))
-            }
-        };
 
+        // Until the host says otherwise, it is assumed to take the default message size.
+        let assumed = keel_wire::DEFAULT_MAX_MESSAGE_SIZE;
         let (rd, wr) = tokio::io::split(io);
-        let (sink, flusher) = Sink::new(
-            wr,
-            Codec::new(Limits::with_max_message_size(peer_max_message)),
-        );
-        let wire = WireConn::new(
-            Side::Client,
-            sink,
-            config.max_stream_window,
-            peer_max_message,
-        );
-        // The handshake was one round trip: the first estimate stream windows grow against.
-        wire.set_rtt(hello_sent.elapsed());
+        let (sink, flusher) = Sink::new(wr, Codec::new(Limits::with_max_message_size(assumed)));
+        let wire = WireConn::new(Side::Client, sink, config.max_stream_window, assumed);
+        let peer_max_message = Arc::new(AtomicU32::new(assumed));
+        let (handshake, handshaken) = watch::channel(None);
         let flusher = tokio::spawn(flusher);
         let reader = tokio::spawn(read_loop(
             rd,
             buf,
             Codec::new(Limits::with_max_message_size(config.max_message_size)),
             wire.clone(),
+            Handshake {
+                endpoint: endpoint.clone(),
+                sent: hello_sent,
+                peer_max_message: peer_max_message.clone(),
+                done: handshake,
+            },
         ));
         Ok(Conn {
             wire,
             runtime: tokio::runtime::Handle::current(),
             peer_max_message,
+            handshaken,
             tasks: [reader.abort_handle(), flusher.abort_handle()],
         })
+    }
+
+    /// Waits until the host accepted the handshake; its refusal (or a connection that closed
+    /// first) as an error.
+    pub(crate) async fn handshake(&self) -> Result<(), Error> {
+        let mut done = self.handshaken.clone();
+        let outcome = done.wait_for(Option::is_some).await;
+        match outcome.as_deref() {
+            Ok(Some(Ok(()))) => Ok(()),
+            Ok(Some(Err((kind, message)))) => Err(Error::new(*kind, message.clone())),
+            _ => Err(Error::new(
+                Kind::Connect,
+                "connection closed during the handshake",
+            )),
+        }
     }
 
     /// Whether the connection is still up (it may have stopped taking new calls).
@@ -178,13 +157,13 @@ impl Conn {
         call: Outgoing,
         deadline: Instant,
     ) -> Result<Answer, Outgoing> {
-        if call.body.len() as u64 > u64::from(self.peer_max_message) {
+        let peer_max_message = self.peer_max_message.load(Ordering::Acquire);
+        if call.body.len() as u64 > u64::from(peer_max_message) {
             return Ok(Err(Error::new(
                 Kind::TooLarge,
                 format!(
-                    "request body of {} bytes exceeds the host's limit of {} bytes",
+                    "request body of {} bytes exceeds the host's limit of {peer_max_message} bytes",
                     call.body.len(),
-                    self.peer_max_message
                 ),
             )));
         }
@@ -280,8 +259,87 @@ impl Drop for CallGuard<'_> {
 
 /// Closes the connection's state and fails every waiting call with `reason`.
 fn fail_all(wire: &WireConn<ReplySlot>, reason: &str) {
+    fail_all_with(wire, Kind::Connection, reason);
+}
+
+/// Closes the connection's state and fails every waiting call with an error of `kind`.
+fn fail_all_with(wire: &WireConn<ReplySlot>, kind: Kind, reason: &str) {
     for (_, slot) in wire.close(reason) {
-        let _ = slot.send(Err(Error::new(Kind::Connection, reason.to_string())));
+        let _ = slot.send(Err(Error::new(kind, reason.to_string())));
+    }
+}
+
+/// What the reader needs to finish the handshake.
+struct Handshake {
+    endpoint: Endpoint,
+    /// When the Hello went out: the reply gives the first round-trip sample.
+    sent: Instant,
+    peer_max_message: Arc<AtomicU32>,
+    done: watch::Sender<Option<Result<(), (Kind, String)>>>,
+}
+
+impl Handshake {
+    /// Reads the HelloReply. Accepted: the host's limits apply from now on. Refused (or not a
+    /// keel host): the error, for `Conn::handshake` and the calls already sent.
+    async fn complete(
+        self,
+        rd: &mut ReadHalf<Box<dyn Io>>,
+        buf: &mut BytesMut,
+        wire: &WireConn<ReplySlot>,
+    ) -> Result<(), (Kind, String)> {
+        let endpoint = &self.endpoint;
+        let outcome = loop {
+            match keel_wire::decode_hello_reply(buf) {
+                Ok(Some(r)) => break Ok(r),
+                Ok(None) => {}
+                Err(_) if crate::transport::looks_like_tls(buf) => {
+                    break Err((
+                        Kind::Connect,
+                        format!(
+                            "{endpoint}: the host answered with TLS; connect with a tcps:// URL \
+                             and TLS settings"
+                        ),
+                    ))
+                }
+                Err(e) => break Err((Kind::Protocol, format!("{endpoint}: bad handshake: {e}"))),
+            }
+            match rd.read_buf(buf).await {
+                Ok(0) => {
+                    break Err((
+                        Kind::Connect,
+                        format!("{endpoint}: closed during the handshake"),
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) => break Err((Kind::Connect, format!("{endpoint}: {e}"))),
+            }
+        };
+        let outcome = match outcome {
+            Ok(HelloReply::Accept {
+                max_message_size, ..
+            }) => {
+                self.peer_max_message
+                    .store(max_message_size, Ordering::Release);
+                wire.set_peer_max_message(max_message_size);
+                // The handshake was one round trip: the first estimate windows grow against.
+                wire.set_rtt(self.sent.elapsed());
+                Ok(())
+            }
+            Ok(HelloReply::Reject {
+                supported_version,
+                reason,
+            }) => Err((
+                Kind::Protocol,
+                format!(
+                    "{endpoint} refused the handshake (it speaks version {supported_version}, \
+                     this client {}): {reason}",
+                    keel_wire::VERSION
+                ),
+            )),
+            Err(e) => Err(e),
+        };
+        self.done.send_replace(Some(outcome.clone()));
+        outcome
     }
 }
 
@@ -290,7 +348,11 @@ async fn read_loop(
     mut buf: BytesMut,
     mut codec: Codec,
     wire: Arc<WireConn<ReplySlot>>,
+    handshake: Handshake,
 ) {
+    if let Err((kind, reason)) = handshake.complete(&mut rd, &mut buf, &wire).await {
+        return fail_all_with(&wire, kind, &reason);
+    }
     let reason = loop {
         match codec.decode(&mut buf) {
             Ok(Some(frame)) => match wire.handle(frame) {

@@ -10,7 +10,7 @@
 //! stops and the connection carries on.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -40,7 +40,7 @@ pub(crate) struct WireConn<C> {
     state: Mutex<State<C>>,
     sink: Arc<Sink>,
     /// Largest StreamData payload we may send (the peer's message limit, capped).
-    max_chunk: usize,
+    max_chunk: AtomicUsize,
     /// New calls may start here: not closed, and (client) no GoAway received. Mirrors the
     /// core's state so the call path can ask without the lock.
     accepting: AtomicBool,
@@ -143,7 +143,7 @@ impl<C: Send + 'static> WireConn<C> {
                 outbound: HashMap::new(),
             }),
             sink,
-            max_chunk: MAX_CHUNK.min(peer_max_message.max(1) as usize),
+            max_chunk: AtomicUsize::new(MAX_CHUNK.min(peer_max_message.max(1) as usize)),
             accepting: AtomicBool::new(true),
             created: Instant::now(),
         })
@@ -152,6 +152,13 @@ impl<C: Send + 'static> WireConn<C> {
     /// The write side.
     pub(crate) fn sink(&self) -> &Arc<Sink> {
         &self.sink
+    }
+
+    /// The peer's message limit is now known (a client learns it from the HelloReply).
+    pub(crate) fn set_peer_max_message(&self, bytes: u32) {
+        self.max_chunk
+            .store(MAX_CHUNK.min(bytes.max(1) as usize), Ordering::Relaxed);
+        self.sink.set_max_message_size(bytes);
     }
 
     /// Runs `f` on the state under the lock and queues the frames the core asked for (in
@@ -324,7 +331,10 @@ impl<C: Send + 'static> WireConn<C> {
                         None => break 0,
                         _ if out.is_stopped() => break 0,
                         Some(0) => out.credit.notified().await,
-                        Some(c) => break (c as usize).min(self.max_chunk).min(chunk.len()),
+                        Some(c) => {
+                            let max_chunk = self.max_chunk.load(Ordering::Relaxed);
+                            break (c as usize).min(max_chunk).min(chunk.len());
+                        }
                     }
                 };
                 if n == 0 {

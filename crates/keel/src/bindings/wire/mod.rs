@@ -119,7 +119,18 @@ impl ClientTransport for WireClient {
     }
 
     fn open(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move { self.conn().await.map(drop) })
+        Box::pin(async move {
+            // Calls pipeline the handshake; `open` completes it.
+            let conn = self.conn().await?;
+            let timeout = self.settings.connect_timeout;
+            match tokio::time::timeout(timeout, conn.handshake()).await {
+                Ok(done) => done,
+                Err(_) => Err(Error::new(
+                    Kind::Connect,
+                    format!("{}: no handshake within {timeout:?}", self.endpoint),
+                )),
+            }
+        })
     }
 
     fn close(&self) {

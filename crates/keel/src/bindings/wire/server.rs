@@ -199,7 +199,10 @@ pub(crate) async fn serve(
         // a peer that never reads does not keep the socket and the buffer.
         wire.sink().close();
         let writer_abort = writer.abort_handle();
-        if tokio::time::timeout(settings.frame_timeout, writer).await.is_err() {
+        if tokio::time::timeout(settings.frame_timeout, writer)
+            .await
+            .is_err()
+        {
             writer_abort.abort();
         }
     }
