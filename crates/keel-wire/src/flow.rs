@@ -24,8 +24,9 @@ pub const WINDOW_EXCEEDED_REASON: &str = "flow control window exceeded";
 /// Sizes of a [`RecvWindow`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowConfig {
-    /// Credit the producer starts with. It must be what the peer assumes: today always
-    /// [`DEFAULT_INITIAL_WINDOW`], since the handshake does not negotiate it.
+    /// Credit the producer starts with. It must be at least what the peer assumes:
+    /// [`DEFAULT_INITIAL_WINDOW`], or the connection's learned initial window once the consumer
+    /// announced one (a WindowUpdate on call 0; see PROTOCOL.md, "Learned initial window").
     pub initial: u32,
     /// Largest window auto-tuning may reach. [`RecvWindow::new`] clamps it to
     /// `1..=`[`MAX_WINDOW_SIZE`] and then `initial` to `1..=max`.

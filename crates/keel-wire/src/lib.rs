@@ -79,7 +79,10 @@ pub use codec::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,
     HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_NAME_LEN, MAX_REASON_LEN,
 };
-pub use conn::{CallRejected, Closed, ConnError, Connection, Event, Side};
+pub use conn::{
+    CallRejected, Closed, ConnError, Connection, Event, Side, CONNECTION,
+    MAX_LEARNED_INITIAL_WINDOW,
+};
 pub use flow::{
     FlowError, RecvWindow, SendWindow, WindowConfig, MAX_WINDOW_SIZE, WINDOW_EXCEEDED_REASON,
 };

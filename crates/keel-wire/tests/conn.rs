@@ -547,15 +547,56 @@ fn windows_grow_once_there_is_an_rtt() {
     h.set_rtt(ms(50));
     feed(&mut h, request(1, true), now);
     feed(&mut h, data(1, WINDOW / 2), now);
-    // A consumer keeping up (updates under two round trips apart) doubles the window.
+    // A consumer keeping up (updates under two round trips apart) doubles the window, and
+    // the connection's next streams start from the doubled window (an update on call 0).
     h.consumed(1, WINDOW / 2, now + ms(1));
     assert_eq!(
         drain(&mut h),
-        [window_update(
-            1,
-            DEFAULT_INITIAL_WINDOW / 2 + DEFAULT_INITIAL_WINDOW
-        )]
+        [
+            window_update(1, DEFAULT_INITIAL_WINDOW / 2 + DEFAULT_INITIAL_WINDOW),
+            window_update(keel_wire::CONNECTION, DEFAULT_INITIAL_WINDOW),
+        ]
     );
+    assert_eq!(h.inbound_initial_window(), 2 * DEFAULT_INITIAL_WINDOW);
+}
+
+#[test]
+fn a_learned_window_is_where_the_next_stream_starts_on_both_ends() {
+    let now = Instant::now();
+    let (mut c, mut h) = (client(), host());
+    h.set_rtt(ms(50));
+    // The host's first upload stream grows its window...
+    feed(&mut h, request(1, true), now);
+    feed(&mut h, data(1, WINDOW / 2), now);
+    h.consumed(1, WINDOW / 2, now + ms(1));
+    let announced: Vec<Frame> = drain(&mut h)
+        .into_iter()
+        .filter(|f| matches!(f, Frame::WindowUpdate(w) if w.call_id == keel_wire::CONNECTION))
+        .collect();
+    assert_eq!(announced.len(), 1);
+    // ...the client learns it, and its next upload starts with that much credit.
+    for frame in announced {
+        assert!(feed(&mut c, frame, now).is_none());
+    }
+    assert_eq!(c.outbound_initial_window(), 2 * DEFAULT_INITIAL_WINDOW);
+    let id = c.start_call("upload", false, true).unwrap();
+    assert_eq!(c.send_credit(id), Some(2 * DEFAULT_INITIAL_WINDOW));
+    // The host accepts that much on its next stream without a window error.
+    feed(&mut h, request(id + 1, true), now);
+    assert!(matches!(
+        feed(&mut h, data(id + 1, 2 * WINDOW), now),
+        Some(Event::StreamData { .. })
+    ));
+    // Learned windows stop at MAX_LEARNED_INITIAL_WINDOW; a stream grows further on its own.
+    let mut c = client();
+    for _ in 0..20 {
+        feed(
+            &mut c,
+            window_update(keel_wire::CONNECTION, keel_wire::MAX_WINDOW_SIZE),
+            now,
+        );
+    }
+    assert_eq!(c.outbound_initial_window(), keel_wire::MAX_WINDOW_SIZE);
 }
 
 #[test]
@@ -579,7 +620,10 @@ fn windows_grow_up_to_the_configured_max() {
             let Frame::WindowUpdate(w) = frame else {
                 panic!("{frame:?}")
             };
-            granted += w.increment as usize;
+            // Call 0 announces the next streams' initial window, not credit for this one.
+            if w.call_id != keel_wire::CONNECTION {
+                granted += w.increment as usize;
+            }
         }
         // Never more outstanding than the max.
         assert!(granted - received <= 2 * WINDOW);

@@ -145,8 +145,12 @@ struct Pending<C> {
 /// owns what, and an example.
 pub struct Connection<C> {
     side: Side,
-    /// Windows of the streams we receive.
+    /// Windows of the streams we receive. `initial` starts at [`DEFAULT_INITIAL_WINDOW`] and
+    /// rises (announced with a WindowUpdate on call 0) as streams learn the link.
     inbound_config: WindowConfig,
+    /// The credit the peer lets our new streams start with (raised by its WindowUpdates on
+    /// call 0).
+    outbound_initial: u32,
     /// Client: calls waiting for their reply.
     calls: HashMap<u64, Pending<C>>,
     /// Client: the id the next call gets.
@@ -187,6 +191,14 @@ impl<C> fmt::Debug for Connection<C> {
     }
 }
 
+/// The call id that names the connection rather than a call: a WindowUpdate on it raises the
+/// initial window of the streams its receiver starts from then on.
+pub const CONNECTION: u64 = 0;
+
+/// The most a learned initial window rises to (a stream still grows beyond it on its own): what
+/// one new stream may have in flight before its consumer has read anything.
+pub const MAX_LEARNED_INITIAL_WINDOW: u32 = 1 << 20;
+
 impl<C> Connection<C> {
     /// A core for a connection whose handshake just completed.
     ///
@@ -204,6 +216,7 @@ impl<C> Connection<C> {
                 initial: inbound.initial,
                 max: inbound.max.max(inbound.initial),
             },
+            outbound_initial: DEFAULT_INITIAL_WINDOW,
             calls: HashMap::new(),
             next_call_id: 1,
             last_call_id: 0,
@@ -443,6 +456,17 @@ impl<C> Connection<C> {
                     message: end.message,
                 }))
             }
+            Frame::WindowUpdate(WindowUpdate {
+                call_id: CONNECTION,
+                increment,
+            }) => {
+                // The peer learned the link: our next streams may start with more credit.
+                self.outbound_initial = self
+                    .outbound_initial
+                    .saturating_add(increment)
+                    .min(MAX_WINDOW_SIZE);
+                Ok(None)
+            }
             Frame::WindowUpdate(WindowUpdate { call_id, increment }) => {
                 let Some(window) = self.outbound.get_mut(&call_id) else {
                     return Ok(None);
@@ -511,6 +535,17 @@ impl<C> Connection<C> {
             self.transmit
                 .push_back(Frame::WindowUpdate(WindowUpdate { call_id, increment }));
         }
+        // A window that grew says what the link carries: the peer's next streams start there,
+        // instead of ramping up from the default each time.
+        let grown = window.window().min(MAX_LEARNED_INITIAL_WINDOW);
+        if grown > self.inbound_config.initial {
+            let increment = grown - self.inbound_config.initial;
+            self.inbound_config.initial = grown;
+            self.transmit.push_back(Frame::WindowUpdate(WindowUpdate {
+                call_id: CONNECTION,
+                increment,
+            }));
+        }
     }
 
     /// The consumer dropped inbound stream `call_id` before its end: forgets it and queues a
@@ -539,7 +574,7 @@ impl<C> Connection<C> {
     pub fn open_outbound(&mut self, call_id: u64) {
         if self.closed.is_none() {
             self.outbound
-                .insert(call_id, SendWindow::new(DEFAULT_INITIAL_WINDOW));
+                .insert(call_id, SendWindow::new(self.outbound_initial));
         }
     }
 
@@ -607,6 +642,17 @@ impl<C> Connection<C> {
             // RFC 6298: SRTT <- 7/8 SRTT + 1/8 R'.
             Some(srtt) => (srtt / 8).saturating_mul(7).saturating_add(sample / 8),
         });
+    }
+
+    /// The window our next inbound stream starts with (what the peer may send before our first
+    /// WindowUpdate for it): [`DEFAULT_INITIAL_WINDOW`] until a stream's window grew.
+    pub fn inbound_initial_window(&self) -> u32 {
+        self.inbound_config.initial
+    }
+
+    /// The credit our next outbound stream starts with, as the peer last announced it.
+    pub fn outbound_initial_window(&self) -> u32 {
+        self.outbound_initial
     }
 
     /// The round-trip-time estimate; `None` until a sample. It is the smoothed RTT of RFC 6298
