@@ -127,7 +127,7 @@ impl HttpClient {
         loop {
             match self.proto() {
                 Proto::H2 => match self.h2_conn().await? {
-                    Some(_) => return Ok(()),
+                    Some(conn) => return self.settle_h2(conn).await,
                     None => continue,
                 },
                 Proto::H1 => {
@@ -143,6 +143,35 @@ impl HttpClient {
                     }
                 }
             }
+        }
+    }
+
+    /// Exchanges one request on a new HTTP/2 connection, so that the host's SETTINGS (its
+    /// flow-control windows) are in force before the first call: until they arrive a client
+    /// may send only HTTP/2's default 64 KiB on a stream, and a first large upload would stall
+    /// for a round trip. (`OPTIONS /` asks nothing of the host; any answer will do.)
+    async fn settle_h2(&self, mut conn: H2Conn) -> Result<(), Error> {
+        let authority = self.endpoint.authority().unwrap_or_default();
+        let uri = format!("{}://{authority}/", self.endpoint.scheme());
+        let request = Request::builder()
+            .method(Method::OPTIONS)
+            .uri(uri)
+            .body(body::empty())
+            .map_err(|e| Error::new(Kind::Config, format!("{}: {e}", self.endpoint)))?;
+        let answered = async {
+            conn.sender.ready().await?;
+            conn.sender.send_request(request).await
+        };
+        match tokio::time::timeout(self.config.connect_timeout, answered).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.broken(e)),
+            Err(_) => Err(Error::new(
+                Kind::Connect,
+                format!(
+                    "{}: no HTTP/2 answer within the connect timeout",
+                    self.endpoint
+                ),
+            )),
         }
     }
 
