@@ -656,6 +656,47 @@ mod tests {
         assert!(e.to_string().contains("rustls_unstable"), "{e}");
     }
 
+    /// What `ClientTls::connect` does per connection (clone the config, set ALPN) keeps one
+    /// session store for all of a client's connections: the second handshake resumes.
+    #[tokio::test]
+    async fn a_clients_second_connection_resumes_its_tls_session() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let cert = self_signed(&["localhost"]).unwrap();
+        let acceptor = cert.server_tls().unwrap().acceptor(&[b"keel/1"]);
+        let client = cert.client_tls().unwrap();
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            let acceptor = acceptor.clone();
+            let server = tokio::spawn(async move {
+                let mut tls = acceptor.accept(a).await.unwrap();
+                tls.write_all(b"hi").await.unwrap();
+                tls.flush().await.unwrap();
+                let mut end = Vec::new();
+                let _ = tls.read_to_end(&mut end).await;
+            });
+            let mut config = (*client.config).clone();
+            config.alpn_protocols = vec![b"keel/1".to_vec()];
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let name = ServerName::try_from("localhost").unwrap();
+            let mut tls = connector.connect(name, b).await.unwrap();
+            // Reading takes the session tickets the host sent after its handshake.
+            let mut hi = [0u8; 2];
+            tls.read_exact(&mut hi).await.unwrap();
+            kinds.push(tls.get_ref().1.handshake_kind());
+            tls.shutdown().await.unwrap();
+            drop(tls);
+            server.await.unwrap();
+        }
+        assert_eq!(
+            kinds,
+            [
+                Some(rustls::HandshakeKind::Full),
+                Some(rustls::HandshakeKind::Resumed)
+            ]
+        );
+    }
+
     #[test]
     fn self_signed_needs_a_name() {
         assert!(self_signed(&[]).is_err());
