@@ -154,7 +154,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let params = op.params.iter().map(|(n, t)| {
             let n = n.to_string();
             let t = type_string(t);
-            quote!(#k::param(#n, #t))
+            quote!(#k::ParamInfo::new(#n, #t))
         });
         let stream_request = op.stream_param.is_some();
         let stream_response = op.stream_reply;
@@ -168,7 +168,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let one_way = op.one_way;
         let blocking = !op.is_async;
         quote! {
-            #k::operation(
+            #k::OperationInfo::new(
                 #name,
                 &[#(#params),*],
                 #returns,
@@ -302,7 +302,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             use super::*;
             #(#args_structs)*
             pub(super) static __DESCRIPTOR: #k::ServiceDescriptor =
-                #k::service(#service_name, &[#(#op_infos),*]);
+                #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*]);
         }
 
         #[doc = #trait_doc_link]

@@ -273,43 +273,6 @@ pub mod __private {
     use crate::core::codec;
     use crate::core::status::Status;
 
-    /// A contract's description.
-    pub const fn service(
-        name: &'static str,
-        operations: &'static [OperationInfo],
-    ) -> ServiceDescriptor {
-        ServiceDescriptor::new(name, operations)
-    }
-
-    /// One operation's description.
-    #[allow(clippy::too_many_arguments)]
-    pub const fn operation(
-        name: &'static str,
-        params: &'static [ParamInfo],
-        returns: &'static str,
-        fault: Option<&'static str>,
-        one_way: bool,
-        blocking: bool,
-        stream_request: bool,
-        stream_response: bool,
-    ) -> OperationInfo {
-        OperationInfo::new(
-            name,
-            params,
-            returns,
-            fault,
-            one_way,
-            blocking,
-            stream_request,
-            stream_response,
-        )
-    }
-
-    /// One parameter's description.
-    pub const fn param(name: &'static str, ty: &'static str) -> ParamInfo {
-        ParamInfo::new(name, ty)
-    }
-
     /// Decodes operation arguments; failure is a `BadRequest` status.
     pub fn decode_args<T: serde::de::DeserializeOwned>(
         format: Format,

@@ -23,8 +23,9 @@ pub struct ServiceDescriptor {
 }
 
 impl ServiceDescriptor {
-    /// A description (what generated code builds; see `keel::__private`).
-    pub(crate) const fn new(name: &'static str, operations: &'static [OperationInfo]) -> Self {
+    /// A description (what generated code builds). Not a public API.
+    #[doc(hidden)]
+    pub const fn new(name: &'static str, operations: &'static [OperationInfo]) -> Self {
         ServiceDescriptor { name, operations }
     }
 
@@ -57,9 +58,10 @@ pub struct OperationInfo {
 }
 
 impl OperationInfo {
-    /// A description of one operation (what generated code builds; see `keel::__private`).
+    /// A description of one operation (what generated code builds). Not a public API.
+    #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
-    pub(crate) const fn new(
+    pub const fn new(
         name: &'static str,
         params: &'static [ParamInfo],
         returns: &'static str,
@@ -98,8 +100,9 @@ pub struct ParamInfo {
 }
 
 impl ParamInfo {
-    /// A description of one parameter (what generated code builds).
-    pub(crate) const fn new(name: &'static str, ty: &'static str) -> Self {
+    /// A description of one parameter (what generated code builds). Not a public API.
+    #[doc(hidden)]
+    pub const fn new(name: &'static str, ty: &'static str) -> Self {
         ParamInfo { name, ty }
     }
 }
