@@ -163,6 +163,7 @@
 //! | calls running, host-wide | [`max_concurrent_calls`](HostBuilder::max_concurrent_calls) | 1,024 | queued |
 //! | calls queued | [`max_queued_calls`](HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
 //! | stream window | [`max_stream_window`](HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
+//! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
 //! | pool threads | [`max_threads`](HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
 //! | listen backlog | [`listen_backlog`](HostBuilder::listen_backlog) | 1,024 | the kernel's (`net.core.somaxconn` caps it) |
 //!

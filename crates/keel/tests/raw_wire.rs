@@ -271,3 +271,38 @@ async fn a_refused_handshake_fails_the_pipelined_call_with_the_reason() {
     assert!(err.to_string().contains("only version 9 here"), "{err}");
     assert!(host.join().unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_uploads_per_connection_are_bounded() {
+    let host = common::host_with(|h| h.max_streams_per_connection(4), "tcp://127.0.0.1:0");
+    let client = common::ProbeClient::connect(host.url()).await.unwrap();
+    // Four uploads that do not end yet: each holds a stream open on the host.
+    let mut senders = Vec::new();
+    let mut open = Vec::new();
+    for i in 0..4 {
+        let (tx, stream) = keel::ByteStream::channel(1);
+        tx.send(vec![1u8; 10]).await.unwrap();
+        senders.push(tx);
+        let c = client.clone();
+        open.push(tokio::spawn(async move {
+            c.upload(format!("u{i}"), stream).await
+        }));
+    }
+    assert!(common::eventually(|| host.stats().calls_in_flight == 4).await);
+    // A fifth is refused at once, and told to stop sending.
+    let (tx, stream) = keel::ByteStream::channel(1);
+    tx.send(vec![2u8; 10]).await.unwrap();
+    let err = client.upload("fifth".into(), stream).await.unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    // Unstreamed calls carry on meanwhile; the open uploads finish as their streams end.
+    assert_eq!(
+        client.echo("still here".into()).await.unwrap(),
+        "still here"
+    );
+    drop(senders);
+    for call in open {
+        let (_, len, _) = call.await.unwrap().unwrap();
+        assert_eq!(len, 10);
+    }
+    host.shutdown_async().await;
+}

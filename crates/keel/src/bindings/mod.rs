@@ -76,6 +76,8 @@ pub(crate) struct ServerSettings {
     pub(crate) max_unsent_bytes: usize,
     /// Bytes of messages one connection may have partly received.
     pub(crate) max_receive_bytes_per_connection: usize,
+    /// keel-wire: streamed uploads open at once on one connection.
+    pub(crate) max_streams_per_connection: usize,
     /// Largest flow-control window one streamed upload may grow to.
     pub(crate) max_stream_window: u32,
     /// Calls (HTTP/2: streams) in flight on one connection.

@@ -79,6 +79,10 @@ pub struct HostConfig {
     /// grows toward the link's bandwidth-delay product). Bounds the memory one stream can
     /// occupy. Default: 8 MiB.
     pub max_stream_window: u32,
+    /// Streamed uploads (keel-wire) open at once on one connection; one more is answered
+    /// `Busy`. With `max_stream_window` it bounds what streams can make one connection hold.
+    /// (HTTP/2 bounds its streams with its connection window.) Default: 16.
+    pub max_streams_per_connection: usize,
     /// Runtime worker threads for I/O and async operations, when the host builds its own
     /// runtime. Default: the number of CPUs.
     pub worker_threads: Option<usize>,
@@ -106,6 +110,7 @@ impl Default for HostConfig {
             max_calls_per_connection: None,
             listen_backlog: 1024,
             max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
+            max_streams_per_connection: 16,
             worker_threads: None,
             pool: PoolConfig::default(),
             #[cfg(feature = "tls")]
@@ -142,6 +147,7 @@ impl HostConfig {
             max_unsent_bytes: self.max_unsent_bytes,
             max_receive_bytes_per_connection: self.max_receive_bytes_per_connection,
             max_stream_window: self.max_stream_window,
+            max_streams_per_connection: self.max_streams_per_connection,
             max_calls_per_connection: self.calls_per_connection(),
         }
     }
@@ -336,6 +342,12 @@ impl HostBuilder {
     /// Largest flow-control window one streamed upload may grow to. Default: 8 MiB.
     pub fn max_stream_window(mut self, bytes: u32) -> Self {
         self.config.max_stream_window = bytes;
+        self
+    }
+
+    /// Streamed uploads open at once on one keel-wire connection. Default: 16.
+    pub fn max_streams_per_connection(mut self, n: usize) -> Self {
+        self.config.max_streams_per_connection = n;
         self
     }
 

@@ -277,6 +277,20 @@ impl<C: Send + 'static> WireConn<C> {
         ByteStream::remote(rx, credit)
     }
 
+    /// Inbound streams open now (their consumers may still read).
+    pub(crate) fn inbound_streams(&self) -> usize {
+        self.lock().inbound.len()
+    }
+
+    /// Refuses inbound stream `call_id`, whose window the core opened for a streamed Request:
+    /// the producer is told to stop (StopSending).
+    pub(crate) fn refuse_inbound(&self, call_id: u64) {
+        self.with(|st| {
+            st.inbound.remove(&call_id);
+            st.core.abandon_inbound(call_id);
+        });
+    }
+
     /// The consumer of an inbound stream took `n` bytes.
     fn consumed(&self, call_id: u64, n: usize) {
         let now = Instant::now();

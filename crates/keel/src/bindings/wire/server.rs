@@ -176,6 +176,7 @@ pub(crate) async fn serve(
         conn.clone(),
         wire.clone(),
         ReadLimits {
+            max_streams: settings.max_streams_per_connection,
             frame_timeout: settings.frame_timeout,
             max_unsent_bytes: settings.max_unsent_bytes,
             budget,
@@ -210,6 +211,8 @@ pub(crate) async fn serve(
 
 /// What bounds a connection's reader: time to finish a frame, unsent output, memory.
 struct ReadLimits {
+    /// Streamed uploads open at once.
+    max_streams: usize,
     frame_timeout: Duration,
     max_unsent_bytes: usize,
     budget: ReceiveBudget,
@@ -240,6 +243,17 @@ async fn read_loop(
                 (frame_deadline, reserved) = (None, None);
                 match wire.handle(frame) {
                     Ok(Some(Event::Request(req))) => {
+                        if req.flags.streamed && wire.inbound_streams() >= limits.max_streams {
+                            // Each open stream may hold its window of bytes: their number is
+                            // bounded.
+                            wire.refuse_inbound(req.call_id);
+                            let msg = format!(
+                                "this connection already has {} streamed uploads open",
+                                limits.max_streams
+                            );
+                            conn.reply(req.call_id, Err(Status::new(StatusCode::Busy, msg)));
+                            continue;
+                        }
                         let stream = if req.flags.streamed {
                             // Before the next frame is read: its data follows this request.
                             wire.inbound_stream(req.call_id)
