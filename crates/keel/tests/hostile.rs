@@ -22,7 +22,7 @@
 //! | `bad_arguments_are_bad_request` | all | BadRequest / 400; connection kept |
 //! | `trailing_bytes_after_the_arguments_are_bad_request` | all | BadRequest / 400; connection kept |
 //! | `random_bytes_are_refused_and_closed` | all | connection closed (before and after the handshake) |
-//! | `three_thousand_connects_in_a_row_all_get_through` | all | all connect, no SYN-retry stalls in the median |
+//! | `three_thousand_connects_in_a_row_all_get_through` | all | all 3,000 (kept open) connect; under 1% wait a second (SYN retry) |
 //! | `one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle` | tcp, tcps, unix, h2c, https | Busy beyond the per-connection share; other connections served |
 //! | `a_half_sent_frame_is_closed_after_the_frame_timeout` | tcp, tcps, unix | GoAway "not completed in time", close, `timed_out` |
 //! | `many_half_sent_frames_stay_within_the_receive_budget` | tcp, tcps, unix | all closed after the frame timeout; memory bounded |
@@ -1479,34 +1479,28 @@ async fn three_thousand_connects_in_a_row_all_get_through(b: Binding) {
             .handshake_timeout(Duration::from_secs(60))
     })
     .await;
-    let tasks: Vec<_> = (0..N)
-        .map(|_| {
-            let url = case.url.clone();
-            tokio::spawn(async move {
-                let started = Instant::now();
-                loop {
-                    match plain(b, &url).await {
-                        // A Unix socket whose backlog is full refuses at once (no SYN to
-                        // retry): a client tries again.
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            tokio::time::sleep(Duration::from_millis(5)).await
-                        }
-                        io => return (io, started.elapsed()),
-                    }
-                }
-            })
-        })
-        .collect();
+    // One after another, each kept open, as fast as they go: the host must accept them as
+    // fast, or the backlog fills and a connect waits for a SYN retry (a second).
     let mut socks = Vec::new();
     let mut times = Vec::new();
     let mut failed = Vec::new();
-    for t in tasks {
-        let (io, took) = t.await.unwrap();
+    for _ in 0..N {
+        let started = Instant::now();
+        let io = loop {
+            match plain(b, &case.url).await {
+                // A Unix socket whose backlog is full refuses at once (there is no SYN to
+                // retry): a client tries again.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    tokio::time::sleep(Duration::from_millis(5)).await
+                }
+                io => break io,
+            }
+        };
         match io {
             Ok(io) => socks.push(io),
             Err(e) => failed.push(e.to_string()),
         }
-        times.push(took);
+        times.push(started.elapsed());
     }
     times.sort();
     let stalled = times
@@ -1520,7 +1514,7 @@ async fn three_thousand_connects_in_a_row_all_get_through(b: Binding) {
         &failed[..failed.len().min(3)]
     );
     assert!(
-        stalled < N / 2,
+        stalled < N / 100,
         "{stalled} of {N} connects took a second or more (SYN retries: the backlog overflowed); median {:?}, max {:?}",
         times[N / 2],
         times[N - 1]
