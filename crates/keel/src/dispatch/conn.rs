@@ -144,12 +144,20 @@ impl ConnShared {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a call. `Busy` if the connection already has as many calls as allowed.
+    /// Registers a call. `BadRequest` if a call with its id is in flight already (it would
+    /// take that call's place: neither counted against the limit nor ever answered), `Busy` if
+    /// the connection already has as many calls as allowed.
     pub(crate) fn track(&self, call_id: u64) -> Result<Arc<CallCtl>, Status> {
         let ctl = Arc::new(CallCtl::default());
         let limit = self.max_calls;
         {
             let mut calls = self.calls();
+            if calls.contains_key(&call_id) {
+                return Err(Status::new(
+                    StatusCode::BadRequest,
+                    format!("call id {call_id} is already in flight on this connection"),
+                ));
+            }
             if calls.len() >= limit {
                 return Err(Status::new(
                     StatusCode::Busy,

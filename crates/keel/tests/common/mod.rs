@@ -1,6 +1,7 @@
 //! A contract with one operation per behaviour the tests need, and its implementation.
 #![allow(dead_code, missing_docs, unreachable_pub)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,6 +103,10 @@ pub trait Probe {
     async fn echo_stream(&self, data: ByteStream) -> ByteStream;
     /// A typed fault instead of a stream when `v` is negative.
     async fn download_checked(&self, v: i64) -> Result<ByteStream, Negative>;
+    /// Sleeps `ms`, then counts itself in [`ProbeImpl::completed`].
+    async fn counted_sleep_ms(&self, ms: u64) -> u64;
+    /// Sleeps `ms`; counts in [`ProbeImpl::dropped`] if its future is dropped before then.
+    async fn sleep_until_dropped_ms(&self, ms: u64) -> u64;
 }
 
 /// A contract the hosts in these tests never serve.
@@ -113,6 +118,21 @@ pub trait Unserved {
 #[derive(Default, Clone)]
 pub struct ProbeImpl {
     pub recorded: Arc<Mutex<Vec<u64>>>,
+    /// `counted_sleep_ms` calls that ran to their end.
+    pub completed: Arc<AtomicU64>,
+    /// `sleep_until_dropped_ms` calls whose future was dropped before they ended.
+    pub dropped: Arc<AtomicU64>,
+}
+
+/// Counts in `0` when dropped unless disarmed.
+struct DropGuard(Arc<AtomicU64>, bool);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 fn thread_info() -> ThreadInfo {
@@ -223,6 +243,17 @@ impl Probe for ProbeImpl {
             Ok(pattern_stream(v as u64, 1000))
         }
     }
+    async fn counted_sleep_ms(&self, ms: u64) -> u64 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.completed.fetch_add(1, Ordering::SeqCst);
+        ms
+    }
+    async fn sleep_until_dropped_ms(&self, ms: u64) -> u64 {
+        let mut guard = DropGuard(self.dropped.clone(), true);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        guard.1 = false;
+        ms
+    }
 }
 
 pub fn host_with(
@@ -293,8 +324,18 @@ impl Binding {
         settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
         url: &str,
     ) -> keel::Host {
+        self.host_serving(ProbeImpl::default(), settings, url)
+    }
+
+    /// A host serving `probe` (whose counters the caller keeps) at `url`.
+    pub fn host_serving(
+        self,
+        probe: ProbeImpl,
+        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        url: &str,
+    ) -> keel::Host {
         let builder = keel::Host::builder()
-            .service(ProbeServer::new(ProbeImpl::default()))
+            .service(ProbeServer::new(probe))
             .endpoint(url);
         #[cfg(feature = "tls")]
         let builder = match self {

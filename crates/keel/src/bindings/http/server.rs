@@ -191,6 +191,8 @@ pub(crate) async fn serve(
     tokio::pin!(serving);
     let overdue = head_watch.overdue(frame_timeout);
     tokio::pin!(overdue);
+    let mut check = tokio::time::interval((frame_timeout / 4).max(Duration::from_millis(10)));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stopping = false;
     loop {
         tokio::select! {
@@ -204,20 +206,39 @@ pub(crate) async fn serve(
                 dispatcher.timed_out();
                 break;
             }
+            _ = check.tick() => {
+                if head_watch.write_stalled(frame_timeout) {
+                    // The peer does not read its answers: they would pile up (hyper stops
+                    // reading meanwhile, so this is the only way out).
+                    dispatcher.timed_out();
+                    break;
+                }
+                if stopping && ctx.conn.in_flight() == 0 && head_watch.quiet(frame_timeout) {
+                    // Told to close (idle, evicted, drained), no call left, and nothing moves:
+                    // a peer that never sends its HTTP/2 preface, say, would keep it forever.
+                    break;
+                }
+            }
         }
     }
     ctx.abandon();
     dispatcher.unregister(ctx.conn.id);
 }
 
-/// Follows the request head an HTTP/1.1 connection is receiving, so that one that starts
-/// arriving and does not finish within the frame timeout closes the connection. A head
-/// "starts" when bytes arrive while no request is in progress; it ends when the request
-/// reaches [`handle`]. (A client that pipelines its next request behind a streamed answer
-/// longer than the frame timeout is closed too; keel's client and browsers do not pipeline.)
+/// Follows an HTTP connection's bytes: the request head an HTTP/1.1 connection is receiving,
+/// so that one that starts arriving and does not finish within the frame timeout closes the
+/// connection (a head "starts" when bytes arrive while no request is in progress; it ends when
+/// the request reaches [`handle`]); output the peer does not take; and when bytes last moved.
+/// (A client that pipelines its next request behind a streamed answer longer than the frame
+/// timeout is closed too; keel's client and browsers do not pipeline.)
 #[derive(Debug)]
 pub(super) struct HeadWatch {
     epoch: std::time::Instant,
+    /// Since when writing has been waiting for the peer to read, in ms since `epoch` (plus
+    /// one); 0 while output flows.
+    write_blocked: AtomicU64,
+    /// When bytes last moved either way, in ms since `epoch`.
+    last_io: AtomicU64,
     /// When bytes arrived with no request in progress, in ms since `epoch` (plus one); 0 for
     /// none.
     started: AtomicU64,
@@ -233,6 +254,8 @@ impl HeadWatch {
     fn new(h2: bool) -> HeadWatch {
         HeadWatch {
             epoch: std::time::Instant::now(),
+            write_blocked: AtomicU64::new(0),
+            last_io: AtomicU64::new(0),
             started: AtomicU64::new(0),
             in_request: AtomicUsize::new(0),
             h2: AtomicBool::new(h2),
@@ -240,8 +263,37 @@ impl HeadWatch {
         }
     }
 
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A write (or flush) took bytes (`true`) or had to wait for the peer (`false`).
+    fn wrote(&self, progress: bool) {
+        if progress {
+            self.write_blocked.store(0, Ordering::Relaxed);
+            self.last_io.store(self.now_ms(), Ordering::Relaxed);
+        } else if self.write_blocked.load(Ordering::Relaxed) == 0 {
+            self.write_blocked
+                .store(self.now_ms() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether output has waited for the peer to read for `timeout` without any progress.
+    fn write_stalled(&self, timeout: Duration) -> bool {
+        let since = self.write_blocked.load(Ordering::Relaxed);
+        since != 0 && (self.now_ms() + 1).saturating_sub(since) >= timeout.as_millis() as u64
+    }
+
+    /// Whether no byte moved either way for `timeout`.
+    fn quiet(&self, timeout: Duration) -> bool {
+        self.now_ms()
+            .saturating_sub(self.last_io.load(Ordering::Relaxed))
+            >= timeout.as_millis() as u64
+    }
+
     /// Bytes arrived (`first` is what was read).
     fn received(&self, first: &[u8]) {
+        self.last_io.store(self.now_ms(), Ordering::Relaxed);
         if self.h2.load(Ordering::Relaxed) {
             return;
         }
@@ -255,6 +307,15 @@ impl HeadWatch {
             let now = self.epoch.elapsed().as_millis() as u64 + 1;
             self.started.store(now, Ordering::Release);
             self.armed.notify_one();
+        }
+    }
+
+    /// What a write's outcome says about the peer reading.
+    fn wrote_as(&self, polled: &Poll<std::io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(n)) => self.wrote(*n > 0),
+            Poll::Pending => self.wrote(false),
+            Poll::Ready(Err(_)) => {}
         }
     }
 
@@ -318,14 +379,22 @@ impl AsyncWrite for Watched {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch.wrote_as(&polled);
+        polled
     }
 
     fn poll_flush(
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        match polled {
+            Poll::Ready(Ok(())) => self.watch.wrote(true),
+            Poll::Pending => self.watch.wrote(false),
+            Poll::Ready(Err(_)) => {}
+        }
+        polled
     }
 
     fn poll_shutdown(
@@ -340,7 +409,9 @@ impl AsyncWrite for Watched {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch.wrote_as(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -353,6 +424,11 @@ pub(super) async fn handle<B: Received>(ctx: &Ctx, req: Request<B>) -> Response<
     let _in_request = ctx.watch.as_ref().map(|w| w.request());
     let conn = &ctx.conn;
     let h1 = req.version() <= Version::HTTP_11;
+    if h1 && ctx.watch.is_some() && head_size(&req) > super::H1_MAX_BUF {
+        // hyper bounds the buffer it reads a head into, not the head: one that arrived in a
+        // single large read passes its check.
+        return head_too_large();
+    }
     let path = req.uri().path().to_string();
     let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
     let mut response = match (segments.next(), segments.next(), segments.next()) {
@@ -656,6 +732,34 @@ impl Description {
                 .collect(),
         }
     }
+}
+
+/// About how many bytes `req`'s head took on the wire (request line and header fields).
+fn head_size<B>(req: &Request<B>) -> usize {
+    let line = req.method().as_str().len()
+        + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + " HTTP/1.1\r\n".len()
+        + 1;
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
+        .sum();
+    line + fields + "\r\n".len()
+}
+
+/// A request head over the HTTP/1.1 limit: 431, and the connection closes.
+fn head_too_large() -> Response<Body> {
+    let msg = format!(
+        "the request head exceeds this host's limit of {} bytes",
+        super::H1_MAX_BUF
+    );
+    let mut response = error(Status::new(StatusCode::BadRequest, msg), Format::Json);
+    *response.status_mut() = ::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn wrong_method(method: &Method, path: &str, allowed: Method) -> Response<Body> {

@@ -106,8 +106,10 @@ pub(crate) async fn serve(
     .await;
     let hello = match handshake {
         Ok(Ok(h)) => h,
-        // Not a keel client, or too slow: close without a word (we cannot frame one).
-        Ok(Err(_)) | Err(_) => return,
+        // Not a keel client: close without a word (we cannot frame one).
+        Ok(Err(_)) => return,
+        // Too slow: the same, counted.
+        Err(_) => return dispatcher.timed_out(),
     };
     let mut out = BytesMut::new();
     if hello.version != keel_wire::VERSION {
@@ -163,7 +165,7 @@ pub(crate) async fn serve(
     if dispatcher.is_shutting_down() {
         conn.go_away("host shutting down");
     }
-    let writer = tokio::spawn(flusher);
+    let mut writer = tokio::spawn(flusher);
     let codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
     let budget = ReceiveBudget::new(
         settings.max_receive_bytes_per_connection,
@@ -182,30 +184,27 @@ pub(crate) async fn serve(
             budget,
         },
     ));
-    // The reader ends on EOF, an error or a limit; the writer when it closed the connection on
+    // The reader ends on EOF, error or a timeout; the writer when it closed the connection on
     // purpose.
     let reader_abort = reader.abort_handle();
-    let mut writer = writer;
     let writer_done = tokio::select! {
         _ = reader => false,
         _ = &mut writer => { reader_abort.abort(); true }
     };
-    // The peer is gone: nobody can receive answers, so stop what still runs for it.
+    // The peer is gone: nobody can receive answers, so stop what still runs for it. This also
+    // closes the sink: the writer writes what is queued, then shuts the socket down.
     wire.close("connection closed");
     let gone = Status::new(StatusCode::Cancelled, "connection closed");
     conn.abandon_all(&gone);
     dispatcher.unregister(conn.id);
-    if !writer_done {
-        // What is queued (a GoAway, the last answers) goes out if the peer reads it in time;
-        // a peer that never reads does not keep the socket and the buffer.
-        wire.sink().close();
-        let writer_abort = writer.abort_handle();
-        if tokio::time::timeout(settings.frame_timeout, writer)
+    // A peer that reads nothing would keep the writer (and with it the socket) forever: what
+    // is queued gets the frame timeout to drain.
+    if !writer_done
+        && tokio::time::timeout(settings.frame_timeout, &mut writer)
             .await
             .is_err()
-        {
-            writer_abort.abort();
-        }
+    {
+        writer.abort();
     }
 }
 
@@ -238,6 +237,21 @@ async fn read_loop(
         conn.shut(why);
     };
     loop {
+        // A large frame's memory is reserved from the budgets before the codec makes room for
+        // it (decoding a partial frame allocates its whole size) and before the rest is read.
+        if let Some(size) = codec.pending_frame_size(&buf) {
+            if size > UNCOUNTED_FRAME
+                && buf.len() < size
+                && reserved.as_ref().is_none_or(|(s, _)| *s != size)
+            {
+                let deadline = *frame_deadline
+                    .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
+                match limits.budget.reserve(size, deadline).await {
+                    Some(r) => reserved = Some((size, r)),
+                    None => return timed_out("no room to receive this frame in time"),
+                }
+            }
+        }
         match codec.decode(&mut buf) {
             Ok(Some(frame)) => {
                 (frame_deadline, reserved) = (None, None);
@@ -320,15 +334,6 @@ async fn read_loop(
         let read = if codec.in_frame(&buf) {
             let deadline = *frame_deadline
                 .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
-            // A large frame's memory is reserved before the rest of it is read.
-            if let Some(size) = codec.pending_frame_size(&buf) {
-                if size > UNCOUNTED_FRAME && reserved.as_ref().is_none_or(|(s, _)| *s != size) {
-                    match limits.budget.reserve(size, deadline).await {
-                        Some(r) => reserved = Some((size, r)),
-                        None => return timed_out("no room to receive this frame in time"),
-                    }
-                }
-            }
             match tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)).await {
                 Ok(read) => read,
                 Err(_) => return timed_out("a frame was not completed in time"),
