@@ -26,6 +26,10 @@ pub(crate) const BUSY_P99_MAX_MS: f64 = 1.0;
 /// Overload validity: the load generator must offer at least this share of the target rate, or
 /// the overload was not measured.
 pub(crate) const OFFERED_MIN_SHARE: f64 = 0.9;
+/// Overload validity: in the unloaded phase, calls must start within this of their schedule
+/// (p99, ms). A late generator inflates the baseline and so loosens every 2 × bar: such a run
+/// fails as not measured rather than passing on a noisy baseline.
+pub(crate) const UNLOADED_LAG_MAX_MS: f64 = 1.0;
 /// Soak bar: the share of its RSS at the end of warm-up that the host's RSS may grow by and still
 /// count as flat. (A fixed 8 MiB would be more than the whole host, ~8 MiB, is.)
 pub(crate) const SOAK_RSS_GROWTH_SHARE: f64 = 0.10;
@@ -149,6 +153,8 @@ pub(crate) fn idle(after_us: f64, steady_p50_us: f64) -> Verdict {
 pub(crate) struct OverloadNumbers {
     /// p99 of the calls of the unloaded phase.
     pub(crate) unloaded_p99_ms: f64,
+    /// How late the unloaded phase's calls started against their schedule, p99.
+    pub(crate) unloaded_lag_p99_ms: f64,
     /// p99 of the calls admitted (answered by the operation) under overload.
     pub(crate) admitted_p99_ms: f64,
     /// p99 of the Busy answers under overload; `None` when no call was answered Busy.
@@ -210,6 +216,12 @@ pub(crate) fn overload(n: &OverloadNumbers) -> Verdict {
         reasons.push(format!(
             "recovery p99 {:.3} ms > {limit:.3} ms",
             n.recovery_p99_ms
+        ));
+    }
+    if n.unloaded_lag_p99_ms.is_nan() || n.unloaded_lag_p99_ms > UNLOADED_LAG_MAX_MS {
+        reasons.push(format!(
+            "unloaded calls started {:.3} ms late (p99) > {UNLOADED_LAG_MAX_MS} ms: the generator was busy, the baseline was not measured",
+            n.unloaded_lag_p99_ms
         ));
     }
     if n.offered_per_sec.is_nan() || n.offered_per_sec < OFFERED_MIN_SHARE * n.target_per_sec {
@@ -328,6 +340,7 @@ mod tests {
     fn overload_numbers() -> OverloadNumbers {
         OverloadNumbers {
             unloaded_p99_ms: 2.2,
+            unloaded_lag_p99_ms: 0.2,
             admitted_p99_ms: 3.3,
             busy_p99_ms: Some(0.2),
             recovery_first_ms: 2.1,
@@ -420,6 +433,24 @@ mod tests {
                 ..ok
             })
             .pass
+        );
+        // Nor did a generator that ran late while measuring the baseline.
+        assert!(
+            overload(&OverloadNumbers {
+                unloaded_lag_p99_ms: 1.0,
+                ..ok
+            })
+            .pass
+        );
+        let v = overload(&OverloadNumbers {
+            unloaded_lag_p99_ms: 17.6,
+            ..ok
+        });
+        assert!(!v.pass);
+        assert!(
+            v.reasons[0].contains("baseline was not measured"),
+            "{:?}",
+            v.reasons
         );
     }
 

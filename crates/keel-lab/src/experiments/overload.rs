@@ -35,6 +35,8 @@ use crate::verdict::{self, OverloadNumbers, Verdict};
 pub(crate) const HOST_CPU: usize = 0;
 /// The CPU the load generator is pinned to.
 pub(crate) const CLIENT_CPU: usize = 1;
+/// An unloaded p99 above this many p50s had outliers (the machine's, not the load's): warned.
+const NOISY_BASELINE: f64 = 1.5;
 /// How often the generator wakes to issue the calls that are due.
 const TICK: Duration = Duration::from_micros(100);
 /// Calls made before the unloaded phase and not measured (connections warm, pool threads up,
@@ -491,6 +493,7 @@ pub(crate) fn evaluate(
     });
     let verdict = verdict::overload(&OverloadNumbers {
         unloaded_p99_ms,
+        unloaded_lag_p99_ms: unloaded.map_or(f64::NAN, |u| u.lag.p99_us / 1000.0),
         admitted_p99_ms,
         busy_p99_ms,
         recovery_first_ms,
@@ -507,6 +510,15 @@ pub(crate) fn evaluate(
                 "{}: calls started {:.3} ms late (p99) against their schedule: the generator's CPU was busy, and its latencies include that",
                 ph.name,
                 ph.lag.p99_us / 1000.0
+            ));
+        }
+    }
+    if let Some(u) = unloaded {
+        if u.admitted.p99_us > NOISY_BASELINE * u.admitted.p50_us {
+            warnings.push(format!(
+                "unloaded p99 {:.3} ms > {NOISY_BASELINE} × its p50 {:.3} ms: outliers in the baseline loosen the 2 × bars",
+                u.admitted.p99_us / 1000.0,
+                u.admitted.p50_us / 1000.0
             ));
         }
     }
@@ -756,13 +768,23 @@ pub(crate) mod tests {
         assert!(!errs.pass);
         assert_eq!(errs.errors, 3);
         assert!(summary(&errs).contains("overload errors: timeout × 3"));
-        // A late generator, a busy machine or a count mismatch are warned about, not failed.
+        // A late generator, a busy machine or a count mismatch are warned about; a generator
+        // late in the unloaded phase also fails the run (its baseline is not a baseline).
         let mut late = sample(3300.0, 0);
         late.phases[0].lag = dist(500.0, 2500.0, 2000);
         let late = evaluate(&late.params, placement(), late.phases, 5, 6, (3.5, 1.0));
-        assert!(late.pass);
+        assert!(!late.pass);
         assert_eq!(late.warnings.len(), 3, "{:?}", late.warnings);
         assert!(summary(&late).contains("warning: unloaded: calls started 2.500 ms late"));
+        let mut noisy = sample(3300.0, 0);
+        noisy.phases[0].admitted = dist(2100.0, 3200.0, 2000);
+        let noisy = evaluate(&noisy.params, placement(), noisy.phases, 1, 1, (0.3, 0.3));
+        assert!(noisy.pass);
+        assert!(
+            noisy.warnings[0].contains("outliers in the baseline"),
+            "{:?}",
+            noisy.warnings
+        );
     }
 
     #[test]
