@@ -183,8 +183,10 @@ pub(crate) struct Soak {
     pub(crate) p99_ms: f64,
     /// The host's RSS at the end of warm-up, KiB.
     pub(crate) rss_warm_kib: u64,
-    /// The host's RSS at the end, KiB.
+    /// The host's RSS at the end of the load (the last sample, clients still calling), KiB.
     pub(crate) rss_end_kib: u64,
+    /// The host's RSS after every client closed (information), KiB.
+    pub(crate) rss_after_close_kib: u64,
     /// The host's peak RSS (`VmHWM`) over the whole run, KiB.
     pub(crate) rss_peak_kib: u64,
     /// `rss_end_kib − rss_warm_kib` (may be negative), KiB.
@@ -463,6 +465,8 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Soak> {
     let mut intervals = Vec::new();
     let mut rss_warm: Option<u64> = None;
     let mut anon_warm: Option<u64> = None;
+    // (VmRSS, RssAnon) at the end of the load, clients still calling.
+    let load_end: (u64, u64);
     let mut after_warmup: Vec<(f64, u64)> = Vec::new();
     let mut next_line = start + every;
     let warm_at = start + warmup;
@@ -510,6 +514,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Soak> {
             next_line += every;
         }
         if now >= end {
+            load_end = (rss, crate::child::status_kib(host.pid(), "RssAnon")?);
             break;
         }
     }
@@ -526,8 +531,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Soak> {
             Counters::new(),
         ),
     );
-    let rss_end = host.rss_kib()?;
-    let anon_end = crate::child::status_kib(host.pid(), "RssAnon")?;
+    let (rss_end, anon_end) = load_end;
     let rss_peak = crate::child::status_kib(host.pid(), "VmHWM")?;
     let closed_by = Instant::now() + CLOSE_GRACE;
     let mut stats = host.stats()?;
@@ -535,6 +539,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Soak> {
         std::thread::sleep(Duration::from_millis(50));
         stats = host.stats()?;
     }
+    let rss_after_close = host.rss_kib()?;
     drop(rt);
     Ok(evaluate(
         p,
@@ -543,6 +548,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Soak> {
             intervals,
             rss_warm_kib: rss_warm.unwrap_or(rss_end),
             rss_end_kib: rss_end,
+            rss_after_close_kib: rss_after_close,
             rss_peak_kib: rss_peak,
             rss_slope_kib_per_min: slope_per_min(&after_warmup),
             connections_opened: stats.connections_opened,
@@ -572,6 +578,7 @@ struct Host {
     intervals: Vec<Interval>,
     rss_warm_kib: u64,
     rss_end_kib: u64,
+    rss_after_close_kib: u64,
     rss_peak_kib: u64,
     rss_slope_kib_per_min: f64,
     connections_opened: u64,
@@ -606,6 +613,7 @@ fn evaluate(p: &Params, total: &Counters, h: Host) -> Soak {
         p99_ms: total.unary.dist().p99_us / 1000.0,
         rss_warm_kib: h.rss_warm_kib,
         rss_end_kib: h.rss_end_kib,
+        rss_after_close_kib: h.rss_after_close_kib,
         rss_peak_kib: h.rss_peak_kib,
         rss_growth_kib,
         rss_limit_kib,
@@ -643,12 +651,13 @@ pub(crate) fn summary(r: &Soak) -> String {
         ));
     }
     s.push_str(&format!(
-        "  host RSS: {:.1} MiB at the end of warm-up ({:.0} s), {:.1} MiB at the end ({:+.1} MiB), peak {:.1} MiB; slope after warm-up {:+.1} KiB/min\n",
+        "  host RSS: {:.1} MiB at the end of warm-up ({:.0} s), {:.1} MiB at the end of the load ({:+.1} MiB), peak {:.1} MiB, {:.1} MiB after the clients closed; slope after warm-up {:+.1} KiB/min\n",
         mib(r.rss_warm_kib),
         r.warmup_secs,
         mib(r.rss_end_kib),
         r.rss_growth_kib as f64 / 1024.0,
         mib(r.rss_peak_kib),
+        mib(r.rss_after_close_kib),
         r.rss_slope_kib_per_min
     ));
     s.push_str(&format!(
@@ -694,6 +703,7 @@ mod tests {
             intervals: vec![interval()],
             rss_warm_kib: warm_mib * 1024,
             rss_end_kib: end_mib * 1024,
+            rss_after_close_kib: end_mib * 1024,
             rss_peak_kib: warm_mib.max(end_mib) * 1024,
             rss_slope_kib_per_min: 12.0,
             connections_opened: 40,
