@@ -7,12 +7,16 @@
 //! keel-lab concurrent --clients 10 --work-ms 1000                     seed 001
 //! keel-lab burst --clients 100 --work-ms 2000 --rounds 3 --idle-ms 2500 --keep-alive-ms 1000
 //! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000                   seed 003
+//! keel-lab overload [--seconds 5] [--factor 10]                       issue 10: overload
+//! keel-lab soak --minutes 10                                          issue 10: soak
 //! ```
 //!
 //! Each prints a readable summary; with `--json`, one JSON object is the last line of stdout.
 //! The exit status is 1 when an experiment misses its bar, 2 on an error.
 
+mod child;
 mod experiments;
+mod lab_service;
 mod report;
 mod verdict;
 
@@ -22,7 +26,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use experiments::{burst, concurrent, first_call, idle, Binding};
+use experiments::{burst, concurrent, first_call, idle, overload, soak, Binding};
 
 /// Replays the seeds' experiments against keel and reports keel's numbers beside WCF's.
 #[derive(Debug, Parser)]
@@ -95,6 +99,52 @@ enum Command {
         #[arg(long)]
         no_raw_tcp: bool,
     },
+    /// Overload: 10 × what the throttle admits; admitted latency, Busy latency, recovery.
+    Overload {
+        /// Length of each phase (unloaded, overload, recovery), s.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Offered load under overload, in multiples of what the throttle admits.
+        #[arg(long, default_value_t = 10.0)]
+        factor: f64,
+        /// Throttle: calls running at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Throttle: calls waiting for a slot (beyond them: Busy).
+        #[arg(long, default_value_t = 4)]
+        queue: usize,
+        /// What the operation sleeps, µs.
+        #[arg(long, default_value_t = 2000)]
+        work_us: u64,
+        /// Connections the load is spread over.
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        /// Do not pin the host and the load generator to CPUs of their own.
+        #[arg(long)]
+        no_pin: bool,
+    },
+    /// Soak: a mixed load below capacity for minutes; errors, p99 and the host's RSS.
+    Soak {
+        /// How long, minutes (fractions allowed).
+        #[arg(long, conflicts_with = "seconds", required_unless_present = "seconds")]
+        minutes: Option<f64>,
+        /// How long, seconds (instead of --minutes).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Seconds between progress lines.
+        #[arg(long, default_value_t = 10.0)]
+        interval: f64,
+        /// Concurrent clients, each with its own channel.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Calls per second, all clients together.
+        #[arg(long, default_value_t = 2000.0)]
+        rate: f64,
+    },
+    /// A keel host for the experiments' child processes (prints its URL, serves until stdin
+    /// closes).
+    #[command(hide = true)]
+    Host(child::HostArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -177,6 +227,47 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             })?;
             emit(json, &idle::summary(&r), &r, r.pass)
         }
+        &Command::Overload {
+            seconds,
+            factor,
+            concurrency,
+            queue,
+            work_us,
+            connections,
+            no_pin,
+        } => {
+            let r = overload::run(&overload::Params {
+                seconds,
+                factor,
+                concurrency,
+                queue,
+                work_us,
+                connections,
+                pin: !no_pin,
+                ..overload::Params::defaults(binding)
+            })?;
+            emit(json, &overload::summary(&r), &r, r.pass)
+        }
+        &Command::Soak {
+            minutes,
+            seconds,
+            interval,
+            clients,
+            rate,
+        } => {
+            let secs = seconds.unwrap_or_else(|| minutes.unwrap_or(0.0) * 60.0);
+            let r = soak::run(&soak::Params {
+                interval_secs: interval,
+                clients,
+                rate,
+                ..soak::Params::defaults(binding, secs)
+            })?;
+            emit(json, &soak::summary(&r), &r, r.pass)
+        }
+        Command::Host(args) => {
+            child::serve(args)?;
+            Ok(true)
+        }
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -236,5 +327,21 @@ mod tests {
         let cli = Cli::try_parse_from(["keel-lab", "--binding", "tcp", "all", "--full"]).unwrap();
         assert!(matches!(cli.command, Command::All { full: true, .. }));
         assert!(Cli::try_parse_from(["keel-lab", "--binding", "carrier-pigeon", "all"]).is_err());
+        let cli =
+            Cli::try_parse_from(["keel-lab", "overload", "--seconds", "3", "--json"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Overload { seconds, factor, .. } if seconds == 3.0 && factor == 10.0
+        ));
+        let cli = Cli::try_parse_from(["keel-lab", "soak", "--minutes", "10"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::Soak { minutes: Some(m), seconds: None, .. } if m == 10.0)
+        );
+        let cli = Cli::try_parse_from(["keel-lab", "soak", "--seconds", "15"]).unwrap();
+        assert!(matches!(cli.command, Command::Soak { seconds: Some(s), .. } if s == 15.0));
+        assert!(Cli::try_parse_from(["keel-lab", "soak"]).is_err());
+        assert!(
+            Cli::try_parse_from(["keel-lab", "soak", "--minutes", "1", "--seconds", "2"]).is_err()
+        );
     }
 }

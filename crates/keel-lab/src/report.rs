@@ -10,6 +10,7 @@ use crate::experiments::burst::{self, Burst};
 use crate::experiments::concurrent::{self, Concurrent};
 use crate::experiments::first_call::{self, FirstCall};
 use crate::experiments::idle::{self, Idle};
+use crate::experiments::overload::{self, Overload};
 use crate::experiments::Binding;
 
 /// Seed 001's latencies before the QFE (.NET 3.5), ms, in the order the seed lists them.
@@ -38,6 +39,8 @@ pub(crate) struct Profile {
     pub(crate) burst_large: burst::Params,
     /// Seed 003's idle gap and keep-alive.
     pub(crate) idle: (u64, u64),
+    /// Issue 10's overload.
+    pub(crate) overload: overload::Params,
 }
 
 impl Profile {
@@ -47,6 +50,7 @@ impl Profile {
         gap_ms: u64,
         keep_alive_ms: u64,
         idle_ms: u64,
+        overload_secs: f64,
     ) -> Profile {
         let burst = burst::Params {
             binding: Binding::Tcp,
@@ -67,19 +71,23 @@ impl Profile {
                 ..burst
             },
             idle: (idle_ms, keep_alive_ms),
+            overload: overload::Params {
+                seconds: overload_secs,
+                ..overload::Params::defaults(Binding::Tcp)
+            },
         }
     }
 
     /// A few minutes at most: keep-alive 1 s, gaps of 2.5 s (longer than it, so the same
-    /// retire-and-regrow mechanism runs), 3 bursts.
+    /// retire-and-regrow mechanism runs), 3 bursts; overload phases of 3 s.
     pub(crate) fn quick() -> Profile {
-        Profile::with("quick", 3, 2500, 1000, 2500)
+        Profile::with("quick", 3, 2500, 1000, 2500, 3.0)
     }
 
     /// The seeds' timings: 25 s between 5 bursts, 15 s idle; keep-alive 10 s so both gaps
     /// outlast it (the CLR's was 15 s).
     pub(crate) fn full() -> Profile {
-        Profile::with("full", 5, 25_000, 10_000, 15_000)
+        Profile::with("full", 5, 25_000, 10_000, 15_000, 5.0)
     }
 }
 
@@ -100,6 +108,8 @@ pub(crate) struct All {
     pub(crate) burst_large: Burst,
     /// Seed 003.
     pub(crate) idle: Idle,
+    /// Issue 10: overload.
+    pub(crate) overload: Overload,
     /// The table.
     pub(crate) rows: Vec<Row>,
     /// Whether every experiment met its bar.
@@ -125,7 +135,7 @@ pub(crate) struct Row {
 
 /// Runs every experiment of `profile` on `binding`, one after the other.
 pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All> {
-    let step = |n: u32, what: &str| eprintln!("[{n}/5] {what}");
+    let step = |n: u32, what: &str| eprintln!("[{n}/6] {what}");
     step(1, "first-call (seed 000)");
     let first_call = first_call::run(&first_call::Params {
         binding,
@@ -155,6 +165,12 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         steady_calls: profile.steady_calls,
         raw_tcp: true,
     })?;
+    // Last: it pins this process to one CPU while it runs (and restores it after).
+    step(6, "overload (issue 10)");
+    let overload = overload::run(&overload::Params {
+        binding,
+        ..profile.overload
+    })?;
     Ok(assemble(
         profile.clone(),
         binding,
@@ -163,10 +179,12 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         burst,
         burst_large,
         idle,
+        overload,
     ))
 }
 
 /// Puts the results together with their table rows and overall verdict.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn assemble(
     profile: Profile,
     binding: Binding,
@@ -175,8 +193,14 @@ pub(crate) fn assemble(
     burst: Burst,
     burst_large: Burst,
     idle: Idle,
+    overload: Overload,
 ) -> All {
-    let pass = first_call.pass && concurrent.pass && burst.pass && burst_large.pass && idle.pass;
+    let pass = first_call.pass
+        && concurrent.pass
+        && burst.pass
+        && burst_large.pass
+        && idle.pass
+        && overload.pass;
     let mut all = All {
         profile,
         binding,
@@ -185,6 +209,7 @@ pub(crate) fn assemble(
         burst,
         burst_large,
         idle,
+        overload,
         rows: Vec::new(),
         pass,
     };
@@ -220,6 +245,7 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
         verdict: b.verdict.word().to_string(),
     };
     let i = &all.idle;
+    let o = &all.overload;
     vec![
         Row {
             experiment: "first async call (000)".to_string(),
@@ -267,6 +293,23 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
             ),
             bar: i.verdict.bar.clone(),
             verdict: i.verdict.word().to_string(),
+        },
+        Row {
+            experiment: format!("overload {} × throttle (issue 10)", o.params.factor),
+            wcf_broken: "not in the seeds".to_string(),
+            wcf_fixed: "not in the seeds".to_string(),
+            keel: format!(
+                "admitted p99 {:.2} ms (unloaded {:.2}); Busy p99 {}, {:.0} % Busy; recovery p99 {:.2} ms; {} errors",
+                o.admitted_p99_ms,
+                o.unloaded_p99_ms,
+                o.busy_p99_ms
+                    .map_or("-".to_string(), |b| format!("{b:.3} ms")),
+                o.busy_fraction * 100.0,
+                o.recovery_p99_ms,
+                o.errors
+            ),
+            bar: o.verdict.bar.clone(),
+            verdict: o.verdict.word().to_string(),
         },
     ]
 }
@@ -714,6 +757,7 @@ pub(crate) fn html(all: &All) -> String {
         &all.burst.verdict,
         &all.burst_large.verdict,
         &all.idle.verdict,
+        &all.overload.verdict,
     ]
     .iter()
     .flat_map(|v| v.reasons.iter())
@@ -796,7 +840,72 @@ pub(crate) fn html(all: &All) -> String {
         i.threads_after_idle,
         i.retired_during_idle
     );
+    s.push_str(&overload_section(&all.overload));
     s.push_str("</body></html>\n");
+    s
+}
+
+/// Issue 10's overload: the three phases in a table.
+fn overload_section(o: &Overload) -> String {
+    let p = &o.params;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<h2>Issue 10: overload</h2><p class=\"note\">Throttle {} running + {} queued; the operation sleeps {} ms, so the throttle admits {:.0} calls/s; the overload offers {} × that ({:.0} calls/s achieved) over {} connections, open-loop. {}. Latencies are measured at the client (call sent to answer received, loopback): keel has no host-side timing hook. After the overload the load stops; its last answer came {:.1} ms later, and the recovery calls start at once.</p>",
+        p.concurrency,
+        p.queue,
+        p.work_us as f64 / 1000.0,
+        o.capacity_per_sec,
+        p.factor,
+        o.offered_per_sec,
+        p.connections,
+        if o.placement.pinned {
+            format!(
+                "Host in a child process on CPU {}, load generator on CPU {}",
+                esc(o.placement.host_cpus.as_deref().unwrap_or("?")),
+                esc(&o.placement.client_cpus)
+            )
+        } else {
+            esc(o.placement.note.as_deref().unwrap_or("Not pinned"))
+        },
+        o.drain_ms
+    );
+    s.push_str("<table><tr><th>phase</th><th>calls/s</th><th>answered with a result</th><th>result p50 / p99</th><th>answered Busy</th><th>Busy p50 / p99</th><th>errors</th><th>first call</th><th>host CPU</th><th>generator CPU</th></tr>");
+    for ph in &o.phases {
+        let busy = if ph.busy.count > 0 {
+            format!(
+                "{:.3} / {:.3} ms",
+                ph.busy.p50_us / 1000.0,
+                ph.busy.p99_us / 1000.0
+            )
+        } else {
+            "–".to_string()
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{:.0}</td><td>{}</td><td>{:.3} / {:.3} ms</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3} ms ({})</td><td>{}</td><td>{}</td></tr>",
+            ph.name,
+            ph.offered_per_sec,
+            ph.admitted.count,
+            ph.admitted.p50_us / 1000.0,
+            ph.admitted.p99_us / 1000.0,
+            ph.busy.count,
+            busy,
+            ph.error_count(),
+            ph.first_us / 1000.0,
+            esc(&ph.first_outcome),
+            ph.host_cpu_pct.map_or("?".to_string(), |v| format!("{v:.0} %")),
+            ph.client_cpu_pct.map_or("?".to_string(), |v| format!("{v:.0} %"))
+        );
+    }
+    s.push_str("</table>");
+    if !o.warnings.is_empty() {
+        s.push_str("<ul>");
+        for w in &o.warnings {
+            let _ = write!(s, "<li>{}</li>", esc(w));
+        }
+        s.push_str("</ul>");
+    }
     s
 }
 
@@ -878,14 +987,21 @@ mod tests {
                 after_us: 60.0,
             }),
         );
-        assemble(profile, Binding::Tcp, fc, conc, b, bl, idle)
+        let over = overload::tests::sample(3300.0, 0);
+        assemble(profile, Binding::Tcp, fc, conc, b, bl, idle, over)
     }
 
     #[test]
     fn overall_verdict_and_rows() {
         let all = sample_all(2005.0);
         assert!(all.pass);
-        assert_eq!(all.rows.len(), 5);
+        assert_eq!(all.rows.len(), 6);
+        assert_eq!(all.rows[5].wcf_broken, "not in the seeds");
+        assert!(
+            all.rows[5].keel.contains("Busy p99 0.400 ms"),
+            "{:?}",
+            all.rows[5]
+        );
         assert!(all.rows.iter().all(|r| r.verdict == "PASS"));
         assert_eq!(all.rows[1].wcf_broken, "1.0–3.3 s");
         assert_eq!(all.rows[2].wcf_broken, "14.0 s");
@@ -901,7 +1017,7 @@ mod tests {
     fn table_columns_line_up() {
         let t = table(&sample_all(2005.0));
         let lines: Vec<&str> = t.lines().filter(|l| l.starts_with('|')).collect();
-        assert_eq!(lines.len(), 7);
+        assert_eq!(lines.len(), 8);
         let bars = |l: &str| {
             l.chars()
                 .enumerate()
@@ -926,6 +1042,7 @@ mod tests {
             "burst",
             "burst_large",
             "idle",
+            "overload",
             "rows",
         ] {
             assert!(v.get(k).is_some(), "missing {k}");
@@ -954,6 +1071,8 @@ mod tests {
         assert!(!h.contains("<script"));
         assert!(!h.contains("http://") || !h.contains("src="));
         assert!(!h.contains("NaN"));
+        assert!(h.contains("<h2>Issue 10: overload</h2>"));
+        assert!(h.contains("measured at the client"));
     }
 
     #[test]

@@ -19,6 +19,20 @@ pub(crate) const BURST_LARGE_SLACK_MS: f64 = 100.0;
 pub(crate) const BURST_SMALL_CLIENTS: usize = 100;
 /// Bar of seed 003: the first call after idle is at most this many steady-state p50s.
 pub(crate) const IDLE_P50_RATIO: f64 = 2.0;
+/// Overload bar: admitted calls' p99 (and the recovery calls') at most this many unloaded p99s.
+pub(crate) const OVERLOAD_P99_RATIO: f64 = 2.0;
+/// Overload bar: Busy answers' p99, ms.
+pub(crate) const BUSY_P99_MAX_MS: f64 = 1.0;
+/// Overload validity: the load generator must offer at least this share of the target rate, or
+/// the overload was not measured.
+pub(crate) const OFFERED_MIN_SHARE: f64 = 0.9;
+/// Overload validity: in the unloaded phase, calls must start within this of their schedule
+/// (p99, ms). A late generator inflates the baseline and so loosens every 2 × bar: such a run
+/// fails as not measured rather than passing on a noisy baseline.
+pub(crate) const UNLOADED_LAG_MAX_MS: f64 = 1.0;
+/// Soak bar: the share of its RSS at the end of warm-up that the host's RSS may grow by and still
+/// count as flat. (A fixed 8 MiB would be more than the whole host, ~8 MiB, is.)
+pub(crate) const SOAK_RSS_GROWTH_SHARE: f64 = 0.10;
 
 /// The outcome of checking one experiment against its bar.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -134,6 +148,123 @@ pub(crate) fn idle(after_us: f64, steady_p50_us: f64) -> Verdict {
     Verdict::new(bar, reasons)
 }
 
+/// What the overload experiment measured that its bar looks at (latencies in ms).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct OverloadNumbers {
+    /// p99 of the calls of the unloaded phase.
+    pub(crate) unloaded_p99_ms: f64,
+    /// How late the unloaded phase's calls started against their schedule, p99.
+    pub(crate) unloaded_lag_p99_ms: f64,
+    /// p99 of the calls admitted (answered by the operation) under overload.
+    pub(crate) admitted_p99_ms: f64,
+    /// p99 of the Busy answers under overload; `None` when no call was answered Busy.
+    pub(crate) busy_p99_ms: Option<f64>,
+    /// The first call after the load stopped.
+    pub(crate) recovery_first_ms: f64,
+    /// p99 of the calls after the load stopped.
+    pub(crate) recovery_p99_ms: f64,
+    /// Answers other than a result or Busy, in every phase.
+    pub(crate) errors: u64,
+    /// Busy answers in the unloaded and recovery phases (there should be none).
+    pub(crate) busy_when_unloaded: u64,
+    /// The overload rate the generator was asked for, calls/s.
+    pub(crate) target_per_sec: f64,
+    /// The rate it managed, calls/s.
+    pub(crate) offered_per_sec: f64,
+}
+
+/// Overload (issue 10): admitted p99 ≤ 2 × unloaded p99, Busy p99 ≤ 1 ms, no error but Busy,
+/// and after the load stops the first call and the p99 ≤ 2 × unloaded p99. Also fails, as not
+/// measured, when the generator offered less than 90 % of the target rate or nothing was Busy.
+pub(crate) fn overload(n: &OverloadNumbers) -> Verdict {
+    let limit = OVERLOAD_P99_RATIO * n.unloaded_p99_ms;
+    let bar = format!(
+        "admitted and recovery p99 ≤ {OVERLOAD_P99_RATIO} × unloaded p99 = {limit:.3} ms; Busy p99 ≤ {BUSY_P99_MAX_MS} ms; no error but Busy"
+    );
+    let mut reasons = Vec::new();
+    let over = |x: f64| x.is_nan() || limit.is_nan() || x > limit;
+    if over(n.admitted_p99_ms) {
+        reasons.push(format!(
+            "admitted p99 {:.3} ms > {limit:.3} ms",
+            n.admitted_p99_ms
+        ));
+    }
+    match n.busy_p99_ms {
+        None => reasons
+            .push("no call was answered Busy: the load never exceeded the throttle".to_string()),
+        Some(b) if b.is_nan() || b > BUSY_P99_MAX_MS => {
+            reasons.push(format!("Busy p99 {b:.3} ms > {BUSY_P99_MAX_MS} ms"))
+        }
+        Some(_) => {}
+    }
+    if n.errors > 0 {
+        reasons.push(format!("{} errors other than Busy", n.errors));
+    }
+    if n.busy_when_unloaded > 0 {
+        reasons.push(format!(
+            "{} calls answered Busy without overload",
+            n.busy_when_unloaded
+        ));
+    }
+    if over(n.recovery_first_ms) {
+        reasons.push(format!(
+            "first call after the load stopped {:.3} ms > {limit:.3} ms",
+            n.recovery_first_ms
+        ));
+    }
+    if over(n.recovery_p99_ms) {
+        reasons.push(format!(
+            "recovery p99 {:.3} ms > {limit:.3} ms",
+            n.recovery_p99_ms
+        ));
+    }
+    if n.unloaded_lag_p99_ms.is_nan() || n.unloaded_lag_p99_ms > UNLOADED_LAG_MAX_MS {
+        reasons.push(format!(
+            "unloaded calls started {:.3} ms late (p99) > {UNLOADED_LAG_MAX_MS} ms: the generator was busy, the baseline was not measured",
+            n.unloaded_lag_p99_ms
+        ));
+    }
+    if n.offered_per_sec.is_nan() || n.offered_per_sec < OFFERED_MIN_SHARE * n.target_per_sec {
+        reasons.push(format!(
+            "the generator offered {:.0} calls/s of {:.0}: the overload was not measured",
+            n.offered_per_sec, n.target_per_sec
+        ));
+    }
+    Verdict::new(bar, reasons)
+}
+
+/// The largest RSS growth (KiB) after warm-up that still counts as flat for a warm-up RSS of
+/// `warm_kib`: 10 % of it.
+pub(crate) fn soak_rss_limit_kib(warm_kib: u64) -> u64 {
+    (SOAK_RSS_GROWTH_SHARE * warm_kib as f64) as u64
+}
+
+/// Soak: no unexplained error (deliberate faults are not errors), and the host's RSS at the end
+/// at most [`soak_rss_limit_kib`] above its RSS at the end of warm-up.
+pub(crate) fn soak(errors: u64, warm_kib: u64, end_kib: u64) -> Verdict {
+    let limit = soak_rss_limit_kib(warm_kib);
+    let bar = format!(
+        "no error; RSS growth after warm-up ≤ 10 % of {:.1} MiB = {:.1} MiB",
+        warm_kib as f64 / 1024.0,
+        limit as f64 / 1024.0
+    );
+    let mut reasons = Vec::new();
+    if errors > 0 {
+        reasons.push(format!("{errors} unexplained errors"));
+    }
+    let growth = end_kib.saturating_sub(warm_kib);
+    if growth > limit {
+        reasons.push(format!(
+            "host RSS grew {:.1} MiB ({:.1} → {:.1} MiB) > {:.1} MiB",
+            growth as f64 / 1024.0,
+            warm_kib as f64 / 1024.0,
+            end_kib as f64 / 1024.0,
+            limit as f64 / 1024.0
+        ));
+    }
+    Verdict::new(bar, reasons)
+}
+
 /// The largest value, NaN for an empty slice (NaN inputs make the result NaN).
 pub(crate) fn max_of(values: &[f64]) -> f64 {
     if values.is_empty() {
@@ -204,6 +335,136 @@ mod tests {
         assert!(!idle(f64::NAN, 30.0).pass);
         // WCF: 418 ms after idle against 3 ms before.
         assert!(!idle(418_000.0, 3_000.0).pass);
+    }
+
+    fn overload_numbers() -> OverloadNumbers {
+        OverloadNumbers {
+            unloaded_p99_ms: 2.2,
+            unloaded_lag_p99_ms: 0.2,
+            admitted_p99_ms: 3.3,
+            busy_p99_ms: Some(0.2),
+            recovery_first_ms: 2.1,
+            recovery_p99_ms: 2.3,
+            errors: 0,
+            busy_when_unloaded: 0,
+            target_per_sec: 40_000.0,
+            offered_per_sec: 39_900.0,
+        }
+    }
+
+    #[test]
+    fn overload_bar() {
+        let ok = overload_numbers();
+        assert!(overload(&ok).pass, "{:?}", overload(&ok));
+        // Exactly 2 × passes.
+        assert!(
+            overload(&OverloadNumbers {
+                admitted_p99_ms: 4.4,
+                ..ok
+            })
+            .pass
+        );
+        let v = overload(&OverloadNumbers {
+            admitted_p99_ms: 4.41,
+            ..ok
+        });
+        assert!(!v.pass);
+        assert!(v.reasons[0].starts_with("admitted p99"), "{:?}", v.reasons);
+        assert!(
+            overload(&OverloadNumbers {
+                busy_p99_ms: Some(1.0),
+                ..ok
+            })
+            .pass
+        );
+        assert!(
+            !overload(&OverloadNumbers {
+                busy_p99_ms: Some(1.01),
+                ..ok
+            })
+            .pass
+        );
+        assert!(
+            !overload(&OverloadNumbers {
+                busy_p99_ms: None,
+                ..ok
+            })
+            .pass
+        );
+        assert!(!overload(&OverloadNumbers { errors: 1, ..ok }).pass);
+        assert!(
+            !overload(&OverloadNumbers {
+                busy_when_unloaded: 1,
+                ..ok
+            })
+            .pass
+        );
+        assert!(
+            !overload(&OverloadNumbers {
+                recovery_first_ms: 5.0,
+                ..ok
+            })
+            .pass
+        );
+        assert!(
+            !overload(&OverloadNumbers {
+                recovery_p99_ms: 5.0,
+                ..ok
+            })
+            .pass
+        );
+        assert!(
+            !overload(&OverloadNumbers {
+                unloaded_p99_ms: f64::NAN,
+                ..ok
+            })
+            .pass
+        );
+        // A generator that could not offer the load measured nothing.
+        let v = overload(&OverloadNumbers {
+            offered_per_sec: 30_000.0,
+            ..ok
+        });
+        assert!(!v.pass);
+        assert!(v.reasons[0].contains("not measured"), "{:?}", v.reasons);
+        assert!(
+            overload(&OverloadNumbers {
+                offered_per_sec: 36_000.0,
+                ..ok
+            })
+            .pass
+        );
+        // Nor did a generator that ran late while measuring the baseline.
+        assert!(
+            overload(&OverloadNumbers {
+                unloaded_lag_p99_ms: 1.0,
+                ..ok
+            })
+            .pass
+        );
+        let v = overload(&OverloadNumbers {
+            unloaded_lag_p99_ms: 17.6,
+            ..ok
+        });
+        assert!(!v.pass);
+        assert!(
+            v.reasons[0].contains("baseline was not measured"),
+            "{:?}",
+            v.reasons
+        );
+    }
+
+    #[test]
+    fn soak_bar() {
+        assert_eq!(soak_rss_limit_kib(20 * 1024), 2048);
+        assert_eq!(soak_rss_limit_kib(200 * 1024), 20 * 1024);
+        assert!(soak(0, 20 * 1024, 22 * 1024).pass);
+        assert!(soak(0, 20 * 1024, 10 * 1024).pass);
+        let v = soak(0, 20 * 1024, 22 * 1024 + 1);
+        assert!(!v.pass);
+        assert!(v.reasons[0].contains("RSS grew"), "{:?}", v.reasons);
+        assert!(!soak(1, 20 * 1024, 20 * 1024).pass);
+        assert_eq!(soak(3, 20 * 1024, 40 * 1024).reasons.len(), 2);
     }
 
     #[test]

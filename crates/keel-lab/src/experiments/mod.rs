@@ -9,6 +9,8 @@ pub(crate) mod burst;
 pub(crate) mod concurrent;
 pub(crate) mod first_call;
 pub(crate) mod idle;
+pub(crate) mod overload;
+pub(crate) mod soak;
 
 use std::time::{Duration, Instant};
 
@@ -77,6 +79,38 @@ pub(crate) fn start_host(binding: Binding, settings: HostSettings) -> anyhow::Re
     Ok(host)
 }
 
+/// A short name for how a call failed, for counting errors by kind.
+pub(crate) fn error_kind(e: &keel::Error) -> String {
+    let kind = if e.is_busy() {
+        "busy"
+    } else if e.is_timeout() {
+        "timeout"
+    } else if e.is_connection() {
+        "connection"
+    } else if e.is_shutting_down() {
+        "shutting_down"
+    } else if e.is_protocol() {
+        "protocol"
+    } else if e.is_fault() {
+        "fault"
+    } else if e.is_handler_panic() {
+        "handler_panic"
+    } else if e.is_cancelled() {
+        "cancelled"
+    } else if e.is_too_large() {
+        "too_large"
+    } else if e.is_bad_request() {
+        "bad_request"
+    } else if e.is_unknown_operation() {
+        "unknown_operation"
+    } else if let Some(code) = e.status_code() {
+        return format!("status_{code:?}").to_lowercase();
+    } else {
+        "other"
+    };
+    kind.to_string()
+}
+
 /// Microseconds in `d`, to 0.1 µs.
 pub(crate) fn us(d: Duration) -> f64 {
     round1(d.as_nanos() as f64 / 1000.0)
@@ -126,6 +160,12 @@ impl Latencies {
     pub(crate) fn record(&mut self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1);
         self.hist.saturating_record(ns);
+    }
+
+    /// Adds every latency `other` recorded.
+    pub(crate) fn add(&mut self, other: &Latencies) {
+        // Both have the same bounds, so this cannot fail.
+        let _ = self.hist.add(&other.hist);
     }
 
     /// The summary.
