@@ -6,7 +6,7 @@
 //! keel-lab first-call                    seed 000
 //! keel-lab concurrent --clients 10 --work-ms 1000                     seed 001
 //! keel-lab burst --clients 100 --work-ms 2000 --rounds 3 --idle-ms 2500 --keep-alive-ms 1000
-//! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000                   seed 003
+//! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000 --gaps 5          seed 003
 //! ```
 //!
 //! Each prints a readable summary; with `--json`, one JSON object is the last line of stdout.
@@ -80,7 +80,8 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         keep_alive_ms: u64,
     },
-    /// Seed 003: steady calls, an idle gap longer than the keep-alive, one call.
+    /// Seed 003: steady calls, then idle gaps longer than the keep-alive, each followed by one
+    /// call; raw TCP around gaps of the same length, interleaved.
     Idle {
         /// Idle gap, ms.
         #[arg(long, default_value_t = 2500)]
@@ -91,9 +92,12 @@ enum Command {
         /// Steady-state calls before the gap.
         #[arg(long, default_value_t = 1000)]
         steady_calls: usize,
-        /// Skip the raw TCP ping-pong measured around the same gap.
+        /// Skip the raw TCP ping-pong measured around the same gaps.
         #[arg(long)]
         no_raw_tcp: bool,
+        /// Idle gaps measured (the bar takes medians over at least 5).
+        #[arg(long, default_value_t = 5)]
+        gaps: usize,
     },
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
@@ -167,6 +171,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             keep_alive_ms,
             steady_calls,
             no_raw_tcp,
+            gaps,
         } => {
             let r = idle::run(&idle::Params {
                 binding,
@@ -174,6 +179,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
                 keep_alive_ms,
                 steady_calls,
                 raw_tcp: !no_raw_tcp,
+                gaps,
             })?;
             emit(json, &idle::summary(&r), &r, r.pass)
         }

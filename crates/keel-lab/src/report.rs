@@ -38,6 +38,8 @@ pub(crate) struct Profile {
     pub(crate) burst_large: burst::Params,
     /// Seed 003's idle gap and keep-alive.
     pub(crate) idle: (u64, u64),
+    /// Seed 003's idle gaps (medians are taken over them).
+    pub(crate) idle_gaps: usize,
 }
 
 impl Profile {
@@ -67,6 +69,7 @@ impl Profile {
                 ..burst
             },
             idle: (idle_ms, keep_alive_ms),
+            idle_gaps: crate::verdict::IDLE_MIN_GAPS,
         }
     }
 
@@ -154,6 +157,7 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         keep_alive_ms: profile.idle.1,
         steady_calls: profile.steady_calls,
         raw_tcp: true,
+        gaps: profile.idle_gaps,
     })?;
     Ok(assemble(
         profile.clone(),
@@ -251,19 +255,24 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
         ),
         burst_row(&all.burst_large, "not measured", "not measured"),
         Row {
-            experiment: format!("call after {} s idle (003)", i.idle_ms as f64 / 1000.0),
+            experiment: format!(
+                "call after {} s idle, {} gaps (003)",
+                i.idle_ms as f64 / 1000.0,
+                i.gaps
+            ),
             wcf_broken: "418 ms (after 15 s)".to_string(),
             wcf_fixed: "3 ms (keep an I/O thread busy)".to_string(),
             keel: format!(
-                "{:.1} µs (p50 {:.1}); {} threads retired{}",
+                "median {:.1} µs = {:.2} × p50 {:.1}{}; {} threads retired, {} created after the gaps",
                 i.after_us,
+                i.ratio,
                 i.steady_p50_us,
+                i.raw_tcp.as_ref().map_or(String::new(), |r| format!(
+                    "; raw TCP {:.1} µs = {:.2} × its p50 {:.1}",
+                    r.after_us, r.ratio, r.steady_p50_us
+                )),
                 i.retired_during_idle,
-                i.raw_tcp.map_or(String::new(), |r| format!(
-                    "; raw TCP {:.1} µs ({:.1} × its p50)",
-                    r.after_us,
-                    r.after_us / r.steady_p50_us
-                ))
+                i.threads_created_after_gap
             ),
             bar: i.verdict.bar.clone(),
             verdict: i.verdict.word().to_string(),
@@ -770,33 +779,50 @@ pub(crate) fn html(all: &All) -> String {
     );
     s.push_str(&first_call_chart(fc));
 
-    let i = &all.idle;
-    let _ = write!(
-        s,
-        "<h2>Seed 003: the first call after idle</h2><table><tr><th></th><th>before idle</th><th>after idle</th></tr><tr><td>WCF (seed 003, 15 s idle)</td><td>3.0 ms</td><td>418 ms</td></tr><tr><td>keel ({} ms idle, keep-alive {} ms)</td><td>{:.1} µs (steady p50 {:.1} µs, p99 {:.1} µs)</td><td>{:.1} µs; then {}</td></tr>{}</table><p class=\"note\">Pool threads {} → {} during the gap ({} retired; the warm floor stays). The raw TCP row is two plain threads echoing 64 bytes, no keel, measured around the same gap: what this machine alone charges for waking parked threads after idle.</p>",
-        i.idle_ms,
-        i.keep_alive_ms,
-        i.before_us,
-        i.steady.p50_us,
-        i.steady.p99_us,
-        i.after_us,
-        i.after_next_us
-            .iter()
+    s.push_str(&idle_section(&all.idle));
+    s.push_str("</body></html>\n");
+    s
+}
+
+/// Seed 003's section: keel and raw TCP, after each gap, both ratios.
+fn idle_section(i: &Idle) -> String {
+    let list = |v: &[f64]| {
+        v.iter()
             .map(|x| format!("{x:.1}"))
             .collect::<Vec<_>>()
             .join(", ")
-            + " µs",
-        i.raw_tcp.map_or(String::new(), |r| format!(
-            "<tr><td>raw TCP ping-pong, same gap (no keel)</td><td>steady p50 {:.1} µs</td><td>{:.1} µs ({:.1} × p50)</td></tr>",
+    };
+    let mut s = format!(
+        "<h2>Seed 003: the first call after idle</h2><table><tr><th></th><th>before idle</th><th>after idle (median over the gaps)</th><th>after / p50</th><th>after each gap</th></tr><tr><td>WCF (seed 003, 15 s idle)</td><td>3.0 ms</td><td>418 ms</td><td>139</td><td></td></tr><tr><td>keel ({} gaps of {} ms, keep-alive {} ms)</td><td>steady p50 {:.1} µs (p99 {:.1} µs)</td><td>{:.1} µs; then {} µs</td><td>{:.2}</td><td>{} µs</td></tr>",
+        i.gaps,
+        i.idle_ms,
+        i.keep_alive_ms,
+        i.steady.p50_us,
+        i.steady.p99_us,
+        i.after_us,
+        list(&i.after_next_us),
+        i.ratio,
+        list(&i.after_each_us)
+    );
+    if let Some(r) = &i.raw_tcp {
+        let _ = write!(
+            s,
+            "<tr><td>raw TCP ping-pong, same gaps interleaved (no keel)</td><td>steady p50 {:.1} µs</td><td>{:.1} µs</td><td>{:.2}</td><td>{} µs</td></tr>",
             r.steady_p50_us,
             r.after_us,
-            r.after_us / r.steady_p50_us
-        )),
+            r.ratio,
+            list(&r.after_each_us)
+        );
+    }
+    let _ = write!(
+        s,
+        "</table><p class=\"note\">Bar: {}. Pool threads {} → {} during a gap ({} retired over all gaps; the warm floor stays); threads created for the calls after the gaps: {}. The raw TCP row is two plain threads echoing 64 bytes, no keel, its gaps alternating with keel's: what this machine alone charges for waking parked threads after idle.</p>",
+        esc(&i.verdict.bar),
         i.threads_before_idle,
         i.threads_after_idle,
-        i.retired_during_idle
+        i.retired_during_idle,
+        i.threads_created_after_gap
     );
-    s.push_str("</body></html>\n");
     s
 }
 
@@ -805,7 +831,6 @@ mod tests {
     use super::*;
     use crate::experiments::burst::{Round, Sample};
     use crate::experiments::first_call::TimedCall;
-    use crate::experiments::idle::PoolObs;
     use crate::experiments::Dist;
 
     fn dist(p50: f64) -> Dist {
@@ -857,26 +882,11 @@ mod tests {
         let b = burst::evaluate(&profile.burst, 2, 98, vec![round(burst_ms)], samples);
         let bl = burst::evaluate(&profile.burst_large, 2, 998, vec![round(2050.0)], vec![]);
         let idle = idle::evaluate(
-            &idle::Params {
-                binding: Binding::Tcp,
-                idle_ms: 2500,
-                keep_alive_ms: 1000,
-                steady_calls: 1000,
-                raw_tcp: true,
-            },
+            &idle::tests::params(),
             30.0,
-            45.0,
-            vec![31.0],
+            idle::tests::gaps(&[45.0; 5]),
             dist(30.0),
-            PoolObs {
-                before: 8,
-                after: 2,
-                retired: 6,
-            },
-            Some(idle::RawTcp {
-                steady_p50_us: 13.5,
-                after_us: 60.0,
-            }),
+            Some(idle::RawTcp::new(13.5, vec![60.0; 5])),
         );
         assemble(profile, Binding::Tcp, fc, conc, b, bl, idle)
     }
