@@ -7,6 +7,9 @@
 //! keel-lab concurrent --clients 10 --work-ms 1000                     seed 001
 //! keel-lab burst --clients 100 --work-ms 2000 --rounds 3 --idle-ms 2500 --keep-alive-ms 1000
 //! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000 --gaps 5          seed 003
+//! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
+//! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
+//! keel-lab wan-proxy-check               the latency proxy against its settings
 //! ```
 //!
 //! Each prints a readable summary; with `--json`, one JSON object is the last line of stdout.
@@ -15,6 +18,7 @@
 mod experiments;
 mod report;
 mod verdict;
+mod wan;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -99,6 +103,12 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         gaps: usize,
     },
+    /// Seed 004, one cell: sequential calls through the latency proxy, beside raw TCP.
+    Wan(wan::cli::WanArgs),
+    /// Seed 004: every binding and mode at 1, 50, 100, 200 ms, both payloads, beside WCF.
+    WanMatrix(wan::cli::MatrixArgs),
+    /// The latency proxy measured against its own settings (RTT and bandwidth).
+    WanProxyCheck(wan::cli::ProxyCheckArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -133,6 +143,11 @@ fn emit<T: Serialize>(json: bool, text: &str, result: &T, pass: bool) -> anyhow:
 
 fn run(cli: &Cli) -> anyhow::Result<bool> {
     let Common { binding, json } = cli.common;
+    let wan = matches!(cli.command, Command::Wan(_) | Command::WanMatrix(_));
+    anyhow::ensure!(
+        wan || binding == Binding::Tcp,
+        "this experiment runs on tcp only so far (wan and wan-matrix take every binding)"
+    );
     match &cli.command {
         &Command::FirstCall { steady_calls } => {
             let r = first_call::run(&first_call::Params {
@@ -183,6 +198,9 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             })?;
             emit(json, &idle::summary(&r), &r, r.pass)
         }
+        Command::Wan(a) => wan::cli::wan(binding, a, json),
+        Command::WanMatrix(a) => wan::cli::matrix(a, json),
+        Command::WanProxyCheck(a) => wan::cli::proxy_check(a, json),
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -242,5 +260,44 @@ mod tests {
         let cli = Cli::try_parse_from(["keel-lab", "--binding", "tcp", "all", "--full"]).unwrap();
         assert!(matches!(cli.command, Command::All { full: true, .. }));
         assert!(Cli::try_parse_from(["keel-lab", "--binding", "carrier-pigeon", "all"]).is_err());
+    }
+
+    #[test]
+    fn parses_the_wan_commands() {
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "wan",
+            "--binding",
+            "https-h2",
+            "--mode",
+            "streamed",
+            "--rtt-ms",
+            "200",
+            "--payload",
+            "large",
+            "--mbit",
+            "20",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(cli.common.binding, Binding::HttpsH2);
+        let Command::Wan(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(a.mode, wan::Mode::Streamed);
+        assert_eq!(a.payload, wan::Payload::Large);
+        assert_eq!((a.rtt_ms, a.mbit, a.seconds), (200.0, Some(20.0), 10.0));
+        for b in ["tcp", "tcps", "http1", "h2c", "https-h1", "https-h2"] {
+            let cli = Cli::try_parse_from(["keel-lab", "wan", "--binding", b]).unwrap();
+            assert_eq!(cli.common.binding.name(), b);
+        }
+        let cli = Cli::try_parse_from(["keel-lab", "wan-matrix", "--full"]).unwrap();
+        assert!(matches!(cli.command, Command::WanMatrix(ref m) if m.full));
+        let cli =
+            Cli::try_parse_from(["keel-lab", "wan-proxy-check", "--rtt-ms", "1,200"]).unwrap();
+        assert!(matches!(cli.command, Command::WanProxyCheck(ref c) if c.rtt_ms == [1.0, 200.0]));
+        // The other experiments refuse a binding they do not run on yet.
+        let cli = Cli::try_parse_from(["keel-lab", "idle", "--binding", "h2c"]).unwrap();
+        assert!(run(&cli).is_err());
     }
 }

@@ -11,6 +11,7 @@ use crate::experiments::concurrent::{self, Concurrent};
 use crate::experiments::first_call::{self, FirstCall};
 use crate::experiments::idle::{self, Idle};
 use crate::experiments::Binding;
+use crate::wan::matrix::{Matrix, MatrixParams};
 
 /// Seed 001's latencies before the QFE (.NET 3.5), ms, in the order the seed lists them.
 pub(crate) const WCF_001_BROKEN_MS: [f64; 10] = [
@@ -40,6 +41,8 @@ pub(crate) struct Profile {
     pub(crate) idle: (u64, u64),
     /// Seed 003's idle gaps (medians are taken over them).
     pub(crate) idle_gaps: usize,
+    /// Seed 004's subset of the wan matrix.
+    pub(crate) wan: MatrixParams,
 }
 
 impl Profile {
@@ -70,6 +73,7 @@ impl Profile {
             },
             idle: (idle_ms, keep_alive_ms),
             idle_gaps: crate::verdict::IDLE_MIN_GAPS,
+            wan: MatrixParams::all_subset(),
         }
     }
 
@@ -82,7 +86,9 @@ impl Profile {
     /// The seeds' timings: 25 s between 5 bursts, 15 s idle; keep-alive 10 s so both gaps
     /// outlast it (the CLR's was 15 s).
     pub(crate) fn full() -> Profile {
-        Profile::with("full", 5, 25_000, 10_000, 15_000)
+        let mut p = Profile::with("full", 5, 25_000, 10_000, 15_000);
+        p.wan.seconds = MatrixParams::full().seconds;
+        p
     }
 }
 
@@ -103,6 +109,8 @@ pub(crate) struct All {
     pub(crate) burst_large: Burst,
     /// Seed 003.
     pub(crate) idle: Idle,
+    /// Seed 004 (a subset of the wan matrix).
+    pub(crate) wan: Option<Matrix>,
     /// The table.
     pub(crate) rows: Vec<Row>,
     /// Whether every experiment met its bar.
@@ -128,7 +136,7 @@ pub(crate) struct Row {
 
 /// Runs every experiment of `profile` on `binding`, one after the other.
 pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All> {
-    let step = |n: u32, what: &str| eprintln!("[{n}/5] {what}");
+    let step = |n: u32, what: &str| eprintln!("[{n}/6] {what}");
     step(1, "first-call (seed 000)");
     let first_call = first_call::run(&first_call::Params {
         binding,
@@ -159,6 +167,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         raw_tcp: true,
         gaps: profile.idle_gaps,
     })?;
+    step(6, "calls over a WAN (seed 004)");
+    let wan = crate::wan::matrix::run(&profile.wan)?;
     Ok(assemble(
         profile.clone(),
         binding,
@@ -167,7 +177,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         burst,
         burst_large,
         idle,
-    ))
+    )
+    .with_wan(wan))
 }
 
 /// Puts the results together with their table rows and overall verdict.
@@ -189,11 +200,22 @@ pub(crate) fn assemble(
         burst,
         burst_large,
         idle,
+        wan: None,
         rows: Vec::new(),
         pass,
     };
     all.rows = rows(&all);
     all
+}
+
+impl All {
+    /// These results with seed 004's: its row, and its verdict in the overall one.
+    pub(crate) fn with_wan(mut self, wan: Matrix) -> All {
+        self.pass &= wan.pass;
+        self.wan = Some(wan);
+        self.rows = rows(&self);
+        self
+    }
 }
 
 fn secs(ms: f64) -> String {
@@ -224,7 +246,7 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
         verdict: b.verdict.word().to_string(),
     };
     let i = &all.idle;
-    vec![
+    let mut rows = vec![
         Row {
             experiment: "first async call (000)".to_string(),
             wcf_broken: "1005 ms".to_string(),
@@ -277,7 +299,11 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
             bar: i.verdict.bar.clone(),
             verdict: i.verdict.word().to_string(),
         },
-    ]
+    ];
+    if let Some(w) = &all.wan {
+        rows.push(crate::wan::matrix::row(w));
+    }
+    rows
 }
 
 /// Pads `s` to `w` characters (not bytes: the table has µ, ×, –, →).
@@ -676,7 +702,9 @@ fn first_call_chart(fc: &FirstCall) -> String {
     s
 }
 
-const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#111827;max-width:1100px}\
+/// The report's style sheet (also the wan-matrix page's).
+pub(crate) const CSS: &str =
+    "body{font-family:sans-serif;margin:24px;color:#111827;max-width:1100px}\
 table{border-collapse:collapse;font-size:13px;margin:12px 0}\
 td,th{border:1px solid #d1d5db;padding:5px 8px;text-align:left;vertical-align:top}\
 th{background:#f3f4f6}.PASS{color:#15803d;font-weight:bold}.FAIL{color:#b91c1c;font-weight:bold}\
@@ -726,6 +754,7 @@ pub(crate) fn html(all: &All) -> String {
     ]
     .iter()
     .flat_map(|v| v.reasons.iter())
+    .chain(all.wan.iter().flat_map(|w| w.missed.iter()))
     .collect();
     if !reasons.is_empty() {
         s.push_str("<p class=\"FAIL\">Missed:</p><ul>");
@@ -780,6 +809,9 @@ pub(crate) fn html(all: &All) -> String {
     s.push_str(&first_call_chart(fc));
 
     s.push_str(&idle_section(&all.idle));
+    if let Some(w) = &all.wan {
+        s.push_str(&crate::wan::html::section(w));
+    }
     s.push_str("</body></html>\n");
     s
 }
@@ -964,6 +996,27 @@ mod tests {
         assert!(!h.contains("<script"));
         assert!(!h.contains("http://") || !h.contains("src="));
         assert!(!h.contains("NaN"));
+    }
+
+    #[test]
+    fn seed_004_adds_its_row_and_section() {
+        use crate::wan::matrix::tests::sample;
+        let all = sample_all(2005.0).with_wan(sample(MatrixParams::all_subset(), 0.99));
+        assert!(all.pass);
+        assert_eq!(all.rows.len(), 6);
+        assert_eq!(all.rows[5].verdict, "PASS");
+        assert!(table(&all).contains("(004)"));
+        let h = html(&all);
+        assert_eq!(h.matches("<svg").count(), 6);
+        assert!(!h.contains("NaN"));
+        // A missed wan cell fails `all`.
+        let all = sample_all(2005.0).with_wan(sample(MatrixParams::all_subset(), 0.5));
+        assert!(!all.pass);
+        assert_eq!(all.rows[5].verdict, "FAIL");
+        assert!(table(&all).contains("bars missed: calls over a WAN"));
+        let v = serde_json::to_value(&all).unwrap();
+        assert_eq!(v["wan"]["cells"].as_array().unwrap().len(), 24);
+        assert_eq!(v["profile"]["idle_gaps"], 5);
     }
 
     #[test]

@@ -165,6 +165,78 @@ pub(crate) fn idle(
     Verdict::new(bar, reasons)
 }
 
+/// Bar of seed 004: a small call's calls/s at least this share of 1/RTT; a large call's at
+/// least this share of raw TCP's on the same link.
+pub(crate) const WAN_CALLS_RATIO: f64 = 0.95;
+/// Bar of seed 004: the connections one client opens for all its calls.
+pub(crate) const WAN_CONNECTIONS: u64 = 1;
+/// Bar of seed 004: round trips TLS 1.3 may add to a fresh client's first call.
+pub(crate) const WAN_TLS_RTTS: f64 = 1.0;
+/// Slack on the first call, in RTTs: the bar counts round trips, so half of one.
+pub(crate) const WAN_FIRST_CALL_SLACK_RTTS: f64 = 0.5;
+/// Slack on the first call for computation (keys, connection setup), ms: matters at 1 ms RTT.
+pub(crate) const WAN_FIRST_CALL_SLACK_MS: f64 = 1.0;
+
+/// What one wan cell measured, for its bar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct WanMeasured {
+    /// keel's sequential calls per second.
+    pub(crate) calls_per_sec: f64,
+    /// The limit: 1/RTT for the small payload, raw TCP's calls/s on the same link for the large.
+    pub(crate) limit_calls_per_sec: f64,
+    /// Connections the client opened (counted by the proxy).
+    pub(crate) connections: u64,
+    /// A fresh client's first call, connect included, ms.
+    pub(crate) first_call_ms: f64,
+    /// Raw TCP's first call on a fresh connection (TCP connect + 1 RTT + transfer), ms.
+    pub(crate) raw_first_call_ms: f64,
+    /// The link's RTT, ms.
+    pub(crate) rtt_ms: f64,
+    /// Whether the binding adds a TLS handshake.
+    pub(crate) tls: bool,
+}
+
+/// The most a fresh client's first call may take: raw TCP's first call (connect, then one round
+/// trip), one more RTT for TLS, and the slack.
+pub(crate) fn wan_first_call_limit_ms(raw_first_call_ms: f64, rtt_ms: f64, tls: bool) -> f64 {
+    let tls_rtts = if tls { WAN_TLS_RTTS } else { 0.0 };
+    raw_first_call_ms + (tls_rtts + WAN_FIRST_CALL_SLACK_RTTS) * rtt_ms + WAN_FIRST_CALL_SLACK_MS
+}
+
+/// Seed 004, one cell: calls/s ≥ 0.95 × the limit, one connection, and the first call within
+/// [`wan_first_call_limit_ms`].
+pub(crate) fn wan(m: &WanMeasured) -> Verdict {
+    let min_rate = WAN_CALLS_RATIO * m.limit_calls_per_sec;
+    let first_limit = wan_first_call_limit_ms(m.raw_first_call_ms, m.rtt_ms, m.tls);
+    let bar = format!(
+        "≥ {WAN_CALLS_RATIO} × {:.2} = {min_rate:.2} calls/s; {WAN_CONNECTIONS} connection; first call ≤ {first_limit:.1} ms (raw {:.1}{} + ½ RTT + 1 ms)",
+        m.limit_calls_per_sec,
+        m.raw_first_call_ms,
+        if m.tls { " + 1 RTT for TLS" } else { "" }
+    );
+    let mut reasons = Vec::new();
+    if m.calls_per_sec.is_nan() || m.limit_calls_per_sec.is_nan() || m.calls_per_sec < min_rate {
+        reasons.push(format!(
+            "{:.2} calls/s = {:.2} × the limit {:.2}",
+            m.calls_per_sec,
+            m.calls_per_sec / m.limit_calls_per_sec,
+            m.limit_calls_per_sec
+        ));
+    }
+    if m.connections != WAN_CONNECTIONS {
+        reasons.push(format!("{} connections opened", m.connections));
+    }
+    if m.first_call_ms.is_nan() || m.raw_first_call_ms.is_nan() || m.first_call_ms > first_limit {
+        reasons.push(format!(
+            "first call {:.1} ms = {:.1} RTT (raw {:.1} RTT) > {first_limit:.1} ms",
+            m.first_call_ms,
+            m.first_call_ms / m.rtt_ms,
+            m.raw_first_call_ms / m.rtt_ms
+        ));
+    }
+    Verdict::new(bar, reasons)
+}
+
 /// The largest value, NaN for an empty slice (NaN inputs make the result NaN).
 pub(crate) fn max_of(values: &[f64]) -> f64 {
     if values.is_empty() {
@@ -252,6 +324,95 @@ mod tests {
         assert!(idle(40.0, 30.0, Some(f64::NAN), 5, 0).pass);
         // WCF: 418 ms after idle against 3 ms before.
         assert!(!idle(418_000.0, 3_000.0, Some(5.0), 5, 0).pass);
+    }
+
+    #[test]
+    fn wan_bar() {
+        let good = WanMeasured {
+            calls_per_sec: 4.8,
+            limit_calls_per_sec: 5.0,
+            connections: 1,
+            first_call_ms: 401.0,
+            raw_first_call_ms: 400.5,
+            rtt_ms: 200.0,
+            tls: false,
+        };
+        assert!(wan(&good).pass, "{:?}", wan(&good));
+        // Exactly 0.95 × the limit passes; below fails.
+        assert!(
+            wan(&WanMeasured {
+                calls_per_sec: 4.75,
+                ..good
+            })
+            .pass
+        );
+        let v = wan(&WanMeasured {
+            calls_per_sec: 4.74,
+            ..good
+        });
+        assert_eq!(v.reasons.len(), 1, "{v:?}");
+        // WCF at 200 ms: netTcp buffered 4.86 passes the rate; HTTP (2 round trips) does not.
+        assert!(
+            wan(&WanMeasured {
+                calls_per_sec: 4.86,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            !wan(&WanMeasured {
+                calls_per_sec: 2.5,
+                ..good
+            })
+            .pass
+        );
+        // A second connection fails.
+        let v = wan(&WanMeasured {
+            connections: 2,
+            ..good
+        });
+        assert!(v.reasons[0].contains("2 connections"), "{v:?}");
+        // The first call: raw's, plus half an RTT and 1 ms; TLS adds one RTT.
+        assert_eq!(wan_first_call_limit_ms(400.0, 200.0, false), 501.0);
+        assert_eq!(wan_first_call_limit_ms(400.0, 200.0, true), 701.0);
+        assert!(
+            !wan(&WanMeasured {
+                first_call_ms: 601.0,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            wan(&WanMeasured {
+                first_call_ms: 601.0,
+                tls: true,
+                ..good
+            })
+            .pass
+        );
+        // One RTT more than TLS allows (the handshake not pipelined) fails.
+        assert!(
+            !wan(&WanMeasured {
+                first_call_ms: 801.0,
+                tls: true,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            !wan(&WanMeasured {
+                first_call_ms: f64::NAN,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            !wan(&WanMeasured {
+                limit_calls_per_sec: f64::NAN,
+                ..good
+            })
+            .pass
+        );
     }
 
     #[test]
