@@ -112,6 +112,8 @@ pub(crate) struct WanCell {
     pub(crate) raw_first_call_ms: f64,
     /// Connections the client opened, counted by the proxy.
     pub(crate) connections_opened: u64,
+    /// The error that stopped keel's calls, if one did (the cell then fails; numbers are null).
+    pub(crate) error: Option<String>,
     /// Whether the bar was met.
     pub(crate) pass: bool,
     /// The bar and any reasons it was missed.
@@ -119,14 +121,13 @@ pub(crate) struct WanCell {
 }
 
 /// Runs keel's side of a cell on `rt` (the lab's client runtime) and evaluates it against
-/// `raw`, measured before on the same link.
-pub(crate) fn run(
-    rt: &tokio::runtime::Runtime,
-    p: &Params,
-    raw: &RawRef,
-) -> anyhow::Result<WanCell> {
-    let k = run_keel(rt, p)?;
-    Ok(evaluate(p, &k, raw))
+/// `raw`, measured before on the same link. A call that fails makes a failed cell, not an error:
+/// the other cells still run.
+pub(crate) fn run(rt: &tokio::runtime::Runtime, p: &Params, raw: &RawRef) -> WanCell {
+    match run_keel(rt, p) {
+        Ok(k) => evaluate(p, &k, raw),
+        Err(e) => failed(p, raw, &format!("{e:#}")),
+    }
 }
 
 /// keel's calls through a fresh proxy in front of a fresh host.
@@ -238,9 +239,34 @@ pub(crate) fn evaluate(p: &Params, k: &KeelRun, raw: &RawRef) -> WanCell {
         first_call_rtts: round3(first_call_ms / p.rtt_ms),
         raw_first_call_ms: raw.first_call_ms,
         connections_opened: k.connections,
+        error: None,
         pass: verdict.pass,
         verdict,
     }
+}
+
+/// A cell whose calls failed with `error`.
+pub(crate) fn failed(p: &Params, raw: &RawRef, error: &str) -> WanCell {
+    let k = KeelRun {
+        first_call: Duration::ZERO,
+        calls: 0,
+        elapsed: Duration::ZERO,
+        connections: 0,
+    };
+    let mut c = evaluate(p, &k, raw);
+    for x in [
+        &mut c.calls_per_sec,
+        &mut c.ratio,
+        &mut c.first_call_ms,
+        &mut c.first_call_rtts,
+    ] {
+        *x = f64::NAN;
+    }
+    c.error = Some(error.to_string());
+    c.verdict.reasons = vec![format!("error: {error}")];
+    c.verdict.pass = false;
+    c.pass = false;
+    c
 }
 
 /// Three significant decimals for the JSON.
@@ -263,6 +289,9 @@ pub(crate) fn summary(c: &WanCell) -> String {
         c.payload_bytes,
         c.rtt_ms
     );
+    if let Some(e) = &c.error {
+        s.push_str(&format!("  keel's calls failed: {e}\n"));
+    }
     s.push_str(&format!(
         "  keel {:.2} calls/s ({} calls); limit ({}) {:.2} calls/s: {:.3} × the limit; raw TCP {:.2} calls/s\n",
         c.calls_per_sec, c.calls, c.limit, c.limit_calls_per_sec, c.ratio, c.raw_calls_per_sec
@@ -393,5 +422,13 @@ mod tests {
         assert_eq!(v["payload_bytes"], 6);
         assert!(v["bandwidth_bytes_per_sec"].is_null());
         assert!(summary(&c).contains("https-h2 streamed"));
+        assert!(v["error"].is_null());
+        let f = failed(&params(Payload::Small, Binding::H2c), &raw, "boom");
+        assert!(!f.pass);
+        assert_eq!(f.verdict.reasons, ["error: boom"]);
+        let v = serde_json::to_value(&f).unwrap();
+        assert!(v["calls_per_sec"].is_null());
+        assert_eq!(v["error"], "boom");
+        assert!(summary(&f).contains("failed: boom"));
     }
 }

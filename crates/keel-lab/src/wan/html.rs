@@ -98,6 +98,7 @@ pub(crate) fn chart(m: &Matrix, payload: Payload) -> String {
         let points = rtts
             .iter()
             .filter_map(|&r| m.cell(v, r, payload).map(|c| (r, c.calls_per_sec)))
+            .filter(|p| p.1.is_finite())
             .collect();
         series.push(Series {
             name: format!("keel {}", v.name()),
@@ -304,7 +305,13 @@ mod tests {
 
     #[test]
     fn two_charts_and_no_nan() {
-        let m = sample(MatrixParams::quick(), 0.9);
+        let mut m = sample(MatrixParams::quick(), 0.9);
+        // A cell whose calls failed draws no point.
+        m.cells[5] = crate::wan::cell::failed(
+            &MatrixParams::quick().cell(m.params.variants[5], 1.0, Payload::Small),
+            &m.raw[0].raw,
+            "boom",
+        );
         let s = section(&m);
         assert_eq!(s.matches("<svg").count(), 2);
         assert_eq!(s.matches("</svg>").count(), 2);

@@ -165,7 +165,7 @@ impl MatrixParams {
         }
     }
 
-    fn cell(&self, variant: Variant, rtt_ms: f64, payload: Payload) -> Params {
+    pub(crate) fn cell(&self, variant: Variant, rtt_ms: f64, payload: Payload) -> Params {
         Params {
             variant,
             rtt_ms,
@@ -241,7 +241,7 @@ pub(crate) fn run(p: &MatrixParams) -> anyhow::Result<Matrix> {
             });
             for &v in &p.variants {
                 n += 1;
-                let c = cell::run(&rt, &p.cell(v, rtt_ms, payload), &r)?;
+                let c = cell::run(&rt, &p.cell(v, rtt_ms, payload), &r);
                 eprintln!(
                     "[{n}/{total}] {}, {rtt_ms} ms, {}: {:.2} calls/s ({:.2} × {}), first call {:.2} RTT, {} conn, {}",
                     v.name(),
@@ -413,6 +413,9 @@ pub(crate) fn throughput_rows(m: &Matrix, payload: Payload) -> (Vec<String>, Vec
         ];
         for &r in &m.params.rtts_ms {
             row.push(m.cell(v, r, payload).map_or("–".to_string(), |c| {
+                if c.error.is_some() {
+                    return "error *".to_string();
+                }
                 format!(
                     "{} of {} ({:.2}){}",
                     sig(c.calls_per_sec),
@@ -466,6 +469,9 @@ pub(crate) fn first_call_rows(m: &Matrix, payload: Payload) -> (Vec<String>, Vec
         let mut row = vec![v.name()];
         for &r in &m.params.rtts_ms {
             row.push(m.cell(v, r, payload).map_or("–".to_string(), |c| {
+                if c.error.is_some() {
+                    return "error".to_string();
+                }
                 format!(
                     "{:.2} RTT (raw {:.2}), {} conn",
                     c.first_call_rtts,
