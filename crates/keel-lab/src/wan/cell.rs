@@ -62,6 +62,30 @@ pub(crate) fn measure_raw(p: &Params) -> anyhow::Result<RawRef> {
     })
 }
 
+/// Pays the process's one-time costs before anything is timed: thread and buffer start-up of the
+/// proxy and the raw peer, and each binding's first connection (TLS set-up, lazy statics), with
+/// one call of each kind straight to a host, no proxy.
+pub(crate) fn warm_up(rt: &tokio::runtime::Runtime, bindings: &[Binding]) -> anyhow::Result<()> {
+    let server = RawServer::start()?;
+    let proxy = Proxy::start(server.addr(), LinkConfig::new(Duration::ZERO))?;
+    raw::run(proxy.addr(), &Payload::Small.bytes(), 0.0, 1)?;
+    for &binding in bindings {
+        let host = super::start_host(binding)?;
+        let client = WanClient::new(binding.channel_builder(host.url())?.build()?);
+        rt.block_on(async {
+            for mode in [Mode::Buffered, Mode::Streamed] {
+                for payload in [Payload::Small, Payload::Large] {
+                    one_call(&client, mode, &payload.bytes()).await?;
+                }
+            }
+            client.close().await;
+            Ok::<_, anyhow::Error>(())
+        })?;
+        host.shutdown();
+    }
+    Ok(())
+}
+
 /// What keel did in one cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct KeelRun {

@@ -73,14 +73,15 @@ pub(crate) fn wan(binding: Binding, a: &WanArgs, json: bool) -> anyhow::Result<b
         seconds: a.seconds,
         min_calls: a.min_calls,
     };
-    eprintln!("raw TCP through the proxy...");
-    let raw = cell::measure_raw(&p)?;
-    eprintln!("keel {} through the proxy...", p.variant.name());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("lab-client")
         .enable_all()
         .build()?;
+    cell::warm_up(&rt, &[binding])?;
+    eprintln!("raw TCP through the proxy...");
+    let raw = cell::measure_raw(&p)?;
+    eprintln!("keel {} through the proxy...", p.variant.name());
     let r = cell::run(&rt, &p, &raw);
     crate::emit(json, &cell::summary(&r), &r, r.pass)
 }

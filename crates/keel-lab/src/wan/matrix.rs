@@ -216,6 +216,9 @@ pub(crate) fn run(p: &MatrixParams) -> anyhow::Result<Matrix> {
         .thread_name("lab-client")
         .enable_all()
         .build()?;
+    let mut bindings: Vec<Binding> = p.variants.iter().map(|v| v.binding).collect();
+    bindings.dedup();
+    cell::warm_up(&rt, &bindings)?;
     let total = p.payloads.len() * p.rtts_ms.len() * (p.variants.len() + 1);
     let mut n = 0;
     let mut raw = Vec::new();

@@ -28,9 +28,11 @@ impl RawServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let accept = thread::Builder::new()
             .name("raw-accept".into())
             .spawn(move || {
+                let _ = ready_tx.send(());
                 for conn in listener.incoming() {
                     if st.load(Ordering::SeqCst) {
                         return;
@@ -43,6 +45,7 @@ impl RawServer {
                         });
                 }
             })?;
+        let _ = ready_rx.recv();
         Ok(RawServer {
             addr,
             stop,
