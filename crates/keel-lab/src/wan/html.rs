@@ -57,7 +57,8 @@ struct Series {
     points: Vec<(f64, f64)>,
 }
 
-/// Calls/s (log scale) against RTT for `payload`: keel's variants, the limit, WCF (XP host).
+/// Calls/s (log scale) against RTT for `payload`: WCF (XP host), keel's variants, then the
+/// limit and raw TCP on top.
 pub(crate) fn chart(m: &Matrix, payload: Payload) -> String {
     let rtts = &m.params.rtts_ms;
     let mut series = Vec::new();
@@ -71,6 +72,20 @@ pub(crate) fn chart(m: &Matrix, payload: Payload) -> String {
             color: "#c4c8cf",
             dash: "2 3",
             width: 1.5,
+            points,
+        });
+    }
+    for &v in &m.params.variants {
+        let points = rtts
+            .iter()
+            .filter_map(|&r| m.cell(v, r, payload).map(|c| (r, c.calls_per_sec)))
+            .filter(|p| p.1.is_finite())
+            .collect();
+        series.push(Series {
+            name: format!("keel {}", v.name()),
+            color: color(v.binding),
+            dash: if v.mode == Mode::Streamed { "5 3" } else { "" },
+            width: 2.0,
             points,
         });
     }
@@ -94,18 +109,16 @@ pub(crate) fn chart(m: &Matrix, payload: Payload) -> String {
         width: 2.5,
         points: limit_points,
     });
-    for &v in &m.params.variants {
-        let points = rtts
-            .iter()
-            .filter_map(|&r| m.cell(v, r, payload).map(|c| (r, c.calls_per_sec)))
-            .filter(|p| p.1.is_finite())
-            .collect();
+    if payload == Payload::Small {
         series.push(Series {
-            name: format!("keel {}", v.name()),
-            color: color(v.binding),
-            dash: if v.mode == Mode::Streamed { "5 3" } else { "" },
-            width: 2.0,
-            points,
+            name: "raw TCP, same link".to_string(),
+            color: "#6b7280",
+            dash: "1 3",
+            width: 2.5,
+            points: rtts
+                .iter()
+                .filter_map(|&r| m.raw_at(r, payload).map(|x| (r, x.calls_per_sec)))
+                .collect(),
         });
     }
     let values: Vec<f64> = series
@@ -227,7 +240,7 @@ pub(crate) fn chart(m: &Matrix, payload: Payload) -> String {
         }
         let name = if is_wcf {
             wcf_in_legend = true;
-            "WCF bindings, XP host (seed 004)".to_string()
+            "WCF, XP host (seed 004)".to_string()
         } else {
             se.name.clone()
         };
@@ -317,7 +330,8 @@ mod tests {
         assert_eq!(s.matches("</svg>").count(), 2);
         assert!(!s.contains("NaN"));
         assert!(s.contains("keel tcp streamed"));
-        assert!(s.contains("WCF bindings, XP host"));
+        assert!(s.contains("WCF, XP host"));
+        assert!(s.contains("raw TCP, same link"));
         assert!(s.contains("class=\"FAIL\""));
         let p = page(&m, "");
         assert!(p.starts_with("<!DOCTYPE html>"));
