@@ -3,10 +3,12 @@
 //! - [`calculator`]: seed 000's Calculator (add, subtract, multiply, divide with a fault).
 //! - [`service1`]: seed 002's Service1 (`get_data` sleeps, like the seed's 2 s operation).
 //! - [`transfer`]: streamed upload and download of any size.
+//! - [`wan`]: seed 004's echo and 277 KiB upload, buffered or streamed.
 
 pub mod calculator;
 pub mod service1;
 pub mod transfer;
+pub mod wan;
 
 /// What an example binary was asked to do, from its command line.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,9 +6,12 @@
 //! keel-lab first-call                    seed 000
 //! keel-lab concurrent --clients 10 --work-ms 1000                     seed 001
 //! keel-lab burst --clients 100 --work-ms 2000 --rounds 3 --idle-ms 2500 --keep-alive-ms 1000
-//! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000                   seed 003
 //! keel-lab overload [--seconds 5] [--factor 10]                       issue 10: overload
 //! keel-lab soak --minutes 10                                          issue 10: soak
+//! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000 --gaps 5          seed 003
+//! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
+//! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
+//! keel-lab wan-proxy-check               the latency proxy against its settings
 //! ```
 //!
 //! Each prints a readable summary; with `--json`, one JSON object is the last line of stdout.
@@ -19,6 +22,7 @@ mod experiments;
 mod lab_service;
 mod report;
 mod verdict;
+mod wan;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,7 +88,8 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         keep_alive_ms: u64,
     },
-    /// Seed 003: steady calls, an idle gap longer than the keep-alive, one call.
+    /// Seed 003: steady calls, then idle gaps longer than the keep-alive, each followed by one
+    /// call; raw TCP around gaps of the same length, interleaved.
     Idle {
         /// Idle gap, ms.
         #[arg(long, default_value_t = 2500)]
@@ -95,9 +100,12 @@ enum Command {
         /// Steady-state calls before the gap.
         #[arg(long, default_value_t = 1000)]
         steady_calls: usize,
-        /// Skip the raw TCP ping-pong measured around the same gap.
+        /// Skip the raw TCP ping-pong measured around the same gaps.
         #[arg(long)]
         no_raw_tcp: bool,
+        /// Idle gaps measured (the bar takes medians over at least 5).
+        #[arg(long, default_value_t = 5)]
+        gaps: usize,
     },
     /// Overload: 10 × what the throttle admits; admitted latency, Busy latency, recovery.
     Overload {
@@ -145,6 +153,12 @@ enum Command {
     /// closes).
     #[command(hide = true)]
     Host(child::HostArgs),
+    /// Seed 004, one cell: sequential calls through the latency proxy, beside raw TCP.
+    Wan(wan::cli::WanArgs),
+    /// Seed 004: every binding and mode at 1, 50, 100, 200 ms, both payloads, beside WCF.
+    WanMatrix(wan::cli::MatrixArgs),
+    /// The latency proxy measured against its own settings (RTT and bandwidth).
+    WanProxyCheck(wan::cli::ProxyCheckArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -179,6 +193,11 @@ fn emit<T: Serialize>(json: bool, text: &str, result: &T, pass: bool) -> anyhow:
 
 fn run(cli: &Cli) -> anyhow::Result<bool> {
     let Common { binding, json } = cli.common;
+    let wan = matches!(cli.command, Command::Wan(_) | Command::WanMatrix(_));
+    anyhow::ensure!(
+        wan || binding == Binding::Tcp,
+        "this experiment runs on tcp only so far (wan and wan-matrix take every binding)"
+    );
     match &cli.command {
         &Command::FirstCall { steady_calls } => {
             let r = first_call::run(&first_call::Params {
@@ -217,6 +236,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             keep_alive_ms,
             steady_calls,
             no_raw_tcp,
+            gaps,
         } => {
             let r = idle::run(&idle::Params {
                 binding,
@@ -224,6 +244,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
                 keep_alive_ms,
                 steady_calls,
                 raw_tcp: !no_raw_tcp,
+                gaps,
             })?;
             emit(json, &idle::summary(&r), &r, r.pass)
         }
@@ -268,6 +289,9 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             child::serve(args)?;
             Ok(true)
         }
+        Command::Wan(a) => wan::cli::wan(binding, a, json),
+        Command::WanMatrix(a) => wan::cli::matrix(a, json),
+        Command::WanProxyCheck(a) => wan::cli::proxy_check(a, json),
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -343,5 +367,44 @@ mod tests {
         assert!(
             Cli::try_parse_from(["keel-lab", "soak", "--minutes", "1", "--seconds", "2"]).is_err()
         );
+    }
+
+    #[test]
+    fn parses_the_wan_commands() {
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "wan",
+            "--binding",
+            "https-h2",
+            "--mode",
+            "streamed",
+            "--rtt-ms",
+            "200",
+            "--payload",
+            "large",
+            "--mbit",
+            "20",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(cli.common.binding, Binding::HttpsH2);
+        let Command::Wan(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(a.mode, wan::Mode::Streamed);
+        assert_eq!(a.payload, wan::Payload::Large);
+        assert_eq!((a.rtt_ms, a.mbit, a.seconds), (200.0, Some(20.0), 10.0));
+        for b in ["tcp", "tcps", "http1", "h2c", "https-h1", "https-h2"] {
+            let cli = Cli::try_parse_from(["keel-lab", "wan", "--binding", b]).unwrap();
+            assert_eq!(cli.common.binding.name(), b);
+        }
+        let cli = Cli::try_parse_from(["keel-lab", "wan-matrix", "--full"]).unwrap();
+        assert!(matches!(cli.command, Command::WanMatrix(ref m) if m.full));
+        let cli =
+            Cli::try_parse_from(["keel-lab", "wan-proxy-check", "--rtt-ms", "1,200"]).unwrap();
+        assert!(matches!(cli.command, Command::WanProxyCheck(ref c) if c.rtt_ms == [1.0, 200.0]));
+        // The other experiments refuse a binding they do not run on yet.
+        let cli = Cli::try_parse_from(["keel-lab", "idle", "--binding", "h2c"]).unwrap();
+        assert!(run(&cli).is_err());
     }
 }

@@ -12,6 +12,7 @@ use crate::experiments::first_call::{self, FirstCall};
 use crate::experiments::idle::{self, Idle};
 use crate::experiments::overload::{self, Overload};
 use crate::experiments::Binding;
+use crate::wan::matrix::{Matrix, MatrixParams};
 
 /// Seed 001's latencies before the QFE (.NET 3.5), ms, in the order the seed lists them.
 pub(crate) const WCF_001_BROKEN_MS: [f64; 10] = [
@@ -41,6 +42,10 @@ pub(crate) struct Profile {
     pub(crate) idle: (u64, u64),
     /// Issue 10's overload.
     pub(crate) overload: overload::Params,
+    /// Seed 003's idle gaps (medians are taken over them).
+    pub(crate) idle_gaps: usize,
+    /// Seed 004's subset of the wan matrix.
+    pub(crate) wan: MatrixParams,
 }
 
 impl Profile {
@@ -75,6 +80,8 @@ impl Profile {
                 seconds: overload_secs,
                 ..overload::Params::defaults(Binding::Tcp)
             },
+            idle_gaps: crate::verdict::IDLE_MIN_GAPS,
+            wan: MatrixParams::all_subset(),
         }
     }
 
@@ -87,7 +94,9 @@ impl Profile {
     /// The seeds' timings: 25 s between 5 bursts, 15 s idle; keep-alive 10 s so both gaps
     /// outlast it (the CLR's was 15 s).
     pub(crate) fn full() -> Profile {
-        Profile::with("full", 5, 25_000, 10_000, 15_000, 5.0)
+        let mut p = Profile::with("full", 5, 25_000, 10_000, 15_000, 5.0);
+        p.wan.seconds = MatrixParams::full().seconds;
+        p
     }
 }
 
@@ -110,6 +119,8 @@ pub(crate) struct All {
     pub(crate) idle: Idle,
     /// Issue 10: overload.
     pub(crate) overload: Overload,
+    /// Seed 004 (a subset of the wan matrix).
+    pub(crate) wan: Option<Matrix>,
     /// The table.
     pub(crate) rows: Vec<Row>,
     /// Whether every experiment met its bar.
@@ -135,7 +146,7 @@ pub(crate) struct Row {
 
 /// Runs every experiment of `profile` on `binding`, one after the other.
 pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All> {
-    let step = |n: u32, what: &str| eprintln!("[{n}/6] {what}");
+    let step = |n: u32, what: &str| eprintln!("[{n}/7] {what}");
     step(1, "first-call (seed 000)");
     let first_call = first_call::run(&first_call::Params {
         binding,
@@ -164,6 +175,7 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         keep_alive_ms: profile.idle.1,
         steady_calls: profile.steady_calls,
         raw_tcp: true,
+        gaps: profile.idle_gaps,
     })?;
     // Last: it pins this process to one CPU while it runs (and restores it after).
     step(6, "overload (issue 10)");
@@ -171,6 +183,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         binding,
         ..profile.overload
     })?;
+    step(7, "calls over a WAN (seed 004)");
+    let wan = crate::wan::matrix::run(&profile.wan)?;
     Ok(assemble(
         profile.clone(),
         binding,
@@ -180,7 +194,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         burst_large,
         idle,
         overload,
-    ))
+    )
+    .with_wan(wan))
 }
 
 /// Puts the results together with their table rows and overall verdict.
@@ -210,11 +225,22 @@ pub(crate) fn assemble(
         burst_large,
         idle,
         overload,
+        wan: None,
         rows: Vec::new(),
         pass,
     };
     all.rows = rows(&all);
     all
+}
+
+impl All {
+    /// These results with seed 004's: its row, and its verdict in the overall one.
+    pub(crate) fn with_wan(mut self, wan: Matrix) -> All {
+        self.pass &= wan.pass;
+        self.wan = Some(wan);
+        self.rows = rows(&self);
+        self
+    }
 }
 
 fn secs(ms: f64) -> String {
@@ -246,7 +272,7 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
     };
     let i = &all.idle;
     let o = &all.overload;
-    vec![
+    let mut rows = vec![
         Row {
             experiment: "first async call (000)".to_string(),
             wcf_broken: "1005 ms".to_string(),
@@ -277,19 +303,24 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
         ),
         burst_row(&all.burst_large, "not measured", "not measured"),
         Row {
-            experiment: format!("call after {} s idle (003)", i.idle_ms as f64 / 1000.0),
+            experiment: format!(
+                "call after {} s idle, {} gaps (003)",
+                i.idle_ms as f64 / 1000.0,
+                i.gaps
+            ),
             wcf_broken: "418 ms (after 15 s)".to_string(),
             wcf_fixed: "3 ms (keep an I/O thread busy)".to_string(),
             keel: format!(
-                "{:.1} µs (p50 {:.1}); {} threads retired{}",
+                "median {:.1} µs = {:.2} × p50 {:.1}{}; {} threads retired, {} created after the gaps",
                 i.after_us,
+                i.ratio,
                 i.steady_p50_us,
+                i.raw_tcp.as_ref().map_or(String::new(), |r| format!(
+                    "; raw TCP {:.1} µs = {:.2} × its p50 {:.1}",
+                    r.after_us, r.ratio, r.steady_p50_us
+                )),
                 i.retired_during_idle,
-                i.raw_tcp.map_or(String::new(), |r| format!(
-                    "; raw TCP {:.1} µs ({:.1} × its p50)",
-                    r.after_us,
-                    r.after_us / r.steady_p50_us
-                ))
+                i.threads_created_after_gap
             ),
             bar: i.verdict.bar.clone(),
             verdict: i.verdict.word().to_string(),
@@ -311,7 +342,11 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
             bar: o.verdict.bar.clone(),
             verdict: o.verdict.word().to_string(),
         },
-    ]
+    ];
+    if let Some(w) = &all.wan {
+        rows.push(crate::wan::matrix::row(w));
+    }
+    rows
 }
 
 /// Pads `s` to `w` characters (not bytes: the table has µ, ×, –, →).
@@ -710,7 +745,9 @@ fn first_call_chart(fc: &FirstCall) -> String {
     s
 }
 
-const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#111827;max-width:1100px}\
+/// The report's style sheet (also the wan-matrix page's).
+pub(crate) const CSS: &str =
+    "body{font-family:sans-serif;margin:24px;color:#111827;max-width:1100px}\
 table{border-collapse:collapse;font-size:13px;margin:12px 0}\
 td,th{border:1px solid #d1d5db;padding:5px 8px;text-align:left;vertical-align:top}\
 th{background:#f3f4f6}.PASS{color:#15803d;font-weight:bold}.FAIL{color:#b91c1c;font-weight:bold}\
@@ -761,6 +798,7 @@ pub(crate) fn html(all: &All) -> String {
     ]
     .iter()
     .flat_map(|v| v.reasons.iter())
+    .chain(all.wan.iter().flat_map(|w| w.missed.iter()))
     .collect();
     if !reasons.is_empty() {
         s.push_str("<p class=\"FAIL\">Missed:</p><ul>");
@@ -814,34 +852,54 @@ pub(crate) fn html(all: &All) -> String {
     );
     s.push_str(&first_call_chart(fc));
 
-    let i = &all.idle;
-    let _ = write!(
-        s,
-        "<h2>Seed 003: the first call after idle</h2><table><tr><th></th><th>before idle</th><th>after idle</th></tr><tr><td>WCF (seed 003, 15 s idle)</td><td>3.0 ms</td><td>418 ms</td></tr><tr><td>keel ({} ms idle, keep-alive {} ms)</td><td>{:.1} µs (steady p50 {:.1} µs, p99 {:.1} µs)</td><td>{:.1} µs; then {}</td></tr>{}</table><p class=\"note\">Pool threads {} → {} during the gap ({} retired; the warm floor stays). The raw TCP row is two plain threads echoing 64 bytes, no keel, measured around the same gap: what this machine alone charges for waking parked threads after idle.</p>",
-        i.idle_ms,
-        i.keep_alive_ms,
-        i.before_us,
-        i.steady.p50_us,
-        i.steady.p99_us,
-        i.after_us,
-        i.after_next_us
-            .iter()
+    s.push_str(&idle_section(&all.idle));
+    s.push_str(&overload_section(&all.overload));
+    if let Some(w) = &all.wan {
+        s.push_str(&crate::wan::html::section(w));
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+/// Seed 003's section: keel and raw TCP, after each gap, both ratios.
+fn idle_section(i: &Idle) -> String {
+    let list = |v: &[f64]| {
+        v.iter()
             .map(|x| format!("{x:.1}"))
             .collect::<Vec<_>>()
             .join(", ")
-            + " µs",
-        i.raw_tcp.map_or(String::new(), |r| format!(
-            "<tr><td>raw TCP ping-pong, same gap (no keel)</td><td>steady p50 {:.1} µs</td><td>{:.1} µs ({:.1} × p50)</td></tr>",
+    };
+    let mut s = format!(
+        "<h2>Seed 003: the first call after idle</h2><table><tr><th></th><th>before idle</th><th>after idle (median over the gaps)</th><th>after / p50</th><th>after each gap</th></tr><tr><td>WCF (seed 003, 15 s idle)</td><td>3.0 ms</td><td>418 ms</td><td>139</td><td></td></tr><tr><td>keel ({} gaps of {} ms, keep-alive {} ms)</td><td>steady p50 {:.1} µs (p99 {:.1} µs)</td><td>{:.1} µs; then {} µs</td><td>{:.2}</td><td>{} µs</td></tr>",
+        i.gaps,
+        i.idle_ms,
+        i.keep_alive_ms,
+        i.steady.p50_us,
+        i.steady.p99_us,
+        i.after_us,
+        list(&i.after_next_us),
+        i.ratio,
+        list(&i.after_each_us)
+    );
+    if let Some(r) = &i.raw_tcp {
+        let _ = write!(
+            s,
+            "<tr><td>raw TCP ping-pong, same gaps interleaved (no keel)</td><td>steady p50 {:.1} µs</td><td>{:.1} µs</td><td>{:.2}</td><td>{} µs</td></tr>",
             r.steady_p50_us,
             r.after_us,
-            r.after_us / r.steady_p50_us
-        )),
+            r.ratio,
+            list(&r.after_each_us)
+        );
+    }
+    let _ = write!(
+        s,
+        "</table><p class=\"note\">Bar: {}. Pool threads {} → {} during a gap ({} retired over all gaps; the warm floor stays); threads created for the calls after the gaps: {}. The raw TCP row is two plain threads echoing 64 bytes, no keel, its gaps alternating with keel's: what this machine alone charges for waking parked threads after idle.</p>",
+        esc(&i.verdict.bar),
         i.threads_before_idle,
         i.threads_after_idle,
-        i.retired_during_idle
+        i.retired_during_idle,
+        i.threads_created_after_gap
     );
-    s.push_str(&overload_section(&all.overload));
-    s.push_str("</body></html>\n");
     s
 }
 
@@ -914,7 +972,6 @@ mod tests {
     use super::*;
     use crate::experiments::burst::{Round, Sample};
     use crate::experiments::first_call::TimedCall;
-    use crate::experiments::idle::PoolObs;
     use crate::experiments::Dist;
 
     fn dist(p50: f64) -> Dist {
@@ -966,26 +1023,11 @@ mod tests {
         let b = burst::evaluate(&profile.burst, 2, 98, vec![round(burst_ms)], samples);
         let bl = burst::evaluate(&profile.burst_large, 2, 998, vec![round(2050.0)], vec![]);
         let idle = idle::evaluate(
-            &idle::Params {
-                binding: Binding::Tcp,
-                idle_ms: 2500,
-                keep_alive_ms: 1000,
-                steady_calls: 1000,
-                raw_tcp: true,
-            },
+            &idle::tests::params(),
             30.0,
-            45.0,
-            vec![31.0],
+            idle::tests::gaps(&[45.0; 5]),
             dist(30.0),
-            PoolObs {
-                before: 8,
-                after: 2,
-                retired: 6,
-            },
-            Some(idle::RawTcp {
-                steady_p50_us: 13.5,
-                after_us: 60.0,
-            }),
+            Some(idle::RawTcp::new(13.5, vec![60.0; 5])),
         );
         let over = overload::tests::sample(3300.0, 0);
         assemble(profile, Binding::Tcp, fc, conc, b, bl, idle, over)
@@ -1073,6 +1115,28 @@ mod tests {
         assert!(!h.contains("NaN"));
         assert!(h.contains("<h2>Issue 10: overload</h2>"));
         assert!(h.contains("measured at the client"));
+    }
+
+    #[test]
+    fn seed_004_adds_its_row_and_section() {
+        use crate::wan::matrix::tests::sample;
+        let all = sample_all(2005.0).with_wan(sample(MatrixParams::all_subset(), 0.99));
+        assert!(all.pass);
+        // Five seed rows, the overload row, then seed 004's.
+        assert_eq!(all.rows.len(), 7);
+        assert_eq!(all.rows[6].verdict, "PASS");
+        assert!(table(&all).contains("(004)"));
+        let h = html(&all);
+        assert_eq!(h.matches("<svg").count(), 6);
+        assert!(!h.contains("NaN"));
+        // A missed wan cell fails `all`.
+        let all = sample_all(2005.0).with_wan(sample(MatrixParams::all_subset(), 0.5));
+        assert!(!all.pass);
+        assert_eq!(all.rows[6].verdict, "FAIL");
+        assert!(table(&all).contains("bars missed: calls over a WAN"));
+        let v = serde_json::to_value(&all).unwrap();
+        assert_eq!(v["wan"]["cells"].as_array().unwrap().len(), 24);
+        assert_eq!(v["profile"]["idle_gaps"], 5);
     }
 
     #[test]

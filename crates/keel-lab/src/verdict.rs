@@ -17,7 +17,8 @@ pub(crate) const BURST_SLACK_MS: f64 = 20.0;
 pub(crate) const BURST_LARGE_SLACK_MS: f64 = 100.0;
 /// The seed's burst size; larger bursts get [`BURST_LARGE_SLACK_MS`].
 pub(crate) const BURST_SMALL_CLIENTS: usize = 100;
-/// Bar of seed 003: the first call after idle is at most this many steady-state p50s.
+/// Bar of seed 003: the first call after idle may take this many steady-state p50s, or raw
+/// TCP's own after-idle ratio in the same run when that is higher.
 pub(crate) const IDLE_P50_RATIO: f64 = 2.0;
 /// Overload bar: admitted calls' p99 (and the recovery calls') at most this many unloaded p99s.
 pub(crate) const OVERLOAD_P99_RATIO: f64 = 2.0;
@@ -33,6 +34,10 @@ pub(crate) const UNLOADED_LAG_MAX_MS: f64 = 1.0;
 /// Soak bar: the share of its RSS at the end of warm-up that the host's RSS may grow by and still
 /// count as flat. (A fixed 8 MiB would be more than the whole host, ~8 MiB, is.)
 pub(crate) const SOAK_RSS_GROWTH_SHARE: f64 = 0.10;
+/// Bar of seed 003: the first call after idle stays under this, µs.
+pub(crate) const IDLE_MAX_US: f64 = 1000.0;
+/// Bar of seed 003: the fewest idle gaps the medians are taken over.
+pub(crate) const IDLE_MIN_GAPS: usize = 5;
 
 /// The outcome of checking one experiment against its bar.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -135,14 +140,112 @@ pub(crate) fn burst(round_totals_ms: &[f64], clients: usize, work_ms: u64) -> Ve
     Verdict::new(bar, reasons)
 }
 
-/// Seed 003: the first call after idle at most 2 × the steady-state p50 (same client kind).
-pub(crate) fn idle(after_us: f64, steady_p50_us: f64) -> Verdict {
-    let limit = IDLE_P50_RATIO * steady_p50_us;
-    let bar = format!("after idle ≤ {IDLE_P50_RATIO} × p50 = {limit:.1} µs");
+/// Seed 003, over at least [`IDLE_MIN_GAPS`] gaps: the median first call after idle (µs) at
+/// most max(2, `raw_ratio`) × the steady-state p50 (same client kind), where `raw_ratio` is raw
+/// TCP's after-idle ratio around the same gaps (`None`: not measured, the floor of 2 alone);
+/// under 1 ms; and no thread created for the calls after the gaps.
+pub(crate) fn idle(
+    after_us: f64,
+    steady_p50_us: f64,
+    raw_ratio: Option<f64>,
+    gaps: usize,
+    threads_created: u64,
+) -> Verdict {
+    let allowed = raw_ratio.map_or(IDLE_P50_RATIO, |r| r.max(IDLE_P50_RATIO));
+    let ratio = after_us / steady_p50_us;
+    let raw = raw_ratio.map_or("raw TCP not measured".to_string(), |r| {
+        format!("raw TCP {r:.2}")
+    });
+    let bar = format!(
+        "median over ≥ {IDLE_MIN_GAPS} gaps: after / p50 ≤ max({IDLE_P50_RATIO}, {raw}) = {allowed:.2}; after < {IDLE_MAX_US:.0} µs; no thread created"
+    );
     let mut reasons = Vec::new();
-    if after_us.is_nan() || steady_p50_us.is_nan() || after_us > limit {
+    if gaps < IDLE_MIN_GAPS {
+        reasons.push(format!("{gaps} gaps measured, fewer than {IDLE_MIN_GAPS}"));
+    }
+    if ratio.is_nan() || allowed.is_nan() || ratio > allowed {
         reasons.push(format!(
-            "first call after idle {after_us:.1} µs > {IDLE_P50_RATIO} × p50 {steady_p50_us:.1} µs"
+            "after idle {after_us:.1} µs = {ratio:.2} × p50 {steady_p50_us:.1} µs > {allowed:.2} ×"
+        ));
+    }
+    if after_us.is_nan() || after_us >= IDLE_MAX_US {
+        reasons.push(format!("after idle {after_us:.1} µs ≥ {IDLE_MAX_US:.0} µs"));
+    }
+    if threads_created > 0 {
+        reasons.push(format!(
+            "{threads_created} thread(s) created for the calls after the gaps"
+        ));
+    }
+    Verdict::new(bar, reasons)
+}
+
+/// Bar of seed 004: a small call's calls/s at least this share of 1/RTT; a large call's at
+/// least this share of raw TCP's on the same link.
+pub(crate) const WAN_CALLS_RATIO: f64 = 0.95;
+/// Bar of seed 004: the connections one client opens for all its calls.
+pub(crate) const WAN_CONNECTIONS: u64 = 1;
+/// Bar of seed 004: round trips TLS 1.3 may add to a fresh client's first call.
+pub(crate) const WAN_TLS_RTTS: f64 = 1.0;
+/// Slack on the first call, in RTTs: the bar counts round trips, so half of one.
+pub(crate) const WAN_FIRST_CALL_SLACK_RTTS: f64 = 0.5;
+/// Slack on the first call for computation (keys, connection setup), ms: matters at 1 ms RTT.
+pub(crate) const WAN_FIRST_CALL_SLACK_MS: f64 = 1.0;
+
+/// What one wan cell measured, for its bar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct WanMeasured {
+    /// keel's sequential calls per second.
+    pub(crate) calls_per_sec: f64,
+    /// The limit: 1/RTT for the small payload, raw TCP's calls/s on the same link for the large.
+    pub(crate) limit_calls_per_sec: f64,
+    /// Connections the client opened (counted by the proxy).
+    pub(crate) connections: u64,
+    /// A fresh client's first call, connect included, ms.
+    pub(crate) first_call_ms: f64,
+    /// Raw TCP's first call on a fresh connection (TCP connect + 1 RTT + transfer), ms.
+    pub(crate) raw_first_call_ms: f64,
+    /// The link's RTT, ms.
+    pub(crate) rtt_ms: f64,
+    /// Whether the binding adds a TLS handshake.
+    pub(crate) tls: bool,
+}
+
+/// The most a fresh client's first call may take: raw TCP's first call (connect, then one round
+/// trip), one more RTT for TLS, and the slack.
+pub(crate) fn wan_first_call_limit_ms(raw_first_call_ms: f64, rtt_ms: f64, tls: bool) -> f64 {
+    let tls_rtts = if tls { WAN_TLS_RTTS } else { 0.0 };
+    raw_first_call_ms + (tls_rtts + WAN_FIRST_CALL_SLACK_RTTS) * rtt_ms + WAN_FIRST_CALL_SLACK_MS
+}
+
+/// Seed 004, one cell: calls/s ≥ 0.95 × the limit, one connection, and the first call within
+/// [`wan_first_call_limit_ms`].
+pub(crate) fn wan(m: &WanMeasured) -> Verdict {
+    let min_rate = WAN_CALLS_RATIO * m.limit_calls_per_sec;
+    let first_limit = wan_first_call_limit_ms(m.raw_first_call_ms, m.rtt_ms, m.tls);
+    let bar = format!(
+        "≥ {WAN_CALLS_RATIO} × {:.2} = {min_rate:.2} calls/s; {WAN_CONNECTIONS} connection; first call ≤ {first_limit:.1} ms (raw {:.1}{} + ½ RTT + 1 ms)",
+        m.limit_calls_per_sec,
+        m.raw_first_call_ms,
+        if m.tls { " + 1 RTT for TLS" } else { "" }
+    );
+    let mut reasons = Vec::new();
+    if m.calls_per_sec.is_nan() || m.limit_calls_per_sec.is_nan() || m.calls_per_sec < min_rate {
+        reasons.push(format!(
+            "{:.2} calls/s = {:.2} × the limit {:.2}",
+            m.calls_per_sec,
+            m.calls_per_sec / m.limit_calls_per_sec,
+            m.limit_calls_per_sec
+        ));
+    }
+    if m.connections != WAN_CONNECTIONS {
+        reasons.push(format!("{} connections opened", m.connections));
+    }
+    if m.first_call_ms.is_nan() || m.raw_first_call_ms.is_nan() || m.first_call_ms > first_limit {
+        reasons.push(format!(
+            "first call {:.1} ms = {:.1} RTT (raw {:.1} RTT) > {first_limit:.1} ms",
+            m.first_call_ms,
+            m.first_call_ms / m.rtt_ms,
+            m.raw_first_call_ms / m.rtt_ms
         ));
     }
     Verdict::new(bar, reasons)
@@ -330,11 +433,117 @@ mod tests {
 
     #[test]
     fn idle_bar() {
-        assert!(idle(60.0, 30.0).pass);
-        assert!(!idle(60.1, 30.0).pass);
-        assert!(!idle(f64::NAN, 30.0).pass);
+        // The floor: 2 × p50, whatever raw TCP did.
+        assert!(idle(60.0, 30.0, Some(1.2), 5, 0).pass);
+        assert!(!idle(60.1, 30.0, Some(1.2), 5, 0).pass);
+        assert!(idle(60.0, 30.0, None, 5, 0).pass);
+        assert!(!idle(60.1, 30.0, None, 5, 0).pass);
+        // Raw TCP's ratio in the same run, when higher.
+        assert!(idle(150.0, 30.0, Some(5.0), 5, 0).pass);
+        let v = idle(151.0, 30.0, Some(5.0), 5, 0);
+        assert!(!v.pass);
+        assert!(v.bar.contains("raw TCP 5.00"), "{}", v.bar);
+        // Under 1 ms, even when raw TCP is slower still.
+        assert!(!idle(1000.0, 300.0, Some(10.0), 5, 0).pass);
+        // At least five gaps; no thread created.
+        assert!(!idle(40.0, 30.0, Some(2.0), 4, 0).pass);
+        let v = idle(40.0, 30.0, Some(2.0), 5, 2);
+        assert_eq!(v.reasons.len(), 1);
+        assert!(v.reasons[0].contains("2 thread(s)"), "{v:?}");
+        assert!(!idle(f64::NAN, 30.0, Some(2.0), 5, 0).pass);
+        // A raw ratio that is not a number leaves the floor of 2.
+        assert!(idle(40.0, 30.0, Some(f64::NAN), 5, 0).pass);
         // WCF: 418 ms after idle against 3 ms before.
-        assert!(!idle(418_000.0, 3_000.0).pass);
+        assert!(!idle(418_000.0, 3_000.0, Some(5.0), 5, 0).pass);
+    }
+
+    #[test]
+    fn wan_bar() {
+        let good = WanMeasured {
+            calls_per_sec: 4.8,
+            limit_calls_per_sec: 5.0,
+            connections: 1,
+            first_call_ms: 401.0,
+            raw_first_call_ms: 400.5,
+            rtt_ms: 200.0,
+            tls: false,
+        };
+        assert!(wan(&good).pass, "{:?}", wan(&good));
+        // Exactly 0.95 × the limit passes; below fails.
+        assert!(
+            wan(&WanMeasured {
+                calls_per_sec: 4.75,
+                ..good
+            })
+            .pass
+        );
+        let v = wan(&WanMeasured {
+            calls_per_sec: 4.74,
+            ..good
+        });
+        assert_eq!(v.reasons.len(), 1, "{v:?}");
+        // WCF at 200 ms: netTcp buffered 4.86 passes the rate; HTTP (2 round trips) does not.
+        assert!(
+            wan(&WanMeasured {
+                calls_per_sec: 4.86,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            !wan(&WanMeasured {
+                calls_per_sec: 2.5,
+                ..good
+            })
+            .pass
+        );
+        // A second connection fails.
+        let v = wan(&WanMeasured {
+            connections: 2,
+            ..good
+        });
+        assert!(v.reasons[0].contains("2 connections"), "{v:?}");
+        // The first call: raw's, plus half an RTT and 1 ms; TLS adds one RTT.
+        assert_eq!(wan_first_call_limit_ms(400.0, 200.0, false), 501.0);
+        assert_eq!(wan_first_call_limit_ms(400.0, 200.0, true), 701.0);
+        assert!(
+            !wan(&WanMeasured {
+                first_call_ms: 601.0,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            wan(&WanMeasured {
+                first_call_ms: 601.0,
+                tls: true,
+                ..good
+            })
+            .pass
+        );
+        // One RTT more than TLS allows (the handshake not pipelined) fails.
+        assert!(
+            !wan(&WanMeasured {
+                first_call_ms: 801.0,
+                tls: true,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            !wan(&WanMeasured {
+                first_call_ms: f64::NAN,
+                ..good
+            })
+            .pass
+        );
+        assert!(
+            !wan(&WanMeasured {
+                limit_calls_per_sec: f64::NAN,
+                ..good
+            })
+            .pass
+        );
     }
 
     fn overload_numbers() -> OverloadNumbers {

@@ -20,10 +20,20 @@ use serde::Serialize;
 
 /// The transport the host listens on and the clients connect over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub(crate) enum Binding {
     /// keel-wire over TCP on loopback.
     Tcp,
+    /// keel-wire over TLS (wan experiments only so far).
+    Tcps,
+    /// `http://` spoken as HTTP/1.1 (wan experiments only so far).
+    Http1,
+    /// `http://` spoken as HTTP/2 with prior knowledge (wan experiments only so far).
+    H2c,
+    /// `https://` with HTTP/1.1 (wan experiments only so far).
+    HttpsH1,
+    /// `https://` with HTTP/2 (wan experiments only so far).
+    HttpsH2,
 }
 
 impl Binding {
@@ -31,6 +41,9 @@ impl Binding {
     pub(crate) fn listen_url(self) -> &'static str {
         match self {
             Binding::Tcp => "tcp://127.0.0.1:0",
+            Binding::Tcps => "tcps://127.0.0.1:0",
+            Binding::Http1 | Binding::H2c => "http://127.0.0.1:0",
+            Binding::HttpsH1 | Binding::HttpsH2 => "https://127.0.0.1:0",
         }
     }
 
@@ -38,6 +51,11 @@ impl Binding {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Binding::Tcp => "tcp",
+            Binding::Tcps => "tcps",
+            Binding::Http1 => "http1",
+            Binding::H2c => "h2c",
+            Binding::HttpsH1 => "https-h1",
+            Binding::HttpsH2 => "https-h2",
         }
     }
 }
