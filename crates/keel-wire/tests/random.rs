@@ -241,6 +241,8 @@ proptest! {
     fn random_garbage_never_panics(data in blob(3000)) {
         fuzz_core::decode_frames(&data);
         fuzz_core::decode_hellos(&data);
+        fuzz_core::connection(&data);
+        fuzz_core::windows(&data);
     }
 
     /// Valid streams with a few bytes changed reach deeper than pure garbage.
@@ -275,5 +277,39 @@ proptest! {
             hello[i] = b;
         }
         fuzz_core::decode_hellos(&hello);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// The connection-core and flow-control targets on random step sequences (their inputs are
+    /// read a byte per choice, so short random inputs already make many steps).
+    #[test]
+    fn random_steps_never_panic(data in vec(any::<u8>(), 0..600)) {
+        fuzz_core::connection(&data);
+        fuzz_core::windows(&data);
+    }
+
+    /// Valid frames, encoded, as the connection target's raw-bytes step feeds them: the cores
+    /// see whole conversations and not only garbage.
+    #[test]
+    fn encoded_frames_drive_both_cores(frames in vec(frame(64), 1..=12), calls in 0..4u8) {
+        let codec = Codec::new(Limits::default());
+        let mut data = vec![];
+        // Start a few calls first (step 7, no download, no upload), so replies find them.
+        for _ in 0..calls {
+            data.extend_from_slice(&[7, 0, 0]);
+        }
+        for frame in &frames {
+            let mut wire = BytesMut::new();
+            codec.encode(frame, &mut wire).unwrap();
+            for piece in wire.chunks(255) {
+                data.push(0);
+                data.push(piece.len() as u8);
+                data.extend_from_slice(piece);
+            }
+        }
+        fuzz_core::connection(&data);
     }
 }

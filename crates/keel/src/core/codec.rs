@@ -6,6 +6,8 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::depth::Depth;
+
 use super::service::{Outcome, Payload, ServiceDescriptor};
 use super::status::{Status, StatusCode};
 use super::stream::ByteStream;
@@ -33,14 +35,20 @@ pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result
 }
 
 /// Decodes a whole body. Bytes left over after the value are an error in both formats (postcard
-/// itself would ignore them, so random bytes could decode as a call).
+/// itself would ignore them, so random bytes could decode as a call), and so is a value nested
+/// more than [`MAX_DEPTH`](super::depth::MAX_DEPTH) levels deep (serde_json's limit; postcard
+/// has none, and would overflow the stack).
 pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, String> {
     match format {
-        Format::Postcard => match postcard::take_from_bytes(body) {
-            Ok((value, [])) => Ok(value),
-            Ok((_, rest)) => Err(format!("{} unexpected bytes after the value", rest.len())),
-            Err(e) => Err(e.to_string()),
-        },
+        Format::Postcard => {
+            let mut de = postcard::Deserializer::from_bytes(body);
+            let value = T::deserialize(Depth::new(&mut de)).map_err(|e| e.to_string())?;
+            match de.finalize() {
+                Ok([]) => Ok(value),
+                Ok(rest) => Err(format!("{} unexpected bytes after the value", rest.len())),
+                Err(e) => Err(e.to_string()),
+            }
+        }
         Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
     }
 }

@@ -6,11 +6,13 @@
 //! - [`stream`]: [`ByteStream`](stream::ByteStream), a body that flows in chunks;
 //! - [`service`]: a contract's descriptors and the [`Service`](service::Service) trait generated
 //!   servers implement (the dispatch trait);
-//! - [`codec`]: how arguments, replies and faults are encoded.
+//! - [`codec`]: how arguments, replies and faults are encoded;
+//! - [`depth`]: the nesting limit decoding keeps in every format.
 //!
 //! Imports nothing else of keel's.
 
 pub(crate) mod codec;
+pub(crate) mod depth;
 pub(crate) mod error;
 pub(crate) mod service;
 pub(crate) mod status;

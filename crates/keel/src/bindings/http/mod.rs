@@ -107,4 +107,24 @@ mod tests {
         assert_eq!(args_decode(b"a+b/"), None);
         assert_eq!(args_decode(b"A"), None);
     }
+
+    proptest::proptest! {
+        /// The `keel-args` header decoder (`pub(crate)`, so no fuzz target reaches it): any
+        /// header value is decoded or refused without a panic, what it accepts is canonical
+        /// (re-encodes to the same text), and every byte string round-trips.
+        #[test]
+        fn args_header_never_panics_and_round_trips(
+            text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            b64 in "[A-Za-z0-9_=+/-]{0,64}",
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            for text in [&text[..], b64.as_bytes()] {
+                if let Some(decoded) = args_decode(text) {
+                    let again = args_encode(&decoded);
+                    proptest::prop_assert_eq!(again.as_bytes(), text);
+                }
+            }
+            proptest::prop_assert_eq!(args_decode(args_encode(&bytes).as_bytes()), Some(bytes));
+        }
+    }
 }
