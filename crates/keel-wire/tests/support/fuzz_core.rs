@@ -364,6 +364,7 @@ impl ConnRun {
                         assert!(self.conn.send_credit(call_id).is_some());
                     }
                     Some(Event::StreamData { .. } | Event::StreamEnd { .. }) | None => {}
+                    Some(other) => panic!("an event this check does not know: {other:?}"),
                 }
             }
         }
@@ -422,6 +423,7 @@ impl ConnRun {
                             assert!(self.conn.is_going_away());
                             assert_eq!(s, slot);
                         }
+                        Err((other, _)) => panic!("a rejection this check does not know: {other}"),
                     }
                 }
             }
