@@ -166,7 +166,8 @@ impl ConnShared {
             }
             calls.insert(call_id, ctl.clone());
         }
-        self.touch();
+        // No `touch` here: a connection with a call in flight is not idle whatever the clock
+        // says; its activity is stamped when the call ends.
         self.dispatcher.call_started();
         Ok(ctl)
     }

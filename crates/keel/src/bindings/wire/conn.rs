@@ -165,16 +165,21 @@ impl<C: Send + 'static> WireConn<C> {
     /// order with anything `f` queued); writes them once the lock is released, so no socket
     /// write happens under it.
     fn with<R>(&self, f: impl FnOnce(&mut State<C>) -> R) -> R {
-        let r = {
+        let (r, queued) = {
             let mut st = self.lock();
             let r = f(&mut st);
+            let mut queued = false;
             while let Some(frame) = st.core.poll_transmit() {
                 // A closed sink means the connection is going: nothing left to tell the peer.
                 let _ = self.sink.enqueue(&frame);
+                queued = true;
             }
-            r
+            (r, queued)
         };
-        self.sink.push();
+        // Most calls queue nothing here (a call's own Request or Reply is sent by its caller).
+        if queued {
+            self.sink.push();
+        }
         r
     }
 
@@ -367,6 +372,7 @@ impl<C: Send + 'static> WireConn<C> {
                         .enqueue(&Frame::StreamData(StreamData { call_id, data }))
                         .is_ok()
                 });
+                self.sink.push();
                 if !sent {
                     out.stop();
                     break;
