@@ -7,11 +7,15 @@
 //! keel-lab concurrent --clients 10 --work-ms 1000                     seed 001
 //! keel-lab burst --clients 100 --work-ms 2000 --rounds 3 --idle-ms 2500 --keep-alive-ms 1000
 //! keel-lab idle --idle-ms 2500 --keep-alive-ms 1000                   seed 003
+//! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
+//!
+//! `attack` plays a hostile peer against a host running in another process (see [`attack`]).
 //!
 //! Each prints a readable summary; with `--json`, one JSON object is the last line of stdout.
 //! The exit status is 1 when an experiment misses its bar, 2 on an error.
 
+mod attack;
 mod experiments;
 mod report;
 mod verdict;
@@ -95,6 +99,11 @@ enum Command {
         #[arg(long)]
         no_raw_tcp: bool,
     },
+    /// A hostile peer against a running host (another process): idle connections, a peer
+    /// that never reads, partial HTTP/2 bodies, half-sent messages, slowloris, a connect
+    /// burst; with the host's RSS and a well-behaved probe's answers. Exit 1: the host did not
+    /// hold.
+    Attack(attack::AttackArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -177,6 +186,10 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             })?;
             emit(json, &idle::summary(&r), &r, r.pass)
         }
+        Command::Attack(args) => {
+            let (r, text) = attack::run(args)?;
+            emit(json, &text, &r, r.held)
+        }
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -236,5 +249,25 @@ mod tests {
         let cli = Cli::try_parse_from(["keel-lab", "--binding", "tcp", "all", "--full"]).unwrap();
         assert!(matches!(cli.command, Command::All { full: true, .. }));
         assert!(Cli::try_parse_from(["keel-lab", "--binding", "carrier-pigeon", "all"]).is_err());
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "attack",
+            "h2-partial",
+            "--target",
+            "http://127.0.0.1:7000",
+            "--pid",
+            "42",
+            "--json",
+        ])
+        .unwrap();
+        assert!(cli.common.json);
+        match cli.command {
+            Command::Attack(a) => {
+                assert_eq!(a.kind, attack::Kind::H2Partial);
+                assert_eq!(a.pid, Some(42));
+            }
+            other => panic!("expected attack, got {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["keel-lab", "attack", "teardrop", "--target", "x"]).is_err());
     }
 }
