@@ -12,11 +12,15 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
+//! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
+//!
+//! `attack` plays a hostile peer against a host running in another process (see [`attack`]).
 //!
 //! Each prints a readable summary; with `--json`, one JSON object is the last line of stdout.
 //! The exit status is 1 when an experiment misses its bar, 2 on an error.
 
+mod attack;
 mod child;
 mod experiments;
 mod lab_service;
@@ -159,6 +163,11 @@ enum Command {
     WanMatrix(wan::cli::MatrixArgs),
     /// The latency proxy measured against its own settings (RTT and bandwidth).
     WanProxyCheck(wan::cli::ProxyCheckArgs),
+    /// A hostile peer against a running host (another process): idle connections, a peer
+    /// that never reads, partial HTTP/2 bodies, half-sent messages, slowloris, a connect
+    /// burst; with the host's RSS and a well-behaved probe's answers. Exit 1: the host did not
+    /// hold.
+    Attack(attack::AttackArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -292,6 +301,10 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         Command::Wan(a) => wan::cli::wan(binding, a, json),
         Command::WanMatrix(a) => wan::cli::matrix(a, json),
         Command::WanProxyCheck(a) => wan::cli::proxy_check(a, json),
+        Command::Attack(args) => {
+            let (r, text) = attack::run(args)?;
+            emit(json, &text, &r, r.held)
+        }
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -406,5 +419,25 @@ mod tests {
         // The other experiments refuse a binding they do not run on yet.
         let cli = Cli::try_parse_from(["keel-lab", "idle", "--binding", "h2c"]).unwrap();
         assert!(run(&cli).is_err());
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "attack",
+            "h2-partial",
+            "--target",
+            "http://127.0.0.1:7000",
+            "--pid",
+            "42",
+            "--json",
+        ])
+        .unwrap();
+        assert!(cli.common.json);
+        match cli.command {
+            Command::Attack(a) => {
+                assert_eq!(a.kind, attack::Kind::H2Partial);
+                assert_eq!(a.pid, Some(42));
+            }
+            other => panic!("expected attack, got {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["keel-lab", "attack", "teardrop", "--target", "x"]).is_err());
     }
 }
