@@ -224,6 +224,10 @@ impl Draining {
     }
 }
 
+/// Bodies up to this size are not counted against the receive budget (as keel-wire frames up to
+/// it are not): they take no more than a connection's first buffers.
+const UNCOUNTED_BODY: u64 = 64 * 1024;
+
 /// How far past the limit an oversized body is read (and thrown away) so that its HTTP/1.1
 /// connection can carry the next message. Beyond it the connection is given up instead.
 pub(crate) const DRAIN_LIMIT: u64 = 16 << 20;
@@ -284,9 +288,15 @@ pub(crate) async fn read_limited<B: Received>(
             continue;
         }
         if let Some((budget, deadline)) = budget {
-            match budget.reserve(data.len(), deadline).await {
-                Some(r) => reserved.merge(r),
-                None => return Err(ReadError::NoRoom),
+            // The first 64 KiB of a body are not counted, so a small call never queues behind
+            // large bodies for room; past that, the body's every byte is.
+            let counted = |n: u64| if n > UNCOUNTED_BODY { n } else { 0 };
+            let need = counted(total) - counted(total - data.len() as u64);
+            if need > 0 {
+                match budget.reserve(need as usize, deadline).await {
+                    Some(r) => reserved.merge(r),
+                    None => return Err(ReadError::NoRoom),
+                }
             }
         }
         match first.take() {

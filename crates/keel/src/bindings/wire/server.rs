@@ -198,13 +198,17 @@ pub(crate) async fn serve(
     conn.abandon_all(&gone);
     dispatcher.unregister(conn.id);
     // A peer that reads nothing would keep the writer (and with it the socket) forever: what
-    // is queued gets the frame timeout to drain.
-    if !writer_done
-        && tokio::time::timeout(settings.frame_timeout, &mut writer)
-            .await
-            .is_err()
-    {
-        writer.abort();
+    // is queued gets the frame timeout to drain, unless the peer already left it unread that
+    // long (the reader gave up on it): then the socket goes now.
+    if !writer_done {
+        let stalled = wire.sink().unsent() > settings.max_unsent_bytes;
+        if stalled
+            || tokio::time::timeout(settings.frame_timeout, &mut writer)
+                .await
+                .is_err()
+        {
+            writer.abort();
+        }
     }
 }
 
