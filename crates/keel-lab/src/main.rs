@@ -25,6 +25,7 @@ mod child;
 mod experiments;
 mod lab_service;
 mod report;
+mod style;
 mod verdict;
 mod wan;
 

@@ -12,6 +12,7 @@ use crate::experiments::first_call::{self, FirstCall};
 use crate::experiments::idle::{self, Idle};
 use crate::experiments::overload::{self, Overload};
 use crate::experiments::Binding;
+use crate::style::CSS;
 use crate::wan::matrix::{Matrix, MatrixParams};
 
 /// Seed 001's latencies before the QFE (.NET 3.5), ms, in the order the seed lists them.
@@ -127,22 +128,7 @@ pub(crate) struct All {
     pub(crate) pass: bool,
 }
 
-/// One line of the table.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Row {
-    /// The experiment and its seed.
-    pub(crate) experiment: String,
-    /// What WCF did, as the seed reports it.
-    pub(crate) wcf_broken: String,
-    /// WCF with the seed's fix or workaround.
-    pub(crate) wcf_fixed: String,
-    /// keel's number in this run.
-    pub(crate) keel: String,
-    /// The bar.
-    pub(crate) bar: String,
-    /// PASS or FAIL.
-    pub(crate) verdict: String,
-}
+pub(crate) use crate::verdict::Row;
 
 /// Runs every experiment of `profile` on `binding`, one after the other.
 pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All> {
@@ -744,15 +730,6 @@ fn first_call_chart(fc: &FirstCall) -> String {
     );
     s
 }
-
-/// The report's style sheet (also the wan-matrix page's).
-pub(crate) const CSS: &str =
-    "body{font-family:sans-serif;margin:24px;color:#111827;max-width:1100px}\
-table{border-collapse:collapse;font-size:13px;margin:12px 0}\
-td,th{border:1px solid #d1d5db;padding:5px 8px;text-align:left;vertical-align:top}\
-th{background:#f3f4f6}.PASS{color:#15803d;font-weight:bold}.FAIL{color:#b91c1c;font-weight:bold}\
-h2{margin-top:36px;border-bottom:1px solid #e5e7eb}p.note{color:#4b5563;font-size:13px}\
-svg{border:1px solid #e5e7eb;background:#fff;max-width:100%;height:auto}";
 
 /// The self-contained HTML report.
 pub(crate) fn html(all: &All) -> String {

@@ -382,6 +382,23 @@ pub(crate) fn max_of(values: &[f64]) -> f64 {
     })
 }
 
+/// One line of the table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Row {
+    /// The experiment and its seed.
+    pub(crate) experiment: String,
+    /// What WCF did, as the seed reports it.
+    pub(crate) wcf_broken: String,
+    /// WCF with the seed's fix or workaround.
+    pub(crate) wcf_fixed: String,
+    /// keel's number in this run.
+    pub(crate) keel: String,
+    /// The bar.
+    pub(crate) bar: String,
+    /// PASS or FAIL.
+    pub(crate) verdict: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,7 +97,7 @@ pub(crate) fn matrix(a: &MatrixArgs, json: bool) -> anyhow::Result<bool> {
     if let Some(dir) = a.report.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&a.report, html::page(&m, crate::report::CSS))?;
+    std::fs::write(&a.report, html::page(&m, crate::style::CSS))?;
     let text = format!("{}\nreport: {}\n", matrix::table(&m), a.report.display());
     crate::emit(json, &text, &m, m.pass)
 }

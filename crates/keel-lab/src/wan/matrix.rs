@@ -315,7 +315,7 @@ impl Matrix {
 }
 
 /// The `keel-lab all` table's row for seed 004: the worst cell of each kind.
-pub(crate) fn row(m: &Matrix) -> crate::report::Row {
+pub(crate) fn row(m: &Matrix) -> crate::verdict::Row {
     let worst = |payload: Payload| {
         m.cells
             .iter()
@@ -338,7 +338,7 @@ pub(crate) fn row(m: &Matrix) -> crate::report::Row {
     let rtts: Vec<String> = m.params.rtts_ms.iter().map(|r| r.to_string()).collect();
     let mut bindings: Vec<&str> = m.params.variants.iter().map(|v| v.binding.name()).collect();
     bindings.dedup();
-    crate::report::Row {
+    crate::verdict::Row {
         experiment: "calls over a WAN (004)".to_string(),
         wcf_broken: "200 ms: netTcp 4.86 calls/s (limit 5), HTTP 2.5, HTTP streamed 1.68; 277 KB streamed netTcp 15 s/call".to_string(),
         wcf_fixed: "Vista: HTTP streamed 2.48 calls/s (still 2 round trips); 277 KB streamed netTcp 14.4 s/call".to_string(),
