@@ -154,7 +154,7 @@
 //! | idle time | [`idle_timeout`](HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
 //! | time to finish a frame, request head or body | [`frame_timeout`](HostBuilder::frame_timeout) | 30 s | closed (an HTTP body: 408) |
 //! | unsent output | [`max_unsent_bytes`](HostBuilder::max_unsent_bytes) | 1 MiB | the connection is not read until its peer reads; closed if it does not within `frame_timeout` |
-//! | bytes being received, per connection | [`max_receive_bytes_per_connection`](HostBuilder::max_receive_bytes_per_connection) | 16 MiB | waits for room within `frame_timeout`, then closed (an HTTP body: 408) |
+//! | bytes being received (frames and bodies over 64 KiB), per connection | [`max_receive_bytes_per_connection`](HostBuilder::max_receive_bytes_per_connection) | 16 MiB | waits for room within `frame_timeout`, then closed (an HTTP body: 408) |
 //! | bytes being received, whole host | [`max_receive_bytes`](HostBuilder::max_receive_bytes) | 256 MiB | the same |
 //! | message size | [`max_message_size`](HostBuilder::max_message_size) | 4 MiB | `TooLarge` (413), checked before allocating; the connection is kept |
 //! | calls in flight per connection | [`max_calls_per_connection`](HostBuilder::max_calls_per_connection) | a quarter of the throttle's places (512) | `Busy` (503) |

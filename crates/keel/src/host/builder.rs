@@ -60,8 +60,9 @@ pub struct HostConfig {
     /// nothing more from that connection until the peer reads (replies and pongs included).
     /// Default: 1 MiB.
     pub max_unsent_bytes: usize,
-    /// Bytes of messages one connection may have partly received at once (keel-wire frames,
-    /// HTTP bodies). Default: 16 MiB.
+    /// Bytes of messages one connection may have partly received at once: keel-wire frames and
+    /// HTTP bodies larger than 64 KiB (smaller ones fit the connection's first buffers and are
+    /// not counted). Default: 16 MiB.
     pub max_receive_bytes_per_connection: usize,
     /// Bytes of messages all connections together may have partly received at once. A
     /// connection that would pass it waits (within `frame_timeout`) for others to finish.

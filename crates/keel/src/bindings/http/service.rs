@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use tokio::sync::watch;
 
-use super::body::{Body, BoxError, Received};
+use super::body::{Body, BoxError};
 use super::server::{handle, Ctx};
 use crate::bindings::ServerSettings;
 use crate::dispatch::{ConnInfo, Dispatcher};
@@ -124,15 +124,4 @@ where
         let inner = self.inner.clone();
         Box::pin(async move { Ok(handle(&inner.ctx, req).await.map(HttpBody)) })
     }
-}
-
-// `B: Received` is what `handle` needs; the bound above spells it out for users' docs.
-#[allow(dead_code)]
-fn assert_received<B>()
-where
-    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<BoxError> + std::fmt::Display + Send,
-{
-    fn is<R: Received>() {}
-    is::<B>();
 }
