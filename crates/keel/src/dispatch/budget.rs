@@ -86,6 +86,12 @@ impl ReceiveBudget {
         }
     }
 
+    /// Reserves `bytes` from the connection's budget alone (for bytes small enough that no
+    /// connection should queue behind others' for them), waiting until `deadline`.
+    pub(crate) async fn reserve_own(&self, bytes: usize, deadline: Instant) -> Option<Reservation> {
+        self.connection.reserve(bytes, deadline).await
+    }
+
     /// Reserves `bytes` from the connection's budget and then the host's, each before
     /// `deadline`. `None`: no room in time (or more than a whole budget).
     pub(crate) async fn reserve(&self, bytes: usize, deadline: Instant) -> Option<Reservation> {

@@ -224,8 +224,8 @@ impl Draining {
     }
 }
 
-/// Bodies up to this size are not counted against the receive budget (as keel-wire frames up to
-/// it are not): they take no more than a connection's first buffers.
+/// The first this-many bytes of a body count against the connection's own receive budget only,
+/// not the host's.
 const UNCOUNTED_BODY: u64 = 64 * 1024;
 
 /// How far past the limit an oversized body is read (and thrown away) so that its HTTP/1.1
@@ -288,12 +288,20 @@ pub(crate) async fn read_limited<B: Received>(
             continue;
         }
         if let Some((budget, deadline)) = budget {
-            // The first 64 KiB of a body are not counted, so a small call never queues behind
-            // large bodies for room; past that, the body's every byte is.
+            // The first 64 KiB of a body count against the connection's own budget only, so a
+            // small call never queues behind other connections' large bodies for room; past
+            // that, every byte counts against the host's budget too.
             let counted = |n: u64| if n > UNCOUNTED_BODY { n } else { 0 };
-            let need = counted(total) - counted(total - data.len() as u64);
-            if need > 0 {
-                match budget.reserve(need as usize, deadline).await {
+            let shared = counted(total) - counted(total - data.len() as u64);
+            let own = data.len() as u64 - shared.min(data.len() as u64);
+            if own > 0 {
+                match budget.reserve_own(own as usize, deadline).await {
+                    Some(r) => reserved.merge(r),
+                    None => return Err(ReadError::NoRoom),
+                }
+            }
+            if shared > 0 {
+                match budget.reserve(shared as usize, deadline).await {
                     Some(r) => reserved.merge(r),
                     None => return Err(ReadError::NoRoom),
                 }
