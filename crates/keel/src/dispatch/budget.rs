@@ -88,6 +88,7 @@ impl ReceiveBudget {
 
     /// Reserves `bytes` from the connection's budget alone (for bytes small enough that no
     /// connection should queue behind others' for them), waiting until `deadline`.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) async fn reserve_own(&self, bytes: usize, deadline: Instant) -> Option<Reservation> {
         self.connection.reserve(bytes, deadline).await
     }
