@@ -46,12 +46,20 @@ struct Operation {
     params: Vec<(Ident, Type)>,
     /// The index in `params` of the `ByteStream` parameter (the request stream), if any.
     stream_param: Option<usize>,
+    /// The index in `params` of the `keel::Context` parameter, if any (not part of the
+    /// contract: the host supplies it).
+    context_param: Option<usize>,
+    /// Parameters marked `#[keel(default)]`: a caller built from an older contract may leave
+    /// them out.
+    defaults: Vec<Ident>,
     /// The operation returns a `ByteStream` (or `Result<ByteStream, E>`): a response stream.
     stream_reply: bool,
     /// The declared return type (`()` when omitted).
     ret: Type,
     /// `Some((T, E))` when the return type is `Result<T, E>`: E is the typed fault.
     fallible: Option<(Type, Type)>,
+    /// `Some(T)` when the return type is `Result<T, keel::Status>`.
+    status_result: Option<Type>,
 }
 
 /// Accumulates errors so the user sees all of them at once, each at its span.
@@ -110,6 +118,11 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
     // The trait as users implement it: attributes consumed, async fns made Send.
     let trait_methods = ops.iter().map(|op| {
         let mut sig = op.method.sig.clone();
+        for input in &mut sig.inputs {
+            if let FnArg::Typed(pt) = input {
+                pt.attrs.retain(|a| !a.path().is_ident("keel"));
+            }
+        }
         let attrs = op.method.attrs.iter().filter(|a| !a.path().is_ident("keel"));
         if op.is_async {
             sig.asyncness = None;
@@ -137,7 +150,13 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
 
     let args_structs = ops.iter().map(|op| {
         let ident = args_ident(trait_name, &op.name);
-        let fields = op.value_params().map(|(n, t)| quote!(#n: #t));
+        let fields = op.value_params().map(|(n, t)| {
+            if op.defaults.contains(n) {
+                quote!(#[serde(default)] #n: #t)
+            } else {
+                quote!(#n: #t)
+            }
+        });
         let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
         quote! {
             #[doc = #doc]
@@ -151,19 +170,20 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
 
     let op_infos = ops.iter().map(|op| {
         let name = op.name.to_string();
-        let params = op.params.iter().map(|(n, t)| {
+        let params = op.contract_params().map(|(n, t)| {
             let n = n.to_string();
             let t = type_string(t);
             quote!(#k::ParamInfo::new(#n, #t))
         });
         let stream_request = op.stream_param.is_some();
         let stream_response = op.stream_reply;
-        let (returns, fault) = match &op.fallible {
-            Some((t, e)) => (type_string(t), {
+        let (returns, fault) = match (&op.fallible, &op.status_result) {
+            (Some((t, e)), _) => (type_string(t), {
                 let e = type_string(e);
                 quote!(::core::option::Option::Some(#e))
             }),
-            None => (type_string(&op.ret), quote!(::core::option::Option::None)),
+            (None, Some(t)) => (type_string(t), quote!(::core::option::Option::None)),
+            (None, None) => (type_string(&op.ret), quote!(::core::option::Option::None)),
         };
         let one_way = op.one_way;
         let blocking = !op.is_async;
@@ -187,16 +207,29 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let call_args = op.params.iter().enumerate().map(|(i, (n, _))| {
             if Some(i) == op.stream_param {
                 quote!(__stream)
+            } else if Some(i) == op.context_param {
+                quote!(__ctx)
             } else {
                 quote!(args.#n)
             }
         });
         let call = quote!(<S as #trait_name>::#m(&*svc, #(#call_args),*));
-        let encode = match (op.stream_reply, op.fallible.is_some()) {
-            (true, true) => quote!(#k::stream_fallible(format, __r)),
-            (true, false) => quote!(#k::stream_ok(__r)),
-            (false, true) => quote!(#k::encode_fallible(format, &__r)),
-            (false, false) => quote!(#k::encode_ok(format, &__r)),
+        let encode = match (
+            op.stream_reply,
+            op.fallible.is_some(),
+            op.status_result.is_some(),
+        ) {
+            (true, _, true) => quote!(#k::stream_or_status(__r)),
+            (false, _, true) => quote!(#k::encode_or_status(format, __r)),
+            (true, true, _) => quote!(#k::stream_fallible(format, __r)),
+            (true, false, _) => quote!(#k::stream_ok(__r)),
+            (false, true, _) => quote!(#k::encode_fallible(format, &__r)),
+            (false, false, _) => quote!(#k::encode_ok(format, &__r)),
+        };
+        let take_ctx = if op.context_param.is_some() {
+            quote!(let __ctx = ::core::clone::Clone::clone(ctx);)
+        } else {
+            quote!()
         };
         let take_stream = if op.stream_param.is_some() {
             quote!(let __stream = stream;)
@@ -223,6 +256,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #i => {
                 let args: #descriptor_mod::#args_ident = #k::decode_args(format, body)?;
                 #take_stream
+                #take_ctx
                 let svc = ::std::sync::Arc::clone(&self.inner);
                 ::core::result::Result::Ok(#body)
             }
@@ -232,7 +266,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
     let client_methods = ops.iter().enumerate().map(|(i, op)| {
         let m = &op.name;
         let args_ident = args_ident(trait_name, &op.name);
-        let params = op.params.iter().map(|(n, t)| quote!(#n: #t));
+        let params = op.contract_params().map(|(n, t)| quote!(#n: #t));
         let names: Vec<_> = op.value_params().map(|(n, _)| n).collect();
         let docs = op.method.attrs.iter().filter(|a| a.path().is_ident("doc"));
         let upload = match op.stream_param {
@@ -250,6 +284,12 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 (quote!(#t), quote!(#k::call_stream_fallible::<_, #e>(#target).await))
             } else {
                 (quote!(#t), quote!(#k::call_fallible::<_, #t, #e>(#target).await))
+            }
+        } else if let Some(t) = &op.status_result {
+            if op.stream_reply {
+                (quote!(#t), quote!(#k::call_stream(#target).await))
+            } else {
+                (quote!(#t), quote!(#k::call::<_, #t>(#target).await))
             }
         } else if op.stream_reply {
             let r = &op.ret;
@@ -270,12 +310,14 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
 
     let blocking_methods = ops.iter().map(|op| {
         let m = &op.name;
-        let params = op.params.iter().map(|(n, t)| quote!(#n: #t));
-        let names = op.params.iter().map(|(n, _)| n);
+        let params = op.contract_params().map(|(n, t)| quote!(#n: #t));
+        let names = op.contract_params().map(|(n, _)| n);
         let docs = op.method.attrs.iter().filter(|a| a.path().is_ident("doc"));
         let ret = if op.one_way {
             quote!(())
         } else if let Some((t, _)) = &op.fallible {
+            quote!(#t)
+        } else if let Some(t) = &op.status_result {
             quote!(#t)
         } else {
             let r = &op.ret;
@@ -337,7 +379,9 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 format: #k::Format,
                 body: &[u8],
                 stream: ::keel::ByteStream,
+                ctx: &#k::Context,
             ) -> ::core::result::Result<#k::Invocation, ::keel::Status> {
+                let _ = ctx;
                 match op {
                     #(#dispatch_arms)*
                     _ => ::core::result::Result::Err(#k::unknown_operation(&#descriptor_mod::__DESCRIPTOR, op)),
@@ -364,7 +408,15 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             }
             /// A copy of this client whose calls use `deadline` instead of the channel's default.
             #vis fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
-                Self { channel: self.channel.clone(), options: self.options.with_deadline(deadline) }
+                Self { channel: self.channel.clone(), options: self.options.clone().with_deadline(deadline) }
+            }
+            /// A copy of this client whose calls send `metadata` (over the channel's defaults).
+            #vis fn with_metadata(&self, metadata: ::keel::Metadata) -> Self {
+                Self { channel: self.channel.clone(), options: self.options.clone().with_metadata(metadata) }
+            }
+            /// A copy of this client that stores each call's reply metadata in `slot`.
+            #vis fn with_reply_metadata(&self, slot: &::keel::ReplyMetadata) -> Self {
+                Self { channel: self.channel.clone(), options: self.options.clone().with_reply_metadata(slot) }
             }
             /// The channel this client calls over.
             #vis fn channel(&self) -> &::keel::Channel {
@@ -399,6 +451,14 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             /// A copy of this client whose calls use `deadline`.
             #vis fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
                 Self { inner: self.inner.with_deadline(deadline) }
+            }
+            /// A copy of this client whose calls send `metadata` (over the channel's defaults).
+            #vis fn with_metadata(&self, metadata: ::keel::Metadata) -> Self {
+                Self { inner: self.inner.with_metadata(metadata) }
+            }
+            /// A copy of this client that stores each call's reply metadata in `slot`.
+            #vis fn with_reply_metadata(&self, slot: &::keel::ReplyMetadata) -> Self {
+                Self { inner: self.inner.with_reply_metadata(slot) }
             }
             /// The channel this client calls over.
             #vis fn channel(&self) -> &::keel::Channel {
@@ -480,8 +540,11 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
     }
     let mut params = Vec::new();
     let mut stream_param = None;
+    let mut context_param = None;
+    let mut defaults = Vec::new();
     for input in inputs {
         let FnArg::Typed(pt) = input else { continue };
+        let default = parse_param_attrs(&pt.attrs, &mut local);
         let name = match &*pt.pat {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.clone(),
             other => {
@@ -498,6 +561,25 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
                 "operation parameters must be owned serde types (no `impl Trait`, no references)",
             );
             continue;
+        }
+        if is_context(&pt.ty) {
+            if context_param.is_some() || default {
+                local.push_spanned(
+                    &pt.ty,
+                    "an operation takes at most one `keel::Context` parameter, without #[keel(default)]",
+                );
+                continue;
+            }
+            context_param = Some(params.len());
+            params.push((name, (*pt.ty).clone()));
+            continue;
+        }
+        if default {
+            if is_byte_stream(&pt.ty) {
+                local.push_spanned(&pt.ty, "a `ByteStream` parameter cannot have a default");
+                continue;
+            }
+            defaults.push(name.clone());
         }
         if is_byte_stream(&pt.ty) {
             if stream_param.is_some() {
@@ -527,10 +609,15 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
             "a #[keel(one_way)] operation must return `()`: the caller gets no reply",
         );
     }
-    let fallible = result_parts(&ret);
-    let stream_reply = match &fallible {
-        Some((t, _)) => is_byte_stream(t),
-        None => is_byte_stream(&ret),
+    // `Result<T, keel::Status>`: the handler answers with a status of its choice; not a typed
+    // fault.
+    let (fallible, status_result) = match result_parts(&ret) {
+        Some((t, e)) if is_status(&e) => (None, Some(t)),
+        other => (other, None),
+    };
+    let stream_reply = match (&fallible, &status_result) {
+        (Some((t, _)), _) | (None, Some(t)) => is_byte_stream(t),
+        (None, None) => is_byte_stream(&ret),
     };
     if one_way && stream_param.is_some() {
         local.push(
@@ -549,21 +636,91 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         one_way,
         params,
         stream_param,
+        context_param,
+        defaults,
         stream_reply,
         ret,
         fallible,
+        status_result,
     })
 }
 
 impl Operation {
-    /// The parameters that travel in the encoded arguments (all but the request stream).
+    /// The parameters that travel in the encoded arguments (all but the request stream and
+    /// the context).
     fn value_params(&self) -> impl Iterator<Item = &(Ident, Type)> {
-        let skip = self.stream_param;
+        let skip = [self.stream_param, self.context_param];
+        self.params
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| !skip.contains(&Some(*i)))
+            .map(|(_, p)| p)
+    }
+
+    /// The parameters a caller passes (all but the context).
+    fn contract_params(&self) -> impl Iterator<Item = &(Ident, Type)> {
+        let skip = self.context_param;
         self.params
             .iter()
             .enumerate()
             .filter(move |(i, _)| Some(*i) != skip)
             .map(|(_, p)| p)
+    }
+}
+
+/// Parses `#[keel(...)]` on a parameter; returns whether `default` was given.
+fn parse_param_attrs(attrs: &[Attribute], errors: &mut Errors) -> bool {
+    let mut default = false;
+    for attr in attrs.iter().filter(|a| a.path().is_ident("keel")) {
+        let res = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("default") {
+                default = true;
+                Ok(())
+            } else {
+                Err(meta.error(
+                    "unknown keel parameter attribute; expected `default` (a caller built \
+                     from an older contract may leave the parameter out)",
+                ))
+            }
+        });
+        if let Err(e) = res {
+            errors.add(e);
+        }
+    }
+    for attr in attrs.iter().filter(|a| !a.path().is_ident("keel")) {
+        errors.push_spanned(
+            attr,
+            "only #[keel(default)] is allowed on operation parameters",
+        );
+    }
+    default
+}
+
+/// `Status` (by its last path segment, as written): `keel::Status` as an operation's error.
+fn is_status(t: &Type) -> bool {
+    match t {
+        Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "Status" && matches!(s.arguments, PathArguments::None)),
+        Type::Paren(p) => is_status(&p.elem),
+        Type::Group(g) => is_status(&g.elem),
+        _ => false,
+    }
+}
+
+/// `Context` (by its last path segment, as written): the call's context, supplied by the host.
+fn is_context(t: &Type) -> bool {
+    match t {
+        Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "Context" && matches!(s.arguments, PathArguments::None)),
+        Type::Paren(p) => is_context(&p.elem),
+        Type::Group(g) => is_context(&g.elem),
+        _ => false,
     }
 }
 

@@ -4,9 +4,10 @@ use std::fmt;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use crate::metadata::{self, MAX_METADATA_LEN};
 use crate::{
     Cancel, Frame, GoAway, Hello, HelloReply, Reply, Request, RequestFlags, StatusCode,
-    StopSending, StreamData, StreamEnd, WindowUpdate, MAGIC,
+    StopSending, StreamData, StreamEnd, WindowUpdate, MAGIC, VERSION,
 };
 
 /// Size of the length prefix in front of every frame.
@@ -20,15 +21,19 @@ pub const MAX_NAME_LEN: usize = 255;
 pub const MAX_REASON_LEN: usize = 1024;
 
 /// Room a frame may take beyond its message body: the type byte, the largest fixed fields (those
-/// of a request: call id, flags, deadline, two name lengths) and two names of
-/// [`MAX_NAME_LEN`] bytes. The largest frame a [`Codec`] accepts has a length field of
+/// of a request: call id, flags, deadline, two name lengths), two names of [`MAX_NAME_LEN`]
+/// bytes, and (version 2) a metadata block of at most [`MAX_METADATA_LEN`] bytes with its
+/// length and the compression byte. The largest frame a [`Codec`] accepts has a length field of
 /// `max_message_size + MAX_HEADER` (see [`Codec::frame_limit`]).
-pub const MAX_HEADER: u32 = 1 + 8 + 1 + 8 + 1 + 1 + 2 * MAX_NAME_LEN as u32;
+pub const MAX_HEADER: u32 = V1_MAX_HEADER + 2 + MAX_METADATA_LEN as u32 + 1;
+
+/// Version 1's room beyond the body: no metadata, no compression byte.
+const V1_MAX_HEADER: u32 = 1 + 8 + 1 + 8 + 1 + 1 + 2 * MAX_NAME_LEN as u32;
 
 /// Size of an encoded [`Hello`]: magic, version, message limit.
 pub const HELLO_LEN: usize = 4 + 2 + 4;
 
-// Frame type bytes. 0 and 11..=255 are unknown (malformed).
+// Frame type bytes. 0 and 11..=255 are unknown: malformed in version 1, skipped from version 2.
 const TYPE_REQUEST: u8 = 1;
 const TYPE_REPLY: u8 = 2;
 const TYPE_CANCEL: u8 = 3;
@@ -47,7 +52,17 @@ const MAX_STREAM_END_LEN: usize = 1 + 8 + 1 + 2 + MAX_REASON_LEN;
 
 const FLAG_ONE_WAY: u8 = 0b0000_0001;
 const FLAG_STREAMED: u8 = 0b0000_0010;
-const KNOWN_FLAGS: u8 = FLAG_ONE_WAY | FLAG_STREAMED;
+// Version 2: a metadata block follows the names; a compression byte follows that.
+const FLAG_METADATA: u8 = 0b0000_0100;
+const FLAG_COMPRESSED: u8 = 0b0000_1000;
+// Version 1 refuses any other bit; version 2 ignores bits 4..=7 (a future flag that changes a
+// frame's layout comes with a new version, which is negotiated).
+const KNOWN_FLAGS_V1: u8 = FLAG_ONE_WAY | FLAG_STREAMED;
+
+// Reply flags (version 2): metadata block, compression byte, details, in that order.
+const REPLY_METADATA: u8 = 0b0000_0001;
+const REPLY_COMPRESSED: u8 = 0b0000_0010;
+const REPLY_DETAILS: u8 = 0b0000_0100;
 
 // Fixed part of a request after the type byte: call id, flags, deadline.
 const REQUEST_FIXED: usize = 8 + 1 + 8;
@@ -116,6 +131,10 @@ pub enum WireError {
         /// The update's call id.
         call_id: u64,
     },
+    /// Building or encoding only: a metadata key or value is invalid, the block is too long,
+    /// or a frame carries something its protocol version cannot (a compressed body in
+    /// version 1). Nothing was written; not fatal.
+    InvalidMetadata(&'static str),
 }
 
 impl WireError {
@@ -127,7 +146,8 @@ impl WireError {
             WireError::Malformed(_) => true,
             WireError::TooLarge { .. }
             | WireError::NameTooLong { .. }
-            | WireError::ZeroWindowIncrement { .. } => false,
+            | WireError::ZeroWindowIncrement { .. }
+            | WireError::InvalidMetadata(_) => false,
         }
     }
 }
@@ -156,6 +176,7 @@ impl fmt::Display for WireError {
             WireError::ZeroWindowIncrement { call_id } => {
                 write!(f, "window update with increment 0 (call {call_id})")
             }
+            WireError::InvalidMetadata(what) => f.write_str(what),
         }
     }
 }
@@ -175,9 +196,10 @@ impl RequestFlags {
         v
     }
 
-    /// Flags from their wire byte, or `None` when a bit this version does not know is set.
+    /// Flags from their wire byte, or `None` when a bit protocol version 1 does not know is
+    /// set. (From version 2 the codec reads the flags itself and ignores unknown bits.)
     pub fn from_u8(v: u8) -> Option<RequestFlags> {
-        if v & !KNOWN_FLAGS != 0 {
+        if v & !KNOWN_FLAGS_V1 != 0 {
             return None;
         }
         Some(RequestFlags {
@@ -196,18 +218,36 @@ impl RequestFlags {
 #[derive(Debug)]
 pub struct Codec {
     limits: Limits,
+    /// The protocol version the connection negotiated.
+    version: u16,
     /// Bytes of an oversized frame still to drop.
     discard: u64,
 }
 
 impl Codec {
-    /// A codec enforcing `limits`.
+    /// A codec enforcing `limits`, speaking the newest protocol version ([`VERSION`]).
     pub fn new(limits: Limits) -> Codec {
-        Codec { limits, discard: 0 }
+        Codec {
+            limits,
+            version: VERSION,
+            discard: 0,
+        }
     }
     /// The limits in force.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// The protocol version this codec reads and writes.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// Speak protocol `version` (1 or 2; anything above 2 is read as 2), as negotiated in the
+    /// handshake. Version 1 carries no metadata, compression or details, and treats unknown
+    /// frame types, request flags and status codes as malformed; see `PROTOCOL.md`.
+    pub fn set_version(&mut self, version: u16) {
+        self.version = version.clamp(1, VERSION);
     }
 
     /// Change the largest message body. After the handshake a client adopts
@@ -216,11 +256,17 @@ impl Codec {
         self.limits.max_message_size = n;
     }
 
-    /// The largest length field accepted: `max_message_size + MAX_HEADER`. (A [`GoAway`] and a
-    /// [`StreamEnd`] are accepted up to their own bounds, `11 + MAX_REASON_LEN` and
-    /// `12 + MAX_REASON_LEN`, even when those are larger.)
+    /// The largest length field accepted: `max_message_size + MAX_HEADER` (version 1:
+    /// `max_message_size + 530`). (A [`GoAway`] and a [`StreamEnd`] are accepted up to their
+    /// own bounds, `11 + MAX_REASON_LEN` and `12 + MAX_REASON_LEN`, even when those are
+    /// larger.)
     pub fn frame_limit(&self) -> u64 {
-        u64::from(self.limits.max_message_size) + u64::from(MAX_HEADER)
+        let header = if self.version >= 2 {
+            MAX_HEADER
+        } else {
+            V1_MAX_HEADER
+        };
+        u64::from(self.limits.max_message_size) + u64::from(header)
     }
 
     /// Whether a frame has started arriving and is not whole yet: some of its bytes are in
@@ -255,11 +301,21 @@ impl Codec {
     ///
     /// After an error for which [`WireError::is_fatal`] holds, the connection must be closed.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+        loop {
+            match self.decode_one(src)? {
+                Decoded::Frame(f) => return Ok(Some(f)),
+                Decoded::Incomplete => return Ok(None),
+                Decoded::Skipped => continue,
+            }
+        }
+    }
+
+    fn decode_one(&mut self, src: &mut BytesMut) -> Result<Decoded, WireError> {
         if self.discard > 0 && !self.skip_discarded(src) {
-            return Ok(None);
+            return Ok(Decoded::Incomplete);
         }
         if src.len() < LEN_PREFIX_SIZE {
-            return Ok(None);
+            return Ok(Decoded::Incomplete);
         }
         let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
         let total = LEN_PREFIX_SIZE as u64 + u64::from(len);
@@ -267,7 +323,7 @@ impl Codec {
             // GoAway and StreamEnd reasons are bounded on their own and those frames must
             // arrive whatever the message limit, so they are exempt up to their largest size.
             let Some(&ty) = src.get(LEN_PREFIX_SIZE) else {
-                return Ok(None);
+                return Ok(Decoded::Incomplete);
             };
             let own_bound = match ty {
                 TYPE_GOAWAY => MAX_GOAWAY_LEN,
@@ -283,11 +339,15 @@ impl Codec {
         };
         if src.len() < total {
             src.reserve(total - src.len());
-            return Ok(None);
+            return Ok(Decoded::Incomplete);
         }
         let mut frame = src.split_to(total);
         frame.advance(LEN_PREFIX_SIZE);
-        self.parse(frame).map(Some)
+        if self.version >= 2 && frame.first().is_some_and(|&ty| !is_known_type(ty)) {
+            // RFC 9113 §4.1's rule: unknown frame types are skipped.
+            return Ok(Decoded::Skipped);
+        }
+        self.parse(frame).map(Decoded::Frame)
     }
 
     /// Drop buffered bytes of an oversized frame. Returns whether the frame is fully dropped.
@@ -304,14 +364,14 @@ impl Codec {
         src: &mut BytesMut,
         len: u32,
         total: u64,
-    ) -> Result<Option<Frame>, WireError> {
+    ) -> Result<Decoded, WireError> {
         if src.len() < LEN_PREFIX_SIZE + 1 {
-            return Ok(None);
+            return Ok(Decoded::Incomplete);
         }
         let call_id = match src[LEN_PREFIX_SIZE] {
             TYPE_REQUEST | TYPE_REPLY | TYPE_STREAM_DATA | TYPE_STREAM_END => {
                 if src.len() < CALL_ID_END {
-                    return Ok(None);
+                    return Ok(Decoded::Incomplete);
                 }
                 let mut id = [0u8; 8];
                 id.copy_from_slice(&src[LEN_PREFIX_SIZE + 1..CALL_ID_END]);
@@ -319,6 +379,12 @@ impl Codec {
             }
             TYPE_CANCEL | TYPE_PING | TYPE_PONG | TYPE_GOAWAY | TYPE_WINDOW_UPDATE
             | TYPE_STOP_SENDING => None,
+            _ if self.version >= 2 => {
+                // An unknown frame is skipped whatever its size, without buffering it.
+                self.discard = total;
+                self.skip_discarded(src);
+                return Ok(Decoded::Skipped);
+            }
             _ => return Err(WireError::Malformed("unknown frame type")),
         };
         self.discard = total;
@@ -337,36 +403,72 @@ impl Codec {
         match ty {
             TYPE_REQUEST => {
                 let call_id = r.u64()?;
-                let flags = RequestFlags::from_u8(r.u8()?)
-                    .ok_or(WireError::Malformed("unknown request flags"))?;
+                let bits = r.u8()?;
+                if self.version < 2 && bits & !KNOWN_FLAGS_V1 != 0 {
+                    return Err(WireError::Malformed("unknown request flags"));
+                }
+                let flags = RequestFlags {
+                    one_way: bits & FLAG_ONE_WAY != 0,
+                    streamed: bits & FLAG_STREAMED != 0,
+                };
                 let deadline_us = r.u64()?;
                 let service_len = usize::from(r.u8()?);
                 let service = r.utf8(service_len)?;
                 let op_len = usize::from(r.u8()?);
                 let operation = r.utf8(op_len)?;
+                let metadata = if bits & FLAG_METADATA != 0 {
+                    r.metadata()?
+                } else {
+                    0..0
+                };
+                let compression = if bits & FLAG_COMPRESSED != 0 {
+                    r.u8()?
+                } else {
+                    0
+                };
                 let header = r.pos;
                 self.check_body(call_id, frame.len() - header)?;
-                frame.advance(header);
+                let frame = frame.freeze();
                 Ok(Frame::Request(Request {
                     call_id,
                     flags,
                     deadline_us,
                     service,
                     operation,
-                    body: frame.freeze(),
+                    metadata: frame.slice(metadata),
+                    compression,
+                    body: frame.slice(header..),
                 }))
             }
             TYPE_REPLY => {
                 let call_id = r.u64()?;
-                let status = StatusCode::from_u8(r.u8()?)
-                    .ok_or(WireError::Malformed("unknown status code"))?;
+                let status = self.status(r.u8()?)?;
+                let (mut metadata, mut compression, mut details) = (0..0, 0, 0..0);
+                if self.version >= 2 {
+                    let bits = r.u8()?;
+                    if bits & REPLY_METADATA != 0 {
+                        metadata = r.metadata()?;
+                    }
+                    if bits & REPLY_COMPRESSED != 0 {
+                        compression = r.u8()?;
+                    }
+                    if bits & REPLY_DETAILS != 0 {
+                        let len = r.u32()? as usize;
+                        let start = r.pos;
+                        r.bytes(len)?;
+                        details = start..r.pos;
+                    }
+                }
                 let header = r.pos;
-                self.check_body(call_id, frame.len() - header)?;
-                frame.advance(header);
+                self.check_body(call_id, frame.len() - header + details.len())?;
+                let frame = frame.freeze();
                 Ok(Frame::Reply(Reply {
                     call_id,
                     status,
-                    body: frame.freeze(),
+                    metadata: frame.slice(metadata),
+                    compression,
+                    details: frame.slice(details),
+                    body: frame.slice(header..),
                 }))
             }
             TYPE_CANCEL => {
@@ -409,8 +511,7 @@ impl Codec {
             }
             TYPE_STREAM_END => {
                 let call_id = r.u64()?;
-                let status = StatusCode::from_u8(r.u8()?)
-                    .ok_or(WireError::Malformed("unknown status code"))?;
+                let status = self.status(r.u8()?)?;
                 let reason_len = usize::from(r.u16()?);
                 if reason_len > MAX_REASON_LEN {
                     return Err(WireError::Malformed("stream end reason too long"));
@@ -444,6 +545,16 @@ impl Codec {
         }
     }
 
+    /// A status byte: one this version does not know is malformed in version 1 and reads as
+    /// [`StatusCode::Unknown`] from version 2 (gRPC's rule).
+    fn status(&self, b: u8) -> Result<StatusCode, WireError> {
+        match StatusCode::from_u8(b) {
+            Some(code) => Ok(code),
+            None if self.version >= 2 => Ok(StatusCode::Unknown),
+            None => Err(WireError::Malformed("unknown status code")),
+        }
+    }
+
     /// A body within a frame that passed the length check may still exceed the message limit
     /// when the names are short; the message limit is what both sides agreed on, so enforce it.
     fn check_body(&self, call_id: u64, body_len: usize) -> Result<(), WireError> {
@@ -471,30 +582,46 @@ impl Codec {
                 check_name("service", &req.service)?;
                 check_name("operation", &req.operation)?;
                 self.check_body(req.call_id, req.body.len())?;
-                let header = 1 + REQUEST_FIXED + 1 + req.service.len() + 1 + req.operation.len();
+                let v2 = self.version >= 2;
+                if !v2 && req.compression != 0 {
+                    return Err(WireError::InvalidMetadata(
+                        "protocol version 1 cannot carry a compressed body",
+                    ));
+                }
+                let md = if v2 { &req.metadata[..] } else { &[][..] };
+                check_metadata(md)?;
+                let mut bits = req.flags.to_u8();
+                let mut header =
+                    1 + REQUEST_FIXED + 1 + req.service.len() + 1 + req.operation.len();
+                if !md.is_empty() {
+                    bits |= FLAG_METADATA;
+                    header += 2 + md.len();
+                }
+                if req.compression != 0 {
+                    bits |= FLAG_COMPRESSED;
+                    header += 1;
+                }
                 let len = self.check_len(Some(req.call_id), header, req.body.len())?;
                 dst.reserve(LEN_PREFIX_SIZE + len);
                 dst.put_u32_le(len as u32);
                 dst.put_u8(TYPE_REQUEST);
                 dst.put_u64_le(req.call_id);
-                dst.put_u8(req.flags.to_u8());
+                dst.put_u8(bits);
                 dst.put_u64_le(req.deadline_us);
                 dst.put_u8(req.service.len() as u8);
                 dst.put_slice(req.service.as_bytes());
                 dst.put_u8(req.operation.len() as u8);
                 dst.put_slice(req.operation.as_bytes());
+                if !md.is_empty() {
+                    dst.put_u16_le(md.len() as u16);
+                    dst.put_slice(md);
+                }
+                if req.compression != 0 {
+                    dst.put_u8(req.compression);
+                }
                 dst.put_slice(&req.body);
             }
-            Frame::Reply(rep) => {
-                self.check_body(rep.call_id, rep.body.len())?;
-                let len = self.check_len(Some(rep.call_id), 1 + 8 + 1, rep.body.len())?;
-                dst.reserve(LEN_PREFIX_SIZE + len);
-                dst.put_u32_le(len as u32);
-                dst.put_u8(TYPE_REPLY);
-                dst.put_u64_le(rep.call_id);
-                dst.put_u8(rep.status as u8);
-                dst.put_slice(&rep.body);
-            }
+            Frame::Reply(rep) => self.encode_reply(rep, dst)?,
             Frame::Cancel(c) => put_u64_frame(dst, TYPE_CANCEL, c.call_id),
             Frame::Ping(nonce) => put_u64_frame(dst, TYPE_PING, *nonce),
             Frame::Pong(nonce) => put_u64_frame(dst, TYPE_PONG, *nonce),
@@ -543,6 +670,67 @@ impl Codec {
         Ok(())
     }
 
+    fn encode_reply(&self, rep: &Reply, dst: &mut BytesMut) -> Result<(), WireError> {
+        if self.version < 2 {
+            if rep.compression != 0 {
+                return Err(WireError::InvalidMetadata(
+                    "protocol version 1 cannot carry a compressed body",
+                ));
+            }
+            // Version 1 knows codes up to `internal`, and no metadata or details.
+            let status = if rep.status as u8 > StatusCode::Internal as u8 {
+                StatusCode::Internal
+            } else {
+                rep.status
+            };
+            self.check_body(rep.call_id, rep.body.len())?;
+            let len = self.check_len(Some(rep.call_id), 1 + 8 + 1, rep.body.len())?;
+            dst.reserve(LEN_PREFIX_SIZE + len);
+            dst.put_u32_le(len as u32);
+            dst.put_u8(TYPE_REPLY);
+            dst.put_u64_le(rep.call_id);
+            dst.put_u8(status as u8);
+            dst.put_slice(&rep.body);
+            return Ok(());
+        }
+        check_metadata(&rep.metadata)?;
+        self.check_body(rep.call_id, rep.body.len() + rep.details.len())?;
+        let mut bits = 0;
+        let mut header = 1 + 8 + 1 + 1;
+        if !rep.metadata.is_empty() {
+            bits |= REPLY_METADATA;
+            header += 2 + rep.metadata.len();
+        }
+        if rep.compression != 0 {
+            bits |= REPLY_COMPRESSED;
+            header += 1;
+        }
+        if !rep.details.is_empty() {
+            bits |= REPLY_DETAILS;
+            header += 4 + rep.details.len();
+        }
+        let len = self.check_len(Some(rep.call_id), header, rep.body.len())?;
+        dst.reserve(LEN_PREFIX_SIZE + len);
+        dst.put_u32_le(len as u32);
+        dst.put_u8(TYPE_REPLY);
+        dst.put_u64_le(rep.call_id);
+        dst.put_u8(rep.status as u8);
+        dst.put_u8(bits);
+        if !rep.metadata.is_empty() {
+            dst.put_u16_le(rep.metadata.len() as u16);
+            dst.put_slice(&rep.metadata);
+        }
+        if rep.compression != 0 {
+            dst.put_u8(rep.compression);
+        }
+        if !rep.details.is_empty() {
+            dst.put_u32_le(rep.details.len() as u32);
+            dst.put_slice(&rep.details);
+        }
+        dst.put_slice(&rep.body);
+        Ok(())
+    }
+
     /// The length field of a frame with this header and body: it must fit in `u32` and within
     /// the frame limit.
     fn check_len(
@@ -561,6 +749,27 @@ impl Codec {
         }
         Ok(header + body)
     }
+}
+
+/// What one step of decoding produced.
+enum Decoded {
+    Frame(Frame),
+    /// Not a whole frame yet.
+    Incomplete,
+    /// A frame of a type this version does not know was dropped (version 2 and later).
+    Skipped,
+}
+
+fn is_known_type(ty: u8) -> bool {
+    (TYPE_REQUEST..=TYPE_STOP_SENDING).contains(&ty)
+}
+
+/// A metadata block an encoder is given must be well formed: the decoder at the other end
+/// would close the connection over a bad one.
+fn check_metadata(block: &[u8]) -> Result<(), WireError> {
+    metadata::validate(block).map_err(|_| {
+        WireError::InvalidMetadata("metadata block is malformed or longer than 16 KiB")
+    })
 }
 
 fn check_name(field: &'static str, name: &str) -> Result<(), WireError> {
@@ -647,6 +856,14 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// A metadata block (`len u16`, then the block), validated; returns its range.
+    fn metadata(&mut self) -> Result<std::ops::Range<usize>, WireError> {
+        let len = usize::from(self.u16()?);
+        let start = self.pos;
+        metadata::validate(self.bytes(len)?)?;
+        Ok(start..self.pos)
     }
 
     fn utf8(&mut self, n: usize) -> Result<String, WireError> {

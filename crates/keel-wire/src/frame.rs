@@ -55,7 +55,13 @@ pub struct Request {
     pub service: String,
     /// Operation name, e.g. `add`.
     pub operation: String,
-    /// Postcard-encoded arguments.
+    /// The call's metadata, as an encoded block (see [`metadata`](crate::metadata)); empty for
+    /// none. Version 2 and later; a version-1 codec neither sends nor receives it.
+    pub metadata: Bytes,
+    /// How `body` is compressed: 0 for not at all, else an id the application assigns (keel:
+    /// 1 = zstd, 2 = gzip). Version 2 and later.
+    pub compression: u8,
+    /// The encoded arguments (keel: MessagePack in version 2, postcard in version 1).
     pub body: Bytes,
 }
 
@@ -66,8 +72,17 @@ pub struct Reply {
     pub call_id: u64,
     /// Outcome.
     pub status: StatusCode,
-    /// `Ok`: the postcard-encoded return value. `Fault`: the postcard-encoded typed fault.
-    /// Anything else: a UTF-8 message for humans.
+    /// Reply metadata, as an encoded block (see [`metadata`](crate::metadata)); empty for none.
+    /// Version 2 and later.
+    pub metadata: Bytes,
+    /// How `body` is compressed (0: not at all), as for [`Request::compression`]. Version 2
+    /// and later.
+    pub compression: u8,
+    /// Structured error details for a status other than `Ok` (opaque to the protocol); empty
+    /// for none. Version 2 and later.
+    pub details: Bytes,
+    /// `Ok`: the encoded return value. `Fault`: the encoded typed fault. Anything else: a UTF-8
+    /// message for humans.
     pub body: Bytes,
 }
 
@@ -159,10 +174,39 @@ pub enum StatusCode {
     HandlerPanicked = 10,
     /// Any other failure inside the host.
     Internal = 11,
+    /// An error with no better code (also what a status byte this version does not know reads
+    /// as).
+    Unknown = 12,
+    /// The caller's argument is invalid, whatever the state of the system (gRPC
+    /// `INVALID_ARGUMENT`).
+    InvalidArgument = 13,
+    /// A requested entity was not found.
+    NotFound = 14,
+    /// The entity the caller tried to create already exists.
+    AlreadyExists = 15,
+    /// The caller is known but may not do this.
+    PermissionDenied = 16,
+    /// A resource (quota, space) is exhausted.
+    ResourceExhausted = 17,
+    /// The system is not in a state the operation requires.
+    FailedPrecondition = 18,
+    /// The operation was aborted, typically by a concurrency conflict.
+    Aborted = 19,
+    /// The operation was attempted past the valid range.
+    OutOfRange = 20,
+    /// The operation is not implemented or not supported.
+    Unimplemented = 21,
+    /// The service is unavailable right now; a retry may succeed.
+    Unavailable = 22,
+    /// Unrecoverable data loss or corruption.
+    DataLoss = 23,
+    /// The caller did not present valid credentials.
+    Unauthenticated = 24,
 }
 
 impl StatusCode {
-    /// The code for a wire byte, or `None` for a value this version does not know.
+    /// The code for a wire byte, or `None` for a value this version does not know (decoders
+    /// read such a value as [`StatusCode::Unknown`]).
     pub fn from_u8(v: u8) -> Option<StatusCode> {
         use StatusCode::*;
         Some(match v {
@@ -178,6 +222,19 @@ impl StatusCode {
             9 => ShuttingDown,
             10 => HandlerPanicked,
             11 => Internal,
+            12 => Unknown,
+            13 => InvalidArgument,
+            14 => NotFound,
+            15 => AlreadyExists,
+            16 => PermissionDenied,
+            17 => ResourceExhausted,
+            18 => FailedPrecondition,
+            19 => Aborted,
+            20 => OutOfRange,
+            21 => Unimplemented,
+            22 => Unavailable,
+            23 => DataLoss,
+            24 => Unauthenticated,
             _ => return None,
         })
     }
@@ -198,6 +255,19 @@ impl StatusCode {
             ShuttingDown => "shutting_down",
             HandlerPanicked => "handler_panicked",
             Internal => "internal",
+            Unknown => "unknown",
+            InvalidArgument => "invalid_argument",
+            NotFound => "not_found",
+            AlreadyExists => "already_exists",
+            PermissionDenied => "permission_denied",
+            ResourceExhausted => "resource_exhausted",
+            FailedPrecondition => "failed_precondition",
+            Aborted => "aborted",
+            OutOfRange => "out_of_range",
+            Unimplemented => "unimplemented",
+            Unavailable => "unavailable",
+            DataLoss => "data_loss",
+            Unauthenticated => "unauthenticated",
         }
     }
 }

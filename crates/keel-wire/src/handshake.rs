@@ -2,8 +2,9 @@
 
 /// First four bytes a client sends on a new connection.
 pub const MAGIC: [u8; 4] = *b"KEEL";
-/// The protocol version this crate speaks.
-pub const VERSION: u16 = 1;
+/// The newest protocol version this crate speaks. It also speaks every version from 1 up: a
+/// host accepts `min(client's, its own)` (see `PROTOCOL.md`, "Versions").
+pub const VERSION: u16 = 2;
 
 /// Client → host, first bytes on a connection: `MAGIC`, version, the client's message limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

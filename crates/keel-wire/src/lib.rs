@@ -45,6 +45,8 @@
 //!     deadline_us: 5_000_000,
 //!     service: "Calculator".into(),
 //!     operation: "add".into(),
+//!     metadata: Bytes::new(),
+//!     compression: 0,
 //!     body: Bytes::from_static(&[2, 3]),
 //! });
 //! let mut wire = BytesMut::new();
@@ -74,6 +76,7 @@ pub mod conn;
 mod flow;
 mod frame;
 mod handshake;
+pub mod metadata;
 
 pub use codec::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,

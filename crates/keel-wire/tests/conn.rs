@@ -40,6 +40,8 @@ fn request(call_id: u64, streamed: bool) -> Frame {
         deadline_us: 0,
         service: "Files".into(),
         operation: "put".into(),
+        metadata: Bytes::new(),
+        compression: 0,
         body: Bytes::from_static(b"args"),
     })
 }
@@ -48,6 +50,9 @@ fn reply(call_id: u64, status: StatusCode) -> Frame {
     Frame::Reply(Reply {
         call_id,
         status,
+        metadata: Bytes::new(),
+        compression: 0,
+        details: Bytes::new(),
         body: Bytes::from_static(b"result"),
     })
 }
@@ -195,6 +200,9 @@ fn call_ids_count_up_and_replies_find_their_slot() {
             reply: Reply {
                 call_id: 2,
                 status: StatusCode::Fault,
+                metadata: Bytes::new(),
+                compression: 0,
+                details: Bytes::new(),
                 body: Bytes::from_static(b"result"),
             },
             slot: "two",
@@ -970,6 +978,8 @@ fn frame() -> impl Strategy<Value = Frame> {
                 deadline_us: 0,
                 service: "S".into(),
                 operation: "o".into(),
+                metadata: Bytes::new(),
+                compression: 0,
                 body: Bytes::new(),
             })
         }),

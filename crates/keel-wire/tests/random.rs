@@ -65,6 +65,8 @@ fn frame(max_body: usize) -> impl Strategy<Value = Frame> {
                     deadline_us,
                     service,
                     operation,
+                    metadata: Bytes::new(),
+                    compression: 0,
                     body,
                 })
             },
@@ -73,6 +75,9 @@ fn frame(max_body: usize) -> impl Strategy<Value = Frame> {
         Frame::Reply(Reply {
             call_id,
             status,
+            metadata: Bytes::new(),
+            compression: 0,
+            details: Bytes::new(),
             body,
         })
     });

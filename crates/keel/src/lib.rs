@@ -244,12 +244,17 @@ pub use keel_macros::contract;
 #[cfg(feature = "http")]
 pub use crate::bindings::http;
 pub use crate::bindings::HttpVersion;
-pub use crate::client::{CallOptions, Channel, ChannelBuilder, ChannelStats, ClientConfig};
+pub use crate::client::{
+    CallOptions, Channel, ChannelBuilder, ChannelStats, ClientCall, ClientConfig,
+    ClientInterceptor, ReplyMetadata,
+};
+pub use crate::core::context::Context;
 pub use crate::core::error::Error;
+pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
 pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
 pub use crate::core::status::{Status, StatusCode};
 pub use crate::core::stream::{BlockingReader, ByteSender, ByteStream};
-pub use crate::dispatch::ThrottleConfig;
+pub use crate::dispatch::{Interceptor, ThrottleConfig};
 pub use crate::host::{
     ConnectionInfo, Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport,
 };
@@ -266,6 +271,7 @@ pub mod __private {
     pub use crate::client::CallOptions;
     pub use crate::client::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
     pub use crate::core::codec::Format;
+    pub use crate::core::context::Context;
     pub use crate::core::service::{
         Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };
@@ -295,6 +301,17 @@ pub mod __private {
     /// A streamed reply.
     pub fn stream_ok(stream: crate::ByteStream) -> Outcome {
         codec::stream_ok(stream)
+    }
+    /// A `Result<T, keel::Status>` return value: the status is the answer.
+    pub fn encode_or_status<T: serde::Serialize>(
+        format: Format,
+        value: Result<T, Status>,
+    ) -> Outcome {
+        value.and_then(|v| codec::encode_ok(format, &v))
+    }
+    /// A `Result<ByteStream, keel::Status>` return value.
+    pub fn stream_or_status(value: Result<crate::ByteStream, Status>) -> Outcome {
+        value.and_then(codec::stream_ok)
     }
     /// A `Result<ByteStream, E>` reply.
     pub fn stream_fallible<E: serde::Serialize>(

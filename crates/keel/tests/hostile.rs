@@ -30,9 +30,9 @@
 //! | `a_frame_trickled_byte_by_byte_is_closed` | tcp, tcps, unix | GoAway "not completed in time", close |
 //! | `a_handshake_that_never_completes_is_closed` | tcp, tcps, unix | closed after the handshake timeout, `timed_out` counted |
 //! | `malformed_frames_get_goaway_and_close` | tcp, tcps, unix | GoAway "protocol error", close |
-//! | `unknown_frame_types_get_goaway_and_close` | tcp, tcps, unix | GoAway "unknown frame type", close |
+//! | `unknown_frame_types_are_skipped` | tcp, tcps, unix | skipped (any size), next call served; a version-1 client: GoAway "unknown frame type", close |
 //! | `a_bad_handshake_magic_is_closed_quietly` | tcp, tcps, unix | closed, nothing sent |
-//! | `another_protocol_version_is_rejected_with_a_reason` | tcp, tcps, unix | Reject (supported version, reason), close |
+//! | `protocol_versions_are_negotiated_and_0_is_rejected` | tcp, tcps, unix | Accept at min(client's, host's); version 0: Reject (supported version, reason), close |
 //! | `host_only_frames_from_a_client_get_goaway_and_close` | tcp, tcps, unix | GoAway "host-only frame (Reply)", close |
 //! | `an_http_request_to_a_keel_wire_port_is_closed_quietly` | tcp, tcps, unix | closed, nothing sent |
 //! | `a_call_id_already_in_flight_is_refused` | tcp, tcps, unix | BadRequest for the duplicate; the per-connection limit holds; nothing leaks |
@@ -193,6 +193,8 @@ impl Case {
 /// A well-behaved client calling all along: every answer must be right.
 struct Bystander {
     stop: Arc<AtomicBool>,
+    /// Calls answered right so far.
+    answered: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<(u64, Vec<String>)>,
 }
 
@@ -201,8 +203,9 @@ impl Bystander {
         let c = ProbeClient::new(b.channel_with(url, |c| c.deadline(PATIENCE)));
         assert_eq!(c.echo("hello".into()).await.unwrap(), "hello");
         let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn({
-            let stop = stop.clone();
+            let (stop, answered) = (stop.clone(), answered.clone());
             async move {
                 let (mut ok, mut wrong) = (0, Vec::new());
                 let mut i = 0u64;
@@ -212,7 +215,10 @@ impl Bystander {
                     i += 1;
                     let want = format!("bystander {i}");
                     match c.echo(want.clone()).await {
-                        Ok(got) if got == want => ok += 1,
+                        Ok(got) if got == want => {
+                            ok += 1;
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
                         other => wrong.push(format!("{other:?}")),
                     }
                     if last {
@@ -222,10 +228,21 @@ impl Bystander {
                 }
             }
         });
-        Bystander { stop, task }
+        Bystander {
+            stop,
+            answered,
+            task,
+        }
     }
 
     async fn check(self) {
+        // At least one call of the loop is answered (on a loaded machine a short case may end
+        // before the bystander's first), then one more after the case.
+        let answered = self.answered.clone();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while answered.load(Ordering::Relaxed) == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         self.stop.store(true, Ordering::Relaxed);
         let (ok, wrong) = self.task.await.unwrap();
         assert!(
@@ -452,12 +469,31 @@ fn request(call_id: u64, service: &str, operation: &str, body: Vec<u8>) -> Frame
         deadline_us: 0,
         service: service.into(),
         operation: operation.into(),
+        metadata: Bytes::new(),
+        compression: 0,
         body: Bytes::from(body),
     })
 }
 
+/// Arguments as keel's clients encode them (protocol version 2): MessagePack, a map of the
+/// parameters by name.
+fn args<T: serde::Serialize>(params: &[(&str, T)]) -> Vec<u8> {
+    let map: std::collections::BTreeMap<&str, &T> = params.iter().map(|(k, v)| (*k, v)).collect();
+    msgpack(&map)
+}
+
+/// A value as keel encodes bodies on protocol version 2.
+fn msgpack<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut se = rmp_serde::Serializer::new(&mut buf)
+        .with_struct_map()
+        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+    value.serialize(&mut se).unwrap();
+    buf
+}
+
 fn echo_args(s: &str) -> Vec<u8> {
-    postcard::to_stdvec(&(s.to_string(),)).unwrap()
+    args(&[("s", s)])
 }
 
 /// A keel-wire peer written by hand.
@@ -1266,13 +1302,8 @@ async fn an_oversized_request_is_too_large_and_the_connection_kept(b: Binding) {
     let big = vec![7u8; 2 * MAX_MESSAGE as usize];
     if b.is_wire() {
         let mut p = WirePeer::connect(b, &case.url).await;
-        p.request(
-            1,
-            "Probe",
-            "blob_len",
-            postcard::to_stdvec(&(big,)).unwrap(),
-        )
-        .await;
+        p.request(1, "Probe", "blob_len", args(&[("data", big)]))
+            .await;
         let r = p.reply().await;
         assert_eq!((r.call_id, r.status), (1, StatusCode::TooLarge));
         assert!(String::from_utf8_lossy(&r.body).contains(&MAX_MESSAGE.to_string()));
@@ -1725,8 +1756,9 @@ async fn malformed_frames_get_goaway_and_close(b: Binding) {
     f.extend_from_slice(&[0; 8 + 1 + 8]);
     f.push(200);
     frames.push(f);
-    // A Request with an unknown flag bit, and one with a service name that is not UTF-8.
-    for (flags, name) in [(0x80u8, &b"Probe"[..]), (0, b"\xff\xfe")] {
+    // A Request that says a metadata block follows and has none, and one with a service name
+    // that is not UTF-8. (Unknown flag bits 4..=7 are ignored from version 2.)
+    for (flags, name) in [(0x04u8, &b"Probe"[..]), (0, b"\xff\xfe")] {
         let mut body = vec![1];
         body.extend_from_slice(&1u64.to_le_bytes());
         body.push(flags);
@@ -1743,13 +1775,38 @@ async fn malformed_frames_get_goaway_and_close(b: Binding) {
     case.finish().await;
 }
 
-async fn unknown_frame_types_get_goaway_and_close(b: Binding) {
+async fn unknown_frame_types_are_skipped(b: Binding) {
     let case = Case::new(b, |h| h).await;
-    let frames: Vec<Vec<u8>> = [0u8, 11, 0xEE, 0xFF]
-        .iter()
-        .map(|t| vec![9, 0, 0, 0, *t, 1, 2, 3, 4, 5, 6, 7, 8])
-        .collect();
-    goaway_for_each(b, &case.url, &frames, "unknown frame type").await;
+    // Protocol version 2 skips frames of types it does not know (RFC 9113 §4.1's rule), small
+    // or larger than the message limit, and serves the next call on the same connection.
+    let mut p = WirePeer::connect(b, &case.url).await;
+    for t in [0u8, 11, 0xEE, 0xFF] {
+        p.send(&[9, 0, 0, 0, t, 1, 2, 3, 4, 5, 6, 7, 8])
+            .await
+            .unwrap();
+    }
+    let mut big = (2 * MAX_MESSAGE).to_le_bytes().to_vec();
+    big.push(0x99);
+    big.extend(std::iter::repeat_n(0u8, 2 * MAX_MESSAGE as usize - 1));
+    p.send(&big).await.unwrap();
+    p.request(3, "Probe", "echo", echo_args("after")).await;
+    let r = p.reply().await;
+    assert_eq!((r.call_id, r.status), (3, StatusCode::Ok));
+    // A version-1 client keeps version 1's rule: an unknown type is a protocol error.
+    for t in [0u8, 11, 0xFF] {
+        let mut p = WirePeer::open(b, &case.url).await;
+        p.send(&hello(1)).await.unwrap();
+        assert!(matches!(
+            p.hello_reply().await,
+            Some(HelloReply::Accept { version: 1, .. })
+        ));
+        p.codec.set_version(1);
+        p.send(&[9, 0, 0, 0, t, 1, 2, 3, 4, 5, 6, 7, 8])
+            .await
+            .unwrap();
+        let got = p.goaway_and_close().await;
+        assert!(got.contains("unknown frame type"), "{t}: {got}");
+    }
     case.finish().await;
 }
 
@@ -1768,23 +1825,35 @@ async fn a_bad_handshake_magic_is_closed_quietly(b: Binding) {
     case.finish().await;
 }
 
-async fn another_protocol_version_is_rejected_with_a_reason(b: Binding) {
+async fn protocol_versions_are_negotiated_and_0_is_rejected(b: Binding) {
     let case = Case::new(b, |h| h).await;
-    for version in [0, keel_wire::VERSION + 1, u16::MAX] {
+    // Every version from 1 up is accepted, at the lower of the two.
+    for (asked, got) in [
+        (1, 1),
+        (keel_wire::VERSION, keel_wire::VERSION),
+        (keel_wire::VERSION + 1, keel_wire::VERSION),
+        (u16::MAX, keel_wire::VERSION),
+    ] {
         let mut p = WirePeer::open(b, &case.url).await;
-        p.send(&hello(version)).await.unwrap();
+        p.send(&hello(asked)).await.unwrap();
         match p.hello_reply().await {
-            Some(HelloReply::Reject {
-                supported_version,
-                reason,
-            }) => {
-                assert_eq!(supported_version, keel_wire::VERSION);
-                assert!(reason.contains("version"), "{reason}");
-            }
-            other => panic!("version {version}: expected a Reject, got {other:?}"),
+            Some(HelloReply::Accept { version, .. }) => assert_eq!(version, got, "{asked}"),
+            other => panic!("version {asked}: expected an Accept, got {other:?}"),
         }
-        assert_closed(&mut p.rd, "after a Reject").await;
     }
+    let mut p = WirePeer::open(b, &case.url).await;
+    p.send(&hello(0)).await.unwrap();
+    match p.hello_reply().await {
+        Some(HelloReply::Reject {
+            supported_version,
+            reason,
+        }) => {
+            assert_eq!(supported_version, keel_wire::VERSION);
+            assert!(reason.contains("version"), "{reason}");
+        }
+        other => panic!("version 0: expected a Reject, got {other:?}"),
+    }
+    assert_closed(&mut p.rd, "after a Reject").await;
     case.finish().await;
 }
 
@@ -1793,6 +1862,9 @@ async fn host_only_frames_from_a_client_get_goaway_and_close(b: Binding) {
     let reply = encode(&Frame::Reply(Reply {
         call_id: 1,
         status: StatusCode::Ok,
+        metadata: Bytes::new(),
+        compression: 0,
+        details: Bytes::new(),
         body: Bytes::new(),
     }));
     let goaway = encode(&Frame::GoAway(GoAway {
@@ -1818,7 +1890,7 @@ async fn an_http_request_to_a_keel_wire_port_is_closed_quietly(b: Binding) {
 async fn a_call_id_already_in_flight_is_refused(b: Binding) {
     let case = Case::new(b, |h| h.max_calls_per_connection(4)).await;
     let mut p = WirePeer::connect(b, &case.url).await;
-    let ms = postcard::to_stdvec(&(300u64,)).unwrap();
+    let ms = args(&[("ms", 300u64)]);
     for _ in 0..10 {
         p.request(7, "Probe", "sleep_async_ms", ms.clone()).await;
     }
@@ -1957,7 +2029,10 @@ async fn a_call_the_host_refused_with_goaway_is_retried(b: Binding) {
                 Frame::Reply(Reply {
                     call_id: request.call_id,
                     status: StatusCode::Ok,
-                    body: Bytes::from(postcard::to_stdvec("retried").unwrap()),
+                    metadata: Bytes::new(),
+                    compression: 0,
+                    details: Bytes::new(),
+                    body: Bytes::from(msgpack("retried")),
                 })
             };
             wr.write_all(&encode(&answer)).await.unwrap();
@@ -2021,10 +2096,10 @@ async fn an_h2_request_refused_by_goaway_is_retried(b: Binding) {
             }
             let mut block = vec![0x88]; // :status 200
             block.extend(hpack(&[
-                ("content-type", "application/x-keel-postcard"),
+                ("content-type", "application/vnd.msgpack"),
                 ("keel-status", "ok"),
             ]));
-            let body = postcard::to_stdvec("retried").unwrap();
+            let body = msgpack("retried");
             wr.write_all(&h2_frame(HEADERS, END_HEADERS, stream, &block))
                 .await
                 .unwrap();
@@ -2526,9 +2601,9 @@ macro_rules! wire {
             a_frame_trickled_byte_by_byte_is_closed,
             a_handshake_that_never_completes_is_closed,
             malformed_frames_get_goaway_and_close,
-            unknown_frame_types_get_goaway_and_close,
+            unknown_frame_types_are_skipped,
             a_bad_handshake_magic_is_closed_quietly,
-            another_protocol_version_is_rejected_with_a_reason,
+            protocol_versions_are_negotiated_and_0_is_rejected,
             host_only_frames_from_a_client_get_goaway_and_close,
             an_http_request_to_a_keel_wire_port_is_closed_quietly,
             a_call_id_already_in_flight_is_refused,

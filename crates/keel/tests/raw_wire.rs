@@ -64,6 +64,8 @@ impl RawPeer {
             deadline_us: 0,
             service: service.into(),
             operation: operation.into(),
+            metadata: Bytes::new(),
+            compression: 0,
             body: Bytes::from(body),
         });
         Codec::new(Limits::with_max_message_size(u32::MAX))
@@ -96,24 +98,57 @@ impl RawPeer {
     }
 }
 
+/// Arguments as keel's clients encode them (protocol version 2): MessagePack, a map of the
+/// parameters by name.
+fn args<T: serde::Serialize>(params: &[(&str, T)]) -> Vec<u8> {
+    let map: std::collections::BTreeMap<&str, &T> = params.iter().map(|(k, v)| (*k, v)).collect();
+    msgpack(&map)
+}
+
+/// A value as keel encodes bodies on protocol version 2.
+fn msgpack<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut se = rmp_serde::Serializer::new(&mut buf)
+        .with_struct_map()
+        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+    value.serialize(&mut se).unwrap();
+    buf
+}
+
 fn echo_args(s: &str) -> Vec<u8> {
-    postcard::to_stdvec(&(s.to_string(),)).unwrap()
+    args(&[("s", s)])
 }
 
 #[test]
-fn another_protocol_version_is_refused_with_a_reason() {
+fn a_newer_protocol_version_is_negotiated_down() {
     let host = common::host();
     let (_peer, reply) = RawPeer::connect(host.url(), keel_wire::VERSION + 1);
     match reply {
-        HelloReply::Reject {
-            supported_version,
-            reason,
-        } => {
-            assert_eq!(supported_version, keel_wire::VERSION);
-            assert!(reason.contains("version"), "{reason}");
-        }
-        other => panic!("expected a reject, got {other:?}"),
+        HelloReply::Accept { version, .. } => assert_eq!(version, keel_wire::VERSION),
+        other => panic!("expected an accept, got {other:?}"),
     }
+    host.shutdown();
+}
+
+#[test]
+fn a_version_1_client_is_served_in_version_1() {
+    // Version 1: postcard arguments, no metadata; the host answers in kind.
+    let host = common::host();
+    let (mut peer, reply) = RawPeer::connect(host.url(), 1);
+    assert!(
+        matches!(reply, HelloReply::Accept { version: 1, .. }),
+        "{reply:?}"
+    );
+    peer.codec.set_version(1);
+    peer.request(
+        1,
+        "Probe",
+        "echo",
+        postcard::to_stdvec(&("v1".to_string(),)).unwrap(),
+    );
+    let (id, status, body) = peer.reply();
+    assert_eq!((id, status), (1, StatusCode::Ok));
+    assert_eq!(postcard::from_bytes::<String>(&body).unwrap(), "v1");
     host.shutdown();
 }
 
@@ -131,7 +166,7 @@ fn unknown_operation_and_bad_arguments_keep_the_connection() {
     peer.request(3, "Probe", "echo", echo_args("ok"));
     let (id, status, body) = peer.reply();
     assert_eq!((id, status), (3, StatusCode::Ok));
-    assert_eq!(postcard::from_bytes::<String>(&body).unwrap(), "ok");
+    assert_eq!(rmp_serde::from_slice::<String>(&body).unwrap(), "ok");
     host.shutdown();
 }
 
@@ -143,7 +178,7 @@ fn an_oversized_request_is_answered_and_skipped_without_closing() {
         7,
         "Probe",
         "blob_len",
-        postcard::to_stdvec(&(vec![1u8; 64 * 1024],)).unwrap(),
+        args(&[("data", vec![1u8; 64 * 1024])]),
     );
     let (id, status, body) = peer.reply();
     assert_eq!((id, status), (7, StatusCode::TooLarge));
@@ -159,8 +194,8 @@ fn a_malformed_frame_closes_only_that_connection_with_a_reason() {
     let host = common::host();
     let good = common::ProbeBlockingClient::connect(host.url()).unwrap();
     let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
-    // Length 1, frame type 0xEE: not a frame.
-    peer.send_bytes(&[1, 0, 0, 0, 0xEE]);
+    // Length 0: not a frame (a frame has at least its type byte).
+    peer.send_bytes(&[0, 0, 0, 0]);
     match peer.next() {
         Some(Frame::GoAway(g)) => assert!(g.reason.contains("protocol error"), "{}", g.reason),
         other => panic!("expected goaway, got {other:?}"),
@@ -224,12 +259,15 @@ fn pipelining_host(reply: HelloReply) -> (String, std::thread::JoinHandle<bool>)
         let accepted = matches!(reply, HelloReply::Accept { .. });
         keel_wire::encode_hello_reply(&reply, &mut out);
         if accepted {
-            let body = postcard::to_stdvec(&"pipelined".to_string()).unwrap();
+            let body = msgpack("pipelined");
             codec
                 .encode(
                     &Frame::Reply(keel_wire::Reply {
                         call_id: request.call_id,
                         status: StatusCode::Ok,
+                        metadata: Bytes::new(),
+                        compression: 0,
+                        details: Bytes::new(),
                         body: Bytes::from(body),
                     }),
                     &mut out,

@@ -13,6 +13,8 @@ fn request(call_id: u64, body: &[u8]) -> Frame {
         deadline_us: 1_500_000,
         service: "Calculator".into(),
         operation: "add".into(),
+        metadata: Bytes::new(),
+        compression: 0,
         body: Bytes::copy_from_slice(body),
     })
 }
@@ -26,16 +28,24 @@ fn every_frame() -> Vec<Frame> {
             deadline_us: 0,
             service: String::new(),
             operation: "é".repeat(127),
+            metadata: Bytes::new(),
+            compression: 0,
             body: Bytes::new(),
         }),
         Frame::Reply(Reply {
             call_id: 7,
             status: StatusCode::Ok,
+            metadata: Bytes::new(),
+            compression: 0,
+            details: Bytes::new(),
             body: Bytes::from_static(b"\x05"),
         }),
         Frame::Reply(Reply {
             call_id: 8,
             status: StatusCode::Internal,
+            metadata: Bytes::new(),
+            compression: 0,
+            details: Bytes::new(),
             body: Bytes::new(),
         }),
         Frame::Cancel(Cancel { call_id: 9 }),
@@ -54,6 +64,8 @@ fn every_frame() -> Vec<Frame> {
             deadline_us: 3,
             service: "Files".into(),
             operation: "upload".into(),
+            metadata: Bytes::new(),
+            compression: 0,
             body: Bytes::from_static(b"name"),
         }),
         Frame::StreamData(StreamData {
@@ -90,6 +102,14 @@ fn codec() -> Codec {
     Codec::new(Limits::default())
 }
 
+/// A codec speaking protocol version 1, whose rules for unknown types, flags and statuses are
+/// strict.
+fn v1(limits: Limits) -> Codec {
+    let mut c = Codec::new(limits);
+    c.set_version(1);
+    c
+}
+
 fn encode(frame: &Frame) -> BytesMut {
     let mut dst = BytesMut::new();
     codec().encode(frame, &mut dst).unwrap();
@@ -104,8 +124,9 @@ fn raw(rest: &[u8]) -> BytesMut {
     b
 }
 
+/// Decodes with version 1's strict rules (version 2's tolerance has tests of its own).
 fn decode_one(bytes: &[u8]) -> Result<Option<Frame>, WireError> {
-    codec().decode(&mut BytesMut::from(bytes))
+    v1(Limits::default()).decode(&mut BytesMut::from(bytes))
 }
 
 #[test]
@@ -170,7 +191,7 @@ fn hello_round_trip_and_layout() {
     };
     let mut buf = BytesMut::new();
     encode_hello(&hello, &mut buf);
-    assert_eq!(&buf[..], b"KEEL\x01\x00\xd2\x04\x00\x00");
+    assert_eq!(&buf[..], b"KEEL\x02\x00\xd2\x04\x00\x00");
     assert_eq!(decode_hello(&mut buf), Ok(Some(hello)));
     assert!(buf.is_empty());
 }
@@ -352,9 +373,9 @@ fn malformed_frames() {
         (vec![11], "unknown frame type"),
         (vec![200], "unknown frame type"),
         (vec![255], "unknown frame type"),
-        // Reply with status 12.
+        // Reply with status 25 (the first unassigned).
         (
-            [&[2u8][..], &1u64.to_le_bytes(), &[12]].concat(),
+            [&[2u8][..], &1u64.to_le_bytes(), &[25]].concat(),
             "unknown status code",
         ),
         // Requests with unknown flag bits (2 and 7) set.
@@ -478,7 +499,7 @@ fn oversized_request_reports_call_id_and_skips() {
 #[test]
 fn oversized_frames_in_small_pieces() {
     for piece in [1, 2, 3, 7, 13, 64, 1000] {
-        let mut c = Codec::new(Limits::with_max_message_size(10));
+        let mut c = v1(Limits::with_max_message_size(10));
         let len = 5_000u32;
         let mut wire = oversized_request_prefix(5, len).to_vec();
         wire.extend(std::iter::repeat_n(0x55, len as usize - 9));
@@ -536,7 +557,7 @@ fn oversized_frames_in_small_pieces() {
 
 #[test]
 fn oversized_unknown_type_is_malformed() {
-    let mut c = Codec::new(Limits::with_max_message_size(0));
+    let mut c = v1(Limits::with_max_message_size(0));
     let mut src = BytesMut::new();
     src.put_u32_le(u32::MAX);
     assert_eq!(c.decode(&mut src), Ok(None));
@@ -588,13 +609,23 @@ fn frame_limit_boundary() {
     let max = 64u32;
     let mut c = Codec::new(Limits::with_max_message_size(max));
     assert_eq!(c.frame_limit(), u64::from(max + MAX_HEADER));
-    // Exactly at the limit: long names plus a full body.
+    // Exactly at the limit: long names, the largest metadata block, a compressed full body.
+    let mut md = BytesMut::new();
+    crate::metadata::push(
+        &mut md,
+        "k-bin",
+        &vec![7; crate::metadata::MAX_METADATA_LEN - 8],
+    )
+    .unwrap();
+    assert_eq!(md.len(), crate::metadata::MAX_METADATA_LEN);
     let frame = Frame::Request(Request {
         call_id: 3,
         flags: RequestFlags::default(),
         deadline_us: 0,
         service: "s".repeat(MAX_NAME_LEN),
         operation: "o".repeat(MAX_NAME_LEN),
+        metadata: md.freeze(),
+        compression: 1,
         body: Bytes::from(vec![1; max as usize]),
     });
     let mut src = BytesMut::new();
@@ -636,6 +667,9 @@ fn encode_refuses_oversized_bodies_and_writes_nothing() {
     let reply = Frame::Reply(Reply {
         call_id: 2,
         status: StatusCode::Ok,
+        metadata: Bytes::new(),
+        compression: 0,
+        details: Bytes::new(),
         body: Bytes::from(vec![0; 11]),
     });
     assert!(matches!(
@@ -694,7 +728,7 @@ fn goaway_reason_truncated_on_char_boundary() {
     assert!(reason.starts_with(&g.reason));
 
     // Even with a tiny message limit, a GoAway with the longest reason is not cut and arrives.
-    let mut c = Codec::new(Limits::with_max_message_size(0));
+    let mut c = v1(Limits::with_max_message_size(0));
     let mut buf = BytesMut::new();
     c.encode(
         &Frame::GoAway(GoAway {
@@ -811,6 +845,8 @@ fn stream_frames_layout() {
         deadline_us: 0,
         service: String::new(),
         operation: String::new(),
+        metadata: Bytes::new(),
+        compression: 0,
         body: Bytes::new(),
     }));
     // The flags byte follows the type and the call id.
@@ -871,7 +907,7 @@ fn malformed_stream_frames() {
         ),
         // StreamEnd: unknown status.
         (
-            [&[8u8][..], &id, &[12, 0, 0]].concat(),
+            [&[8u8][..], &id, &[25, 0, 0]].concat(),
             "unknown status code",
         ),
         (
@@ -1030,7 +1066,7 @@ fn oversized_stream_data_is_named_and_skipped() {
 #[test]
 fn oversized_control_frames_name_no_call() {
     for ty in [9u8, 10] {
-        let mut c = Codec::new(Limits::with_max_message_size(0));
+        let mut c = v1(Limits::with_max_message_size(0));
         let mut src = BytesMut::new();
         src.put_u32_le(MAX_HEADER + 1);
         src.put_u8(ty);
@@ -1052,7 +1088,7 @@ fn oversized_control_frames_name_no_call() {
 fn stream_end_arrives_whatever_the_message_limit() {
     let reason = "r".repeat(MAX_REASON_LEN);
     let frame = stream_end(9, StatusCode::Internal, reason.as_bytes());
-    let mut c = Codec::new(Limits::with_max_message_size(0));
+    let mut c = v1(Limits::with_max_message_size(0));
     let mut buf = BytesMut::new();
     c.encode(&frame, &mut buf).unwrap();
     assert!(buf.len() as u64 > 4 + c.frame_limit());
@@ -1136,4 +1172,169 @@ fn in_frame_and_pending_size_follow_a_partial_frame() {
         "the rest of the oversized frame is still to come"
     );
     assert_eq!(codec.pending_frame_size(&big), None);
+}
+
+// ---- Protocol version 2: metadata, compression, details, and what it tolerates. ----
+
+fn metadata_block(entries: &[(&str, &[u8])]) -> Bytes {
+    let mut b = BytesMut::new();
+    for (k, v) in entries {
+        crate::metadata::push(&mut b, k, v).unwrap();
+    }
+    b.freeze()
+}
+
+#[test]
+fn v2_request_and_reply_carry_metadata_compression_and_details() {
+    let md = metadata_block(&[("authorization", b"Bearer t"), ("trace-bin", &[0, 1, 255])]);
+    let req = Frame::Request(Request {
+        call_id: 7,
+        flags: RequestFlags {
+            one_way: false,
+            streamed: true,
+        },
+        deadline_us: 9,
+        service: "Accounts".into(),
+        operation: "get".into(),
+        metadata: md.clone(),
+        compression: 1,
+        body: Bytes::from_static(b"args"),
+    });
+    let rep = Frame::Reply(Reply {
+        call_id: 7,
+        status: StatusCode::NotFound,
+        metadata: md,
+        compression: 2,
+        details: Bytes::from_static(b"\x01\x02"),
+        body: Bytes::from_static(b"no such account"),
+    });
+    for f in [req, rep] {
+        let mut buf = encode(&f);
+        assert_eq!(codec().decode(&mut buf), Ok(Some(f)));
+        assert!(buf.is_empty());
+    }
+    // Without them, a version-2 request is byte for byte a version-1 request, and a reply
+    // has one flags byte more.
+    let plain = request(1, b"xy");
+    let mut v1_bytes = BytesMut::new();
+    v1(Limits::default()).encode(&plain, &mut v1_bytes).unwrap();
+    assert_eq!(encode(&plain), v1_bytes);
+    let reply = Frame::Reply(Reply {
+        call_id: 1,
+        status: StatusCode::Ok,
+        metadata: Bytes::new(),
+        compression: 0,
+        details: Bytes::new(),
+        body: Bytes::from_static(b"r"),
+    });
+    assert_eq!(
+        &encode(&reply)[..],
+        &[12, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'r']
+    );
+}
+
+#[test]
+fn v2_tolerates_unknown_frame_types_flags_and_statuses() {
+    let mut c = codec();
+    let mut src = BytesMut::new();
+    // An unknown frame type, small and then oversized, is skipped; the next frame decodes.
+    src.extend_from_slice(&raw(&[200, 1, 2, 3]));
+    src.extend_from_slice(&encode(&Frame::Ping(1)));
+    assert_eq!(c.decode(&mut src), Ok(Some(Frame::Ping(1))));
+    let mut c = Codec::new(Limits::with_max_message_size(0));
+    let mut big = BytesMut::new();
+    big.put_u32_le(1_000_000);
+    big.put_u8(77);
+    assert_eq!(c.decode(&mut big), Ok(None), "skipping, not buffering");
+    assert!(big.is_empty());
+    let mut rest = BytesMut::from(&vec![0u8; 999_999][..]);
+    rest.extend_from_slice(&encode(&Frame::Pong(2)));
+    assert_eq!(c.decode(&mut rest), Ok(Some(Frame::Pong(2))));
+    // Unknown request flag bits (4..=7) are ignored.
+    let mut bytes = encode(&request(3, b"b"));
+    bytes[4 + 1 + 8] |= 0b1111_0000;
+    let Ok(Some(Frame::Request(r))) = codec().decode(&mut bytes) else {
+        panic!("request with unknown flags");
+    };
+    assert_eq!(r.body, Bytes::from_static(b"b"));
+    // An unknown status reads as `unknown`, in a reply and in a stream end.
+    let reply = raw(&[&[2u8][..], &5u64.to_le_bytes(), &[250, 0], b"why"].concat());
+    let Ok(Some(Frame::Reply(r))) = codec().decode(&mut reply.clone()) else {
+        panic!("reply with an unknown status");
+    };
+    assert_eq!((r.status, &r.body[..]), (StatusCode::Unknown, &b"why"[..]));
+    let end = raw(&[&[8u8][..], &5u64.to_le_bytes(), &[250, 0, 0]].concat());
+    assert!(matches!(
+        codec().decode(&mut end.clone()),
+        Ok(Some(Frame::StreamEnd(StreamEnd {
+            status: StatusCode::Unknown,
+            ..
+        })))
+    ));
+}
+
+#[test]
+fn v2_malformed_metadata_is_malformed_and_encoders_refuse_it() {
+    // Request flagged with metadata whose block runs past the frame.
+    let mut req = vec![1u8];
+    req.extend_from_slice(&1u64.to_le_bytes());
+    req.push(0b100);
+    req.extend_from_slice(&0u64.to_le_bytes());
+    req.extend_from_slice(&[1, b's', 1, b'o']);
+    req.extend_from_slice(&10u16.to_le_bytes());
+    req.extend_from_slice(&[1, b'k']);
+    assert_eq!(
+        codec().decode(&mut raw(&req)),
+        Err(WireError::Malformed("truncated frame"))
+    );
+    // A block with an upper-case key.
+    let mut req2 = req[..req.len() - 4].to_vec();
+    req2.extend_from_slice(&4u16.to_le_bytes());
+    req2.extend_from_slice(&[1, b'K', 0, 0]);
+    assert_eq!(
+        codec().decode(&mut raw(&req2)),
+        Err(WireError::Malformed("invalid metadata key"))
+    );
+    // Encoders refuse a malformed block, and version 1 refuses compression.
+    let Frame::Request(mut bad) = request(1, b"") else {
+        unreachable!()
+    };
+    bad.metadata = Bytes::from_static(&[1, b'K', 0, 0]);
+    let mut dst = BytesMut::new();
+    let err = codec()
+        .encode(&Frame::Request(bad.clone()), &mut dst)
+        .unwrap_err();
+    assert!(matches!(err, WireError::InvalidMetadata(_)) && !err.is_fatal());
+    bad.metadata = Bytes::new();
+    bad.compression = 1;
+    assert!(v1(Limits::default())
+        .encode(&Frame::Request(bad), &mut dst)
+        .is_err());
+    assert!(dst.is_empty());
+}
+
+#[test]
+fn v1_codec_drops_what_version_1_cannot_carry() {
+    let md = metadata_block(&[("a", b"b")]);
+    let rep = Frame::Reply(Reply {
+        call_id: 2,
+        status: StatusCode::NotFound,
+        metadata: md.clone(),
+        compression: 0,
+        details: Bytes::from_static(b"d"),
+        body: Bytes::from_static(b"gone"),
+    });
+    let mut c = v1(Limits::default());
+    let mut buf = BytesMut::new();
+    c.encode(&rep, &mut buf).unwrap();
+    // A code version 1 does not know travels as `internal`; metadata and details stay behind.
+    let Ok(Some(Frame::Reply(r))) = c.decode(&mut buf) else {
+        panic!("reply");
+    };
+    assert_eq!(r.status, StatusCode::Internal);
+    assert!(r.metadata.is_empty() && r.details.is_empty());
+    assert_eq!(&r.body[..], b"gone");
+    assert_eq!(c.version(), 1);
+    c.set_version(9);
+    assert_eq!(c.version(), VERSION);
 }

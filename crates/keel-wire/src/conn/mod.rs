@@ -69,6 +69,8 @@
 //!     deadline_us: 0,
 //!     service: "Calculator".into(),
 //!     operation: "add".into(),
+//!     metadata: Bytes::new(),
+//!     compression: 0,
 //!     body: Bytes::from_static(&[2, 3]),
 //! });
 //!
@@ -79,6 +81,9 @@
 //! let reply = Frame::Reply(Reply {
 //!     call_id: request.call_id,
 //!     status: StatusCode::Ok,
+//!     metadata: Bytes::new(),
+//!     compression: 0,
+//!     details: Bytes::new(),
 //!     body: Bytes::from_static(&[5]),
 //! });
 //!

@@ -236,12 +236,17 @@ fn structured_frame(r: &mut Reader<'_>) -> Frame {
                 deadline_us: r.uint(1),
                 service: r.text(),
                 operation: r.text(),
+                metadata: Bytes::new(),
+                compression: 0,
                 body: Bytes::copy_from_slice(r.bytes(4)),
             })
         }
         1 => Frame::Reply(Reply {
             call_id: r.call_id(),
             status: r.status(),
+            metadata: Bytes::new(),
+            compression: 0,
+            details: Bytes::new(),
             body: Bytes::copy_from_slice(r.bytes(4)),
         }),
         2 => Frame::Cancel(Cancel {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::core::error::Error;
+use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::Status;
 use crate::core::stream::ByteStream;
@@ -91,6 +92,8 @@ pub(crate) struct Outgoing {
     pub(crate) service: &'static str,
     pub(crate) operation: &'static str,
     pub(crate) one_way: bool,
+    /// The request metadata.
+    pub(crate) metadata: Metadata,
     /// The encoded arguments.
     pub(crate) body: Bytes,
     /// The request stream, for operations that take one.
@@ -99,9 +102,16 @@ pub(crate) struct Outgoing {
     pub(crate) download: bool,
 }
 
+/// A successful answer: the reply and its metadata.
+#[derive(Debug)]
+pub(crate) struct Replied {
+    pub(crate) payload: Payload,
+    pub(crate) metadata: Metadata,
+}
+
 /// A call's result: the outer error is the caller's side (could not send, no reply in time);
-/// the inner `Status` is the host's answer.
-pub(crate) type Answer = Result<Result<Payload, Status>, Error>;
+/// the inner `Status` is the host's answer (with its metadata).
+pub(crate) type Answer = Result<Result<Replied, Status>, Error>;
 
 /// A boxed future, as [`ClientTransport`]'s methods return.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -7,9 +7,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{CallOptions, Channel};
-use crate::bindings::{Answer, Outgoing};
+use crate::bindings::{Answer, Outgoing, Replied};
 use crate::core::codec::{self, Format};
 use crate::core::error::{Error, Kind};
+use crate::core::metadata::Metadata;
 use crate::core::service::{Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
@@ -23,7 +24,7 @@ async fn raw<A: Serialize>(
     upload: Option<ByteStream>,
 ) -> Answer {
     let info = &desc.operations[op];
-    let body = codec::encode(Format::Postcard, args).map_err(|e| {
+    let body = codec::encode(Format::MsgPack, args).map_err(|e| {
         Error::new(
             Kind::Codec,
             format!(
@@ -36,6 +37,8 @@ async fn raw<A: Serialize>(
         service: desc.name,
         operation: info.name,
         one_way: info.one_way,
+        // The channel adds its defaults and the call's options.
+        metadata: Metadata::new(),
         body,
         upload,
         download: info.stream_response,
@@ -44,8 +47,8 @@ async fn raw<A: Serialize>(
 }
 
 /// The whole body of a reply the operation does not stream.
-fn body(desc: &ServiceDescriptor, op: usize, payload: Payload) -> Result<bytes::Bytes, Error> {
-    payload.into_body().ok_or_else(|| {
+fn body(desc: &ServiceDescriptor, op: usize, replied: Replied) -> Result<bytes::Bytes, Error> {
+    replied.payload.into_body().ok_or_else(|| {
         Error::new(
             Kind::Protocol,
             format!(
@@ -57,8 +60,8 @@ fn body(desc: &ServiceDescriptor, op: usize, payload: Payload) -> Result<bytes::
 }
 
 /// The stream of a reply the operation streams.
-fn stream(payload: Payload) -> ByteStream {
-    match payload {
+fn stream(replied: Replied) -> ByteStream {
+    match replied.payload {
         Payload::Stream(s) => s,
         Payload::Body(b) => ByteStream::from_bytes(b),
     }
@@ -69,7 +72,7 @@ fn decode_reply<T: DeserializeOwned>(
     op: usize,
     body: &[u8],
 ) -> Result<T, Error> {
-    codec::decode(Format::Postcard, body).map_err(|e| {
+    codec::decode(Format::MsgPack, body).map_err(|e| {
         let name = desc.operations[op].name;
         Error::new(
             Kind::Codec,
@@ -88,7 +91,7 @@ where
         return Error::from_status(status);
     }
     match decode_reply::<E>(desc, op, status.details()) {
-        Ok(fault) => Error::from_fault(fault),
+        Ok(fault) => Error::from_fault(fault).with_metadata(status.metadata().clone()),
         Err(undecodable) => undecodable,
     }
 }

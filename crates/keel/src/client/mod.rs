@@ -4,17 +4,20 @@
 //! connection; on HTTP, see [`crate::http`].
 
 mod call;
+mod intercept;
 mod rt;
 
 pub use call::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
+pub use intercept::{ClientCall, ClientInterceptor};
 pub(crate) use rt::block_on;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::bindings::{self, Answer, ClientSettings, ClientTransport, HttpVersion, Outgoing};
 use crate::core::error::Error;
+use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
 use crate::transport::Endpoint;
 
 /// A channel's settings, as [`ChannelBuilder`] collects them and [`Channel::config`] reports
@@ -42,6 +45,9 @@ pub struct ClientConfig {
     /// HTTP/1.1: the most connections open at once (each carries one call at a time); a call
     /// that finds them all busy waits for one. Default: 32.
     pub http_max_connections: usize,
+    /// Metadata sent with every call (a call's own metadata replaces values of the same
+    /// keys). Default: none.
+    pub metadata: Metadata,
 }
 
 impl Default for ClientConfig {
@@ -55,6 +61,7 @@ impl Default for ClientConfig {
             tls: None,
             http_version: HttpVersion::Auto,
             http_max_connections: 32,
+            metadata: Metadata::new(),
         }
     }
 }
@@ -91,13 +98,47 @@ impl ClientConfig {
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ChannelBuilder {
     url: String,
     config: ClientConfig,
+    interceptors: Vec<Arc<dyn ClientInterceptor>>,
+}
+
+impl std::fmt::Debug for ChannelBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelBuilder")
+            .field("url", &self.url)
+            .field("config", &self.config)
+            .field("interceptors", &self.interceptors.len())
+            .finish()
+    }
 }
 
 impl ChannelBuilder {
+    /// Adds metadata sent with every call: a text value for `key` (see [`Metadata::insert`]
+    /// for the rules; binary values: [`ChannelBuilder::metadata`]). Default: none.
+    pub fn default_metadata(mut self, key: &str, value: &str) -> Result<Self, Error> {
+        self.config
+            .metadata
+            .insert(key, value)
+            .map_err(|e| Error::new(crate::core::error::Kind::Config, e.to_string()))?;
+        Ok(self)
+    }
+
+    /// Sets the metadata sent with every call. Default: none.
+    pub fn metadata(mut self, metadata: Metadata) -> Self {
+        self.config.metadata = metadata;
+        self
+    }
+
+    /// Adds an interceptor that sees every call of this channel, after those added before it
+    /// (see [`ClientInterceptor`]). Default: none.
+    pub fn interceptor<I: ClientInterceptor>(mut self, interceptor: I) -> Self {
+        self.interceptors.push(Arc::new(interceptor));
+        self
+    }
+
     /// Deadline for each call unless the call sets its own. Default: 60 s.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.config.deadline = deadline;
@@ -155,6 +196,7 @@ impl ChannelBuilder {
         Ok(Channel {
             inner: Arc::new(Inner {
                 config: self.config,
+                interceptors: self.interceptors,
                 transport,
                 calls: AtomicU64::new(0),
             }),
@@ -183,19 +225,66 @@ pub struct ChannelStats {
     pub calls: u64,
 }
 
-/// Per-call options carried by a generated client (see its `with_deadline`).
-#[derive(Debug, Clone, Copy, Default)]
+/// Per-call options carried by a generated client (see its `with_deadline`, `with_metadata`
+/// and `with_reply_metadata`).
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct CallOptions {
     deadline: Option<Duration>,
+    metadata: Metadata,
+    reply: Option<ReplyMetadata>,
 }
 
 impl CallOptions {
     /// These options with a per-call deadline.
-    pub fn with_deadline(self, deadline: Duration) -> CallOptions {
-        CallOptions {
-            deadline: Some(deadline),
-        }
+    pub fn with_deadline(mut self, deadline: Duration) -> CallOptions {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// These options with request metadata (merged over the channel's defaults).
+    pub fn with_metadata(mut self, metadata: Metadata) -> CallOptions {
+        self.metadata = metadata;
+        self
+    }
+
+    /// These options with a place the reply metadata of each call is stored in.
+    pub fn with_reply_metadata(mut self, slot: &ReplyMetadata) -> CallOptions {
+        self.reply = Some(slot.clone());
+        self
+    }
+}
+
+/// Where a call's reply metadata lands (as grpc-go's `grpc.Header` call option): give it to a
+/// generated client's `with_reply_metadata`, make the call, then read it. Shared by clones; a
+/// later call through the same client replaces what an earlier one left.
+///
+/// ```no_run
+/// # #[keel::contract] pub trait Echo { async fn echo(&self, s: String) -> String; }
+/// # async fn example(client: EchoClient) -> Result<(), keel::Error> {
+/// let reply = keel::ReplyMetadata::new();
+/// client.with_reply_metadata(&reply).echo("hi".into()).await?;
+/// println!("served by {:?}", reply.get().get("served-by"));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ReplyMetadata {
+    slot: Arc<Mutex<Metadata>>,
+}
+
+impl ReplyMetadata {
+    /// An empty slot.
+    pub fn new() -> ReplyMetadata {
+        ReplyMetadata::default()
+    }
+
+    /// The metadata the last call stored (empty before any).
+    pub fn get(&self) -> Metadata {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, metadata: Metadata) {
+        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = metadata;
     }
 }
 
@@ -208,9 +297,19 @@ pub struct Channel {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("config", &self.config)
+            .field("interceptors", &self.interceptors.len())
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     config: ClientConfig,
+    interceptors: Vec<Arc<dyn ClientInterceptor>>,
     transport: Box<dyn ClientTransport>,
     /// Calls made, for [`Channel::stats`].
     calls: AtomicU64,
@@ -222,6 +321,7 @@ impl Channel {
         ChannelBuilder {
             url: url.into(),
             config: ClientConfig::default(),
+            interceptors: Vec::new(),
         }
     }
 
@@ -274,12 +374,87 @@ impl Channel {
     ///
     /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
     /// it ends or the caller drops it.
-    pub(crate) async fn call(&self, call: Outgoing, options: &CallOptions) -> Answer {
+    pub(crate) async fn call(&self, mut call: Outgoing, options: &CallOptions) -> Answer {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let deadline = options.deadline.unwrap_or(self.inner.config.deadline);
-        self.inner
-            .transport
-            .call(call, Instant::now() + deadline)
-            .await
+        let deadline = Instant::now() + options.deadline.unwrap_or(self.inner.config.deadline);
+        let defaults = &self.inner.config.metadata;
+        call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
+            (true, _) => options.metadata.clone(),
+            (false, true) => defaults.clone(),
+            (false, false) => {
+                let mut md = defaults.clone();
+                md.merge(&options.metadata);
+                md
+            }
+        };
+        let chain = &self.inner.interceptors;
+        if chain.is_empty() {
+            let answer = self.send(call, deadline).await;
+            return self.store_reply_metadata(answer, options);
+        }
+        let mut seen = ClientCall::new(
+            call.service,
+            call.operation,
+            std::mem::take(&mut call.metadata),
+        );
+        let mut ran = 0;
+        let mut refused = None;
+        for interceptor in chain {
+            ran += 1;
+            if let Err(status) = interceptor.before(&mut seen) {
+                refused = Some(status);
+                break;
+            }
+        }
+        let answer = match refused {
+            Some(status) => Ok(Err(status)),
+            None => {
+                let seen_md = std::mem::take(seen.metadata_mut());
+                call.metadata = seen_md.clone();
+                *seen.metadata_mut() = seen_md;
+                self.send(call, deadline).await
+            }
+        };
+        let answer = self.store_reply_metadata(answer, options);
+        let status_error;
+        let outcome = match &answer {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => {
+                status_error = Error::from_status(status.clone());
+                Err(&status_error)
+            }
+            Err(e) => Err(e),
+        };
+        for interceptor in chain[..ran].iter().rev() {
+            interceptor.after(&seen, outcome);
+        }
+        answer
+    }
+
+    /// Hands a call to the binding, unless its metadata exceeds what every binding carries.
+    async fn send(&self, call: Outgoing, deadline: Instant) -> Answer {
+        let size = call.metadata.encoded_len();
+        if size > MAX_METADATA_BYTES {
+            return Err(Error::new(
+                crate::core::error::Kind::TooLarge,
+                format!(
+                    "{}.{}: {size} bytes of metadata exceed the limit of {MAX_METADATA_BYTES}",
+                    call.service, call.operation
+                ),
+            ));
+        }
+        self.inner.transport.call(call, deadline).await
+    }
+
+    /// Stores a call's reply metadata where its options ask.
+    fn store_reply_metadata(&self, answer: Answer, options: &CallOptions) -> Answer {
+        if let Some(slot) = &options.reply {
+            match &answer {
+                Ok(Ok(replied)) => slot.set(replied.metadata.clone()),
+                Ok(Err(status)) => slot.set(status.metadata().clone()),
+                Err(_) => slot.set(Metadata::new()),
+            }
+        }
+        answer
     }
 }

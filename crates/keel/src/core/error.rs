@@ -8,6 +8,9 @@ use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 
+use bytes::Bytes;
+
+use super::metadata::Metadata;
 use super::status::{Status, StatusCode};
 
 /// Everything that can go wrong with a call, as the caller sees it.
@@ -24,6 +27,10 @@ struct Inner {
     source: Option<Box<dyn StdError + Send + Sync>>,
     /// The decoded typed fault, for `Kind::Status(Fault)`.
     fault: Option<Box<dyn Any + Send + Sync>>,
+    /// The host's status details, for `Kind::Status`.
+    details: Bytes,
+    /// The reply metadata the host sent with its status.
+    metadata: Metadata,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +61,8 @@ impl Error {
                 message: message.into(),
                 source: None,
                 fault: None,
+                details: Bytes::new(),
+                metadata: Metadata::new(),
             }),
         }
     }
@@ -64,7 +73,38 @@ impl Error {
     }
 
     pub(crate) fn from_status(status: Status) -> Error {
-        Error::new(Kind::Status(status.code), status.message)
+        let (code, details, metadata) = (
+            status.code,
+            status.details().clone(),
+            status.metadata().clone(),
+        );
+        let mut e = Error::new(Kind::Status(code), status.message);
+        if code != StatusCode::Fault {
+            e.inner.details = details;
+        }
+        e.inner.metadata = metadata;
+        e
+    }
+
+    pub(crate) fn with_metadata(mut self, metadata: Metadata) -> Error {
+        self.inner.metadata = metadata;
+        self
+    }
+
+    /// The host's message, or this side's description of what went wrong.
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
+    /// The details of the host's status ([`Status::details`]); empty when it sent none, for
+    /// faults (see [`Error::fault`]) and for errors on this side.
+    pub fn details(&self) -> &[u8] {
+        &self.inner.details
+    }
+
+    /// The reply metadata the host sent with its status (empty for errors on this side).
+    pub fn metadata(&self) -> &Metadata {
+        &self.inner.metadata
     }
 
     pub(crate) fn from_fault<E: Any + Send + Sync + fmt::Debug>(fault: E) -> Error {

@@ -3,6 +3,8 @@
 //! - [`error`]: the caller's [`Error`](error::Error);
 //! - [`status`]: what a host says about a call, [`Status`](status::Status) and keel's own
 //!   [`StatusCode`](status::StatusCode);
+//! - [`metadata`]: [`Metadata`](metadata::Metadata), the key/value pairs that travel with a call;
+//! - [`context`]: [`Context`](context::Context), what a handler knows about its call;
 //! - [`stream`]: [`ByteStream`](stream::ByteStream), a body that flows in chunks;
 //! - [`service`]: a contract's descriptors and the [`Service`](service::Service) trait generated
 //!   servers implement (the dispatch trait);
@@ -12,8 +14,10 @@
 //! Imports nothing else of keel's.
 
 pub(crate) mod codec;
+pub(crate) mod context;
 pub(crate) mod depth;
 pub(crate) mod error;
+pub(crate) mod metadata;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod stream;

@@ -9,6 +9,7 @@ use std::pin::Pin;
 use bytes::Bytes;
 
 use super::codec::Format;
+use super::context::Context;
 use super::status::Status;
 use super::stream::ByteStream;
 
@@ -152,9 +153,10 @@ impl fmt::Debug for Invocation {
 pub trait Service: Send + Sync + 'static {
     /// The contract's description.
     fn descriptor(&self) -> &'static ServiceDescriptor;
-    /// Generated code's part, not a public API. Decodes the arguments of operation `op` and prepares its invocation. `stream` is the
-    /// request stream (empty unless the caller streams one); an operation that takes none drops
-    /// it, which tells the sender to stop.
+    /// Generated code's part, not a public API. Decodes the arguments of operation `op` and
+    /// prepares its invocation. `stream` is the request stream (empty unless the caller streams
+    /// one); an operation that takes none drops it, which tells the sender to stop. `ctx` goes
+    /// to an operation that declares a `keel::Context` parameter.
     #[doc(hidden)]
     fn invoke(
         &self,
@@ -162,5 +164,6 @@ pub trait Service: Send + Sync + 'static {
         format: Format,
         body: &[u8],
         stream: ByteStream,
+        ctx: &Context,
     ) -> Result<Invocation, Status>;
 }

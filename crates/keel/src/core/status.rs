@@ -9,7 +9,16 @@ use std::fmt;
 
 use bytes::Bytes;
 
+use super::metadata::Metadata;
+
 /// The outcome of a call. Stable names ([`StatusCode::as_str`]); new codes may be added.
+///
+/// The set contains every gRPC code (`Ok`, `Cancelled`, `Unknown`, `InvalidArgument`,
+/// `DeadlineExceeded`, `NotFound`, `AlreadyExists`, `PermissionDenied`, `ResourceExhausted`,
+/// `FailedPrecondition`, `Aborted`, `OutOfRange`, `Unimplemented`, `Internal`, `Unavailable`,
+/// `DataLoss`, `Unauthenticated`) plus keel's finer ones for what keel itself decides
+/// (`Fault`, `UnknownService`, `UnknownOperation`, `BadRequest`, `TooLarge`, `Busy`,
+/// `ShuttingDown`, `HandlerPanicked`). The HTTP mapping is in `HTTP.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StatusCode {
@@ -37,11 +46,38 @@ pub enum StatusCode {
     HandlerPanicked,
     /// Any other failure inside the host.
     Internal,
+    /// An error with no better code; also what a code this version does not know reads as.
+    Unknown,
+    /// The caller's argument is invalid whatever the state of the system (a handler's
+    /// verdict; arguments that could not be decoded are [`StatusCode::BadRequest`]).
+    InvalidArgument,
+    /// A requested entity was not found.
+    NotFound,
+    /// The entity the caller tried to create already exists.
+    AlreadyExists,
+    /// The caller is known but may not do this.
+    PermissionDenied,
+    /// A resource (a quota, space) is exhausted.
+    ResourceExhausted,
+    /// The system is not in the state the operation requires.
+    FailedPrecondition,
+    /// The operation was aborted, typically by a concurrency conflict.
+    Aborted,
+    /// The operation was attempted past the valid range.
+    OutOfRange,
+    /// The operation is not implemented or not supported.
+    Unimplemented,
+    /// The service is unavailable right now; a retry may succeed.
+    Unavailable,
+    /// Unrecoverable data loss or corruption.
+    DataLoss,
+    /// The caller did not present valid credentials.
+    Unauthenticated,
 }
 
 impl StatusCode {
     /// Every code, in a stable order.
-    pub(crate) const ALL: [StatusCode; 12] = [
+    pub(crate) const ALL: [StatusCode; 25] = [
         StatusCode::Ok,
         StatusCode::Fault,
         StatusCode::UnknownService,
@@ -54,6 +90,19 @@ impl StatusCode {
         StatusCode::ShuttingDown,
         StatusCode::HandlerPanicked,
         StatusCode::Internal,
+        StatusCode::Unknown,
+        StatusCode::InvalidArgument,
+        StatusCode::NotFound,
+        StatusCode::AlreadyExists,
+        StatusCode::PermissionDenied,
+        StatusCode::ResourceExhausted,
+        StatusCode::FailedPrecondition,
+        StatusCode::Aborted,
+        StatusCode::OutOfRange,
+        StatusCode::Unimplemented,
+        StatusCode::Unavailable,
+        StatusCode::DataLoss,
+        StatusCode::Unauthenticated,
     ];
 
     /// A stable, lower-case name for logs and HTTP (e.g. `"deadline_exceeded"`).
@@ -82,11 +131,24 @@ impl StatusCode {
             StatusCode::ShuttingDown => W::ShuttingDown,
             StatusCode::HandlerPanicked => W::HandlerPanicked,
             StatusCode::Internal => W::Internal,
+            StatusCode::Unknown => W::Unknown,
+            StatusCode::InvalidArgument => W::InvalidArgument,
+            StatusCode::NotFound => W::NotFound,
+            StatusCode::AlreadyExists => W::AlreadyExists,
+            StatusCode::PermissionDenied => W::PermissionDenied,
+            StatusCode::ResourceExhausted => W::ResourceExhausted,
+            StatusCode::FailedPrecondition => W::FailedPrecondition,
+            StatusCode::Aborted => W::Aborted,
+            StatusCode::OutOfRange => W::OutOfRange,
+            StatusCode::Unimplemented => W::Unimplemented,
+            StatusCode::Unavailable => W::Unavailable,
+            StatusCode::DataLoss => W::DataLoss,
+            StatusCode::Unauthenticated => W::Unauthenticated,
         }
     }
 
     /// The code for keel-wire's status byte. A code this version does not know reads as
-    /// `Internal`.
+    /// `Unknown`.
     pub(crate) fn from_wire(code: keel_wire::StatusCode) -> StatusCode {
         use keel_wire::StatusCode as W;
         match code {
@@ -102,7 +164,20 @@ impl StatusCode {
             W::ShuttingDown => StatusCode::ShuttingDown,
             W::HandlerPanicked => StatusCode::HandlerPanicked,
             W::Internal => StatusCode::Internal,
-            _ => StatusCode::Internal,
+            W::Unknown => StatusCode::Unknown,
+            W::InvalidArgument => StatusCode::InvalidArgument,
+            W::NotFound => StatusCode::NotFound,
+            W::AlreadyExists => StatusCode::AlreadyExists,
+            W::PermissionDenied => StatusCode::PermissionDenied,
+            W::ResourceExhausted => StatusCode::ResourceExhausted,
+            W::FailedPrecondition => StatusCode::FailedPrecondition,
+            W::Aborted => StatusCode::Aborted,
+            W::OutOfRange => StatusCode::OutOfRange,
+            W::Unimplemented => StatusCode::Unimplemented,
+            W::Unavailable => StatusCode::Unavailable,
+            W::DataLoss => StatusCode::DataLoss,
+            W::Unauthenticated => StatusCode::Unauthenticated,
+            _ => StatusCode::Unknown,
         }
     }
 }
@@ -113,13 +188,46 @@ impl fmt::Display for StatusCode {
     }
 }
 
-/// What a host says about a call that did not succeed: a code, a message for humans and, for
-/// [`StatusCode::Fault`], the encoded typed fault.
+/// What a host says about a call that did not succeed: a code, a message for humans, optional
+/// details (opaque bytes for programs; for [`StatusCode::Fault`], the encoded typed fault) and
+/// metadata sent back with it.
+///
+/// A handler returns one to answer with a code of its choice, as an operation that returns
+/// `Result<T, keel::Status>`:
+///
+/// ```
+/// #[keel::contract]
+/// pub trait Accounts {
+///     async fn balance(&self, id: u64) -> Result<i64, keel::Status>;
+/// }
+///
+/// struct Bank;
+/// impl Accounts for Bank {
+///     async fn balance(&self, id: u64) -> Result<i64, keel::Status> {
+///         match id {
+///             1 => Ok(100),
+///             _ => Err(keel::Status::not_found(format!("no account {id}"))),
+///         }
+///     }
+/// }
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Status {
     pub(crate) code: StatusCode,
     pub(crate) message: String,
     details: Bytes,
+    metadata: Metadata,
+}
+
+macro_rules! constructors {
+    ($($(#[$doc:meta])* $name:ident => $code:ident,)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(message: impl Into<String>) -> Status {
+                Status::new(StatusCode::$code, message)
+            }
+        )*
+    };
 }
 
 impl Status {
@@ -129,7 +237,59 @@ impl Status {
             code,
             message: message.into(),
             details: Bytes::new(),
+            metadata: Metadata::new(),
         }
+    }
+
+    constructors! {
+        /// [`StatusCode::Cancelled`].
+        cancelled => Cancelled,
+        /// [`StatusCode::Unknown`].
+        unknown => Unknown,
+        /// [`StatusCode::InvalidArgument`].
+        invalid_argument => InvalidArgument,
+        /// [`StatusCode::DeadlineExceeded`].
+        deadline_exceeded => DeadlineExceeded,
+        /// [`StatusCode::NotFound`].
+        not_found => NotFound,
+        /// [`StatusCode::AlreadyExists`].
+        already_exists => AlreadyExists,
+        /// [`StatusCode::PermissionDenied`].
+        permission_denied => PermissionDenied,
+        /// [`StatusCode::ResourceExhausted`].
+        resource_exhausted => ResourceExhausted,
+        /// [`StatusCode::FailedPrecondition`].
+        failed_precondition => FailedPrecondition,
+        /// [`StatusCode::Aborted`].
+        aborted => Aborted,
+        /// [`StatusCode::OutOfRange`].
+        out_of_range => OutOfRange,
+        /// [`StatusCode::Unimplemented`].
+        unimplemented => Unimplemented,
+        /// [`StatusCode::Internal`].
+        internal => Internal,
+        /// [`StatusCode::Unavailable`].
+        unavailable => Unavailable,
+        /// [`StatusCode::DataLoss`].
+        data_loss => DataLoss,
+        /// [`StatusCode::Unauthenticated`].
+        unauthenticated => Unauthenticated,
+    }
+
+    /// This status with `details`: bytes for programs (for example an encoded error record),
+    /// at most the message size limit together with the message. Ignored on a fault.
+    pub fn with_details(mut self, details: impl Into<Bytes>) -> Status {
+        if self.code != StatusCode::Fault {
+            self.details = details.into();
+        }
+        self
+    }
+
+    /// This status with `metadata` sent back to the caller (merged with what the handler set
+    /// through its [`Context`](crate::Context)).
+    pub fn with_metadata(mut self, metadata: Metadata) -> Status {
+        self.metadata = metadata;
+        self
     }
 
     /// A typed fault whose encoded value is `details`.
@@ -138,7 +298,17 @@ impl Status {
             code: StatusCode::Fault,
             message: String::new(),
             details,
+            metadata: Metadata::new(),
         }
+    }
+
+    /// The metadata sent back with this status.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    pub(crate) fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
     }
 
     /// The code.
@@ -151,27 +321,39 @@ impl Status {
         &self.message
     }
 
-    /// The encoded fault value, for [`StatusCode::Fault`]; empty otherwise.
+    /// The details: the encoded fault value for [`StatusCode::Fault`], else what the handler
+    /// set with [`Status::with_details`] (often empty).
     pub fn details(&self) -> &Bytes {
         &self.details
     }
 
-    /// The body this status travels with on keel-wire: the fault for faults, else the message.
-    pub(crate) fn into_body(self) -> Bytes {
+    /// What this status travels as on keel-wire: `(body, details, metadata)`. The body is the
+    /// fault for faults, else the message.
+    pub(crate) fn into_wire_parts(self) -> (Bytes, Bytes, Metadata) {
         if self.code == StatusCode::Fault {
-            self.details
+            (self.details, Bytes::new(), self.metadata)
         } else {
-            Bytes::from(self.message.into_bytes())
+            (
+                Bytes::from(self.message.into_bytes()),
+                self.details,
+                self.metadata,
+            )
         }
     }
 
     /// The status a wire reply carries.
-    pub(crate) fn from_body(code: StatusCode, body: Bytes) -> Status {
-        if code == StatusCode::Fault {
+    pub(crate) fn from_wire_parts(
+        code: StatusCode,
+        body: Bytes,
+        details: Bytes,
+        metadata: Metadata,
+    ) -> Status {
+        let status = if code == StatusCode::Fault {
             Status::fault(body)
         } else {
-            Status::new(code, String::from_utf8_lossy(&body).into_owned())
-        }
+            Status::new(code, String::from_utf8_lossy(&body).into_owned()).with_details(details)
+        };
+        status.with_metadata(metadata)
     }
 }
 
@@ -181,6 +363,7 @@ impl fmt::Debug for Status {
             .field("code", &self.code)
             .field("message", &self.message)
             .field("details_len", &self.details.len())
+            .field("metadata", &self.metadata)
             .finish()
     }
 }

@@ -1,7 +1,7 @@
 //! One call's way from a decoded request to a running handler.
 //!
 //! Order of checks, cheapest first: draining → service → operation → per-connection limit →
-//! arguments → throttle. Blocking operations run on keel-pool and never on a runtime worker;
+//! interceptors → arguments → throttle. Blocking operations run on keel-pool and never on a runtime worker;
 //! async operations run as runtime tasks. A call whose deadline passed before it could start is
 //! answered `DeadlineExceeded` without running.
 
@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,6 +18,8 @@ use bytes::Bytes;
 use super::conn::{CallCtl, ConnShared};
 use super::throttle::Admission;
 use crate::core::codec::Format;
+use crate::core::context::{CallFacts, Context};
+use crate::core::metadata::Metadata;
 use crate::core::service::{Invocation, Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
@@ -33,6 +35,8 @@ pub(crate) struct Incoming<'a> {
     pub(crate) deadline: Option<Duration>,
     pub(crate) service: &'a str,
     pub(crate) operation: &'a str,
+    /// The request metadata.
+    pub(crate) metadata: Metadata,
     /// How `body` (and the reply) is encoded.
     pub(crate) format: Format,
     pub(crate) body: Bytes,
@@ -62,28 +66,52 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownOperation, msg)));
     };
     let deadline = req.deadline.and_then(|d| received.checked_add(d));
+    let info = &desc.operations[op];
+    let ctx = Context::new(CallFacts {
+        service: desc.name,
+        operation: info.name,
+        binding: conn.info.binding,
+        peer_addr: conn.info.peer_addr,
+        peer_certificates: conn.info.peer_certificates.clone(),
+        deadline,
+        metadata: req.metadata,
+    });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
-    let ctl = match conn.track(call_id) {
+    let ctl = match conn.track(call_id, &ctx) {
         Ok(ctl) => ctl,
         Err(status) => return conn.reply(call_id, Err(status)),
     };
-    let invocation = match service.invoke(op, req.format, &req.body, req.stream) {
+    let mut call = Call {
+        conn: conn.clone(),
+        ctl,
+        call_id,
+        one_way,
+        deadline,
+        ctx,
+        intercepted: 0,
+    };
+    // Interceptors before decoding: a refused caller costs no decoding either.
+    for interceptor in dispatcher.interceptors() {
+        call.intercepted += 1;
+        if let Err(status) = interceptor.before(&call.ctx) {
+            // Answered even for one-way calls: the caller must hear it was refused.
+            call.one_way = false;
+            return call.finish(Err(status));
+        }
+    }
+    let invocation = match service.invoke(op, req.format, &req.body, req.stream, &call.ctx) {
         Ok(inv) => inv,
         // Answered unless a drain answered it meanwhile (even one-way calls hear of it).
-        Err(status) => return conn.finish(call_id, false, Err(status)),
+        Err(status) => {
+            call.one_way = false;
+            return call.finish(Err(status));
+        }
     };
     dispatcher.call_accepted();
     if one_way {
         // Acknowledge receipt now; the outcome is not reported.
         conn.reply(call_id, Ok(Payload::Body(Bytes::new())));
     }
-    let call = Call {
-        conn: conn.clone(),
-        ctl,
-        call_id,
-        one_way,
-        deadline,
-    };
     match dispatcher.throttle.admit() {
         Admission::Now(permit) => call.start(invocation, permit),
         Admission::Queued(place) => {
@@ -113,23 +141,41 @@ fn deadline_status() -> Status {
     )
 }
 
-/// An admitted call on its way to a handler.
+/// A tracked call on its way to a handler and back.
 struct Call {
     conn: Arc<ConnShared>,
     ctl: Arc<CallCtl>,
     call_id: u64,
     one_way: bool,
     deadline: Option<Instant>,
+    ctx: Context,
+    /// How many interceptors' `before` ran: their `after` runs, in reverse order.
+    intercepted: usize,
 }
 
 impl Call {
-    fn finish(self, outcome: Outcome) {
+    fn finish(mut self, outcome: Outcome) {
+        let code = outcome
+            .as_ref()
+            .map_or_else(|s| s.code(), |_| StatusCode::Ok);
+        self.after(code);
         self.conn.finish(self.call_id, self.one_way, outcome);
+    }
+
+    /// The interceptors' `after`, once.
+    fn after(&mut self, code: StatusCode) {
+        let ran = std::mem::take(&mut self.intercepted);
+        if ran > 0 {
+            let chain = self.conn.dispatcher.interceptors();
+            for interceptor in chain[..ran].iter().rev() {
+                interceptor.after(&self.ctx, code);
+            }
+        }
     }
 
     /// `Some(status)` if the call must not start: cancelled, or its deadline passed.
     fn refuse_start(&self) -> Option<Status> {
-        if self.ctl.cancelled.load(Ordering::Acquire) {
+        if self.ctx.is_cancelled() {
             return Some(Status::new(StatusCode::Cancelled, "cancelled"));
         }
         match self.deadline {
@@ -184,6 +230,14 @@ impl Call {
     }
 }
 
+impl Drop for Call {
+    /// A call dropped unanswered was cancelled (its task aborted): the interceptors still hear
+    /// of it.
+    fn drop(&mut self) {
+        self.after(StatusCode::Cancelled);
+    }
+}
+
 fn panic_status(payload: &Box<dyn std::any::Any + Send>) -> Status {
     let msg = payload
         .downcast_ref::<&str>()
@@ -201,7 +255,7 @@ struct CatchUnwind(Pin<Box<dyn Future<Output = Outcome> + Send>>);
 
 impl Future for CatchUnwind {
     type Output = Outcome;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Outcome> {
         match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
             Ok(p) => p,
             Err(payload) => Poll::Ready(Err(panic_status(&payload))),

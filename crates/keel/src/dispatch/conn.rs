@@ -4,21 +4,26 @@
 //! the answer.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use bytes::Bytes;
 use tokio::task::AbortHandle;
 
 use super::Dispatcher;
+use crate::core::context::Context;
+use crate::core::metadata::Metadata;
 use crate::core::service::Outcome;
 use crate::core::status::{Status, StatusCode};
 
 /// Per-call control shared with the task or pool job running it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CallCtl {
-    /// Set by a cancel frame or the drain timeout: a job that has not started must not start.
-    pub(crate) cancelled: AtomicBool,
+    /// The call's context: its cancellation signal (set by a cancel frame, the caller leaving
+    /// or the drain timeout: a job that has not started must not start) and reply metadata.
+    pub(crate) ctx: Context,
     /// The task running an async operation, so a cancel can stop it.
     pub(crate) task: Mutex<Option<AbortHandle>>,
 }
@@ -26,9 +31,9 @@ pub(crate) struct CallCtl {
 impl CallCtl {
     /// The call will not be answered by its handler: a job not yet started must not start, and
     /// an async operation still running is aborted. (A blocking job already running finishes;
-    /// threads cannot be interrupted.)
+    /// threads cannot be interrupted, but its `Context` says it is cancelled.)
     fn stop(&self) {
-        self.cancelled.store(true, Ordering::Release);
+        self.ctx.cancel();
         if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
             task.abort();
         }
@@ -38,8 +43,8 @@ impl CallCtl {
 /// Where a connection's answers go: keel-wire frames, or the HTTP requests waiting for them.
 /// Each binding implements it once.
 pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
-    /// Delivers the answer to call `call_id`.
-    fn reply(&self, call_id: u64, outcome: Outcome);
+    /// Delivers the answer to call `call_id`, with its reply metadata.
+    fn reply(&self, call_id: u64, outcome: Outcome, metadata: Metadata);
     /// The host will serve no new calls here; tell the peer (calls it sent already are still
     /// answered).
     fn go_away(&self, reason: &str);
@@ -56,6 +61,10 @@ pub(crate) struct ConnInfo {
     pub(crate) binding: &'static str,
     /// The other end, for logs.
     pub(crate) peer: String,
+    /// The other end's address (`None` on a Unix socket).
+    pub(crate) peer_addr: Option<SocketAddr>,
+    /// The client's TLS certificate chain, DER, when it presented one.
+    pub(crate) peer_certificates: Option<Arc<[Bytes]>>,
     /// When the connection was accepted.
     pub(crate) opened: Instant,
     /// Calls received on it (accepted or refused).
@@ -64,11 +73,18 @@ pub(crate) struct ConnInfo {
 
 impl ConnInfo {
     /// Connection `id` of `binding` with `peer`, accepted now.
-    pub(crate) fn new(id: u64, binding: &'static str, peer: String) -> ConnInfo {
+    pub(crate) fn new(
+        id: u64,
+        binding: &'static str,
+        peer_addr: Option<SocketAddr>,
+        peer_certificates: Option<Arc<[Bytes]>>,
+    ) -> ConnInfo {
         ConnInfo {
             id,
             binding,
-            peer,
+            peer: peer_addr.map_or_else(|| binding.to_string(), |a| a.to_string()),
+            peer_addr,
+            peer_certificates,
             opened: Instant::now(),
             calls: AtomicU64::new(0),
         }
@@ -147,8 +163,11 @@ impl ConnShared {
     /// Registers a call. `BadRequest` if a call with its id is in flight already (it would
     /// take that call's place: neither counted against the limit nor ever answered), `Busy` if
     /// the connection already has as many calls as allowed.
-    pub(crate) fn track(&self, call_id: u64) -> Result<Arc<CallCtl>, Status> {
-        let ctl = Arc::new(CallCtl::default());
+    pub(crate) fn track(&self, call_id: u64, ctx: &Context) -> Result<Arc<CallCtl>, Status> {
+        let ctl = Arc::new(CallCtl {
+            ctx: ctx.clone(),
+            task: Mutex::new(None),
+        });
         let limit = self.max_calls;
         {
             let mut calls = self.calls();
@@ -172,21 +191,33 @@ impl ConnShared {
         Ok(ctl)
     }
 
-    /// Answers a tracked call, unless someone else (cancel, drain) already did.
-    pub(crate) fn finish(&self, call_id: u64, one_way: bool, outcome: Outcome) {
+    /// Answers a tracked call, unless someone else (cancel, drain) already did, with the
+    /// reply metadata its context collected (and its status's, for a failure).
+    pub(crate) fn finish(&self, call_id: u64, one_way: bool, mut outcome: Outcome) {
         let removed = self.calls().remove(&call_id);
-        if removed.is_some() {
+        if let Some(ctl) = removed {
             self.touch();
+            // The call is over: whatever still watches its context (a task the handler
+            // spawned, a handler that outlived its deadline) hears it, as in gRPC.
+            ctl.ctx.cancel();
             if !one_way {
-                self.reply(call_id, outcome);
+                let mut metadata = ctl.ctx.take_reply_metadata();
+                if let Err(status) = &mut outcome {
+                    metadata.merge(&std::mem::take(status.metadata_mut()));
+                }
+                self.out.reply(call_id, outcome, metadata);
             }
             self.dispatcher.call_finished();
         }
     }
 
     /// Sends an answer for a call that was never tracked (refused before admission).
-    pub(crate) fn reply(&self, call_id: u64, outcome: Outcome) {
-        self.out.reply(call_id, outcome);
+    pub(crate) fn reply(&self, call_id: u64, mut outcome: Outcome) {
+        let metadata = match &mut outcome {
+            Err(status) => std::mem::take(status.metadata_mut()),
+            Ok(_) => Metadata::new(),
+        };
+        self.out.reply(call_id, outcome, metadata);
     }
 
     /// The caller no longer wants call `call_id`: stop it; no answer is sent.

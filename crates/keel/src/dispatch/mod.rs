@@ -10,11 +10,13 @@
 mod budget;
 mod call;
 mod conn;
+mod intercept;
 mod throttle;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 pub(crate) use call::{dispatch, Incoming};
 pub(crate) use conn::{ConnInfo, ConnShared, Responder};
+pub use intercept::Interceptor;
 pub use throttle::ThrottleConfig;
 
 use std::collections::{BTreeMap, HashMap};
@@ -52,6 +54,8 @@ pub(crate) struct Counters {
 /// What every connection of a host shares: services, admission, the pool, open connections.
 pub(crate) struct Dispatcher {
     services: HashMap<String, Arc<dyn Service>>,
+    /// The host's interceptors, in order.
+    interceptors: Vec<Arc<dyn Interceptor>>,
     pub(crate) limits: Limits,
     pub(crate) pool: Arc<keel_pool::Pool>,
     pub(crate) throttle: Arc<Throttle>,
@@ -95,12 +99,14 @@ impl Dispatcher {
     /// A dispatcher for `services` (names already checked unique by the caller).
     pub(crate) fn new(
         services: HashMap<String, Arc<dyn Service>>,
+        interceptors: Vec<Arc<dyn Interceptor>>,
         limits: Limits,
         throttle: ThrottleConfig,
         pool: keel_pool::Pool,
     ) -> Dispatcher {
         Dispatcher {
             services,
+            interceptors,
             limits,
             pool: Arc::new(pool),
             throttle: Throttle::new(throttle),
@@ -115,6 +121,11 @@ impl Dispatcher {
             epoch: Instant::now(),
             stats: Counters::default(),
         }
+    }
+
+    /// The host's interceptors, in the order they run `before` a call.
+    pub(crate) fn interceptors(&self) -> &[Arc<dyn Interceptor>] {
+        &self.interceptors
     }
 
     /// The service called `name`, if the host serves it.

@@ -8,7 +8,7 @@ use super::{accept_loop, idle_reaper, Host, HostRuntime};
 use crate::bindings::ServerSettings;
 use crate::core::error::{Error, Kind};
 use crate::core::service::Service;
-use crate::dispatch::{Dispatcher, Limits, ThrottleConfig};
+use crate::dispatch::{Dispatcher, Interceptor, Limits, ThrottleConfig};
 use crate::transport::socket::ServerSecurity;
 #[cfg(not(feature = "http"))]
 use crate::transport::Protocol;
@@ -179,6 +179,7 @@ impl HostConfig {
 #[derive(Default)]
 pub struct HostBuilder {
     services: Vec<Arc<dyn Service>>,
+    interceptors: Vec<Arc<dyn Interceptor>>,
     endpoints: Vec<String>,
     config: HostConfig,
     runtime: Option<tokio::runtime::Handle>,
@@ -189,6 +190,7 @@ impl std::fmt::Debug for HostBuilder {
         let names: Vec<_> = self.services.iter().map(|s| s.descriptor().name).collect();
         f.debug_struct("HostBuilder")
             .field("services", &names)
+            .field("interceptors", &self.interceptors.len())
             .field("endpoints", &self.endpoints)
             .field("config", &self.config)
             .field("runtime", &self.runtime.is_some())
@@ -200,6 +202,13 @@ impl HostBuilder {
     /// Adds a service: a generated `{Contract}Server`.
     pub fn service<S: Service>(mut self, service: S) -> Self {
         self.services.push(Arc::new(service));
+        self
+    }
+
+    /// Adds an interceptor: it sees every call of every service, after the interceptors added
+    /// before it (see [`Interceptor`]). Default: none.
+    pub fn interceptor<I: Interceptor>(mut self, interceptor: I) -> Self {
+        self.interceptors.push(Arc::new(interceptor));
         self
     }
 
@@ -371,6 +380,7 @@ impl HostBuilder {
     pub fn start(self) -> Result<Host, Error> {
         let HostBuilder {
             services: list,
+            interceptors,
             endpoints,
             config,
             runtime,
@@ -420,7 +430,13 @@ impl HostBuilder {
         let limits = Limits {
             max_receive_bytes: config.max_receive_bytes,
         };
-        let dispatcher = Arc::new(Dispatcher::new(services, limits, config.throttle, pool));
+        let dispatcher = Arc::new(Dispatcher::new(
+            services,
+            interceptors,
+            limits,
+            config.throttle,
+            pool,
+        ));
         let settings = Arc::new(config.server_settings());
 
         // Every endpoint is bound before any is served: a failure leaves nothing running.

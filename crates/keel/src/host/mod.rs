@@ -355,7 +355,12 @@ async fn accept_loop(
                 Err(_) => return d.timed_out(),
             };
             let endpoint = listener.endpoint();
-            let info = ConnInfo::new(id, endpoint.scheme(), peer);
+            let info = ConnInfo::new(
+                id,
+                endpoint.scheme(),
+                peer,
+                connected.peer_certificates.clone(),
+            );
             bindings::serve(connected, endpoint.protocol(), d, settings, info).await;
         });
         dispatcher.handshake_started(id, task.abort_handle());

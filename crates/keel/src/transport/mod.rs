@@ -39,6 +39,8 @@ pub(crate) struct Connected {
     pub(crate) io: Box<dyn Io>,
     /// The protocol agreed by TLS ALPN, if any (`h2`, `http/1.1`, `keel/1`).
     pub(crate) alpn: Option<Vec<u8>>,
+    /// The peer's TLS certificate chain (DER, its own first), when it presented one.
+    pub(crate) peer_certificates: Option<std::sync::Arc<[bytes::Bytes]>>,
 }
 
 impl fmt::Debug for Connected {

@@ -2,6 +2,7 @@
 //! (TLS or nothing) on top of each connection.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use tokio::net::{TcpListener, TcpStream};
@@ -263,18 +264,18 @@ impl Listener {
         &self.endpoint
     }
 
-    /// Accepts one raw connection; `peer` describes the other end for logs.
-    pub(crate) async fn accept(&self) -> std::io::Result<(Box<dyn Io>, String)> {
+    /// Accepts one raw connection, with the other end's address (`None` on a Unix socket).
+    pub(crate) async fn accept(&self) -> std::io::Result<(Box<dyn Io>, Option<SocketAddr>)> {
         match &self.socket {
             ListenSocket::Tcp(l) => {
                 let (s, peer) = l.accept().await?;
                 s.set_nodelay(true)?;
-                Ok((Box::new(s), peer.to_string()))
+                Ok((Box::new(s), Some(peer)))
             }
             #[cfg(unix)]
             ListenSocket::Unix(l) => {
                 let (s, _) = l.accept().await?;
-                Ok((Box::new(s), "unix".to_string()))
+                Ok((Box::new(s), None))
             }
         }
     }
@@ -285,12 +286,15 @@ impl Listener {
     pub(crate) async fn secure(&self, io: Box<dyn Io>) -> std::io::Result<Connected> {
         #[cfg(feature = "tls")]
         if let Some(acceptor) = &self.security.tls {
-            let (io, alpn) = super::tls::accept(acceptor, io).await?;
-            return Ok(Connected { io, alpn });
+            return super::tls::accept(acceptor, io).await;
         }
         // A TLS endpoint without an acceptor cannot start (see `ServerSecurity::for_endpoint`).
         debug_assert!(!self.endpoint.is_tls());
-        Ok(Connected { io, alpn: None })
+        Ok(Connected {
+            io,
+            alpn: None,
+            peer_certificates: None,
+        })
     }
 }
 
@@ -308,7 +312,11 @@ impl Endpoint {
         alpn: &[&[u8]],
     ) -> Result<Connected, Error> {
         if !self.is_tls() {
-            return Ok(Connected { io, alpn: None });
+            return Ok(Connected {
+                io,
+                alpn: None,
+                peer_certificates: None,
+            });
         }
         #[cfg(feature = "tls")]
         {
@@ -322,7 +330,11 @@ impl Endpoint {
                 }
             };
             match tls.connect(io, self.host(), alpn).await {
-                Ok((io, alpn)) => Ok(Connected { io, alpn }),
+                Ok((io, alpn)) => Ok(Connected {
+                    io,
+                    alpn,
+                    peer_certificates: None,
+                }),
                 Err(TlsConnectError::Config(e)) => Err(e),
                 Err(TlsConnectError::Handshake(e)) => {
                     let message = if e.kind() == std::io::ErrorKind::UnexpectedEof {

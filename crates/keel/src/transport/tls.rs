@@ -53,7 +53,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
-use super::Io;
+use super::{Connected, Io};
 use crate::core::error::{Error, Kind};
 
 /// The escape hatch to rustls, for what keel's own TLS settings do not cover (custom
@@ -481,10 +481,21 @@ pub(crate) enum TlsConnectError {
 pub(crate) async fn accept(
     acceptor: &tokio_rustls::TlsAcceptor,
     io: Box<dyn Io>,
-) -> std::io::Result<(Box<dyn Io>, Option<Vec<u8>>)> {
+) -> std::io::Result<Connected> {
     let stream = acceptor.accept(io).await?;
-    let agreed = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-    Ok((Box::new(stream), agreed))
+    let session = stream.get_ref().1;
+    let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+    let peer_certificates = session.peer_certificates().map(|chain| {
+        chain
+            .iter()
+            .map(|c| bytes::Bytes::copy_from_slice(c.as_ref()))
+            .collect()
+    });
+    Ok(Connected {
+        io: Box::new(stream),
+        alpn,
+        peer_certificates,
+    })
 }
 
 /// A certificate and its private key, in PEM, from [`self_signed`].

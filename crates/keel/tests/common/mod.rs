@@ -347,6 +347,20 @@ impl Binding {
         settings(builder).start().expect("host starts")
     }
 
+    /// Starts `builder` (services and settings of the caller's) on a fresh endpoint of this
+    /// binding, with what the binding needs (a certificate for TLS).
+    pub fn start(self, builder: keel::HostBuilder) -> keel::Host {
+        let builder = builder.endpoint(self.listen_url());
+        #[cfg(feature = "tls")]
+        let builder = match self {
+            Binding::Tcps | Binding::Https => {
+                builder.tls(test_cert().server_tls().expect("server tls"))
+            }
+            _ => builder,
+        };
+        builder.start().expect("host starts")
+    }
+
     pub fn host_with(
         self,
         settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,

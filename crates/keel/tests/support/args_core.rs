@@ -251,7 +251,13 @@ pub fn decode_args_input(format: Format, data: &[u8]) {
 pub fn decode_op(format: Format, op: usize, body: &[u8]) -> Option<Vec<u8>> {
     use __keel_fuzzed as a;
     let server = FuzzedServer::new(Echo);
-    let reply = match server.invoke(op, format, body, ByteStream::empty()) {
+    let reply = match server.invoke(
+        op,
+        format,
+        body,
+        ByteStream::empty(),
+        &keel::__private::Context::detached("Fuzzed", "op"),
+    ) {
         Ok(invocation) => Some(run(invocation)),
         Err(status) => {
             let expected = if op < OPERATIONS {

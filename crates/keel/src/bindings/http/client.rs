@@ -19,12 +19,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::body::{self, Body, ReadError};
 use super::conns::Registry;
 use super::{
-    ARGS_HEADER, DEADLINE_HEADER, POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE,
+    details_decode, metadata_from_headers, metadata_to_headers, ARGS_HEADER, DEADLINE_HEADER,
+    DETAILS_HEADER, MSGPACK_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE,
 };
 use crate::bindings::{
-    Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion, Outgoing,
+    Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion, Outgoing, Replied,
 };
 use crate::core::error::{Error, Kind};
+use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
@@ -85,7 +87,7 @@ enum Established {
 
 /// What a call over one version ended with.
 enum Sent {
-    Done(Result<Result<Payload, Status>, Error>),
+    Done(Answer),
     /// The connection opened for the call speaks the other version (ALPN): call again.
     Switch,
 }
@@ -183,6 +185,7 @@ impl HttpClient {
         let Outgoing {
             service,
             operation,
+            metadata,
             body,
             upload,
             download,
@@ -192,11 +195,17 @@ impl HttpClient {
         let work = async {
             loop {
                 let proto = self.proto();
-                let request =
-                    match self.request(proto, service, operation, &body, &mut upload, deadline) {
-                        Ok(r) => r,
-                        Err(e) => return Err(e),
-                    };
+                let request = match self.request(
+                    proto,
+                    (service, operation),
+                    &metadata,
+                    &body,
+                    &mut upload,
+                    deadline,
+                ) {
+                    Ok(r) => r,
+                    Err(e) => return Err(e),
+                };
                 let sent = match proto {
                     Proto::H1 => self.send_h1(request, download).await,
                     Proto::H2 => self.send_h2(request, download).await,
@@ -455,8 +464,8 @@ impl HttpClient {
     fn request(
         &self,
         proto: Proto,
-        service: &str,
-        operation: &str,
+        (service, operation): (&str, &str),
+        metadata: &Metadata,
         body: &Bytes,
         upload: &mut Option<(ByteStream, Bytes)>,
         deadline: Instant,
@@ -477,10 +486,13 @@ impl HttpClient {
         let mut builder = Request::builder()
             .method(Method::POST)
             .uri(uri)
-            .header(ACCEPT, HeaderValue::from_static(POSTCARD_CONTENT_TYPE))
+            .header(ACCEPT, HeaderValue::from_static(MSGPACK_CONTENT_TYPE))
             .header(DEADLINE_HEADER, remaining_ms.to_string());
         if proto == Proto::H1 {
             builder = builder.header(HOST, authority);
+        }
+        if let Some(headers) = builder.headers_mut() {
+            metadata_to_headers(metadata, headers);
         }
         let body = match upload.take() {
             Some((stream, args)) => {
@@ -490,10 +502,8 @@ impl HttpClient {
                 body::streamed(stream)
             }
             None => {
-                builder = builder.header(
-                    CONTENT_TYPE,
-                    HeaderValue::from_static(POSTCARD_CONTENT_TYPE),
-                );
+                builder =
+                    builder.header(CONTENT_TYPE, HeaderValue::from_static(MSGPACK_CONTENT_TYPE));
                 body::full(body.clone())
             }
         };
@@ -510,7 +520,7 @@ impl HttpClient {
         response: Response<Incoming>,
         download: bool,
         lease: Option<&mut Lease>,
-    ) -> (Result<Result<Payload, Status>, Error>, bool) {
+    ) -> (Answer, bool) {
         let (parts, incoming) = response.into_parts();
         let closing = parts
             .headers
@@ -535,7 +545,11 @@ impl HttpClient {
                     })
                 }
             };
-            return (Ok(Ok(Payload::Stream(stream))), false);
+            let replied = Replied {
+                payload: Payload::Stream(stream),
+                metadata: metadata_from_headers(&parts.headers),
+            };
+            return (Ok(Ok(replied)), false);
         }
         let limit = self.config.max_message_size;
         let drain = match lease {
@@ -557,19 +571,41 @@ impl HttpClient {
             }
             Err(ReadError::NoRoom) => unreachable!("no budget on the client"),
         };
+        let metadata = metadata_from_headers(&parts.headers);
+        let details = parts
+            .headers
+            .get(DETAILS_HEADER)
+            .and_then(|v| details_decode(v.as_bytes()))
+            .unwrap_or_default();
+        let ok = |body| {
+            let payload = Payload::Body(body);
+            Ok(Ok(Replied {
+                payload,
+                metadata: metadata.clone(),
+            }))
+        };
         let result = match parts.headers.get(STATUS_HEADER).map(|v| v.to_str()) {
             Some(Ok(code)) => match StatusCode::from_name(code) {
-                Some(StatusCode::Ok) => Ok(Ok(Payload::Body(body))),
-                Some(code) => Ok(Err(Status::from_body(code, body))),
+                Some(StatusCode::Ok) => ok(body),
+                Some(code) => {
+                    // A JSON error body is for other clients; keel's asks for postcard, so the
+                    // body is the message (or the fault).
+                    Ok(Err(Status::from_wire_parts(
+                        code,
+                        body,
+                        details.into(),
+                        metadata.clone(),
+                    )))
+                }
+                // A code this client does not know: `unknown`, with its name kept.
                 None => Ok(Err(Status::new(
-                    StatusCode::Internal,
-                    format!(
-                        "the host answered keel-status `{code}`, unknown to this client: {}",
-                        String::from_utf8_lossy(&body)
-                    ),
-                ))),
+                    StatusCode::Unknown,
+                    format!("{code}: {}", String::from_utf8_lossy(&body)),
+                )
+                .with_details(details)
+                .with_metadata(metadata.clone()))),
             },
-            _ if parts.status.is_success() => Ok(Ok(Payload::Body(body))),
+            _ if parts.status.is_success() => ok(body),
             _ if parts.status == ::http::StatusCode::PAYLOAD_TOO_LARGE => Err(Error::new(
                 Kind::TooLarge,
                 format!(

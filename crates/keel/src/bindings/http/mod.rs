@@ -14,7 +14,9 @@ mod service;
 pub use service::{HttpBody, HttpService};
 
 use base64::Engine as _;
+use http::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::core::metadata::Metadata;
 use crate::core::status::StatusCode;
 
 /// The header every answer carries: the call's [`StatusCode::as_str`] (`ok` on success).
@@ -23,18 +25,27 @@ pub const STATUS_HEADER: &str = "keel-status";
 /// The request header with the caller's remaining time budget, in whole milliseconds.
 pub const DEADLINE_HEADER: &str = "keel-deadline-ms";
 
+/// The answer header with a status's details (see [`Status::details`](crate::Status::details)),
+/// in unpadded standard base64; absent when there are none.
+pub const DETAILS_HEADER: &str = "keel-status-details";
+
 /// The content type of JSON bodies (the default when a request has none).
 pub const JSON_CONTENT_TYPE: &str = "application/json";
 
-/// The content type of postcard bodies, the binary format keel's own clients send.
+/// The content type of MessagePack bodies, the binary format keel's own clients send (structs
+/// as maps keyed by field name, arguments as a map keyed by parameter name, bytes as `bin`).
+pub const MSGPACK_CONTENT_TYPE: &str = "application/vnd.msgpack";
+
+/// The content type of postcard bodies, the binary format keel's clients sent before
+/// MessagePack; still accepted (postcard is positional: it does not let a contract evolve).
 pub const POSTCARD_CONTENT_TYPE: &str = "application/x-keel-postcard";
 
 /// The content type of a streamed body (a `ByteStream` parameter or return value).
 pub const STREAM_CONTENT_TYPE: &str = "application/octet-stream";
 
 /// The request header carrying the other parameters of an operation whose body is a stream:
-/// a JSON object, or postcard in unpadded URL-safe base64 when the call asks for postcard with
-/// `Accept`.
+/// a JSON object, or MessagePack (postcard) in unpadded URL-safe base64 when the call asks for
+/// MessagePack (postcard) with `Accept`.
 pub const ARGS_HEADER: &str = "keel-args";
 
 /// HTTP/2 receive window of one stream: what a sender may have in flight on it. Fixed, not
@@ -67,19 +78,95 @@ pub(crate) fn args_decode(text: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The HTTP status an answer with `code` is sent with (see the table in the module docs).
-/// One-way operations are answered 202 rather than 200.
+/// One-way operations are answered 202 rather than 200. The gRPC codes follow Google's
+/// mapping (`google/rpc/code.proto`).
 pub fn http_status(code: StatusCode) -> u16 {
     match code {
         StatusCode::Ok => 200,
-        StatusCode::BadRequest => 400,
-        StatusCode::UnknownService | StatusCode::UnknownOperation => 404,
+        StatusCode::BadRequest
+        | StatusCode::InvalidArgument
+        | StatusCode::FailedPrecondition
+        | StatusCode::OutOfRange => 400,
+        StatusCode::Unauthenticated => 401,
+        StatusCode::PermissionDenied => 403,
+        StatusCode::UnknownService | StatusCode::UnknownOperation | StatusCode::NotFound => 404,
+        StatusCode::AlreadyExists | StatusCode::Aborted => 409,
         StatusCode::TooLarge => 413,
         StatusCode::Fault => 422,
+        StatusCode::ResourceExhausted => 429,
         StatusCode::Cancelled => 499,
-        StatusCode::HandlerPanicked | StatusCode::Internal => 500,
-        StatusCode::Busy | StatusCode::ShuttingDown => 503,
+        StatusCode::HandlerPanicked
+        | StatusCode::Internal
+        | StatusCode::Unknown
+        | StatusCode::DataLoss => 500,
+        StatusCode::Unimplemented => 501,
+        StatusCode::Busy | StatusCode::ShuttingDown | StatusCode::Unavailable => 503,
         StatusCode::DeadlineExceeded => 504,
     }
+}
+
+/// The metadata in `headers`: every header whose name is a valid, unreserved metadata key
+/// (see [`Metadata`]), with a `-bin` header's value decoded from base64 (padded or not).
+/// Headers that cannot be metadata (reserved names, values that are not printable ASCII or
+/// not base64) are left out.
+pub(crate) fn metadata_from_headers(headers: &HeaderMap) -> Metadata {
+    let mut md = Metadata::new();
+    for (name, value) in headers {
+        let key = name.as_str();
+        if Metadata::is_reserved(key)
+            || key.starts_with("access-control-")
+            || !keel_wire::metadata::is_valid_key(key)
+        {
+            continue;
+        }
+        let bytes = value.as_bytes();
+        if keel_wire::metadata::is_binary_key(key) {
+            let text = bytes
+                .strip_suffix(b"==")
+                .or_else(|| bytes.strip_suffix(b"="));
+            let decoded =
+                base64::engine::general_purpose::STANDARD_NO_PAD.decode(text.unwrap_or(bytes));
+            if let Ok(decoded) = decoded {
+                md.push_raw(key.to_owned(), decoded.into());
+            }
+        } else if keel_wire::metadata::is_valid_text_value(bytes) {
+            md.push_raw(key.to_owned(), bytes::Bytes::copy_from_slice(bytes));
+        }
+    }
+    md
+}
+
+/// Adds `metadata` to `headers`, a `-bin` value in unpadded standard base64.
+pub(crate) fn metadata_to_headers(metadata: &Metadata, headers: &mut HeaderMap) {
+    for (key, value) in metadata.iter() {
+        let Ok(name) = HeaderName::from_bytes(key.as_bytes()) else {
+            continue;
+        };
+        let value = if keel_wire::metadata::is_binary_key(key) {
+            HeaderValue::from_str(&base64::engine::general_purpose::STANDARD_NO_PAD.encode(value))
+        } else {
+            HeaderValue::from_bytes(value)
+        };
+        if let Ok(value) = value {
+            headers.append(name, value);
+        }
+    }
+}
+
+/// `details` as the [`DETAILS_HEADER`] carries them.
+pub(crate) fn details_encode(details: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD_NO_PAD.encode(details)
+}
+
+/// The bytes of a [`DETAILS_HEADER`]; `None` if it is not base64.
+pub(crate) fn details_decode(text: &[u8]) -> Option<Vec<u8>> {
+    let text = text
+        .strip_suffix(b"==")
+        .or_else(|| text.strip_suffix(b"="))
+        .unwrap_or(text);
+    base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(text)
+        .ok()
 }
 
 #[cfg(test)]
@@ -93,6 +180,36 @@ mod tests {
             assert!((200..600).contains(&http_status(c)));
         }
         assert_eq!(StatusCode::from_name("nope"), None);
+    }
+
+    #[test]
+    fn metadata_maps_to_headers_and_back() {
+        let mut md = Metadata::new();
+        md.insert("authorization", "Bearer t").unwrap();
+        md.append("x-tenant", "a")
+            .unwrap()
+            .append("x-tenant", "b")
+            .unwrap();
+        md.insert_bin("trace-bin", vec![0u8, 1, 255]).unwrap();
+        let mut headers = HeaderMap::new();
+        metadata_to_headers(&md, &mut headers);
+        assert_eq!(headers["trace-bin"], "AAH/");
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert("keel-deadline-ms", HeaderValue::from_static("5"));
+        headers.insert("x-raw", HeaderValue::from_bytes(&[0xe9]).unwrap());
+        headers.insert("bad-bin", HeaderValue::from_static("***"));
+        assert_eq!(metadata_from_headers(&headers), md);
+        // Padded base64 is accepted too.
+        let mut padded = HeaderMap::new();
+        padded.insert("k-bin", HeaderValue::from_static("AQ=="));
+        assert_eq!(
+            metadata_from_headers(&padded).get_bin("k-bin"),
+            Some(&[1u8][..])
+        );
+        assert_eq!(
+            details_decode(details_encode(&[9, 8]).as_bytes()),
+            Some(vec![9, 8])
+        );
     }
 
     #[test]

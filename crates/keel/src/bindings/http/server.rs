@@ -21,11 +21,13 @@ use tokio::sync::{oneshot, watch, Notify};
 
 use super::body::{self, Body, ReadError, Received};
 use super::{
-    http_status, ARGS_HEADER, DEADLINE_HEADER, JSON_CONTENT_TYPE, POSTCARD_CONTENT_TYPE,
-    STATUS_HEADER, STREAM_CONTENT_TYPE,
+    details_encode, http_status, metadata_from_headers, metadata_to_headers, ARGS_HEADER,
+    DEADLINE_HEADER, DETAILS_HEADER, JSON_CONTENT_TYPE, MSGPACK_CONTENT_TYPE,
+    POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE,
 };
 use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
+use crate::core::metadata::Metadata;
 use crate::core::service::{Outcome, Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
@@ -37,12 +39,12 @@ use crate::transport::{Connected, Io};
 /// Calls waiting for their answer on one HTTP connection.
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
-    calls: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
+    calls: Mutex<HashMap<u64, oneshot::Sender<(Outcome, Metadata)>>>,
     next_call_id: AtomicU64,
 }
 
 impl Waiting {
-    fn take(&self, call_id: u64) -> Option<oneshot::Sender<Outcome>> {
+    fn take(&self, call_id: u64) -> Option<oneshot::Sender<(Outcome, Metadata)>> {
         self.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -60,9 +62,9 @@ struct HttpResponder {
 }
 
 impl Responder for HttpResponder {
-    fn reply(&self, call_id: u64, outcome: Outcome) {
+    fn reply(&self, call_id: u64, outcome: Outcome, metadata: Metadata) {
         if let Some(tx) = self.waiting.take(call_id) {
-            let _ = tx.send(outcome);
+            let _ = tx.send((outcome, metadata));
         }
     }
 
@@ -485,6 +487,7 @@ async fn call<B: Received>(
         None => Format::Json,
         Some(Ok(ct)) => match ct.split(';').next().unwrap_or("").trim() {
             t if t.eq_ignore_ascii_case(JSON_CONTENT_TYPE) => Format::Json,
+            t if t.eq_ignore_ascii_case(MSGPACK_CONTENT_TYPE) => Format::MsgPack,
             t if t.eq_ignore_ascii_case(POSTCARD_CONTENT_TYPE) => Format::Postcard,
             other => return unsupported_media_type(other),
         },
@@ -501,6 +504,7 @@ async fn call<B: Received>(
             }
         },
     };
+    let metadata = metadata_from_headers(req.headers());
     let (format, body, stream, reserved) = if stream_request {
         // The body is the stream; the other parameters travel in the `keel-args` header.
         let args = match stream_args(&req, format) {
@@ -577,6 +581,7 @@ async fn call<B: Received>(
         deadline,
         service,
         operation,
+        metadata,
         format,
         body,
         stream,
@@ -584,9 +589,13 @@ async fn call<B: Received>(
     dispatch(conn, incoming, received);
     // The arguments are decoded: the body's memory is free again.
     drop(reserved);
-    let outcome = answer.await;
+    let answer = answer.await;
     guard.armed = false;
-    match outcome {
+    let (outcome, reply_metadata) = match answer {
+        Ok((outcome, md)) => (Ok(outcome), md),
+        Err(e) => (Err(e), Metadata::new()),
+    };
+    let mut response = match outcome {
         Ok(Ok(_)) if one_way => {
             let mut response = Response::new(body::empty());
             *response.status_mut() = ::http::StatusCode::ACCEPTED;
@@ -610,25 +619,30 @@ async fn call<B: Received>(
             let status = Status::new(StatusCode::Internal, "the call ended without an answer");
             error(status, format)
         }
-    }
+    };
+    metadata_to_headers(&reply_metadata, response.headers_mut());
+    response
 }
 
 /// The format a streamed-upload call asks for with `Accept` (JSON unless it names postcard).
 fn accepted_format<B>(req: &Request<B>) -> Format {
-    let postcard = req
-        .headers()
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| {
-            t.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case(POSTCARD_CONTENT_TYPE)
-        });
-    if postcard {
+    let names = |wanted: &str| {
+        req.headers()
+            .get_all(ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| {
+                t.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case(wanted)
+            })
+    };
+    if names(MSGPACK_CONTENT_TYPE) {
+        Format::MsgPack
+    } else if names(POSTCARD_CONTENT_TYPE) {
         Format::Postcard
     } else {
         Format::Json
@@ -641,14 +655,16 @@ fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
     let Some(v) = req.headers().get(ARGS_HEADER) else {
         return Ok(match format {
             Format::Postcard => Bytes::new(),
+            // An empty map.
+            Format::MsgPack => Bytes::from_static(&[0x80]),
             _ => Bytes::from_static(b"{}"),
         });
     };
     let bad = |why: &str| Status::new(StatusCode::BadRequest, format!("{ARGS_HEADER}: {why}"));
     match format {
-        Format::Postcard => super::args_decode(v.as_bytes())
+        Format::Postcard | Format::MsgPack => super::args_decode(v.as_bytes())
             .map(Bytes::from)
-            .ok_or_else(|| bad("expected postcard in unpadded URL-safe base64")),
+            .ok_or_else(|| bad("expected binary arguments in unpadded URL-safe base64")),
         _ => Ok(Bytes::copy_from_slice(v.as_bytes())),
     }
 }
@@ -779,7 +795,7 @@ fn unsupported_media_type(content_type: &str) -> Response<Body> {
         ""
     };
     let msg = format!(
-        "content type `{content_type}` is not supported: send {JSON_CONTENT_TYPE} or {POSTCARD_CONTENT_TYPE}{hint}"
+        "content type `{content_type}` is not supported: send {JSON_CONTENT_TYPE}, {MSGPACK_CONTENT_TYPE} or {POSTCARD_CONTENT_TYPE}{hint}"
     );
     let mut response = error(Status::new(StatusCode::BadRequest, msg), Format::Json);
     *response.status_mut() = ::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
@@ -793,11 +809,17 @@ struct ErrorBody<'a> {
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     fault: Option<serde_json::Value>,
+    /// The status's details, base64 (as the `keel-status-details` header).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<String>,
 }
 
-/// An error answer: the status code from the table, `keel-status`, and the body in `format`.
+/// An error answer: the status code from the table, `keel-status`, the details header, the
+/// status's metadata as headers, and the body in `format`.
 fn error(status: Status, format: Format) -> Response<Body> {
     let code = status.code();
+    let details = (code != StatusCode::Fault && !status.details().is_empty())
+        .then(|| details_encode(status.details()));
     let (body, content_type) = match format {
         Format::Json => {
             let fault = (code == StatusCode::Fault).then(|| {
@@ -807,14 +829,24 @@ fn error(status: Status, format: Format) -> Response<Body> {
                 code: code.as_str(),
                 message: fault.is_none().then(|| status.message()),
                 fault,
+                details: details.clone(),
             };
             let json = serde_json::to_vec(&body).expect("an error body always serializes");
             (Bytes::from(json), JSON_CONTENT_TYPE)
         }
-        _ if code == StatusCode::Fault => (status.into_body(), POSTCARD_CONTENT_TYPE),
-        _ => (status.into_body(), "text/plain; charset=utf-8"),
+        _ if code == StatusCode::Fault => {
+            (status.clone().into_wire_parts().0, content_type(format))
+        }
+        _ => (
+            status.clone().into_wire_parts().0,
+            "text/plain; charset=utf-8",
+        ),
     };
     let mut response = Response::new(body::full(body));
+    metadata_to_headers(status.metadata(), response.headers_mut());
+    if let Some(details) = details.and_then(|d| HeaderValue::from_str(&d).ok()) {
+        response.headers_mut().insert(DETAILS_HEADER, details);
+    }
     *response.status_mut() = ::http::StatusCode::from_u16(http_status(code))
         .unwrap_or(::http::StatusCode::INTERNAL_SERVER_ERROR);
     set_content_type(&mut response, content_type);
@@ -830,6 +862,7 @@ fn error(status: Status, format: Format) -> Response<Body> {
 fn content_type(format: Format) -> &'static str {
     match format {
         Format::Postcard => POSTCARD_CONTENT_TYPE,
+        Format::MsgPack => MSGPACK_CONTENT_TYPE,
         _ => JSON_CONTENT_TYPE,
     }
 }

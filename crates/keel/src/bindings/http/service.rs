@@ -64,7 +64,7 @@ impl Drop for Inner {
 impl HttpService {
     pub(crate) fn new(dispatcher: &Arc<Dispatcher>, settings: Arc<ServerSettings>) -> HttpService {
         let (stop, stopped) = watch::channel(false);
-        let info = ConnInfo::new(dispatcher.next_conn_id(), "http-service", "tower".into());
+        let info = ConnInfo::new(dispatcher.next_conn_id(), "http-service", None, None);
         // Not registered as a connection: the HTTP server that mounts it has its own, and the
         // throttle (not a per-connection share) bounds the calls of all of them together.
         let ctx = Ctx::new(dispatcher, settings, info, stop, usize::MAX, None);

@@ -15,8 +15,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
 use super::conn::WireConn;
-use crate::bindings::{Answer, ClientSettings, Outgoing};
+use crate::bindings::{Answer, ClientSettings, Outgoing, Replied};
 use crate::core::error::{Error, Kind};
+use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::transport::sink::{SendError, Sink};
@@ -182,6 +183,13 @@ impl Conn {
                 }
                 Err(other) => return Ok(Err(Error::new(Kind::Connection, other.to_string()))),
             };
+        let metadata = match call.metadata.to_wire() {
+            Ok(m) => m,
+            Err(e) => {
+                self.wire.forget_call(call_id);
+                return Ok(Err(Error::new(Kind::TooLarge, e.to_string())));
+            }
+        };
         let Outgoing {
             service,
             operation,
@@ -207,6 +215,8 @@ impl Conn {
             deadline_us: (remaining.as_micros() as u64).max(1),
             service: service.to_string(),
             operation: operation.to_string(),
+            metadata,
+            compression: 0,
             body,
         });
         if let Err(e) = self.wire.sink().send(&request) {
@@ -315,6 +325,14 @@ impl Handshake {
             }
         };
         let outcome = match outcome {
+            Ok(HelloReply::Accept { version, .. }) if version < keel_wire::VERSION => Err((
+                Kind::Protocol,
+                format!(
+                    "{endpoint} speaks protocol version {version}; this client needs version {} \
+                     (upgrade the host first: hosts serve clients of every older version)",
+                    keel_wire::VERSION
+                ),
+            )),
             Ok(HelloReply::Accept {
                 max_message_size, ..
             }) => {
@@ -361,14 +379,22 @@ async fn read_loop(
                     slot,
                     download,
                 })) => {
+                    let metadata = Metadata::from_wire(&reply.metadata);
                     let result = if reply.status != keel_wire::StatusCode::Ok {
                         let code = StatusCode::from_wire(reply.status);
-                        Err(Status::from_body(code, reply.body))
+                        Err(Status::from_wire_parts(
+                            code,
+                            reply.body,
+                            reply.details,
+                            metadata,
+                        ))
                     } else if download {
                         // Before the next frame is read: its data follows this reply.
-                        Ok(Payload::Stream(wire.inbound_stream(reply.call_id)))
+                        let payload = Payload::Stream(wire.inbound_stream(reply.call_id));
+                        Ok(Replied { payload, metadata })
                     } else {
-                        Ok(Payload::Body(reply.body))
+                        let payload = Payload::Body(reply.body);
+                        Ok(Replied { payload, metadata })
                     };
                     // Nobody waiting: the caller gave up as the reply arrived; drop it.
                     let _ = slot.send(Ok(result));

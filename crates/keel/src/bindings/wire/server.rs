@@ -11,13 +11,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use super::conn::WireConn;
 use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
+use crate::core::metadata::Metadata;
 use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
     dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, ReceiveBudget, Reservation, Responder,
 };
-use crate::transport::sink::Sink;
+use crate::transport::sink::{SendError, Sink};
 use crate::transport::Io;
 
 /// The keel-wire responder: answers are Reply frames (then StreamData for a streamed reply).
@@ -32,7 +33,10 @@ struct WireResponder {
 }
 
 impl Responder for WireResponder {
-    fn reply(&self, call_id: u64, outcome: Outcome) {
+    fn reply(&self, call_id: u64, outcome: Outcome, metadata: Metadata) {
+        // Metadata the handler set is its own to get right; one that does not fit is dropped
+        // rather than failing an answer that is otherwise fine.
+        let metadata = metadata.to_wire().unwrap_or_default();
         let outcome = match outcome {
             Ok(Payload::Stream(stream)) => {
                 // Register first, so the client's credit for it is routed from the start.
@@ -40,6 +44,9 @@ impl Responder for WireResponder {
                 let head = Frame::Reply(Reply {
                     call_id,
                     status: keel_wire::StatusCode::Ok,
+                    metadata,
+                    compression: 0,
+                    details: Bytes::new(),
                     body: Bytes::new(),
                 });
                 if self.wire.sink().send(&head).is_ok() {
@@ -52,7 +59,7 @@ impl Responder for WireResponder {
             Ok(Payload::Body(body)) => Ok(body),
             Err(status) => Err(status),
         };
-        let (status, body) = match outcome {
+        let (status, body, details) = match outcome {
             Ok(body) if body.len() as u64 > u64::from(self.peer_max_message) => (
                 keel_wire::StatusCode::TooLarge,
                 Bytes::from(format!(
@@ -60,15 +67,36 @@ impl Responder for WireResponder {
                     body.len(),
                     self.peer_max_message
                 )),
+                Bytes::new(),
             ),
-            Ok(body) => (keel_wire::StatusCode::Ok, body),
-            Err(status) => (status.code().to_wire(), status.into_body()),
+            Ok(body) => (keel_wire::StatusCode::Ok, body, Bytes::new()),
+            Err(status) => {
+                let code = status.code().to_wire();
+                let (body, details, _) = status.into_wire_parts();
+                (code, body, details)
+            }
         };
-        let _ = self.wire.sink().send(&Frame::Reply(Reply {
+        let reply = Frame::Reply(Reply {
             call_id,
             status,
+            metadata,
+            compression: 0,
+            details,
             body,
-        }));
+        });
+        if let Err(SendError::Encode(keel_wire::WireError::TooLarge { .. })) =
+            self.wire.sink().send(&reply)
+        {
+            // Body and details together exceed the client's limit: say so instead.
+            let _ = self.wire.sink().send(&Frame::Reply(Reply {
+                call_id,
+                status: keel_wire::StatusCode::TooLarge,
+                metadata: Bytes::new(),
+                compression: 0,
+                details: Bytes::new(),
+                body: Bytes::from_static(b"the reply exceeds the client's message size limit"),
+            }));
+        }
     }
 
     fn go_away(&self, reason: &str) {
@@ -112,12 +140,13 @@ pub(crate) async fn serve(
         Err(_) => return dispatcher.timed_out(),
     };
     let mut out = BytesMut::new();
-    if hello.version != keel_wire::VERSION {
+    // Versions are negotiated: the host speaks every version from 1 up to its own and takes
+    // the client's when it is older.
+    if hello.version == 0 {
         let reject = HelloReply::Reject {
             supported_version: keel_wire::VERSION,
             reason: format!(
-                "protocol version {} is not supported; this host speaks {}",
-                hello.version,
+                "protocol version 0 does not exist; this host speaks 1 to {}",
                 keel_wire::VERSION
             ),
         };
@@ -126,8 +155,9 @@ pub(crate) async fn serve(
         let _ = io.shutdown().await;
         return;
     }
+    let version = hello.version.min(keel_wire::VERSION);
     let accept = HelloReply::Accept {
-        version: keel_wire::VERSION,
+        version,
         max_message_size: settings.max_message_size,
     };
     keel_wire::encode_hello_reply(&accept, &mut out);
@@ -137,10 +167,9 @@ pub(crate) async fn serve(
     }
 
     let (rd, wr) = tokio::io::split(io);
-    let (sink, flusher) = Sink::new(
-        wr,
-        Codec::new(Limits::with_max_message_size(hello.max_message_size)),
-    );
+    let mut out_codec = Codec::new(Limits::with_max_message_size(hello.max_message_size));
+    out_codec.set_version(version);
+    let (sink, flusher) = Sink::new(wr, out_codec);
     let wire = WireConn::new(
         Side::Host,
         sink,
@@ -166,7 +195,8 @@ pub(crate) async fn serve(
         conn.go_away("host shutting down");
     }
     let mut writer = tokio::spawn(flusher);
-    let codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
+    let mut codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
+    codec.set_version(version);
     let budget = ReceiveBudget::new(
         settings.max_receive_bytes_per_connection,
         &dispatcher.receive_budget,
@@ -209,6 +239,15 @@ pub(crate) async fn serve(
         {
             writer.abort();
         }
+    }
+}
+
+/// How bodies are encoded on a connection of protocol `version`.
+fn wire_format(version: u16) -> Format {
+    if version >= 2 {
+        Format::MsgPack
+    } else {
+        Format::Postcard
     }
 }
 
@@ -285,7 +324,8 @@ async fn read_loop(
                                 .then(|| Duration::from_micros(req.deadline_us)),
                             service: &req.service,
                             operation: &req.operation,
-                            format: Format::Postcard,
+                            metadata: Metadata::from_wire(&req.metadata),
+                            format: wire_format(codec.version()),
                             body: req.body,
                             stream,
                         };

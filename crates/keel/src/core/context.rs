@@ -1,0 +1,264 @@
+//! [`Context`]: what a handler (and an interceptor) knows about the call it serves.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use super::metadata::{Metadata, MetadataError};
+
+/// The call a handler serves: who called, over what, with which metadata and deadline; a
+/// signal that fires when the caller cancels or goes away; and the reply metadata the handler
+/// sends back.
+///
+/// An operation receives it by declaring a parameter of type `keel::Context` (anywhere in its
+/// parameter list). The parameter is not part of the contract: generated clients leave it out.
+/// Cloning is cheap (a reference count).
+///
+/// ```
+/// #[keel::contract]
+/// pub trait Greeter {
+///     async fn hello(&self, ctx: keel::Context, name: String) -> String;
+/// }
+///
+/// struct Polite;
+/// impl Greeter for Polite {
+///     async fn hello(&self, ctx: keel::Context, name: String) -> String {
+///         let tenant = ctx.metadata().get("tenant").unwrap_or("nobody").to_owned();
+///         ctx.insert_reply_metadata("served-by", "polite").ok();
+///         format!("hello {name} of {tenant}, via {}", ctx.binding())
+///     }
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Shared>,
+}
+
+/// Facts about a call, as the binding and dispatch know them.
+#[derive(Debug)]
+pub(crate) struct CallFacts {
+    pub(crate) service: &'static str,
+    pub(crate) operation: &'static str,
+    pub(crate) binding: &'static str,
+    pub(crate) peer_addr: Option<SocketAddr>,
+    pub(crate) peer_certificates: Option<Arc<[Bytes]>>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) metadata: Metadata,
+}
+
+struct Shared {
+    facts: CallFacts,
+    cancelled: AtomicBool,
+    notify: Notify,
+    reply_metadata: Mutex<Metadata>,
+    extensions: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+}
+
+impl Context {
+    pub(crate) fn new(facts: CallFacts) -> Context {
+        Context {
+            inner: Arc::new(Shared {
+                facts,
+                cancelled: AtomicBool::new(false),
+                notify: Notify::new(),
+                reply_metadata: Mutex::new(Metadata::new()),
+                extensions: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// A context for a call that arrived on no connection (for tests and fuzzing that invoke a
+    /// service directly). Not a public API.
+    #[doc(hidden)]
+    pub fn detached(service: &'static str, operation: &'static str) -> Context {
+        Context::new(CallFacts {
+            service,
+            operation,
+            binding: "none",
+            peer_addr: None,
+            peer_certificates: None,
+            deadline: None,
+            metadata: Metadata::new(),
+        })
+    }
+
+    /// The contract (service) name, e.g. `Calculator`.
+    pub fn service(&self) -> &'static str {
+        self.inner.facts.service
+    }
+
+    /// The operation name, e.g. `add`.
+    pub fn operation(&self) -> &'static str {
+        self.inner.facts.operation
+    }
+
+    /// The binding the call came over, as its URL scheme: `tcp`, `tcps`, `unix`, `http` or
+    /// `https`.
+    pub fn binding(&self) -> &'static str {
+        self.inner.facts.binding
+    }
+
+    /// The caller's address; `None` on a Unix socket.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.facts.peer_addr
+    }
+
+    /// The caller's TLS certificate chain (DER, its own certificate first), when it presented
+    /// one: under mutual TLS (see `keel::tls::ServerTls`). `None` on plain bindings.
+    pub fn peer_certificates(&self) -> Option<&[Bytes]> {
+        self.inner.facts.peer_certificates.as_deref()
+    }
+
+    /// The request metadata.
+    pub fn metadata(&self) -> &Metadata {
+        &self.inner.facts.metadata
+    }
+
+    /// When the caller stops waiting, if it set a deadline (keel's clients always do).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.inner.facts.deadline
+    }
+
+    /// Time left until the deadline (zero once it passed); `None` without a deadline.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Whether the call is over for the host: the caller cancelled it or went away, its
+    /// deadline passed, a drain ran out of time, or it was answered (as in gRPC, a context
+    /// ends with its call). A blocking handler polls this to stop early; an async handler is
+    /// simply dropped, and tasks it spawned can await [`Context::cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Completes when the call is cancelled (see [`Context::is_cancelled`]).
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.inner.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Sets reply metadata `key` to a text value (replacing earlier values), sent back with the
+    /// answer whatever it is. See [`Metadata::insert`] for the rules.
+    pub fn insert_reply_metadata(&self, key: &str, value: &str) -> Result<(), MetadataError> {
+        self.reply_metadata().insert(key, value).map(|_| ())
+    }
+
+    /// Adds every entry of `metadata` to the reply metadata (replacing values of the same keys).
+    pub fn merge_reply_metadata(&self, metadata: &Metadata) {
+        self.reply_metadata().merge(metadata);
+    }
+
+    fn reply_metadata(&self) -> std::sync::MutexGuard<'_, Metadata> {
+        self.inner
+            .reply_metadata
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stores a value for later steps of this call (one per type): an interceptor records the
+    /// caller's identity, the handler reads it with [`Context::extension`].
+    pub fn insert_extension<T: Clone + Send + Sync + 'static>(&self, value: T) {
+        self.inner
+            .extensions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(TypeId::of::<T>(), Box::new(value));
+    }
+
+    /// The value of type `T` stored with [`Context::insert_extension`], if any.
+    pub fn extension<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.inner
+            .extensions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
+            .cloned()
+    }
+
+    /// Fires the cancellation signal.
+    pub(crate) fn cancel(&self) {
+        self.inner.cancelled.store(true, Ordering::Release);
+        self.inner.notify.notify_waiters();
+    }
+
+    /// The reply metadata set so far, taken out.
+    pub(crate) fn take_reply_metadata(&self) -> Metadata {
+        std::mem::take(&mut *self.reply_metadata())
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let facts = &self.inner.facts;
+        f.debug_struct("Context")
+            .field("service", &facts.service)
+            .field("operation", &facts.operation)
+            .field("binding", &facts.binding)
+            .field("peer_addr", &facts.peer_addr)
+            .field("deadline", &facts.deadline)
+            .field("metadata", &facts.metadata)
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> Context {
+        Context::new(CallFacts {
+            service: "S",
+            operation: "op",
+            binding: "tcp",
+            peer_addr: None,
+            peer_certificates: None,
+            deadline: None,
+            metadata: Metadata::new(),
+        })
+    }
+
+    #[tokio::test]
+    async fn cancellation_wakes_waiters_and_sticks() {
+        let c = ctx();
+        let waiter = tokio::spawn({
+            let c = c.clone();
+            async move { c.cancelled().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!c.is_cancelled());
+        c.cancel();
+        waiter.await.unwrap();
+        assert!(c.is_cancelled());
+        c.cancelled().await; // already fired: returns at once
+    }
+
+    #[test]
+    fn extensions_and_reply_metadata() {
+        let c = ctx();
+        c.insert_extension(String::from("alice"));
+        assert_eq!(c.extension::<String>().as_deref(), Some("alice"));
+        assert_eq!(c.extension::<u32>(), None);
+        c.insert_reply_metadata("a", "1").unwrap();
+        assert!(c.insert_reply_metadata("bad key", "1").is_err());
+        assert_eq!(c.take_reply_metadata().get("a"), Some("1"));
+        assert!(c.take_reply_metadata().is_empty());
+    }
+}
