@@ -152,9 +152,9 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let ident = args_ident(trait_name, &op.name);
         let fields = op.value_params().map(|(n, t)| {
             if op.defaults.contains(n) {
-                quote!(#[serde(default)] #n: #t)
+                quote!(#[serde(default)] pub(super) #n: #t)
             } else {
-                quote!(#n: #t)
+                quote!(pub(super) #n: #t)
             }
         });
         let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
@@ -164,7 +164,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #[derive(#k::serde::Serialize, #k::serde::Deserialize)]
             #[serde(crate = "::keel::__private::serde")]
             #[allow(non_camel_case_types)]
-            pub(super) struct #ident { #(pub(super) #fields,)* }
+            pub(super) struct #ident { #(#fields,)* }
         }
     });
 

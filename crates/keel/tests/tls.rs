@@ -311,3 +311,73 @@ async fn tcps_agrees_on_keel_alpn_and_refuses_other_protocols() {
     assert!(err.to_string().contains("NoApplicationProtocol"), "{err}");
     host.shutdown_async().await;
 }
+
+/// What the host saw of its caller under mutual TLS.
+#[keel::contract]
+pub trait Peer {
+    /// The caller's certificate chain as the handler's context reports it (DER).
+    async fn certificates(&self, ctx: keel::Context) -> Vec<Vec<u8>>;
+}
+
+struct PeerImpl;
+
+impl Peer for PeerImpl {
+    async fn certificates(&self, ctx: keel::Context) -> Vec<Vec<u8>> {
+        ctx.peer_certificates()
+            .map(|chain| chain.iter().map(|c| c.to_vec()).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_sees_the_clients_certificate_under_mutual_tls_on_both_tls_bindings() {
+    let clients_ca = Ca::new("clients");
+    let (chain, key) = clients_ca.issue("client-7");
+    let expected: Vec<Vec<u8>> =
+        rustls::pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
+            .map(|c| c.unwrap().to_vec())
+            .collect();
+    for url in ["tcps://127.0.0.1:0", "https://127.0.0.1:0"] {
+        let host = keel::Host::builder()
+            .service(PeerServer::new(PeerImpl))
+            .endpoint(url)
+            .tls(
+                test_cert()
+                    .server_tls()
+                    .unwrap()
+                    .require_client_certs(clients_ca.pem.as_bytes())
+                    .unwrap(),
+            )
+            .start()
+            .unwrap();
+        let tls = test_cert()
+            .client_tls()
+            .unwrap()
+            .with_identity(chain.as_bytes(), key.as_bytes())
+            .unwrap();
+        let client = PeerClient::new(keel::Channel::builder(host.url()).tls(tls).build().unwrap());
+        let seen = client.certificates().await.unwrap();
+        assert_eq!(
+            seen.first(),
+            expected.first(),
+            "{url}: the client's own certificate first"
+        );
+        assert!(!seen.is_empty());
+        host.shutdown_async().await;
+    }
+    // Without mutual TLS a handler sees no certificate.
+    let host = keel::Host::builder()
+        .service(PeerServer::new(PeerImpl))
+        .endpoint("tcps://127.0.0.1:0")
+        .tls(test_cert().server_tls().unwrap())
+        .start()
+        .unwrap();
+    let client = PeerClient::new(
+        keel::Channel::builder(host.url())
+            .tls(test_cert().client_tls().unwrap())
+            .build()
+            .unwrap(),
+    );
+    assert!(client.certificates().await.unwrap().is_empty());
+    host.shutdown_async().await;
+}
