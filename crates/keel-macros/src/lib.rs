@@ -563,10 +563,17 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
             continue;
         }
         if is_context(&pt.ty) {
-            if context_param.is_some() || default {
+            if default {
                 local.push_spanned(
                     &pt.ty,
-                    "an operation takes at most one `keel::Context` parameter, without #[keel(default)]",
+                    "a `keel::Context` parameter cannot have a default: the host supplies it",
+                );
+                continue;
+            }
+            if context_param.is_some() {
+                local.push_spanned(
+                    &pt.ty,
+                    "an operation takes at most one `keel::Context` parameter",
                 );
                 continue;
             }
