@@ -48,6 +48,75 @@
 //!
 //! From async code, use the generated `CalculatorClient` instead: the same methods, `async`.
 //!
+//! # Metadata, context, status codes, interceptors
+//!
+//! A call carries [`Metadata`] beside its arguments (an auth token, a tenant, a trace id): per
+//! call with a generated client's `with_metadata`, for every call of a channel with
+//! [`ChannelBuilder::default_metadata`], or added by a [`ClientInterceptor`]. A handler that
+//! declares a [`Context`] parameter sees it, with the caller's address, the binding, its TLS
+//! certificate under mutual TLS, the deadline and a cancellation signal; it can send metadata
+//! back ([`Context::insert_reply_metadata`], read by the caller through [`ReplyMetadata`]). An
+//! operation returning `Result<T, keel::Status>` answers with any code of gRPC's set
+//! ([`Status::not_found`], [`Status::unauthenticated`], ...) with a message and details. An
+//! [`Interceptor`] added to the host sees every call before and after it, and may refuse it.
+//!
+//! ```
+//! use keel::{Context, Interceptor, Status};
+//!
+//! #[keel::contract]
+//! pub trait Accounts {
+//!     async fn whoami(&self, ctx: Context) -> String;
+//!     async fn balance(&self, id: u64) -> Result<i64, Status>;
+//! }
+//!
+//! struct Bank;
+//! impl Accounts for Bank {
+//!     async fn whoami(&self, ctx: Context) -> String {
+//!         ctx.extension::<String>().unwrap_or_default()
+//!     }
+//!     async fn balance(&self, id: u64) -> Result<i64, Status> {
+//!         if id == 1 { Ok(100) } else { Err(Status::not_found(format!("no account {id}"))) }
+//!     }
+//! }
+//!
+//! /// Admits only `authorization: Bearer s3cret`, as the user `demo`.
+//! struct Auth;
+//! impl Interceptor for Auth {
+//!     fn before(&self, ctx: &Context) -> Result<(), Status> {
+//!         match ctx.metadata().get("authorization") {
+//!             Some("Bearer s3cret") => Ok(ctx.insert_extension(String::from("demo"))),
+//!             _ => Err(Status::unauthenticated("a valid bearer token is required")),
+//!         }
+//!     }
+//! }
+//!
+//! let host = keel::Host::builder()
+//!     .service(AccountsServer::new(Bank))
+//!     .interceptor(Auth)
+//!     .endpoint("tcp://127.0.0.1:0")
+//!     .start()?;
+//! let anonymous = AccountsBlockingClient::connect(host.url())?;
+//! assert_eq!(anonymous.whoami().unwrap_err().status_code(), Some(keel::StatusCode::Unauthenticated));
+//!
+//! let mut token = keel::Metadata::new();
+//! token.insert("authorization", "Bearer s3cret").unwrap();
+//! let client = anonymous.with_metadata(token);
+//! assert_eq!(client.whoami()?, "demo");
+//! assert_eq!(client.balance(7).unwrap_err().status_code(), Some(keel::StatusCode::NotFound));
+//! host.shutdown();
+//! # Ok::<(), keel::Error>(())
+//! ```
+//!
+//! # Contracts that evolve
+//!
+//! keel's clients encode arguments as MessagePack maps keyed by name, so a client and a host
+//! built from two versions of a contract keep working together in both directions when the
+//! newer one adds an operation, a trailing parameter marked `#[keel(default)]`, or a struct
+//! field marked `#[serde(default)]`: what a side does not know it ignores, what it expects
+//! and does not get takes its default. (Renaming or removing what the other side still sends
+//! is not compatible; neither is changing a type.) The wire protocol negotiates its version
+//! and skips frame types it does not know (`PROTOCOL.md`).
+//!
 //! # Endpoints and TLS
 //!
 //! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
@@ -88,7 +157,7 @@
 //! # Over HTTP
 //!
 //! The same host also serves `http://` endpoints: HTTP/1.1 and HTTP/2 on one port, JSON for
-//! curl and any language, postcard for keel's own clients (the convention is in [`http`]).
+//! curl and any language, MessagePack for keel's own clients (the convention is in [`http`]).
 //!
 //! ```
 //! # use serde::{Deserialize, Serialize};
@@ -166,6 +235,7 @@
 //! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
 //! | pool threads | [`max_threads`](HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
 //! | listen backlog | [`listen_backlog`](HostBuilder::listen_backlog) | 1,024 | the kernel's (`net.core.somaxconn` caps it) |
+//! | metadata per message | fixed ([`MAX_METADATA_BYTES`]) | 16 KiB (keel-wire); over HTTP, the 64 KiB head | keel-wire: malformed, the connection is closed; keel's clients refuse to send more |
 //!
 //! # What `#[keel::contract]` generates
 //!
@@ -174,7 +244,7 @@
 //!   `Send + Sync + 'static` as supertraits;
 //! - `CalculatorServer<S>`: wraps an implementation for [`HostBuilder::service`];
 //! - `CalculatorClient`: async methods returning `Result<T, keel::Error>`, plus `connect`,
-//!   `new(Channel)`, `with_deadline`, `open`, `close`;
+//!   `new(Channel)`, `with_deadline`, `with_metadata`, `with_reply_metadata`, `open`, `close`;
 //! - `CalculatorBlockingClient`: the same, blocking, for code without a runtime.
 //!
 //! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
