@@ -25,9 +25,9 @@ const GIB: usize = 1024 * MIB;
 /// keel's default message size limit.
 const LIMIT: usize = 4 * MIB;
 
-/// What a bomb decoded under [`LIMIT`] may hold at its peak: the output (at most `LIMIT + 1`
-/// bytes, and briefly the half-size buffer it grew from), zstd's window (at most `LIMIT`, rounded
-/// up to a power of two) and the codecs' state. Three times the limit.
+/// What a bomb decoded under [`LIMIT`] may hold at its peak: the output (at most `LIMIT` bytes,
+/// and for a moment the half-size buffer it grew from), zstd's window (at most `LIMIT`: a power
+/// of two) and the codecs' state (about 300 KiB). Three times the limit.
 const PEAK_BOUND: usize = 3 * LIMIT;
 
 fn take_turns() -> MutexGuard<'static, ()> {

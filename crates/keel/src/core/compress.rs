@@ -176,7 +176,7 @@ impl fmt::Display for Compression {
     }
 }
 
-/// Why [`decompress`] refused a body.
+/// Why decompressing a body failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecompressError {
     /// The body decompresses to more than `limit` bytes (or is a zstd frame that declares so, or
@@ -214,8 +214,8 @@ pub(crate) fn compress(c: Compression, data: &[u8]) -> Bytes {
 }
 
 /// `data` decompressed with `c`, or [`TooLarge`](DecompressError::TooLarge) as soon as the
-/// output passes `limit` bytes. Never panics; holds at most `limit + 1` bytes of output, plus the
-/// codec's state (see the module docs for the whole bound).
+/// output passes `limit` bytes. Never panics on any input; holds at most `limit` bytes of output,
+/// plus the codec's state (see the module docs for the whole bound).
 pub(crate) fn decompress(
     c: Compression,
     data: &[u8],
