@@ -319,6 +319,7 @@ pub use crate::client::{
     ClientInterceptor, ReplyMetadata,
 };
 pub use crate::core::context::Context;
+pub use crate::core::compress::Compression;
 pub use crate::core::error::Error;
 pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
 pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
@@ -342,6 +343,7 @@ pub mod __private {
     pub use crate::client::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
     pub use crate::core::codec::Format;
     pub use crate::core::context::Context;
+    pub use crate::core::compress::DecompressError;
     pub use crate::core::service::{
         Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };
@@ -393,6 +395,19 @@ pub mod __private {
     /// The status for an operation index the service does not have.
     pub fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
         codec::unknown_operation(desc, op)
+    }
+    /// Compresses a whole body (for the fuzz targets).
+    pub fn compress(c: crate::Compression, data: &[u8]) -> crate::Bytes {
+        crate::core::compress::compress(c, data)
+    }
+    /// Decompresses a whole body, refusing more than `limit` bytes of output (for the fuzz
+    /// targets and `tests/zip_bomb.rs`).
+    pub fn decompress(
+        c: crate::Compression,
+        data: &[u8],
+        limit: usize,
+    ) -> Result<crate::Bytes, DecompressError> {
+        crate::core::compress::decompress(c, data, limit)
     }
     /// Runs a future to completion on keel's client runtime (blocking clients).
     pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {

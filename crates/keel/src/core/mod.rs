@@ -9,11 +9,13 @@
 //! - [`service`]: a contract's descriptors and the [`Service`](service::Service) trait generated
 //!   servers implement (the dispatch trait);
 //! - [`codec`]: how arguments, replies and faults are encoded;
-//! - [`depth`]: the nesting limit decoding keeps in every format.
+//! - [`depth`]: the nesting limit decoding keeps in every format;
+//! - [`compress`]: body compression (zstd, gzip), with bounded decompression.
 //!
 //! Imports nothing else of keel's.
 
 pub(crate) mod codec;
+pub(crate) mod compress;
 pub(crate) mod context;
 pub(crate) mod depth;
 pub(crate) mod error;
