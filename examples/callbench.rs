@@ -1,10 +1,12 @@
-//! Small-call throughput and latency of one keel client against a host in another process:
-//! `Calculator.add` with a number of calls in flight on one connection, optionally with request
-//! metadata, so that the cost of a feature is measured beside the plain call in one run.
+//! Call throughput and latency of one keel client against a host in another process:
+//! `Calculator.add` (or, with `--payload`, an echo of that many bytes of text) with a number of
+//! calls in flight on one connection, optionally with request metadata or compression, so that
+//! the cost of a feature is measured beside the plain call.
 //!
 //! ```text
 //! cargo run --release --example callbench                          # tcp, 64 in flight, 5 s
 //! cargo run --release --example callbench -- --inflight 1 --metadata 5 --json
+//! cargo run --release --example callbench -- --payload 65536 --compression zstd
 //! cargo run --release --example callbench -- --url http://127.0.0.1:0 --seconds 3
 //! ```
 //!
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use keel_examples::calculator::{self, CalculatorClient};
+use keel_examples::wan::{WanClient, WanImpl, WanServer};
 
 /// Small-call throughput and latency of one client against a host in a child process.
 #[derive(Debug, Parser)]
@@ -37,6 +40,12 @@ struct Cli {
     /// Request metadata entries sent with every call (each a 24-byte text value)
     #[arg(long, default_value_t = 0)]
     metadata: usize,
+    /// Echo this many bytes of JSON-like text each way instead of `add(1, 2)`
+    #[arg(long, default_value_t = 0)]
+    payload: usize,
+    /// Compress requests and ask for compressed replies: zstd or gzip
+    #[arg(long)]
+    compression: Option<String>,
     /// Print one JSON object as the last line
     #[arg(long)]
     json: bool,
@@ -48,7 +57,12 @@ struct Cli {
 fn main() {
     let cli = Cli::parse();
     if cli.serve {
-        let host = calculator::host(&cli.url).expect("host starts");
+        let host = keel::Host::builder()
+            .service(calculator::CalculatorServer::new(calculator::Calc))
+            .service(WanServer::new(WanImpl))
+            .endpoint(&cli.url)
+            .start()
+            .expect("host starts");
         keel_examples::serve_forever(host);
     }
     let (mut child, url) = spawn_host(&cli.url);
@@ -60,16 +74,19 @@ fn main() {
     let _ = child.kill();
     let _ = child.wait();
     let (calls_per_sec, p50_us, p99_us) = result;
+    let compression = cli.compression.as_deref().unwrap_or("none");
     println!(
-        "{} in flight, {} metadata entries: {calls_per_sec:.0} calls/s, p50 {p50_us:.1} µs, p99 {p99_us:.1} µs",
-        cli.inflight, cli.metadata
+        "{} in flight, {} metadata entries, payload {} B, compression {compression}: \
+         {calls_per_sec:.0} calls/s, p50 {p50_us:.1} µs, p99 {p99_us:.1} µs",
+        cli.inflight, cli.metadata, cli.payload
     );
     if cli.json {
         println!(
-            "{{\"scenario\":\"callbench\",\"url\":\"{}\",\"inflight\":{},\"metadata\":{},\"calls_per_sec\":{calls_per_sec:.0},\"p50_us\":{p50_us:.2},\"p99_us\":{p99_us:.2}}}",
+            "{{\"scenario\":\"callbench\",\"url\":\"{}\",\"inflight\":{},\"metadata\":{},\"payload\":{},\"compression\":\"{compression}\",\"calls_per_sec\":{calls_per_sec:.0},\"p50_us\":{p50_us:.2},\"p99_us\":{p99_us:.2}}}",
             url.split("://").next().unwrap_or(""),
             cli.inflight,
-            cli.metadata
+            cli.metadata,
+            cli.payload
         );
     }
 }
@@ -101,17 +118,28 @@ async fn measure(cli: &Cli, url: &str) -> (f64, f64, f64) {
         md.insert(&format!("x-bench-key-{i}"), "abcdefghijklmnopqrstuvwx")
             .expect("valid metadata");
     }
-    let client = CalculatorClient::connect(url)
-        .await
-        .expect("connect")
-        .with_metadata(md);
+    let mut builder = keel::Channel::builder(url);
+    if let Some(name) = &cli.compression {
+        let codec = keel::Compression::from_token(name).expect("zstd or gzip");
+        builder = builder.compression(codec);
+    }
+    let channel = builder.connect().await.expect("connect");
+    let client = CalculatorClient::new(channel.clone()).with_metadata(md.clone());
+    let wan = WanClient::new(channel).with_metadata(md);
+    let text: String = "{\"id\": 12345, \"name\": \"an item\", \"tags\": [\"a\", \"b\"]}, "
+        .chars()
+        .cycle()
+        .take(cli.payload)
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let counting = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..cli.inflight {
-        let (client, stop, counting, calls) = (
+        let (client, wan, text, stop, counting, calls) = (
             client.clone(),
+            wan.clone(),
+            text.clone(),
             stop.clone(),
             counting.clone(),
             calls.clone(),
@@ -120,8 +148,13 @@ async fn measure(cli: &Cli, url: &str) -> (f64, f64, f64) {
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let v = client.add(1.0, 2.0).await.expect("call");
-                assert_eq!(v, 3.0);
+                if text.is_empty() {
+                    let v = client.add(1.0, 2.0).await.expect("call");
+                    assert_eq!(v, 3.0);
+                } else {
+                    let v = wan.echo(text.clone()).await.expect("call");
+                    assert_eq!(v.len(), text.len());
+                }
                 if counting.load(Ordering::Relaxed) {
                     calls.fetch_add(1, Ordering::Relaxed);
                     h.saturating_record(t.elapsed().as_nanos() as u64);

@@ -55,7 +55,9 @@ const FLAG_STREAMED: u8 = 0b0000_0010;
 // Version 2: a metadata block follows the names; a compression byte follows that.
 const FLAG_METADATA: u8 = 0b0000_0100;
 const FLAG_COMPRESSED: u8 = 0b0000_1000;
-// Version 1 refuses any other bit; version 2 ignores bits 4..=7 (a future flag that changes a
+// Version 2: the caller accepts a compressed reply.
+const FLAG_ACCEPTS_COMPRESSED: u8 = 0b0001_0000;
+// Version 1 refuses any other bit; version 2 ignores bits 5..=7 (a future flag that changes a
 // frame's layout comes with a new version, which is negotiated).
 const KNOWN_FLAGS_V1: u8 = FLAG_ONE_WAY | FLAG_STREAMED;
 
@@ -193,6 +195,9 @@ impl RequestFlags {
         if self.streamed {
             v |= FLAG_STREAMED;
         }
+        if self.accepts_compressed {
+            v |= FLAG_ACCEPTS_COMPRESSED;
+        }
         v
     }
 
@@ -205,6 +210,7 @@ impl RequestFlags {
         Some(RequestFlags {
             one_way: v & FLAG_ONE_WAY != 0,
             streamed: v & FLAG_STREAMED != 0,
+            accepts_compressed: false,
         })
     }
 }
@@ -410,6 +416,7 @@ impl Codec {
                 let flags = RequestFlags {
                     one_way: bits & FLAG_ONE_WAY != 0,
                     streamed: bits & FLAG_STREAMED != 0,
+                    accepts_compressed: bits & FLAG_ACCEPTS_COMPRESSED != 0,
                 };
                 let deadline_us = r.u64()?;
                 let service_len = usize::from(r.u8()?);
@@ -591,6 +598,9 @@ impl Codec {
                 let md = if v2 { &req.metadata[..] } else { &[][..] };
                 check_metadata(md)?;
                 let mut bits = req.flags.to_u8();
+                if !v2 {
+                    bits &= KNOWN_FLAGS_V1;
+                }
                 let mut header =
                     1 + REQUEST_FIXED + 1 + req.service.len() + 1 + req.operation.len();
                 if !md.is_empty() {

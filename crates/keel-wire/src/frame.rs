@@ -39,6 +39,8 @@ pub struct RequestFlags {
     /// Streamed request: the request's byte stream follows as [`Frame::StreamData`] frames
     /// for this call id, ended by a [`Frame::StreamEnd`].
     pub streamed: bool,
+    /// Version 2: the caller accepts a compressed reply body ([`Reply::compression`]).
+    pub accepts_compressed: bool,
 }
 
 /// An operation invocation.

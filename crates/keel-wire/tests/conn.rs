@@ -36,6 +36,7 @@ fn request(call_id: u64, streamed: bool) -> Frame {
         flags: RequestFlags {
             one_way: false,
             streamed,
+            accepts_compressed: false,
         },
         deadline_us: 0,
         service: "Files".into(),
@@ -974,7 +975,11 @@ fn frame() -> impl Strategy<Value = Frame> {
         (call_id(), any::<(bool, bool)>()).prop_map(|(call_id, (one_way, streamed))| {
             Frame::Request(Request {
                 call_id,
-                flags: RequestFlags { one_way, streamed },
+                flags: RequestFlags {
+                    one_way,
+                    streamed,
+                    accepts_compressed: false,
+                },
                 deadline_us: 0,
                 service: "S".into(),
                 operation: "o".into(),

@@ -61,7 +61,11 @@ fn frame(max_body: usize) -> impl Strategy<Value = Frame> {
             |(call_id, (one_way, streamed), deadline_us, service, operation, body)| {
                 Frame::Request(Request {
                     call_id,
-                    flags: RequestFlags { one_way, streamed },
+                    flags: RequestFlags {
+                        one_way,
+                        streamed,
+                        accepts_compressed: false,
+                    },
                     deadline_us,
                     service,
                     operation,

@@ -225,7 +225,7 @@
 //! | unsent output | [`max_unsent_bytes`](HostBuilder::max_unsent_bytes) | 1 MiB | the connection is not read until its peer reads; closed if it does not within `frame_timeout` |
 //! | bytes being received (frames and bodies over 64 KiB), per connection | [`max_receive_bytes_per_connection`](HostBuilder::max_receive_bytes_per_connection) | 16 MiB | waits for room within `frame_timeout`, then closed (an HTTP body: 408) |
 //! | bytes being received, whole host | [`max_receive_bytes`](HostBuilder::max_receive_bytes) | 256 MiB | the same |
-//! | message size | [`max_message_size`](HostBuilder::max_message_size) | 4 MiB | `TooLarge` (413), checked before allocating; the connection is kept |
+//! | message size | [`max_message_size`](HostBuilder::max_message_size) | 4 MiB | `TooLarge` (413), checked before allocating, and for a compressed body while it decompresses; the connection is kept |
 //! | calls in flight per connection | [`max_calls_per_connection`](HostBuilder::max_calls_per_connection) | a quarter of the throttle's places (512) | `Busy` (503) |
 //! | HTTP/2 streams per connection | follows the above | max(calls per connection, 128) | the client waits (`SETTINGS_MAX_CONCURRENT_STREAMS`) |
 //! | HTTP request head | fixed | 64 KiB (HTTP/1.1 buffer, HTTP/2 header list) | 431, or the connection is closed |
@@ -318,8 +318,8 @@ pub use crate::client::{
     CallOptions, Channel, ChannelBuilder, ChannelStats, ClientCall, ClientConfig,
     ClientInterceptor, ReplyMetadata,
 };
-pub use crate::core::context::Context;
 pub use crate::core::compress::Compression;
+pub use crate::core::context::Context;
 pub use crate::core::error::Error;
 pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
 pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
@@ -342,8 +342,8 @@ pub mod __private {
     pub use crate::client::CallOptions;
     pub use crate::client::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
     pub use crate::core::codec::Format;
-    pub use crate::core::context::Context;
     pub use crate::core::compress::DecompressError;
+    pub use crate::core::context::Context;
     pub use crate::core::service::{
         Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };

@@ -9,6 +9,7 @@ fn request(call_id: u64, body: &[u8]) -> Frame {
         flags: RequestFlags {
             one_way: true,
             streamed: false,
+            accepts_compressed: false,
         },
         deadline_us: 1_500_000,
         service: "Calculator".into(),
@@ -60,6 +61,7 @@ fn every_frame() -> Vec<Frame> {
             flags: RequestFlags {
                 one_way: false,
                 streamed: true,
+                accepts_compressed: false,
             },
             deadline_us: 3,
             service: "Files".into(),
@@ -763,7 +765,11 @@ fn set_max_message_size_applies() {
 #[test]
 fn request_flags_bits() {
     assert_eq!(RequestFlags::from_u8(0), Some(RequestFlags::default()));
-    let flags = |one_way, streamed| RequestFlags { one_way, streamed };
+    let flags = |one_way, streamed| RequestFlags {
+        one_way,
+        streamed,
+        accepts_compressed: false,
+    };
     for (byte, f) in [
         (0, flags(false, false)),
         (1, flags(true, false)),
@@ -841,6 +847,7 @@ fn stream_frames_layout() {
         flags: RequestFlags {
             one_way: false,
             streamed: true,
+            accepts_compressed: false,
         },
         deadline_us: 0,
         service: String::new(),
@@ -1192,6 +1199,7 @@ fn v2_request_and_reply_carry_metadata_compression_and_details() {
         flags: RequestFlags {
             one_way: false,
             streamed: true,
+            accepts_compressed: false,
         },
         deadline_us: 9,
         service: "Accounts".into(),

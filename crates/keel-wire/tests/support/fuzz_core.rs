@@ -232,6 +232,7 @@ fn structured_frame(r: &mut Reader<'_>) -> Frame {
                 flags: RequestFlags {
                     one_way: flags & 1 != 0,
                     streamed: flags & 2 != 0,
+                    accepts_compressed: false,
                 },
                 deadline_us: r.uint(1),
                 service: r.text(),

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::core::compress::Compression;
 use crate::core::error::Error;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
@@ -94,8 +95,12 @@ pub(crate) struct Outgoing {
     pub(crate) one_way: bool,
     /// The request metadata.
     pub(crate) metadata: Metadata,
-    /// The encoded arguments.
+    /// The encoded arguments, compressed with `compression` if it is set.
     pub(crate) body: Bytes,
+    /// How `body` is compressed, if it is.
+    pub(crate) compression: Option<Compression>,
+    /// The caller accepts a compressed reply body.
+    pub(crate) accepts_compressed: bool,
     /// The request stream, for operations that take one.
     pub(crate) upload: Option<ByteStream>,
     /// The operation streams its reply.
@@ -105,8 +110,10 @@ pub(crate) struct Outgoing {
 /// A successful answer: the reply and its metadata.
 #[derive(Debug)]
 pub(crate) struct Replied {
+    /// The reply; a body is compressed with `compression` if that is set.
     pub(crate) payload: Payload,
     pub(crate) metadata: Metadata,
+    pub(crate) compression: Option<Compression>,
 }
 
 /// A call's result: the outer error is the caller's side (could not send, no reply in time);

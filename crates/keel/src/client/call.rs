@@ -40,6 +40,9 @@ async fn raw<A: Serialize>(
         // The channel adds its defaults and the call's options.
         metadata: Metadata::new(),
         body,
+        // The channel compresses if its settings say so.
+        compression: None,
+        accepts_compressed: false,
         upload,
         download: info.stream_response,
     };

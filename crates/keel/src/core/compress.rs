@@ -111,13 +111,10 @@ const WINDOW_LOG_CEILING: u32 = 27;
 
 impl Compression {
     /// The codings keel speaks, in its order of preference.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // HTTP's Accept-Encoding
     pub(crate) const ALL: [Compression; 2] = [Compression::Zstd, Compression::Gzip];
 
     /// The wire id that means "not compressed". [`from_u8`](Self::from_u8) gives `None` for it.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "used by keel's wire binding, not yet wired")
-    )]
     pub(crate) const IDENTITY_ID: u8 = 0;
 
     /// The HTTP content-coding token: `"zstd"` or `"gzip"`.
@@ -144,10 +141,6 @@ impl Compression {
 
     /// The coding's id in keel's own wire protocol: zstd is 1, gzip 2 (0 is
     /// [`IDENTITY_ID`](Self::IDENTITY_ID), no compression).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "used by keel's wire binding, not yet wired")
-    )]
     pub(crate) fn to_u8(self) -> u8 {
         match self {
             Compression::Zstd => 1,
@@ -157,10 +150,6 @@ impl Compression {
 
     /// The coding with wire id `id`; `None` for [`IDENTITY_ID`](Self::IDENTITY_ID) and for ids
     /// keel does not know (the caller tells those two apart).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "used by keel's wire binding, not yet wired")
-    )]
     pub(crate) fn from_u8(id: u8) -> Option<Self> {
         match id {
             1 => Some(Compression::Zstd),
@@ -545,6 +534,7 @@ fn gzip_read(
 
 /// A q-value in thousandths (RFC 9110 §12.4.2: `0`, `0.5`, `0.125`, `1`, `1.000`), or `None` if
 /// `s` is not one.
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // HTTP's Accept-Encoding
 fn parse_qvalue(s: &str) -> Option<u16> {
     let (int, frac) = match s.split_once('.') {
         Some((int, frac)) => (int, frac),
@@ -567,6 +557,7 @@ fn parse_qvalue(s: &str) -> Option<u16> {
 /// The q-value of one `Accept-Encoding` element's parameters (1 if it has none), or `None` if its
 /// `q` is not a valid q-value (the element is then ignored). Other parameters, and empty ones
 /// (`gzip;`), are ignored.
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // HTTP's Accept-Encoding
 fn element_q<'a>(params: impl Iterator<Item = &'a str>) -> Option<u16> {
     let mut q = 1000;
     for param in params {
@@ -593,13 +584,7 @@ fn element_q<'a>(params: impl Iterator<Item = &'a str>) -> Option<u16> {
 ///   uncompressed: `None`.
 /// - Unknown codings (`br`, `deflate`, …), elements with an invalid q-value, and empty elements
 ///   are ignored; so a header of garbage gives `None`.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "used by the HTTP binding's negotiation, not yet wired"
-    )
-)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // HTTP's Accept-Encoding
 pub(crate) fn pick_from_accept_encoding(
     header: &str,
     allowed: &[Compression],
@@ -651,6 +636,7 @@ pub(crate) fn pick_from_accept_encoding(
 }
 
 /// `c`'s index in [`Compression::ALL`].
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // HTTP's Accept-Encoding
 fn index(c: Compression) -> usize {
     match c {
         Compression::Zstd => 0,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use super::compress::Compression;
 use super::metadata::{Metadata, MetadataError};
 
 /// The call a handler serves: who called, over what, with which metadata and deadline; a
@@ -51,6 +52,8 @@ pub(crate) struct CallFacts {
     pub(crate) peer_certificates: Option<Arc<[Bytes]>>,
     pub(crate) deadline: Option<Instant>,
     pub(crate) metadata: Metadata,
+    /// How the reply body may be compressed, if the caller accepts that.
+    pub(crate) reply_codec: Option<Compression>,
 }
 
 struct Shared {
@@ -86,7 +89,13 @@ impl Context {
             peer_certificates: None,
             deadline: None,
             metadata: Metadata::new(),
+            reply_codec: None,
         })
+    }
+
+    /// How the reply may be compressed (the caller accepts this codec).
+    pub(crate) fn reply_codec(&self) -> Option<Compression> {
+        self.inner.facts.reply_codec
     }
 
     /// The contract (service) name, e.g. `Calculator`.
@@ -232,6 +241,7 @@ mod tests {
             peer_certificates: None,
             deadline: None,
             metadata: Metadata::new(),
+            reply_codec: None,
         })
     }
 

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use super::conn::{CallCtl, ConnShared};
 use super::throttle::Admission;
 use crate::core::codec::Format;
+use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
 use crate::core::metadata::Metadata;
 use crate::core::service::{Invocation, Outcome, Payload};
@@ -37,6 +38,10 @@ pub(crate) struct Incoming<'a> {
     pub(crate) operation: &'a str,
     /// The request metadata.
     pub(crate) metadata: Metadata,
+    /// How `body` is compressed, if it is.
+    pub(crate) compression: Option<Compression>,
+    /// How the reply may be compressed: the caller accepts this codec.
+    pub(crate) reply_codec: Option<Compression>,
     /// How `body` (and the reply) is encoded.
     pub(crate) format: Format,
     pub(crate) body: Bytes,
@@ -75,6 +80,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         peer_certificates: conn.info.peer_certificates.clone(),
         deadline,
         metadata: req.metadata,
+        reply_codec: req.reply_codec,
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let ctl = match conn.track(call_id, &ctx) {
@@ -99,7 +105,30 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
             return call.finish(Err(status));
         }
     }
-    let invocation = match service.invoke(op, req.format, &req.body, req.stream, &call.ctx) {
+    let body = match req.compression {
+        None => req.body,
+        Some(codec) => {
+            let limit = dispatcher.limits.max_message_size as usize;
+            match compress::decompress(codec, &req.body, limit) {
+                Ok(body) => body,
+                Err(e) => {
+                    let status = match e {
+                        DecompressError::TooLarge { .. } => Status::new(
+                            StatusCode::TooLarge,
+                            format!("the {codec} request body decompresses to more than this host's limit of {limit} bytes"),
+                        ),
+                        DecompressError::Malformed(why) => Status::new(
+                            StatusCode::BadRequest,
+                            format!("the {codec} request body does not decompress: {why}"),
+                        ),
+                    };
+                    call.one_way = false;
+                    return call.finish(Err(status));
+                }
+            }
+        }
+    };
+    let invocation = match service.invoke(op, req.format, &body, req.stream, &call.ctx) {
         Ok(inv) => inv,
         // Answered unless a drain answered it meanwhile (even one-way calls hear of it).
         Err(status) => {

@@ -13,9 +13,10 @@ use bytes::Bytes;
 use tokio::task::AbortHandle;
 
 use super::Dispatcher;
+use crate::core::compress::{self, Compression};
 use crate::core::context::Context;
 use crate::core::metadata::Metadata;
-use crate::core::service::Outcome;
+use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
 
 /// Per-call control shared with the task or pool job running it.
@@ -40,11 +41,22 @@ impl CallCtl {
     }
 }
 
+/// One call's answer as a binding sends it.
+#[derive(Debug)]
+pub(crate) struct HostAnswer {
+    /// The reply or the status.
+    pub(crate) outcome: Outcome,
+    /// Reply metadata (the context's and the status's).
+    pub(crate) metadata: Metadata,
+    /// How an `Ok` body is compressed, if it is.
+    pub(crate) compression: Option<Compression>,
+}
+
 /// Where a connection's answers go: keel-wire frames, or the HTTP requests waiting for them.
 /// Each binding implements it once.
 pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
-    /// Delivers the answer to call `call_id`, with its reply metadata.
-    fn reply(&self, call_id: u64, outcome: Outcome, metadata: Metadata);
+    /// Delivers the answer to call `call_id`.
+    fn reply(&self, call_id: u64, answer: HostAnswer);
     /// The host will serve no new calls here; tell the peer (calls it sent already are still
     /// answered).
     fn go_away(&self, reason: &str);
@@ -205,7 +217,27 @@ impl ConnShared {
                 if let Err(status) = &mut outcome {
                     metadata.merge(&std::mem::take(status.metadata_mut()));
                 }
-                self.out.reply(call_id, outcome, metadata);
+                let mut compression = None;
+                if let (Some(codec), Ok(Payload::Body(body))) =
+                    (ctl.ctx.reply_codec(), &mut outcome)
+                {
+                    if body.len() >= self.dispatcher.limits.compress_replies_above {
+                        let packed = compress::compress(codec, body);
+                        // Incompressible bodies go as they are.
+                        if packed.len() < body.len() {
+                            *body = packed;
+                            compression = Some(codec);
+                        }
+                    }
+                }
+                self.out.reply(
+                    call_id,
+                    HostAnswer {
+                        outcome,
+                        metadata,
+                        compression,
+                    },
+                );
             }
             self.dispatcher.call_finished();
         }
@@ -217,7 +249,14 @@ impl ConnShared {
             Err(status) => std::mem::take(status.metadata_mut()),
             Ok(_) => Metadata::new(),
         };
-        self.out.reply(call_id, outcome, metadata);
+        self.out.reply(
+            call_id,
+            HostAnswer {
+                outcome,
+                metadata,
+                compression: None,
+            },
+        );
     }
 
     /// The caller no longer wants call `call_id`: stop it; no answer is sent.

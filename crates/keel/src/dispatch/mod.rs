@@ -15,7 +15,7 @@ mod throttle;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 pub(crate) use call::{dispatch, Incoming};
-pub(crate) use conn::{ConnInfo, ConnShared, Responder};
+pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
 pub use intercept::Interceptor;
 pub use throttle::ThrottleConfig;
 
@@ -36,6 +36,10 @@ use throttle::Throttle;
 pub(crate) struct Limits {
     /// Bytes of messages all connections together may have partly received.
     pub(crate) max_receive_bytes: usize,
+    /// Largest request body, after decompression.
+    pub(crate) max_message_size: u32,
+    /// Replies at least this large are compressed for callers that accept it.
+    pub(crate) compress_replies_above: usize,
 }
 
 /// Counters the dispatcher keeps for the host's stats.

@@ -76,6 +76,10 @@ pub struct HostConfig {
     /// The listen backlog of TCP and Unix endpoints: connections the kernel completes before
     /// the host accepts them. Default: 1,024.
     pub listen_backlog: u32,
+    /// Replies of at least this many bytes are compressed for a caller that accepts it (a
+    /// keel client with compression on, an HTTP client's `Accept-Encoding`), unless that does
+    /// not make them smaller; `usize::MAX` turns reply compression off. Default: 1 KiB.
+    pub compress_replies_above: usize,
     /// Largest flow-control window one streamed upload may grow to (it starts at 256 KiB and
     /// grows toward the link's bandwidth-delay product). Bounds the memory one stream can
     /// occupy. Default: 8 MiB.
@@ -100,6 +104,7 @@ impl Default for HostConfig {
         HostConfig {
             throttle: ThrottleConfig::default(),
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
+            compress_replies_above: 1024,
             close_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             max_connections: 10_000,
@@ -279,7 +284,16 @@ impl HostBuilder {
         self
     }
 
-    /// Largest request body accepted. Default: 4 MiB.
+    /// Replies of at least `bytes` are compressed for callers that accept it, when that makes
+    /// them smaller (zstd for keel's clients; what `Accept-Encoding` prefers over HTTP);
+    /// `usize::MAX` turns it off. Default: 1 KiB.
+    pub fn compress_replies_above(mut self, bytes: usize) -> Self {
+        self.config.compress_replies_above = bytes;
+        self
+    }
+
+    /// Largest request body accepted (after decompression, for a compressed one); larger ones
+    /// are answered `TooLarge`. Default: 4 MiB.
     pub fn max_message_size(mut self, bytes: u32) -> Self {
         self.config.max_message_size = bytes;
         self
@@ -429,6 +443,8 @@ impl HostBuilder {
 
         let limits = Limits {
             max_receive_bytes: config.max_receive_bytes,
+            max_message_size: config.max_message_size,
+            compress_replies_above: config.compress_replies_above,
         };
         let dispatcher = Arc::new(Dispatcher::new(
             services,

@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ::http::header::{HeaderValue, ACCEPT, CONNECTION, CONTENT_TYPE, HOST};
+use ::http::header::{
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST,
+};
 use ::http::{Method, Request, Response, Uri};
 use bytes::Bytes;
 use hyper::body::Incoming;
@@ -25,6 +27,7 @@ use super::{
 use crate::bindings::{
     Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion, Outgoing, Replied,
 };
+use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
@@ -189,6 +192,8 @@ impl HttpClient {
             body,
             upload,
             download,
+            compression,
+            accepts_compressed,
             ..
         } = call;
         let mut upload = upload.map(|s| (s, body.clone()));
@@ -198,7 +203,7 @@ impl HttpClient {
                 let request = match self.request(
                     proto,
                     (service, operation),
-                    &metadata,
+                    (&metadata, compression, accepts_compressed),
                     &body,
                     &mut upload,
                     deadline,
@@ -465,7 +470,7 @@ impl HttpClient {
         &self,
         proto: Proto,
         (service, operation): (&str, &str),
-        metadata: &Metadata,
+        (metadata, compression, accepts_compressed): (&Metadata, Option<Compression>, bool),
         body: &Bytes,
         upload: &mut Option<(ByteStream, Bytes)>,
         deadline: Instant,
@@ -493,6 +498,9 @@ impl HttpClient {
         }
         if let Some(headers) = builder.headers_mut() {
             metadata_to_headers(metadata, headers);
+            if accepts_compressed {
+                headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("zstd, gzip"));
+            }
         }
         let body = match upload.take() {
             Some((stream, args)) => {
@@ -504,6 +512,9 @@ impl HttpClient {
             None => {
                 builder =
                     builder.header(CONTENT_TYPE, HeaderValue::from_static(MSGPACK_CONTENT_TYPE));
+                if let Some(codec) = compression {
+                    builder = builder.header(CONTENT_ENCODING, codec.as_str());
+                }
                 body::full(body.clone())
             }
         };
@@ -548,6 +559,7 @@ impl HttpClient {
             let replied = Replied {
                 payload: Payload::Stream(stream),
                 metadata: metadata_from_headers(&parts.headers),
+                compression: None,
             };
             return (Ok(Ok(replied)), false);
         }
@@ -572,6 +584,24 @@ impl HttpClient {
             Err(ReadError::NoRoom) => unreachable!("no budget on the client"),
         };
         let metadata = metadata_from_headers(&parts.headers);
+        let compression = match parts.headers.get(CONTENT_ENCODING).map(|v| v.to_str()) {
+            None => None,
+            Some(Ok(v)) if v.trim().eq_ignore_ascii_case("identity") => None,
+            Some(Ok(v)) => match Compression::from_token(v) {
+                Some(c) => Some(c),
+                None => {
+                    let why = format!(
+                        "{}: the host answered with content encoding `{v}`",
+                        self.endpoint
+                    );
+                    return (Err(Error::new(Kind::Protocol, why)), !closing);
+                }
+            },
+            Some(Err(_)) => {
+                let why = format!("{}: an unreadable content encoding", self.endpoint);
+                return (Err(Error::new(Kind::Protocol, why)), !closing);
+            }
+        };
         let details = parts
             .headers
             .get(DETAILS_HEADER)
@@ -580,6 +610,7 @@ impl HttpClient {
         let ok = |body| {
             let payload = Payload::Body(body);
             Ok(Ok(Replied {
+                compression,
                 payload,
                 metadata: metadata.clone(),
             }))

@@ -10,7 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use ::http::header::{HeaderValue, ACCEPT, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use ::http::header::{
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, ALLOW, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE,
+    RETRY_AFTER, VARY,
+};
 use ::http::{Method, Request, Response, Version};
 use bytes::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,24 +30,25 @@ use super::{
 };
 use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
+use crate::core::compress::{self, Compression};
 use crate::core::metadata::Metadata;
-use crate::core::service::{Outcome, Payload, ServiceDescriptor};
+use crate::core::service::{Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
-    dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, ReceiveBudget, Responder,
+    dispatch, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget, Responder,
 };
 use crate::transport::{Connected, Io};
 
 /// Calls waiting for their answer on one HTTP connection.
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
-    calls: Mutex<HashMap<u64, oneshot::Sender<(Outcome, Metadata)>>>,
+    calls: Mutex<HashMap<u64, oneshot::Sender<HostAnswer>>>,
     next_call_id: AtomicU64,
 }
 
 impl Waiting {
-    fn take(&self, call_id: u64) -> Option<oneshot::Sender<(Outcome, Metadata)>> {
+    fn take(&self, call_id: u64) -> Option<oneshot::Sender<HostAnswer>> {
         self.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -62,9 +66,9 @@ struct HttpResponder {
 }
 
 impl Responder for HttpResponder {
-    fn reply(&self, call_id: u64, outcome: Outcome, metadata: Metadata) {
+    fn reply(&self, call_id: u64, answer: HostAnswer) {
         if let Some(tx) = self.waiting.take(call_id) {
-            let _ = tx.send((outcome, metadata));
+            let _ = tx.send(answer);
         }
     }
 
@@ -505,6 +509,24 @@ async fn call<B: Received>(
         },
     };
     let metadata = metadata_from_headers(req.headers());
+    let compression = match req.headers().get(CONTENT_ENCODING).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) if v.trim().eq_ignore_ascii_case("identity") => None,
+        Some(Ok(v)) => match Compression::from_token(v) {
+            Some(c) if !stream_request => Some(c),
+            _ => return unsupported_encoding(v),
+        },
+        Some(Err(_)) => return unsupported_encoding("(not text)"),
+    };
+    let reply_codec = req
+        .headers()
+        .get_all(ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .fold(None::<String>, |acc, v| {
+            Some(acc.map_or(v.to_string(), |a| a + "," + v))
+        })
+        .and_then(|header| compress::pick_from_accept_encoding(&header, &Compression::ALL));
     let (format, body, stream, reserved) = if stream_request {
         // The body is the stream; the other parameters travel in the `keel-args` header.
         let args = match stream_args(&req, format) {
@@ -582,6 +604,8 @@ async fn call<B: Received>(
         service,
         operation,
         metadata,
+        compression,
+        reply_codec,
         format,
         body,
         stream,
@@ -591,9 +615,9 @@ async fn call<B: Received>(
     drop(reserved);
     let answer = answer.await;
     guard.armed = false;
-    let (outcome, reply_metadata) = match answer {
-        Ok((outcome, md)) => (Ok(outcome), md),
-        Err(e) => (Err(e), Metadata::new()),
+    let (outcome, reply_metadata, encoding) = match answer {
+        Ok(a) => (Ok(a.outcome), a.metadata, a.compression),
+        Err(e) => (Err(e), Metadata::new(), None),
     };
     let mut response = match outcome {
         Ok(Ok(_)) if one_way => {
@@ -606,6 +630,11 @@ async fn call<B: Received>(
             let mut response = Response::new(body::full(reply));
             set_content_type(&mut response, content_type(format));
             set_status_header(&mut response, StatusCode::Ok);
+            if let Some(codec) = encoding {
+                let headers = response.headers_mut();
+                headers.insert(CONTENT_ENCODING, HeaderValue::from_static(codec.as_str()));
+                headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+            }
             response
         }
         Ok(Ok(Payload::Stream(stream))) => {
@@ -784,6 +813,19 @@ fn wrong_method(method: &Method, path: &str, allowed: Method) -> Response<Body> 
     *response.status_mut() = ::http::StatusCode::METHOD_NOT_ALLOWED;
     let allowed = HeaderValue::from_str(allowed.as_str()).expect("a method is a header value");
     response.headers_mut().insert(ALLOW, allowed);
+    response
+}
+
+fn unsupported_encoding(encoding: &str) -> Response<Body> {
+    let msg = format!(
+        "content encoding `{encoding}` is not supported: send zstd, gzip or identity (and a \
+         streamed upload uncompressed)"
+    );
+    let mut response = error(Status::new(StatusCode::BadRequest, msg), Format::Json);
+    *response.status_mut() = ::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    response
+        .headers_mut()
+        .insert(ACCEPT_ENCODING, HeaderValue::from_static("zstd, gzip"));
     response
 }
 

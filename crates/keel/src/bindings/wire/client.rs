@@ -16,6 +16,7 @@ use tokio::task::AbortHandle;
 
 use super::conn::WireConn;
 use crate::bindings::{Answer, ClientSettings, Outgoing, Replied};
+use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
@@ -196,6 +197,8 @@ impl Conn {
             one_way,
             body,
             upload,
+            compression,
+            accepts_compressed,
             ..
         } = call;
         // From here on, a dropped future (the caller gave up) must unregister and tell the host.
@@ -210,13 +213,14 @@ impl Conn {
             flags: RequestFlags {
                 one_way,
                 streamed: upload.is_some(),
+                accepts_compressed,
             },
             // Round up so a sub-microsecond remainder is not read as "no deadline".
             deadline_us: (remaining.as_micros() as u64).max(1),
             service: service.to_string(),
             operation: operation.to_string(),
             metadata,
-            compression: 0,
+            compression: compression.map_or(Compression::IDENTITY_ID, Compression::to_u8),
             body,
         });
         if let Err(e) = self.wire.sink().send(&request) {
@@ -380,6 +384,18 @@ async fn read_loop(
                     download,
                 })) => {
                     let metadata = Metadata::from_wire(&reply.metadata);
+                    let compression = match reply.compression {
+                        0 => None,
+                        id => match Compression::from_u8(id) {
+                            Some(c) => Some(c),
+                            None => {
+                                let why =
+                                    format!("the host compressed a reply with unknown id {id}");
+                                let _ = slot.send(Err(Error::new(Kind::Protocol, why)));
+                                continue;
+                            }
+                        },
+                    };
                     let result = if reply.status != keel_wire::StatusCode::Ok {
                         let code = StatusCode::from_wire(reply.status);
                         Err(Status::from_wire_parts(
@@ -391,10 +407,18 @@ async fn read_loop(
                     } else if download {
                         // Before the next frame is read: its data follows this reply.
                         let payload = Payload::Stream(wire.inbound_stream(reply.call_id));
-                        Ok(Replied { payload, metadata })
+                        Ok(Replied {
+                            payload,
+                            metadata,
+                            compression,
+                        })
                     } else {
                         let payload = Payload::Body(reply.body);
-                        Ok(Replied { payload, metadata })
+                        Ok(Replied {
+                            payload,
+                            metadata,
+                            compression,
+                        })
                     };
                     // Nobody waiting: the caller gave up as the reply arrived; drop it.
                     let _ = slot.send(Ok(result));

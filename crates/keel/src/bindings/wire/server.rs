@@ -11,12 +11,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use super::conn::WireConn;
 use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
+use crate::core::compress::Compression;
 use crate::core::metadata::Metadata;
-use crate::core::service::{Outcome, Payload};
+use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
-    dispatch, ConnInfo, ConnShared, Dispatcher, Incoming, ReceiveBudget, Reservation, Responder,
+    dispatch, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget, Reservation,
+    Responder,
 };
 use crate::transport::sink::{SendError, Sink};
 use crate::transport::Io;
@@ -33,10 +35,16 @@ struct WireResponder {
 }
 
 impl Responder for WireResponder {
-    fn reply(&self, call_id: u64, outcome: Outcome, metadata: Metadata) {
+    fn reply(&self, call_id: u64, answer: HostAnswer) {
+        let HostAnswer {
+            outcome,
+            metadata,
+            compression,
+        } = answer;
         // Metadata the handler set is its own to get right; one that does not fit is dropped
         // rather than failing an answer that is otherwise fine.
         let metadata = metadata.to_wire().unwrap_or_default();
+        let compression = compression.map_or(Compression::IDENTITY_ID, Compression::to_u8);
         let outcome = match outcome {
             Ok(Payload::Stream(stream)) => {
                 // Register first, so the client's credit for it is routed from the start.
@@ -76,11 +84,16 @@ impl Responder for WireResponder {
                 (code, body, details)
             }
         };
+        let compression = if status == keel_wire::StatusCode::Ok {
+            compression
+        } else {
+            Compression::IDENTITY_ID
+        };
         let reply = Frame::Reply(Reply {
             call_id,
             status,
             metadata,
-            compression: 0,
+            compression,
             details,
             body,
         });
@@ -311,6 +324,21 @@ async fn read_loop(
                             conn.reply(req.call_id, Err(Status::new(StatusCode::Busy, msg)));
                             continue;
                         }
+                        let compression = match req.compression {
+                            0 => None,
+                            id => match Compression::from_u8(id) {
+                                Some(c) => Some(c),
+                                None => {
+                                    let msg = format!("unknown compression id {id}");
+                                    let status = Status::new(StatusCode::BadRequest, msg);
+                                    if req.flags.streamed {
+                                        wire.refuse_inbound(req.call_id);
+                                    }
+                                    conn.reply(req.call_id, Err(status));
+                                    continue;
+                                }
+                            },
+                        };
                         let stream = if req.flags.streamed {
                             // Before the next frame is read: its data follows this request.
                             wire.inbound_stream(req.call_id)
@@ -325,6 +353,8 @@ async fn read_loop(
                             service: &req.service,
                             operation: &req.operation,
                             metadata: Metadata::from_wire(&req.metadata),
+                            compression,
+                            reply_codec: req.flags.accepts_compressed.then_some(Compression::Zstd),
                             format: wire_format(codec.version()),
                             body: req.body,
                             stream,
