@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tokio::task::AbortHandle;
 
-use super::Dispatcher;
+use super::{Arrival, Dispatcher};
 use crate::core::service::Outcome;
 use crate::core::status::{Status, StatusCode};
 
@@ -144,10 +144,11 @@ impl ConnShared {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a call. `BadRequest` if a call with its id is in flight already (it would
-    /// take that call's place: neither counted against the limit nor ever answered), `Busy` if
-    /// the connection already has as many calls as allowed.
-    pub(crate) fn track(&self, call_id: u64) -> Result<Arc<CallCtl>, Status> {
+    /// Registers a call, counted since its `arrival`. `BadRequest` if a call
+    /// with its id is in flight already (it would take that call's place: neither counted
+    /// against the limit nor ever answered), `Busy` if the connection already has as many
+    /// calls as allowed.
+    pub(crate) fn track(&self, call_id: u64, arrival: Arrival) -> Result<Arc<CallCtl>, Status> {
         let ctl = Arc::new(CallCtl::default());
         let limit = self.max_calls;
         {
@@ -168,7 +169,7 @@ impl ConnShared {
         }
         // No `touch` here: a connection with a call in flight is not idle whatever the clock
         // says; its activity is stamped when the call ends.
-        self.dispatcher.call_started();
+        arrival.tracked();
         Ok(ctl)
     }
 

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use super::body::{self, Body, ReadError, Received};
 use super::{
     http_status, ARGS_HEADER, DEADLINE_HEADER, JSON_CONTENT_TYPE, POSTCARD_CONTENT_TYPE,
-    STATUS_HEADER, STREAM_CONTENT_TYPE,
+    STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
 };
 use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
@@ -501,6 +501,11 @@ async fn call<B: Received>(
             }
         },
     };
+    // From here the call counts as in flight, so a drain waits for it; a call that arrives
+    // while the host drains is not processed, and says so.
+    let Some(arrival) = conn.dispatcher.admit() else {
+        return unprocessed(format);
+    };
     let (format, body, stream, reserved) = if stream_request {
         // The body is the stream; the other parameters travel in the `keel-args` header.
         let args = match stream_args(&req, format) {
@@ -580,6 +585,7 @@ async fn call<B: Received>(
         format,
         body,
         stream,
+        arrival,
     };
     dispatch(conn, incoming, received);
     // The arguments are decoded: the body's memory is free again.
@@ -824,6 +830,17 @@ fn error(status: Status, format: Format) -> Response<Body> {
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    response
+}
+
+/// The answer to a call that arrived while the host drains: 503 `shutting_down`, marked as not
+/// processed, so a client may send it again on a new connection.
+fn unprocessed(format: Format) -> Response<Body> {
+    let msg = "the host is going away and did not process the call";
+    let mut response = error(Status::new(StatusCode::ShuttingDown, msg), format);
+    response
+        .headers_mut()
+        .insert(UNPROCESSED_HEADER, HeaderValue::from_static("1"));
     response
 }
 

@@ -191,6 +191,19 @@ impl<C: Send + 'static> WireConn<C> {
     /// consumer, credit to its pump); what is left for the caller comes back: a host's Request
     /// or Cancel, a client's Reply or GoAway. Stream cleanup for a Cancel is done already.
     pub(crate) fn handle(&self, frame: Frame) -> Result<Option<Event<C>>, ConnError> {
+        self.handle_admitting(frame, || ()).map(|(event, _)| event)
+    }
+
+    /// Host: [`WireConn::handle`], and for a Request that arrived before this connection's
+    /// GoAway, `admit()`'s value, taken under the connection's lock: a GoAway sent at the same
+    /// time is ordered after it, so its `last_call_id` covers exactly the requests admitted. A
+    /// Request that arrived after the GoAway comes with `None`: the host must not process it
+    /// (the client sends it again on another connection).
+    pub(crate) fn handle_admitting<A>(
+        &self,
+        frame: Frame,
+        admit: impl FnOnce() -> A,
+    ) -> Result<(Option<Event<C>>, Option<A>), ConnError> {
         // Only these frames' handling reads the time (RTT samples, new receive windows).
         let now = match &frame {
             Frame::Pong(_) | Frame::Reply(_) => Instant::now(),
@@ -199,8 +212,12 @@ impl<C: Send + 'static> WireConn<C> {
         };
         self.with(|st| {
             let Some(event) = st.core.handle(frame, now)? else {
-                return Ok(None);
+                return Ok((None, None));
             };
+            if let Event::Request(_) = event {
+                let admitted = (!st.core.is_going_away()).then(admit);
+                return Ok((Some(event), admitted));
+            }
             match event {
                 Event::StreamData { call_id, data } => {
                     if let Some(tx) = st.inbound.get(&call_id) {
@@ -243,22 +260,22 @@ impl<C: Send + 'static> WireConn<C> {
                     let cancelled =
                         Error::new(Kind::Status(StatusCode::Cancelled), "call cancelled");
                     st.fail_inbound(call_id, cancelled);
-                    return Ok(Some(Event::Cancel { call_id }));
+                    return Ok((Some(Event::Cancel { call_id }), None));
                 }
                 Event::Reply { ref reply, .. } => {
                     // The call is over: its upload's pump stops (the core forgot its window).
                     if reply.status != keel_wire::StatusCode::Ok {
                         st.stop_outbound_handle(reply.call_id);
                     }
-                    return Ok(Some(event));
+                    return Ok((Some(event), None));
                 }
                 Event::GoAway(_) => {
                     self.accepting.store(false, Ordering::Release);
-                    return Ok(Some(event));
+                    return Ok((Some(event), None));
                 }
-                other => return Ok(Some(other)),
+                other => return Ok((Some(other), None)),
             }
-            Ok(None)
+            Ok((None, None))
         })
     }
 
