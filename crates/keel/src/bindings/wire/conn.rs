@@ -24,7 +24,16 @@ use tokio::sync::{mpsc, Notify};
 use crate::core::error::{Error, Kind};
 use crate::core::status::StatusCode;
 use crate::core::stream::{ByteStream, Credit};
-use crate::transport::sink::Sink;
+use crate::transport::sink::{SendError, Sink};
+
+/// Why [`WireConn::send_call`] sent nothing.
+#[derive(Debug)]
+pub(crate) enum NotSent {
+    /// The core refused the call: the connection is closed, or the host said GoAway.
+    Rejected(CallRejected),
+    /// The Request could not be queued.
+    Sink(SendError),
+}
 
 /// Largest StreamData payload keel sends (further limited by the peer's message size).
 const MAX_CHUNK: usize = 64 * 1024;
@@ -344,15 +353,23 @@ impl<C: Send + 'static> WireConn<C> {
     }
 
     /// Sends `stream` as the data of `handle`'s call within the peer's credit, then StreamEnd.
-    /// Returns when the stream ended, was stopped, or the connection closed.
-    pub(crate) async fn pump(self: Arc<Self>, handle: OutboundHandle, mut stream: ByteStream) {
+    /// Returns when the stream ended, was stopped, or the connection closed; a stream stopped
+    /// before anything was taken from it is given back whole (a client may send it again with
+    /// its call on another connection).
+    pub(crate) async fn pump(
+        self: Arc<Self>,
+        handle: OutboundHandle,
+        mut stream: ByteStream,
+    ) -> Option<ByteStream> {
         let OutboundHandle { call_id, out } = handle;
+        let mut untouched = true;
         let end = loop {
             let next = tokio::select! {
                 biased;
                 _ = out.stopped() => break None,
                 next = stream.next() => next,
             };
+            untouched = false;
             let mut chunk = match next {
                 None => break Some((keel_wire::StatusCode::Ok, Bytes::new())),
                 Some(Ok(chunk)) => chunk,
@@ -400,6 +417,7 @@ impl<C: Send + 'static> WireConn<C> {
             }
         };
         // The core ends the stream unless the peer stopped it first.
+        let stopped = end.is_none();
         self.with(|st| {
             st.outbound.remove(&call_id);
             if let Some((status, message)) = end {
@@ -408,6 +426,7 @@ impl<C: Send + 'static> WireConn<C> {
                 st.core.stop_outbound(call_id);
             }
         });
+        (stopped && untouched).then_some(stream)
     }
 
     /// Host: a measurement ping (its Pong gives the RTT stream windows grow against).
@@ -426,21 +445,48 @@ impl<C: Send + 'static> WireConn<C> {
         self.with(|st| st.core.go_away(reason));
     }
 
-    /// Client: registers a call and returns its id; `upload` registers its outbound stream too
-    /// (its handle is returned, for the pump).
-    pub(crate) fn start_call(
+    /// Client: registers a call and queues its Request (`request` builds it from the call's
+    /// id) in one step under the lock, so Requests leave in the order of their ids, as a
+    /// GoAway's `last_call_id` requires; then writes what the socket takes. Returns the id and,
+    /// with `upload`, the handle of its registered outbound stream (for the pump).
+    pub(crate) fn send_call(
         &self,
         slot: C,
         download: bool,
         upload: bool,
-    ) -> Result<(u64, Option<OutboundHandle>), CallRejected> {
-        self.with(|st| {
+        request: impl FnOnce(u64) -> Frame,
+    ) -> Result<(u64, Option<OutboundHandle>), NotSent> {
+        let sent = self.with(|st| {
             let call_id = st
                 .core
                 .start_call(slot, download, upload)
-                .map_err(|(why, _)| why)?;
+                .map_err(|(why, _)| NotSent::Rejected(why))?;
+            if let Err(e) = self.sink.enqueue(&request(call_id)) {
+                st.core.forget_call(call_id);
+                return Err(NotSent::Sink(e));
+            }
             let handle = upload.then(|| st.register_outbound(call_id));
             Ok((call_id, handle))
+        });
+        if sent.is_ok() {
+            self.sink.push();
+        }
+        sent
+    }
+
+    /// Client: the host's GoAway said it processed no call above `last_call_id`: those calls
+    /// are forgotten (their uploads stopped, nothing sent) and their slots returned, for the
+    /// caller to send them again on another connection.
+    pub(crate) fn unprocessed(&self, last_call_id: u64) -> Vec<C> {
+        self.with(|st| {
+            let calls = st.core.unprocessed_calls(last_call_id);
+            calls
+                .into_iter()
+                .map(|(call_id, slot)| {
+                    st.stop_outbound_handle(call_id);
+                    slot
+                })
+                .collect()
         })
     }
 
