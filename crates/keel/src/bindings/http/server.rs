@@ -50,13 +50,27 @@ impl Waiting {
     }
 }
 
-/// Hands each answer to the request waiting for it; `go_away` and `close` start hyper's graceful
-/// shutdown of the connection (HTTP/1.1: close once the answer in progress is written; HTTP/2:
-/// `GOAWAY`, then close once the streams in flight are answered).
+/// How far the host has asked an HTTP connection to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Stop {
+    Serving,
+    /// The host is going away (a drain): HTTP/2 gets `GOAWAY`. An HTTP/1.1 connection is not
+    /// closed while idle, as a request may be on its way (a client that sees the close only
+    /// after sending could not tell whether the host took its call); the next request on it
+    /// is answered with `connection: close`, and a drain's answer says the call was not
+    /// processed.
+    GoingAway,
+    /// Close, gracefully: HTTP/1.1 once the answer in progress is written (at once if idle);
+    /// HTTP/2 after `GOAWAY`, once the streams in flight are answered.
+    Closing,
+}
+
+/// Hands each answer to the request waiting for it; `go_away` and `close` stop the connection
+/// (see [`Stop`]).
 #[derive(Debug)]
 struct HttpResponder {
     waiting: Arc<Waiting>,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Stop>,
 }
 
 impl Responder for HttpResponder {
@@ -67,11 +81,17 @@ impl Responder for HttpResponder {
     }
 
     fn go_away(&self, _reason: &str) {
-        self.stop.send_replace(true);
+        self.stop.send_if_modified(|s| {
+            let raise = *s < Stop::GoingAway;
+            if raise {
+                *s = Stop::GoingAway;
+            }
+            raise
+        });
     }
 
     fn close(&self) {
-        self.stop.send_replace(true);
+        self.stop.send_replace(Stop::Closing);
     }
 }
 
@@ -97,7 +117,7 @@ impl Ctx {
         dispatcher: &Arc<Dispatcher>,
         settings: Arc<ServerSettings>,
         info: ConnInfo,
-        stop: watch::Sender<bool>,
+        stop: watch::Sender<Stop>,
         max_calls: usize,
         watch: Option<Arc<HeadWatch>>,
     ) -> Ctx {
@@ -139,7 +159,7 @@ pub(crate) async fn serve(
     settings: Arc<ServerSettings>,
     info: ConnInfo,
 ) {
-    let (stop, mut stopped) = watch::channel(false);
+    let (stop, mut stopped) = watch::channel(Stop::Serving);
     // HTTP/1.1 heads are watched unless TLS agreed on HTTP/2 (cleartext HTTP/2 is recognised
     // by its preface).
     let head_watch = Arc::new(HeadWatch::new(connected.alpn.as_deref() == Some(b"h2")));
@@ -193,11 +213,19 @@ pub(crate) async fn serve(
     tokio::pin!(overdue);
     let mut check = tokio::time::interval((frame_timeout / 4).max(Duration::from_millis(10)));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Whether hyper's graceful shutdown has begun: for `Stop::Closing`, and for
+    // `Stop::GoingAway` once the connection is known to speak HTTP/2.
     let mut stopping = false;
+    let level = stopped.clone();
     loop {
+        let must_stop = |stop: &Stop| match stop {
+            Stop::Serving => false,
+            Stop::GoingAway => head_watch.is_h2(),
+            Stop::Closing => true,
+        };
         tokio::select! {
             _ = serving.as_mut() => break,
-            _ = stopped.wait_for(|stop| *stop), if !stopping => {
+            _ = stopped.wait_for(must_stop), if !stopping => {
                 stopping = true;
                 serving.as_mut().graceful_shutdown();
             }
@@ -207,6 +235,11 @@ pub(crate) async fn serve(
                 break;
             }
             _ = check.tick() => {
+                if !stopping && must_stop(&level.borrow()) {
+                    // Going away, and its HTTP/2 preface arrived since.
+                    stopping = true;
+                    serving.as_mut().graceful_shutdown();
+                }
                 if head_watch.write_stalled(frame_timeout) {
                     // The peer does not read its answers: they would pile up (hyper stops
                     // reading meanwhile, so this is the only way out).
@@ -289,6 +322,11 @@ impl HeadWatch {
         self.now_ms()
             .saturating_sub(self.last_io.load(Ordering::Relaxed))
             >= timeout.as_millis() as u64
+    }
+
+    /// Whether the connection speaks HTTP/2 (by ALPN, or its preface arrived).
+    fn is_h2(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
     }
 
     /// Bytes arrived (`first` is what was read).
