@@ -640,7 +640,7 @@ async fn killed_mid_call(b: Binding, close_connection: bool) {
 }
 
 /// The other way a client dies mid-call: its connection closes under the call (the channel
-/// closed). Per binding here, as HTTP/2's case is a known defect.
+/// closed).
 mod a_client_whose_connection_closes_mid_call_frees_its_slot {
     use super::*;
 
@@ -664,17 +664,11 @@ mod a_client_whose_connection_closes_mid_call_frees_its_slot {
     }
     #[cfg(feature = "http")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "defect: Channel::close leaves an HTTP/2 connection with a call in flight open \
-                (hyper runs the connection in a task of its own that ConnSet::kill_all does not \
-                reach); the call completes instead of failing"]
     async fn http2() {
         killed_mid_call(Binding::Http2, true).await
     }
     #[cfg(all(feature = "http", feature = "tls"))]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "defect: Channel::close leaves an HTTP/2 connection with a call in flight open \
-                (hyper runs the connection in a task of its own that ConnSet::kill_all does not \
-                reach); the call completes instead of failing"]
     async fn https() {
         killed_mid_call(Binding::Https, true).await
     }

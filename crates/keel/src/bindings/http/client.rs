@@ -13,11 +13,11 @@ use ::http::{Method, Request, Response, Uri};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::body::{self, Body, ReadError};
-use super::conns::Registry;
+use super::conns::{Registry, Tasks};
 use super::{
     ARGS_HEADER, DEADLINE_HEADER, POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE,
     UNPROCESSED_HEADER,
@@ -489,18 +489,19 @@ impl HttpClient {
                         .handshake(io)
                         .await
                         .map_err(handshake_err)?;
-                    let id = self.conns.spawn(driver);
+                    let id = self.conns.spawn(driver, None);
                     Established::H1(H1Conn { sender, id })
                 }
                 Proto::H2 => {
-                    let (sender, driver) = http2::Builder::new(TokioExecutor::new())
+                    let tasks = Tasks::default();
+                    let (sender, driver) = http2::Builder::new(tasks.clone())
                         .initial_stream_window_size(super::H2_STREAM_WINDOW)
                         .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
                         .timer(TokioTimer::new())
                         .handshake(io)
                         .await
                         .map_err(handshake_err)?;
-                    let id = self.conns.spawn(driver);
+                    let id = self.conns.spawn(driver, Some(tasks));
                     Established::H2(H2Conn { sender, id })
                 }
             })
