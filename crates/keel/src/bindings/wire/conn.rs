@@ -353,9 +353,9 @@ impl<C: Send + 'static> WireConn<C> {
     }
 
     /// Sends `stream` as the data of `handle`'s call within the peer's credit, then StreamEnd.
-    /// Returns when the stream ended, was stopped, or the connection closed; a stream stopped
-    /// before anything was taken from it is given back whole (a client may send it again with
-    /// its call on another connection).
+    /// Returns when the stream ended, was stopped, or the connection closed. A stream nothing
+    /// was taken from is given back whole (an empty one, once it ended, as an empty stream): a
+    /// client may send it again with its call on another connection.
     pub(crate) async fn pump(
         self: Arc<Self>,
         handle: OutboundHandle,
@@ -369,14 +369,21 @@ impl<C: Send + 'static> WireConn<C> {
                 _ = out.stopped() => break None,
                 next = stream.next() => next,
             };
-            untouched = false;
             let mut chunk = match next {
-                None => break Some((keel_wire::StatusCode::Ok, Bytes::new())),
+                None => {
+                    // One that ended before giving anything is an empty stream.
+                    if untouched {
+                        stream = ByteStream::empty();
+                    }
+                    break Some((keel_wire::StatusCode::Ok, Bytes::new()));
+                }
                 Some(Ok(chunk)) => chunk,
                 Some(Err(e)) => {
-                    break Some((keel_wire::StatusCode::Internal, Bytes::from(e.to_string())))
+                    untouched = false;
+                    break Some((keel_wire::StatusCode::Internal, Bytes::from(e.to_string())));
                 }
             };
+            untouched = false;
             while !chunk.is_empty() {
                 let n = loop {
                     let credit = self.lock().core.send_credit(call_id);
@@ -417,7 +424,6 @@ impl<C: Send + 'static> WireConn<C> {
             }
         };
         // The core ends the stream unless the peer stopped it first.
-        let stopped = end.is_none();
         self.with(|st| {
             st.outbound.remove(&call_id);
             if let Some((status, message)) = end {
@@ -426,7 +432,7 @@ impl<C: Send + 'static> WireConn<C> {
                 st.core.stop_outbound(call_id);
             }
         });
-        (stopped && untouched).then_some(stream)
+        untouched.then_some(stream)
     }
 
     /// Host: a measurement ping (its Pong gives the RTT stream windows grow against).
