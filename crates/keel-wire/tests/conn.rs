@@ -408,6 +408,37 @@ fn go_away_stops_new_calls_but_pending_ones_are_answered() {
     assert_eq!(drain(&mut c), []);
 }
 
+#[test]
+fn calls_above_a_go_aways_last_call_id_are_given_back_unprocessed() {
+    let now = Instant::now();
+    let mut c = client();
+    let first = c.start_call("processed", false, false).unwrap();
+    let second = c.start_call("refused", false, true).unwrap();
+    let third = c.start_call("refused too", false, false).unwrap();
+    assert!(matches!(
+        feed(&mut c, go_away(first, "idle timeout"), now),
+        Some(Event::GoAway(_))
+    ));
+    assert_eq!(
+        c.unprocessed_calls(first),
+        [(second, "refused"), (third, "refused too")]
+    );
+    // Nothing is sent for them, their upload is gone, and taking them again finds none.
+    assert_eq!(drain(&mut c), []);
+    assert_eq!(c.send_credit(second), None);
+    assert_eq!(c.unprocessed_calls(first), []);
+    assert_eq!(c.pending_calls(), 1);
+    // The host's answer to a refused call finds nobody; the processed one is still answered.
+    assert_eq!(
+        feed(&mut c, reply(second, StatusCode::ShuttingDown), now),
+        None
+    );
+    let Some(Event::Reply { slot, .. }) = feed(&mut c, reply(first, StatusCode::Ok), now) else {
+        panic!("a reply");
+    };
+    assert_eq!(slot, "processed");
+}
+
 // ---- host
 
 #[test]

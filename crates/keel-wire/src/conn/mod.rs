@@ -244,6 +244,9 @@ impl<C> Connection<C> {
     // ---- client: the call table
 
     /// Client: registers a new call and returns its id (1, 2, 3, ...); write its Request next.
+    /// Requests must be written in the order their ids were given (queue the Request before
+    /// the next call starts), so that a GoAway's `last_call_id` divides the calls the host
+    /// received from those it did not (see [`unprocessed_calls`](Self::unprocessed_calls)).
     ///
     /// `slot` comes back in [`Event::Reply`], or from [`cancel_call`](Self::cancel_call),
     /// [`forget_call`](Self::forget_call) or [`close`](Self::close). `download`: the reply is
@@ -307,6 +310,27 @@ impl<C> Connection<C> {
             self.outbound.remove(&call_id);
         }
         Some(pending.slot)
+    }
+
+    /// Client: removes and returns the pending calls a `GoAway(last_call_id)` says the host did
+    /// not and will not process (those with a higher id), oldest first, with their outbound
+    /// streams. Nothing is sent: they are safe to send again on a new connection. A Reply the
+    /// host still sends for one of them finds nobody (see [`handle`](Self::handle)).
+    ///
+    /// The guarantee holds because a client writes its Requests in the order of their ids
+    /// (see [`start_call`](Self::start_call)): every call at or below `last_call_id` reached
+    /// the host before its GoAway.
+    pub fn unprocessed_calls(&mut self, last_call_id: u64) -> Vec<(u64, C)> {
+        let mut ids: Vec<u64> = self
+            .calls
+            .keys()
+            .copied()
+            .filter(|&id| id > last_call_id)
+            .collect();
+        ids.sort_unstable();
+        ids.into_iter()
+            .filter_map(|id| self.forget_call(id).map(|slot| (id, slot)))
+            .collect()
     }
 
     /// Client: the number of calls waiting for their reply.

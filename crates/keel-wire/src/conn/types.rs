@@ -92,7 +92,9 @@ pub enum Event<C> {
     },
     /// Client: the host sent GoAway. No new calls go to this connection (start_call fails with
     /// [`CallRejected::GoingAway`] from now on); pending calls up to `last_call_id` are still
-    /// answered, later ones will not be.
+    /// answered; later ones were not processed and will not be: take them with
+    /// [`Connection::unprocessed_calls`](crate::Connection::unprocessed_calls) and send them
+    /// again on a new connection.
     GoAway(GoAway),
 }
 

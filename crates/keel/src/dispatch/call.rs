@@ -1,9 +1,10 @@
 //! One call's way from a decoded request to a running handler.
 //!
-//! Order of checks, cheapest first: draining → service → operation → per-connection limit →
-//! interceptors → arguments → throttle. Blocking operations run on keel-pool and never on a runtime worker;
-//! async operations run as runtime tasks. A call whose deadline passed before it could start is
-//! answered `DeadlineExceeded` without running.
+//! Whether a call arrived in time to be served while the host drains is the binding's to say
+//! (it brings the call's [`Arrival`]). Then the checks, cheapest first: service → operation →
+//! per-connection limit → interceptors → arguments → throttle. Blocking operations run on
+//! keel-pool and never on a runtime worker; async operations run as runtime tasks. A call whose
+//! deadline passed before it could start is answered `DeadlineExceeded` without running.
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,6 +18,7 @@ use bytes::Bytes;
 
 use super::conn::{CallCtl, ConnShared};
 use super::throttle::Admission;
+use super::Arrival;
 use crate::core::codec::Format;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
@@ -47,17 +49,17 @@ pub(crate) struct Incoming<'a> {
     pub(crate) body: Bytes,
     /// The request stream, for operations that take one (empty otherwise).
     pub(crate) stream: ByteStream,
+    /// The call counts from its arrival on (the binding admitted it; see [`Arrival`]).
+    pub(crate) arrival: Arrival,
 }
 
 pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Instant) {
     let dispatcher = &conn.dispatcher;
     let call_id = req.call_id;
     let one_way = req.one_way;
+    // Dropped at any return below, after the answer is sent, unless tracking took it over.
+    let arrival = req.arrival;
     conn.info.calls.fetch_add(1, Ordering::Relaxed);
-    if dispatcher.is_shutting_down() {
-        let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
-        return conn.reply(call_id, Err(status));
-    }
     let Some(service) = dispatcher.service(req.service) else {
         let msg = format!("no service `{}` on this host", req.service);
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownService, msg)));
@@ -83,7 +85,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         reply_codec: req.reply_codec,
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
-    let ctl = match conn.track(call_id, &ctx) {
+    let ctl = match conn.track(call_id, &ctx, arrival) {
         Ok(ctl) => ctl,
         Err(status) => return conn.reply(call_id, Err(status)),
     };

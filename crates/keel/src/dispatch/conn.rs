@@ -12,7 +12,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::task::AbortHandle;
 
-use super::Dispatcher;
+use super::{Arrival, Dispatcher};
 use crate::core::compress::{self, Compression};
 use crate::core::context::Context;
 use crate::core::metadata::Metadata;
@@ -172,10 +172,16 @@ impl ConnShared {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a call. `BadRequest` if a call with its id is in flight already (it would
-    /// take that call's place: neither counted against the limit nor ever answered), `Busy` if
-    /// the connection already has as many calls as allowed.
-    pub(crate) fn track(&self, call_id: u64, ctx: &Context) -> Result<Arc<CallCtl>, Status> {
+    /// Registers a call, counted since its `arrival`. `BadRequest` if a call
+    /// with its id is in flight already (it would take that call's place: neither counted
+    /// against the limit nor ever answered), `Busy` if the connection already has as many
+    /// calls as allowed.
+    pub(crate) fn track(
+        &self,
+        call_id: u64,
+        ctx: &Context,
+        arrival: Arrival,
+    ) -> Result<Arc<CallCtl>, Status> {
         let ctl = Arc::new(CallCtl {
             ctx: ctx.clone(),
             task: Mutex::new(None),
@@ -199,7 +205,7 @@ impl ConnShared {
         }
         // No `touch` here: a connection with a call in flight is not idle whatever the clock
         // says; its activity is stamped when the call ends.
-        self.dispatcher.call_started();
+        arrival.tracked();
         Ok(ctl)
     }
 

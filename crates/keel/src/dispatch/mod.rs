@@ -69,7 +69,11 @@ pub(crate) struct Dispatcher {
     /// Set once the host has stopped: a connection that finishes its handshakes later is
     /// closed as it registers.
     registrations_closed: AtomicBool,
+    /// Calls tracked (admitted, not yet answered).
     in_flight: AtomicUsize,
+    /// Calls that arrived and are served, not yet tracked (their arguments are being read or
+    /// checked): a drain waits for them too.
+    arriving: AtomicUsize,
     drained: Notify,
     conns: Mutex<HashMap<u64, Arc<ConnShared>>>,
     /// Connections still in their handshakes (TLS, keel's), by id (so in accept order), with
@@ -89,6 +93,35 @@ impl std::fmt::Debug for Dispatcher {
             .field("services", &names)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
+    }
+}
+
+/// A call that arrived and that the host serves: counted from its arrival (before it is
+/// decoded or tracked), so that a drain beginning meanwhile waits for it. Tracking the call
+/// ([`ConnShared::track`]) counts it in flight instead; dropped (the call was refused), it
+/// counts no more.
+#[derive(Debug)]
+pub(crate) struct Arrival {
+    /// `None` once the count passed to a tracked call.
+    dispatcher: Option<Arc<Dispatcher>>,
+}
+
+impl Arrival {
+    /// The call is tracked: it counts in flight until it ends.
+    fn tracked(mut self) {
+        if let Some(d) = self.dispatcher.take() {
+            // In flight first, so a drain never finds it counted in neither.
+            d.call_started();
+            d.arrival_ended();
+        }
+    }
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        if let Some(d) = self.dispatcher.take() {
+            d.arrival_ended();
+        }
     }
 }
 
@@ -118,6 +151,7 @@ impl Dispatcher {
             shutting_down: AtomicBool::new(false),
             registrations_closed: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            arriving: AtomicUsize::new(0),
             drained: Notify::new(),
             conns: Mutex::new(HashMap::new()),
             handshaking: Mutex::new(BTreeMap::new()),
@@ -137,12 +171,34 @@ impl Dispatcher {
         self.services.get(name)
     }
 
+    /// Whether a drain has begun. (SeqCst, as the count in [`Dispatcher::admit`] and the
+    /// drain's own check: a call and a drain that begin at once see each other.)
     pub(crate) fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Acquire)
+        self.shutting_down.load(Ordering::SeqCst)
     }
 
     fn call_started(&self) {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A call arrived that this host will serve even if a drain begins now: it counts as
+    /// arriving from here on (and in flight once tracked), so the drain waits for it.
+    /// keel-wire takes it under its connection's lock for every Request that arrives before
+    /// the connection's GoAway (so it is ordered with that GoAway's `last_call_id`).
+    pub(crate) fn arrival(self: &Arc<Self>) -> Arrival {
+        self.arriving.fetch_add(1, Ordering::SeqCst);
+        Arrival {
+            dispatcher: Some(self.clone()),
+        }
+    }
+
+    /// A call arrived on a binding whose connections carry no GoAway ids (HTTP): its
+    /// [`Arrival`], or `None` if the host is draining (the binding answers that the call was
+    /// not processed). The call is counted before the check, so a drain that begins at the
+    /// same moment either waits for it or is seen by it.
+    pub(crate) fn admit(self: &Arc<Self>) -> Option<Arrival> {
+        let arrival = self.arrival();
+        (!self.is_shutting_down()).then_some(arrival)
     }
 
     /// A call passed decoding: it counts as accepted.
@@ -151,14 +207,25 @@ impl Dispatcher {
     }
 
     fn call_finished(&self) {
-        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 && self.is_shutting_down() {
+        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 && self.is_shutting_down() {
             self.drained.notify_waiters();
         }
     }
 
+    fn arrival_ended(&self) {
+        if self.arriving.fetch_sub(1, Ordering::SeqCst) == 1 && self.is_shutting_down() {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// No call in flight, and none arriving: what a drain waits for.
+    fn settled(&self) -> bool {
+        self.arriving.load(Ordering::SeqCst) == 0 && self.in_flight() == 0
+    }
+
     /// Calls in flight now (admitted, not yet answered).
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        self.in_flight.load(Ordering::SeqCst)
     }
 
     /// Calls waiting in the throttle queue now.
@@ -292,14 +359,14 @@ impl Dispatcher {
     /// Stop taking calls, let those in flight finish within `close_timeout`, answer the rest
     /// `ShuttingDown`, and close every connection.
     pub(crate) async fn drain(&self, close_timeout: Duration) -> Drained {
-        self.shutting_down.store(true, Ordering::Release);
+        self.shutting_down.store(true, Ordering::SeqCst);
         for c in self.conns() {
             c.go_away("host shutting down");
         }
         let deadline = tokio::time::Instant::now() + close_timeout;
         loop {
             let notified = self.drained.notified();
-            if self.in_flight() == 0 {
+            if self.settled() {
                 break;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {

@@ -185,6 +185,13 @@ impl Host {
     /// new connection then (an HTTP/1.1 client whose connections are all busy, say) gets an
     /// explicit `ShuttingDown` answer rather than a connect that hangs or is refused.
     ///
+    /// Every call that arrived before the drain began is in flight (keel-wire: up to the
+    /// `last_call_id` of the GoAway each connection gets). The calls answered `ShuttingDown`
+    /// without running are marked as not processed (keel-wire: above that `last_call_id`;
+    /// HTTP: `keel-unprocessed: 1`), and keel's clients send those again on a new connection:
+    /// if another host listens at the address by then (one that took it over), no call fails
+    /// because this one drains.
+    ///
     /// # Panics
     ///
     /// For a host on the caller's runtime ([`HostBuilder::runtime`]), when called from inside

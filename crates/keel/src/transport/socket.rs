@@ -35,7 +35,10 @@ impl Endpoint {
     /// host's runtime.
     pub(crate) fn bind(&self, backlog: u32) -> std::io::Result<BoundListener> {
         let socket = match self {
-            Endpoint::Unix(path) => BoundSocket::Unix(bind_unix(path, backlog)?, path.clone()),
+            Endpoint::Unix(path) => {
+                let listener = bind_unix(path, backlog)?;
+                BoundSocket::Unix(listener, SocketFile::bound(path))
+            }
             _ => BoundSocket::Tcp(bind_tcp(self.authority().unwrap_or_default(), backlog)?),
         };
         Ok(BoundListener {
@@ -136,9 +139,9 @@ fn bind_unix(_: &Path, _: u32) -> std::io::Result<std::net::TcpListener> {
 enum BoundSocket {
     Tcp(std::net::TcpListener),
     #[cfg(unix)]
-    Unix(std::os::unix::net::UnixListener, PathBuf),
+    Unix(std::os::unix::net::UnixListener, SocketFile),
     #[cfg(not(unix))]
-    Unix(std::net::TcpListener, PathBuf),
+    Unix(std::net::TcpListener, SocketFile),
 }
 
 /// A bound listener not yet registered with a runtime.
@@ -152,7 +155,7 @@ impl BoundListener {
     /// The URL clients can connect to (with the real port when bound to port 0).
     pub(crate) fn local_url(&self) -> std::io::Result<String> {
         Ok(match (&self.socket, &self.endpoint) {
-            (BoundSocket::Unix(_, path), _) => format!("unix://{}", path.display()),
+            (BoundSocket::Unix(_, file), _) => format!("unix://{}", file.path.display()),
             (BoundSocket::Tcp(l), ep) => format!("{}://{}", ep.scheme(), l.local_addr()?),
         })
     }
@@ -163,9 +166,9 @@ impl BoundListener {
         let (socket, unlink) = match self.socket {
             BoundSocket::Tcp(l) => (ListenSocket::Tcp(TcpListener::from_std(l)?), None),
             #[cfg(unix)]
-            BoundSocket::Unix(l, path) => (
+            BoundSocket::Unix(l, file) => (
                 ListenSocket::Unix(tokio::net::UnixListener::from_std(l)?),
-                Some(UnlinkOnDrop(path)),
+                Some(file),
             ),
             #[cfg(not(unix))]
             BoundSocket::Unix(..) => unreachable!("bind_unix fails off Unix"),
@@ -179,14 +182,45 @@ impl BoundListener {
     }
 }
 
-/// Removes a Unix socket's file when its listener goes away.
+/// A bound Unix socket's file, removed when its listener goes away, unless the path names
+/// another file by then: a new host that took the address over while this one drained (the
+/// old file removed, a new socket bound at the path) keeps its file.
 #[derive(Debug)]
-struct UnlinkOnDrop(PathBuf);
+struct SocketFile {
+    path: PathBuf,
+    /// The file's device and inode when it was bound.
+    id: Option<(u64, u64)>,
+}
 
-impl Drop for UnlinkOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+impl SocketFile {
+    /// The file just bound at `path`.
+    fn bound(path: &Path) -> SocketFile {
+        SocketFile {
+            path: path.to_path_buf(),
+            id: file_id(path),
+        }
     }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The device and inode of the file at `path` (not following a symlink).
+#[cfg(unix)]
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_id(_: &Path) -> Option<(u64, u64)> {
+    None
 }
 
 #[derive(Debug)]
@@ -255,7 +289,7 @@ pub(crate) struct Listener {
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     security: ServerSecurity,
     /// A Unix socket's file, removed with the listener.
-    _unlink: Option<UnlinkOnDrop>,
+    _unlink: Option<SocketFile>,
 }
 
 impl Listener {

@@ -103,7 +103,8 @@ pub trait Probe {
     async fn echo_stream(&self, data: ByteStream) -> ByteStream;
     /// A typed fault instead of a stream when `v` is negative.
     async fn download_checked(&self, v: i64) -> Result<ByteStream, Negative>;
-    /// Sleeps `ms`, then counts itself in [`ProbeImpl::completed`].
+    /// Counts itself in [`ProbeImpl::started`], sleeps `ms`, then counts itself in
+    /// [`ProbeImpl::completed`].
     async fn counted_sleep_ms(&self, ms: u64) -> u64;
     /// Sleeps `ms`; counts in [`ProbeImpl::dropped`] if its future is dropped before then.
     async fn sleep_until_dropped_ms(&self, ms: u64) -> u64;
@@ -118,6 +119,8 @@ pub trait Unserved {
 #[derive(Default, Clone)]
 pub struct ProbeImpl {
     pub recorded: Arc<Mutex<Vec<u64>>>,
+    /// `counted_sleep_ms` calls that started.
+    pub started: Arc<AtomicU64>,
     /// `counted_sleep_ms` calls that ran to their end.
     pub completed: Arc<AtomicU64>,
     /// `sleep_until_dropped_ms` calls whose future was dropped before they ended.
@@ -244,6 +247,7 @@ impl Probe for ProbeImpl {
         }
     }
     async fn counted_sleep_ms(&self, ms: u64) -> u64 {
+        self.started.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(ms)).await;
         self.completed.fetch_add(1, Ordering::SeqCst);
         ms

@@ -12,7 +12,7 @@ use futures_core::Stream;
 use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyDataStream, BodyExt, Empty, Full, StreamBody};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 use crate::core::stream::ByteStream;
 use crate::dispatch::{ReceiveBudget, Reservation};
@@ -54,6 +54,69 @@ pub(crate) fn empty() -> Body {
 /// connection closes; HTTP/2: the stream is reset), so a receiver never takes it as complete.
 pub(crate) fn streamed(stream: ByteStream) -> Body {
     StreamBody::new(Frames(std::sync::Mutex::new(stream))).boxed()
+}
+
+/// A body of `stream`'s chunks, as [`streamed`], that gives the stream back if it is dropped
+/// before a chunk was taken from it (the request was never sent, or the host refused it
+/// unprocessed): the receiver then gets `Some(stream)`, else `None`. A client sends such a
+/// request again only with the stream it gets back.
+pub(crate) fn replayable(stream: ByteStream) -> (Body, oneshot::Receiver<Option<ByteStream>>) {
+    let (back, returned) = oneshot::channel();
+    let frames = Replayable(Mutex::new(Replay {
+        stream: Some(stream),
+        taken: false,
+        ended: false,
+        back: Some(back),
+    }));
+    (StreamBody::new(frames).boxed(), returned)
+}
+
+/// [`replayable`]'s body: a stream's chunks as body frames, and whether any was taken. The
+/// mutex (never contended) makes it `Sync`, as keel's boxed body type requires.
+struct Replayable(Mutex<Replay>);
+
+struct Replay {
+    stream: Option<ByteStream>,
+    /// A chunk (or an error) was taken: the stream cannot be sent again.
+    taken: bool,
+    /// The stream ended before giving any chunk: an empty stream, sent again as one.
+    ended: bool,
+    back: Option<oneshot::Sender<Option<ByteStream>>>,
+}
+
+impl Stream for Replayable {
+    type Item = Result<Frame<Bytes>, BoxError>;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let st = self
+            .get_mut()
+            .0
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(stream) = st.stream.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = stream.poll_chunk(cx);
+        match &polled {
+            Poll::Pending => {}
+            Poll::Ready(None) => st.ended = true,
+            Poll::Ready(Some(_)) => st.taken = true,
+        }
+        polled.map(|o| o.map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxError)))
+    }
+}
+
+impl Drop for Replayable {
+    fn drop(&mut self) {
+        let st = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(back) = st.back.take() {
+            let whole = match st.stream.take() {
+                _ if st.taken => None,
+                _ if st.ended => Some(ByteStream::empty()),
+                stream => stream,
+            };
+            let _ = back.send(whole);
+        }
+    }
 }
 
 /// A stream's chunks as body frames. The mutex (never contended: only the body's owner polls)

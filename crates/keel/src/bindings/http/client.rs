@@ -15,14 +15,14 @@ use ::http::{Method, Request, Response, Uri};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::body::{self, Body, ReadError};
-use super::conns::Registry;
+use super::conns::{Registry, Tasks};
 use super::{
     details_decode, metadata_from_headers, metadata_to_headers, ARGS_HEADER, DEADLINE_HEADER,
-    DETAILS_HEADER, MSGPACK_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE,
+    DETAILS_HEADER, MSGPACK_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
 };
 use crate::bindings::{
     Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion, Outgoing, Replied,
@@ -93,9 +93,14 @@ enum Sent {
     Done(Answer),
     /// The connection opened for the call speaks the other version (ALPN): call again.
     Switch,
+    /// The host did not process the call because it is going away (HTTP/2: GOAWAY named an
+    /// earlier stream, or REFUSED_STREAM; any version: 503 marked `keel-unprocessed`): send
+    /// it again on a new connection.
+    Unprocessed,
 }
 
-/// How many times a request the connection gave back unsent is tried on a fresh connection.
+/// How many times a request the connection gave back unsent is tried on a fresh connection;
+/// also how many connections one call tries when each refuses it unprocessed.
 const ATTEMPTS: usize = 3;
 
 impl HttpClient {
@@ -184,6 +189,10 @@ impl HttpClient {
     ///
     /// The deadline bounds the call until the answer's head arrives; a streamed answer then
     /// flows until it ends or the caller drops it.
+    ///
+    /// A call the host refused unprocessed goes to a new connection (at most [`ATTEMPTS`]
+    /// connections); one with a request stream only if nothing was taken from the stream yet,
+    /// else it fails `ShuttingDown` (nothing ran, but its bytes are gone).
     async fn call_inner(&self, call: Outgoing, deadline: Instant) -> Answer {
         let Outgoing {
             service,
@@ -196,28 +205,55 @@ impl HttpClient {
             accepts_compressed,
             ..
         } = call;
-        let mut upload = upload.map(|s| (s, body.clone()));
+        let mut upload = upload;
         let work = async {
+            let mut fresh = false;
+            let mut refused = 0;
             loop {
                 let proto = self.proto();
-                let request = match self.request(
+                let (request, returned) = self.request(
                     proto,
                     (service, operation),
                     (&metadata, compression, accepts_compressed),
                     &body,
-                    &mut upload,
+                    upload.take(),
                     deadline,
-                ) {
-                    Ok(r) => r,
-                    Err(e) => return Err(e),
-                };
+                )?;
                 let sent = match proto {
-                    Proto::H1 => self.send_h1(request, download).await,
+                    Proto::H1 => self.send_h1(request, download, fresh).await,
                     Proto::H2 => self.send_h2(request, download).await,
                 };
                 match sent {
                     Sent::Done(result) => return result,
-                    Sent::Switch => continue,
+                    Sent::Switch => {}
+                    Sent::Unprocessed => {
+                        refused += 1;
+                        if refused == ATTEMPTS {
+                            // A host that refuses every new connection is shutting down.
+                            return Ok(Err(Status::new(
+                                StatusCode::ShuttingDown,
+                                format!("{}: the host is going away", self.endpoint),
+                            )));
+                        }
+                        fresh = true;
+                    }
+                }
+                // The request was dropped unsent or unprocessed: its stream comes back unless
+                // a chunk of it was taken.
+                if let Some(returned) = returned {
+                    match returned.await {
+                        Ok(Some(stream)) => upload = Some(stream),
+                        _ => {
+                            return Ok(Err(Status::new(
+                                StatusCode::ShuttingDown,
+                                format!(
+                                    "{service}.{operation}: the host went away without \
+                                     processing the call, and its request stream had started, \
+                                     so it cannot be sent again"
+                                ),
+                            )))
+                        }
+                    }
                 }
             }
         };
@@ -231,19 +267,25 @@ impl HttpClient {
     }
 
     /// A call over HTTP/1.1: an idle pooled connection, or a new one below the cap, or wait.
-    async fn send_h1(&self, mut request: Request<Body>, download: bool) -> Sent {
+    /// `fresh`: a new connection in any case (the host refused the call on a pooled one).
+    async fn send_h1(&self, mut request: Request<Body>, download: bool, fresh: bool) -> Sent {
         let Ok(permit) = self.h1_slots.clone().acquire_owned().await else {
             unreachable!("the semaphore is never closed");
         };
         let mut permit = Some(permit);
         for attempt in 1..=ATTEMPTS {
             let conn = loop {
-                if let Some(c) = self.take_idle() {
-                    break c;
-                }
-                // A connection finishing a drain is free soon: cheaper than a new one.
-                if self.draining.wait_one().await {
-                    continue;
+                if fresh {
+                    // Idle ones may lead to the host that is going away.
+                    self.drop_idle();
+                } else {
+                    if let Some(c) = self.take_idle() {
+                        break c;
+                    }
+                    // A connection finishing a drain is free soon: cheaper than a new one.
+                    if self.draining.wait_one().await {
+                        continue;
+                    }
                 }
                 match self.connect(Proto::H1).await {
                     Ok(Established::H1(c)) => break c,
@@ -269,6 +311,11 @@ impl HttpClient {
                 continue;
             }
             match sender.try_send_request(request).await {
+                Ok(response) if unprocessed(&response) => {
+                    // Its host is going away: so may the others' (closed, as is this one).
+                    self.drop_idle();
+                    return Sent::Unprocessed;
+                }
                 Ok(response) => {
                     let (result, reusable) =
                         self.answer(response, download, Some(&mut lease)).await;
@@ -308,6 +355,11 @@ impl HttpClient {
             // Dropping this future (deadline, caller gone) resets the stream: the host stops
             // the call. The connection carries on.
             match conn.sender.try_send_request(request).await {
+                Ok(response) if unprocessed(&response) => {
+                    // Its streams in flight finish; new calls go to a new connection.
+                    self.forget_h2(conn.id);
+                    return Sent::Unprocessed;
+                }
                 Ok(response) => return Sent::Done(self.answer(response, download, None).await.0),
                 Err(mut e) => match e.take_message() {
                     // Never sent (the host said GOAWAY, or the connection just closed).
@@ -315,7 +367,14 @@ impl HttpClient {
                         self.forget_h2(conn.id);
                         request = unsent;
                     }
-                    _ => return Sent::Done(Err(self.broken(e.into_error()))),
+                    _ => {
+                        let e = e.into_error();
+                        if refused_unprocessed(&e) {
+                            self.forget_h2(conn.id);
+                            return Sent::Unprocessed;
+                        }
+                        return Sent::Done(Err(self.broken(e)));
+                    }
                 },
             }
         }
@@ -389,6 +448,14 @@ impl HttpClient {
         None
     }
 
+    /// Closes every idle HTTP/1.1 connection.
+    fn drop_idle(&self) {
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        for c in idle {
+            self.conns.kill(c.id);
+        }
+    }
+
     fn put_idle(&self, conn: H1Conn) {
         self.idle
             .lock()
@@ -435,18 +502,19 @@ impl HttpClient {
                         .handshake(io)
                         .await
                         .map_err(handshake_err)?;
-                    let id = self.conns.spawn(driver);
+                    let id = self.conns.spawn(driver, None);
                     Established::H1(H1Conn { sender, id })
                 }
                 Proto::H2 => {
-                    let (sender, driver) = http2::Builder::new(TokioExecutor::new())
+                    let tasks = Tasks::default();
+                    let (sender, driver) = http2::Builder::new(tasks.clone())
                         .initial_stream_window_size(super::H2_STREAM_WINDOW)
                         .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
                         .timer(TokioTimer::new())
                         .handshake(io)
                         .await
                         .map_err(handshake_err)?;
-                    let id = self.conns.spawn(driver);
+                    let id = self.conns.spawn(driver, Some(tasks));
                     Established::H2(H2Conn { sender, id })
                 }
             })
@@ -464,17 +532,18 @@ impl HttpClient {
     }
 
     /// `POST /{service}/{operation}` with a postcard body and the remaining deadline; or, for a
-    /// streamed upload (taken from `upload`, so only once), the stream as the body and the
-    /// other arguments in the `keel-args` header.
+    /// streamed upload, the stream as the body and the other arguments (`body`) in the
+    /// `keel-args` header, and where the stream comes back if the request is dropped before a
+    /// chunk of it was taken.
     fn request(
         &self,
         proto: Proto,
         (service, operation): (&str, &str),
         (metadata, compression, accepts_compressed): (&Metadata, Option<Compression>, bool),
         body: &Bytes,
-        upload: &mut Option<(ByteStream, Bytes)>,
+        upload: Option<ByteStream>,
         deadline: Instant,
-    ) -> Result<Request<Body>, Error> {
+    ) -> Result<(Request<Body>, Option<Returned>), Error> {
         let authority = self.endpoint.authority().unwrap_or_default();
         let path = format!("/{service}/{operation}");
         // HTTP/2 carries scheme and authority as pseudo-headers; HTTP/1.1 the Host header.
@@ -502,12 +571,13 @@ impl HttpClient {
                 headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("zstd, gzip"));
             }
         }
-        let body = match upload.take() {
-            Some((stream, args)) => {
+        let (body, returned) = match upload {
+            Some(stream) => {
                 builder = builder
                     .header(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE))
-                    .header(ARGS_HEADER, super::args_encode(&args));
-                body::streamed(stream)
+                    .header(ARGS_HEADER, super::args_encode(body));
+                let (body, returned) = body::replayable(stream);
+                (body, Some(returned))
             }
             None => {
                 builder =
@@ -515,12 +585,13 @@ impl HttpClient {
                 if let Some(codec) = compression {
                     builder = builder.header(CONTENT_ENCODING, codec.as_str());
                 }
-                body::full(body.clone())
+                (body::full(body.clone()), None)
             }
         };
-        builder
-            .body(body)
-            .map_err(|e| Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e))
+        let request = builder.body(body).map_err(|e| {
+            Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
+        })?;
+        Ok((request, returned))
     }
 
     /// Reads an answer; also says whether its HTTP/1.1 connection (`lease`) can carry another
@@ -661,6 +732,34 @@ impl HttpClient {
     fn broken(&self, e: hyper::Error) -> Error {
         Error::new(Kind::Connection, format!("{}: {e}", self.endpoint)).with_source(e)
     }
+}
+
+/// Where a request's stream comes back (see [`body::replayable`]).
+type Returned = tokio::sync::oneshot::Receiver<Option<ByteStream>>;
+
+/// Whether an answer says the host did not process the call because it is going away (503
+/// with `keel-unprocessed: 1`).
+fn unprocessed(response: &Response<Incoming>) -> bool {
+    response.status() == ::http::StatusCode::SERVICE_UNAVAILABLE
+        && response
+            .headers()
+            .get(UNPROCESSED_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"1")
+}
+
+/// Whether an HTTP/2 request failed because the host refused it unprocessed: its stream is
+/// above the last one a GOAWAY from the host named, or the host reset it with REFUSED_STREAM.
+/// Either way the host did nothing with it (RFC 9113 §6.8, §8.7), and it may be sent again.
+fn refused_unprocessed(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if let Some(h2) = err.downcast_ref::<h2::Error>() {
+            return h2.is_remote()
+                && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM));
+        }
+        source = err.source();
+    }
+    false
 }
 
 impl ClientTransport for HttpClient {

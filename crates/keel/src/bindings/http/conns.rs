@@ -4,44 +4,119 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::task::AbortHandle;
+
+/// The tasks hyper spawns for one HTTP/2 connection: the connection itself, and one per request
+/// body it sends. hyper's driver future only hands requests over to them, so ending the driver
+/// would leave the connection and its calls running; closing a connection ends these too.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tasks(Arc<Mutex<Vec<AbortHandle>>>);
+
+impl Tasks {
+    fn lock(&self) -> MutexGuard<'_, Vec<AbortHandle>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn abort_all(&self) {
+        for task in std::mem::take(&mut *self.lock()) {
+            task.abort();
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.lock().iter().all(AbortHandle::is_finished)
+    }
+}
+
+impl<F> hyper::rt::Executor<F> for Tasks
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        let task = tokio::spawn(fut);
+        let mut tasks = self.lock();
+        // One task per request body: forget those that ended.
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task.abort_handle());
+    }
+}
+
+/// One open connection: its driver's task, and for HTTP/2 the tasks hyper spawned for it.
+#[derive(Debug)]
+struct Conn {
+    driver: AbortHandle,
+    tasks: Option<Tasks>,
+}
+
+impl Conn {
+    fn abort(self) {
+        self.driver.abort();
+        if let Some(tasks) = self.tasks {
+            tasks.abort_all();
+        }
+    }
+}
 
 /// Every connection's driver task, so that `close` can end them and stats can count them.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
-    drivers: Mutex<HashMap<u64, AbortHandle>>,
+    drivers: Mutex<HashMap<u64, Conn>>,
+    /// The tasks of HTTP/2 connections whose driver ended (after the host's GOAWAY) while
+    /// their streams still run: `kill_all` ends them too.
+    lingering: Mutex<Vec<Tasks>>,
     next_id: AtomicU64,
     pub(super) opened: AtomicU64,
     pub(super) closed: AtomicU64,
 }
 
 impl Registry {
-    /// Runs a connection's driver in a task of its own; returns the connection's id.
-    pub(super) fn spawn<F>(self: &Arc<Self>, driver: F) -> u64
+    fn drivers(&self) -> MutexGuard<'_, HashMap<u64, Conn>> {
+        self.drivers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lingering(&self) -> MutexGuard<'_, Vec<Tasks>> {
+        self.lingering.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs a connection's driver in a task of its own; `tasks` are those hyper spawned for
+    /// it (HTTP/2). Returns the connection's id.
+    pub(super) fn spawn<F>(self: &Arc<Self>, driver: F, tasks: Option<Tasks>) -> u64
     where
         F: Future + Send + 'static,
     {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let registry = self.clone();
         // Held while spawning, so the task cannot remove its entry before it is inserted.
-        let mut drivers = self.drivers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut drivers = self.drivers();
         let task = tokio::spawn(async move {
             let _ = driver.await;
-            registry.remove(id);
+            registry.driver_ended(id);
         });
-        drivers.insert(id, task.abort_handle());
+        let driver = task.abort_handle();
+        drivers.insert(id, Conn { driver, tasks });
         self.opened.fetch_add(1, Ordering::Relaxed);
         id
     }
 
-    pub(super) fn remove(&self, id: u64) -> Option<AbortHandle> {
-        let removed = self
-            .drivers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+    /// Connection `id`'s driver ended: the connection takes no more requests; what hyper still
+    /// runs for it (streams in flight) lingers until it ends, or `kill_all`.
+    fn driver_ended(&self, id: u64) {
+        if let Some(Conn {
+            tasks: Some(tasks), ..
+        }) = self.remove(id)
+        {
+            let mut lingering = self.lingering();
+            lingering.retain(|t| !t.is_done());
+            if !tasks.is_done() {
+                lingering.push(tasks);
+            }
+        }
+    }
+
+    fn remove(&self, id: u64) -> Option<Conn> {
+        let removed = self.drivers().remove(&id);
         if removed.is_some() {
             self.closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -50,27 +125,27 @@ impl Registry {
 
     /// Closes connection `id` now.
     pub(super) fn kill(&self, id: u64) {
-        if let Some(task) = self.remove(id) {
-            task.abort();
+        if let Some(conn) = self.remove(id) {
+            conn.abort();
         }
     }
 
     pub(super) fn kill_all(&self) {
-        let all = std::mem::take(&mut *self.drivers.lock().unwrap_or_else(|e| e.into_inner()));
+        let all = std::mem::take(&mut *self.drivers());
         self.closed.fetch_add(all.len() as u64, Ordering::Relaxed);
-        for task in all.into_values() {
-            task.abort();
+        for conn in all.into_values() {
+            conn.abort();
+        }
+        for tasks in std::mem::take(&mut *self.lingering()) {
+            tasks.abort_all();
         }
     }
 
     pub(super) fn is_open(&self, id: u64) -> bool {
-        self.drivers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&id)
+        self.drivers().contains_key(&id)
     }
 
     pub(super) fn open(&self) -> usize {
-        self.drivers.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.drivers().len()
     }
 }

@@ -43,6 +43,11 @@ pub const POSTCARD_CONTENT_TYPE: &str = "application/x-keel-postcard";
 /// The content type of a streamed body (a `ByteStream` parameter or return value).
 pub const STREAM_CONTENT_TYPE: &str = "application/octet-stream";
 
+/// The header that marks an answer to a call the host did not process because it was going
+/// away (`1`, with `keel-status: shutting_down`): nothing ran, so the call may be sent again,
+/// on a new connection (another host may be listening there by then).
+pub const UNPROCESSED_HEADER: &str = "keel-unprocessed";
+
 /// The request header carrying the other parameters of an operation whose body is a stream:
 /// a JSON object, or MessagePack (postcard) in unpadded URL-safe base64 when the call asks for
 /// MessagePack (postcard) with `Accept`.

@@ -26,7 +26,7 @@ use super::body::{self, Body, ReadError, Received};
 use super::{
     details_encode, http_status, metadata_from_headers, metadata_to_headers, ARGS_HEADER,
     DEADLINE_HEADER, DETAILS_HEADER, JSON_CONTENT_TYPE, MSGPACK_CONTENT_TYPE,
-    POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE,
+    POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
 };
 use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
@@ -56,13 +56,27 @@ impl Waiting {
     }
 }
 
-/// Hands each answer to the request waiting for it; `go_away` and `close` start hyper's graceful
-/// shutdown of the connection (HTTP/1.1: close once the answer in progress is written; HTTP/2:
-/// `GOAWAY`, then close once the streams in flight are answered).
+/// How far the host has asked an HTTP connection to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Stop {
+    Serving,
+    /// The host is going away (a drain): HTTP/2 gets `GOAWAY`. An HTTP/1.1 connection is not
+    /// closed while idle, as a request may be on its way (a client that sees the close only
+    /// after sending could not tell whether the host took its call); the next request on it
+    /// is answered with `connection: close`, and a drain's answer says the call was not
+    /// processed.
+    GoingAway,
+    /// Close, gracefully: HTTP/1.1 once the answer in progress is written (at once if idle);
+    /// HTTP/2 after `GOAWAY`, once the streams in flight are answered.
+    Closing,
+}
+
+/// Hands each answer to the request waiting for it; `go_away` and `close` stop the connection
+/// (see [`Stop`]).
 #[derive(Debug)]
 struct HttpResponder {
     waiting: Arc<Waiting>,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Stop>,
 }
 
 impl Responder for HttpResponder {
@@ -73,11 +87,17 @@ impl Responder for HttpResponder {
     }
 
     fn go_away(&self, _reason: &str) {
-        self.stop.send_replace(true);
+        self.stop.send_if_modified(|s| {
+            let raise = *s < Stop::GoingAway;
+            if raise {
+                *s = Stop::GoingAway;
+            }
+            raise
+        });
     }
 
     fn close(&self) {
-        self.stop.send_replace(true);
+        self.stop.send_replace(Stop::Closing);
     }
 }
 
@@ -103,7 +123,7 @@ impl Ctx {
         dispatcher: &Arc<Dispatcher>,
         settings: Arc<ServerSettings>,
         info: ConnInfo,
-        stop: watch::Sender<bool>,
+        stop: watch::Sender<Stop>,
         max_calls: usize,
         watch: Option<Arc<HeadWatch>>,
     ) -> Ctx {
@@ -145,7 +165,7 @@ pub(crate) async fn serve(
     settings: Arc<ServerSettings>,
     info: ConnInfo,
 ) {
-    let (stop, mut stopped) = watch::channel(false);
+    let (stop, mut stopped) = watch::channel(Stop::Serving);
     // HTTP/1.1 heads are watched unless TLS agreed on HTTP/2 (cleartext HTTP/2 is recognised
     // by its preface).
     let head_watch = Arc::new(HeadWatch::new(connected.alpn.as_deref() == Some(b"h2")));
@@ -199,11 +219,19 @@ pub(crate) async fn serve(
     tokio::pin!(overdue);
     let mut check = tokio::time::interval((frame_timeout / 4).max(Duration::from_millis(10)));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Whether hyper's graceful shutdown has begun: for `Stop::Closing`, and for
+    // `Stop::GoingAway` once the connection is known to speak HTTP/2.
     let mut stopping = false;
+    let level = stopped.clone();
     loop {
+        let must_stop = |stop: &Stop| match stop {
+            Stop::Serving => false,
+            Stop::GoingAway => head_watch.is_h2(),
+            Stop::Closing => true,
+        };
         tokio::select! {
             _ = serving.as_mut() => break,
-            _ = stopped.wait_for(|stop| *stop), if !stopping => {
+            _ = stopped.wait_for(must_stop), if !stopping => {
                 stopping = true;
                 serving.as_mut().graceful_shutdown();
             }
@@ -213,6 +241,11 @@ pub(crate) async fn serve(
                 break;
             }
             _ = check.tick() => {
+                if !stopping && must_stop(&level.borrow()) {
+                    // Going away, and its HTTP/2 preface arrived since.
+                    stopping = true;
+                    serving.as_mut().graceful_shutdown();
+                }
                 if head_watch.write_stalled(frame_timeout) {
                     // The peer does not read its answers: they would pile up (hyper stops
                     // reading meanwhile, so this is the only way out).
@@ -295,6 +328,11 @@ impl HeadWatch {
         self.now_ms()
             .saturating_sub(self.last_io.load(Ordering::Relaxed))
             >= timeout.as_millis() as u64
+    }
+
+    /// Whether the connection speaks HTTP/2 (by ALPN, or its preface arrived).
+    fn is_h2(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
     }
 
     /// Bytes arrived (`first` is what was read).
@@ -527,6 +565,11 @@ async fn call<B: Received>(
             Some(acc.map_or(v.to_string(), |a| a + "," + v))
         })
         .and_then(|header| compress::pick_from_accept_encoding(&header, &Compression::ALL));
+    // From here the call counts as in flight, so a drain waits for it; a call that arrives
+    // while the host drains is not processed, and says so.
+    let Some(arrival) = conn.dispatcher.admit() else {
+        return unprocessed(format);
+    };
     let (format, body, stream, reserved) = if stream_request {
         // The body is the stream; the other parameters travel in the `keel-args` header.
         let args = match stream_args(&req, format) {
@@ -609,6 +652,7 @@ async fn call<B: Received>(
         format,
         body,
         stream,
+        arrival,
     };
     dispatch(conn, incoming, received);
     // The arguments are decoded: the body's memory is free again.
@@ -898,6 +942,17 @@ fn error(status: Status, format: Format) -> Response<Body> {
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    response
+}
+
+/// The answer to a call that arrived while the host drains: 503 `shutting_down`, marked as not
+/// processed, so a client may send it again on a new connection.
+fn unprocessed(format: Format) -> Response<Body> {
+    let msg = "the host is going away and did not process the call";
+    let mut response = error(Status::new(StatusCode::ShuttingDown, msg), format);
+    response
+        .headers_mut()
+        .insert(UNPROCESSED_HEADER, HeaderValue::from_static("1"));
     response
 }
 

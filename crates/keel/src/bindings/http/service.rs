@@ -12,7 +12,7 @@ use http::{Request, Response};
 use tokio::sync::watch;
 
 use super::body::{Body, BoxError};
-use super::server::{handle, Ctx};
+use super::server::{handle, Ctx, Stop};
 use crate::bindings::ServerSettings;
 use crate::dispatch::{ConnInfo, Dispatcher};
 
@@ -52,7 +52,7 @@ struct Inner {
     ctx: Ctx,
     /// Kept so the responder's go-away signal has a receiver; a service has no connection of
     /// its own to close (each HTTP/1.1 answer during a drain says `connection: close`).
-    _stop: watch::Receiver<bool>,
+    _stop: watch::Receiver<Stop>,
 }
 
 impl Drop for Inner {
@@ -63,7 +63,7 @@ impl Drop for Inner {
 
 impl HttpService {
     pub(crate) fn new(dispatcher: &Arc<Dispatcher>, settings: Arc<ServerSettings>) -> HttpService {
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(Stop::Serving);
         let info = ConnInfo::new(dispatcher.next_conn_id(), "http-service", None, None);
         // Not registered as a connection: the HTTP server that mounts it has its own, and the
         // throttle (not a per-connection share) bounds the calls of all of them together.

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
-use super::conn::WireConn;
+use super::conn::{NotSent, WireConn};
 use crate::bindings::{Answer, ClientSettings, Outgoing, Replied};
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
@@ -25,7 +25,16 @@ use crate::transport::sink::{SendError, Sink};
 use crate::transport::{Endpoint, Io};
 
 /// What a waiting call receives.
-type ReplySlot = oneshot::Sender<Answer>;
+type ReplySlot = oneshot::Sender<Delivery>;
+
+/// What a waiting call receives: its answer, or word that the host will not process it.
+#[derive(Debug)]
+enum Delivery {
+    Answer(Answer),
+    /// The host's GoAway named a `last_call_id` below the call's id: the host did not and will
+    /// not process it, so it may be sent again on another connection.
+    Unprocessed,
+}
 
 /// One connection of a client.
 #[derive(Debug)]
@@ -151,9 +160,14 @@ impl Conn {
         }
     }
 
-    /// Sends one call and waits for its answer until `deadline`. Gives the call back unsent if
-    /// the connection takes no new calls (the host said GoAway): the caller sends it on a new
-    /// connection.
+    /// Sends one call and waits for its answer until `deadline`. Gives the call back unsent
+    /// if the connection takes no new calls (the host said GoAway), and also after it was sent
+    /// if the host's GoAway says it did not process it (its id is above the GoAway's
+    /// `last_call_id`): the caller sends it on a new connection.
+    ///
+    /// A call with a request stream is given back only if nothing was taken from its stream
+    /// yet; once the stream has started, its bytes are gone and the call fails `ShuttingDown`
+    /// (the host did not run it, but it cannot be sent again).
     pub(crate) async fn call_or_return(
         &self,
         call: Outgoing,
@@ -169,84 +183,141 @@ impl Conn {
                 ),
             )));
         }
-        let (slot, reply) = oneshot::channel();
-        // Registers the upload before the request goes out, so the host's credit and
-        // StopSending for it are routed from the start.
-        let (call_id, upload_handle) =
-            match self
-                .wire
-                .start_call(slot, call.download, call.upload.is_some())
-            {
-                Ok(started) => started,
-                Err(CallRejected::GoingAway) => return Err(call),
-                Err(CallRejected::Closed(reason)) => {
-                    return Ok(Err(Error::new(Kind::Connection, reason)))
-                }
-                Err(other) => return Ok(Err(Error::new(Kind::Connection, other.to_string()))),
-            };
-        let metadata = match call.metadata.to_wire() {
+        let metadata_block = match call.metadata.to_wire() {
             Ok(m) => m,
-            Err(e) => {
-                self.wire.forget_call(call_id);
-                return Ok(Err(Error::new(Kind::TooLarge, e.to_string())));
-            }
+            Err(e) => return Ok(Err(Error::new(Kind::TooLarge, e.to_string()))),
         };
         let Outgoing {
             service,
             operation,
             one_way,
+            metadata,
             body,
             upload,
+            download,
             compression,
             accepts_compressed,
-            ..
         } = call;
+        let (slot, reply) = oneshot::channel();
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let request = |call_id| {
+            Frame::Request(Request {
+                call_id,
+                flags: RequestFlags {
+                    one_way,
+                    streamed: upload.is_some(),
+                    accepts_compressed,
+                },
+                // Round up so a sub-microsecond remainder is not read as "no deadline".
+                deadline_us: (remaining.as_micros() as u64).max(1),
+                service: service.to_string(),
+                operation: operation.to_string(),
+                metadata: metadata_block.clone(),
+                compression: compression.map_or(Compression::IDENTITY_ID, Compression::to_u8),
+                body: body.clone(),
+            })
+        };
+        // The upload is registered before the request goes out, so the host's credit and
+        // StopSending for it are routed from the start.
+        let (call_id, upload_handle) =
+            match self
+                .wire
+                .send_call(slot, download, upload.is_some(), request)
+            {
+                Ok(sent) => sent,
+                Err(NotSent::Rejected(CallRejected::GoingAway)) => {
+                    return Err(Outgoing {
+                        service,
+                        operation,
+                        one_way,
+                        metadata,
+                        body,
+                        upload,
+                        download,
+                        compression,
+                        accepts_compressed,
+                    })
+                }
+                Err(NotSent::Rejected(CallRejected::Closed(reason))) => {
+                    return Ok(Err(Error::new(Kind::Connection, reason)))
+                }
+                Err(NotSent::Rejected(other)) => {
+                    return Ok(Err(Error::new(Kind::Connection, other.to_string())))
+                }
+                Err(NotSent::Sink(SendError::Closed)) => {
+                    return Ok(Err(Error::new(Kind::Connection, "connection closed")))
+                }
+                Err(NotSent::Sink(SendError::Encode(e))) => {
+                    return Ok(Err(Error::new(Kind::TooLarge, e.to_string())))
+                }
+            };
         // From here on, a dropped future (the caller gave up) must unregister and tell the host.
         let mut guard = CallGuard {
             wire: &self.wire,
             call_id,
             armed: true,
         };
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let request = Frame::Request(Request {
-            call_id,
-            flags: RequestFlags {
-                one_way,
-                streamed: upload.is_some(),
-                accepts_compressed,
-            },
-            // Round up so a sub-microsecond remainder is not read as "no deadline".
-            deadline_us: (remaining.as_micros() as u64).max(1),
-            service: service.to_string(),
-            operation: operation.to_string(),
-            metadata,
-            compression: compression.map_or(Compression::IDENTITY_ID, Compression::to_u8),
-            body,
-        });
-        if let Err(e) = self.wire.sink().send(&request) {
-            guard.armed = false;
-            self.wire.forget_call(call_id);
-            return Ok(Err(match e {
-                SendError::Closed => Error::new(Kind::Connection, "connection closed"),
-                SendError::Encode(e) => Error::new(Kind::TooLarge, e.to_string()),
-            }));
-        }
-        if let (Some(handle), Some(stream)) = (upload_handle, upload) {
-            self.runtime.spawn(self.wire.clone().pump(handle, stream));
-        }
+        // The pump gives the stream back if the call is stopped before it took anything.
+        let upload_back = match (upload_handle, upload) {
+            (Some(handle), Some(stream)) => {
+                let (back, returned) = oneshot::channel();
+                let pump = self.wire.clone().pump(handle, stream);
+                self.runtime.spawn(async move {
+                    let _ = back.send(pump.await);
+                });
+                Some(returned)
+            }
+            _ => None,
+        };
+        let timed_out = || {
+            Err(Error::new(
+                Kind::Timeout,
+                format!("{service}.{operation}: no reply before the deadline"),
+            ))
+        };
         let outcome = tokio::time::timeout_at(deadline.into(), reply).await;
         guard.armed = false;
-        Ok(match outcome {
-            Ok(Ok(result)) => result,
+        let result = match outcome {
+            Ok(Ok(Delivery::Answer(result))) => result,
+            Ok(Ok(Delivery::Unprocessed)) => {
+                let upload = match upload_back {
+                    None => None,
+                    Some(returned) => {
+                        match tokio::time::timeout_at(deadline.into(), returned).await {
+                            Ok(Ok(Some(stream))) => Some(stream),
+                            Ok(_) => {
+                                return Ok(Ok(Err(Status::new(
+                                    StatusCode::ShuttingDown,
+                                    format!(
+                                        "{service}.{operation}: the host went away without \
+                                         processing the call, and its request stream had \
+                                         started, so it cannot be sent again"
+                                    ),
+                                ))))
+                            }
+                            Err(_) => return Ok(timed_out()),
+                        }
+                    }
+                };
+                return Err(Outgoing {
+                    service,
+                    operation,
+                    one_way,
+                    metadata,
+                    body,
+                    upload,
+                    download,
+                    compression,
+                    accepts_compressed,
+                });
+            }
             Ok(Err(_)) => Err(Error::new(Kind::Connection, "connection closed")),
             Err(_) => {
                 self.wire.cancel_call(call_id);
-                Err(Error::new(
-                    Kind::Timeout,
-                    format!("{service}.{operation}: no reply before the deadline"),
-                ))
+                timed_out()
             }
-        })
+        };
+        Ok(result)
     }
 }
 
@@ -279,7 +350,7 @@ fn fail_all(wire: &WireConn<ReplySlot>, reason: &str) {
 /// Closes the connection's state and fails every waiting call with an error of `kind`.
 fn fail_all_with(wire: &WireConn<ReplySlot>, kind: Kind, reason: &str) {
     for (_, slot) in wire.close(reason) {
-        let _ = slot.send(Err(Error::new(kind, reason.to_string())));
+        let _ = slot.send(Delivery::Answer(Err(Error::new(kind, reason.to_string()))));
     }
 }
 
@@ -391,7 +462,8 @@ async fn read_loop(
                             None => {
                                 let why =
                                     format!("the host compressed a reply with unknown id {id}");
-                                let _ = slot.send(Err(Error::new(Kind::Protocol, why)));
+                                let _ = slot
+                                    .send(Delivery::Answer(Err(Error::new(Kind::Protocol, why))));
                                 continue;
                             }
                         },
@@ -421,11 +493,18 @@ async fn read_loop(
                         })
                     };
                     // Nobody waiting: the caller gave up as the reply arrived; drop it.
-                    let _ = slot.send(Ok(result));
+                    let _ = slot.send(Delivery::Answer(Ok(result)));
                     continue;
                 }
-                // GoAway: the host answers calls already sent (with ShuttingDown if it did not
-                // run them) and then closes; new calls go to a new connection.
+                // GoAway: the host answers the calls up to its `last_call_id` and then closes;
+                // it did not process those above, which go to a new connection now, as new
+                // calls do (the connection takes none).
+                Ok(Some(Event::GoAway(go_away))) => {
+                    for slot in wire.unprocessed(go_away.last_call_id) {
+                        let _ = slot.send(Delivery::Unprocessed);
+                    }
+                    continue;
+                }
                 Ok(_) => continue,
                 Err(e) => break e.to_string(),
             },
@@ -436,7 +515,8 @@ async fn read_loop(
                 } = &e
                 {
                     if let Some(slot) = wire.forget_call(*id) {
-                        let _ = slot.send(Err(Error::new(Kind::TooLarge, format!("reply: {e}"))));
+                        let too_large = Error::new(Kind::TooLarge, format!("reply: {e}"));
+                        let _ = slot.send(Delivery::Answer(Err(too_large)));
                     }
                 }
                 continue;

@@ -24,7 +24,16 @@ use tokio::sync::{mpsc, Notify};
 use crate::core::error::{Error, Kind};
 use crate::core::status::StatusCode;
 use crate::core::stream::{ByteStream, Credit};
-use crate::transport::sink::Sink;
+use crate::transport::sink::{SendError, Sink};
+
+/// Why [`WireConn::send_call`] sent nothing.
+#[derive(Debug)]
+pub(crate) enum NotSent {
+    /// The core refused the call: the connection is closed, or the host said GoAway.
+    Rejected(CallRejected),
+    /// The Request could not be queued.
+    Sink(SendError),
+}
 
 /// Largest StreamData payload keel sends (further limited by the peer's message size).
 const MAX_CHUNK: usize = 64 * 1024;
@@ -191,6 +200,19 @@ impl<C: Send + 'static> WireConn<C> {
     /// consumer, credit to its pump); what is left for the caller comes back: a host's Request
     /// or Cancel, a client's Reply or GoAway. Stream cleanup for a Cancel is done already.
     pub(crate) fn handle(&self, frame: Frame) -> Result<Option<Event<C>>, ConnError> {
+        self.handle_admitting(frame, || ()).map(|(event, _)| event)
+    }
+
+    /// Host: [`WireConn::handle`], and for a Request that arrived before this connection's
+    /// GoAway, `admit()`'s value, taken under the connection's lock: a GoAway sent at the same
+    /// time is ordered after it, so its `last_call_id` covers exactly the requests admitted. A
+    /// Request that arrived after the GoAway comes with `None`: the host must not process it
+    /// (the client sends it again on another connection).
+    pub(crate) fn handle_admitting<A>(
+        &self,
+        frame: Frame,
+        admit: impl FnOnce() -> A,
+    ) -> Result<(Option<Event<C>>, Option<A>), ConnError> {
         // Only these frames' handling reads the time (RTT samples, new receive windows).
         let now = match &frame {
             Frame::Pong(_) | Frame::Reply(_) => Instant::now(),
@@ -199,8 +221,12 @@ impl<C: Send + 'static> WireConn<C> {
         };
         self.with(|st| {
             let Some(event) = st.core.handle(frame, now)? else {
-                return Ok(None);
+                return Ok((None, None));
             };
+            if let Event::Request(_) = event {
+                let admitted = (!st.core.is_going_away()).then(admit);
+                return Ok((Some(event), admitted));
+            }
             match event {
                 Event::StreamData { call_id, data } => {
                     if let Some(tx) = st.inbound.get(&call_id) {
@@ -243,22 +269,22 @@ impl<C: Send + 'static> WireConn<C> {
                     let cancelled =
                         Error::new(Kind::Status(StatusCode::Cancelled), "call cancelled");
                     st.fail_inbound(call_id, cancelled);
-                    return Ok(Some(Event::Cancel { call_id }));
+                    return Ok((Some(Event::Cancel { call_id }), None));
                 }
                 Event::Reply { ref reply, .. } => {
                     // The call is over: its upload's pump stops (the core forgot its window).
                     if reply.status != keel_wire::StatusCode::Ok {
                         st.stop_outbound_handle(reply.call_id);
                     }
-                    return Ok(Some(event));
+                    return Ok((Some(event), None));
                 }
                 Event::GoAway(_) => {
                     self.accepting.store(false, Ordering::Release);
-                    return Ok(Some(event));
+                    return Ok((Some(event), None));
                 }
-                other => return Ok(Some(other)),
+                other => return Ok((Some(other), None)),
             }
-            Ok(None)
+            Ok((None, None))
         })
     }
 
@@ -327,9 +353,16 @@ impl<C: Send + 'static> WireConn<C> {
     }
 
     /// Sends `stream` as the data of `handle`'s call within the peer's credit, then StreamEnd.
-    /// Returns when the stream ended, was stopped, or the connection closed.
-    pub(crate) async fn pump(self: Arc<Self>, handle: OutboundHandle, mut stream: ByteStream) {
+    /// Returns when the stream ended, was stopped, or the connection closed. A stream nothing
+    /// was taken from is given back whole (an empty one, once it ended, as an empty stream): a
+    /// client may send it again with its call on another connection.
+    pub(crate) async fn pump(
+        self: Arc<Self>,
+        handle: OutboundHandle,
+        mut stream: ByteStream,
+    ) -> Option<ByteStream> {
         let OutboundHandle { call_id, out } = handle;
+        let mut untouched = true;
         let end = loop {
             let next = tokio::select! {
                 biased;
@@ -337,12 +370,20 @@ impl<C: Send + 'static> WireConn<C> {
                 next = stream.next() => next,
             };
             let mut chunk = match next {
-                None => break Some((keel_wire::StatusCode::Ok, Bytes::new())),
+                None => {
+                    // One that ended before giving anything is an empty stream.
+                    if untouched {
+                        stream = ByteStream::empty();
+                    }
+                    break Some((keel_wire::StatusCode::Ok, Bytes::new()));
+                }
                 Some(Ok(chunk)) => chunk,
                 Some(Err(e)) => {
-                    break Some((keel_wire::StatusCode::Internal, Bytes::from(e.to_string())))
+                    untouched = false;
+                    break Some((keel_wire::StatusCode::Internal, Bytes::from(e.to_string())));
                 }
             };
+            untouched = false;
             while !chunk.is_empty() {
                 let n = loop {
                     let credit = self.lock().core.send_credit(call_id);
@@ -391,6 +432,7 @@ impl<C: Send + 'static> WireConn<C> {
                 st.core.stop_outbound(call_id);
             }
         });
+        untouched.then_some(stream)
     }
 
     /// Host: a measurement ping (its Pong gives the RTT stream windows grow against).
@@ -409,21 +451,48 @@ impl<C: Send + 'static> WireConn<C> {
         self.with(|st| st.core.go_away(reason));
     }
 
-    /// Client: registers a call and returns its id; `upload` registers its outbound stream too
-    /// (its handle is returned, for the pump).
-    pub(crate) fn start_call(
+    /// Client: registers a call and queues its Request (`request` builds it from the call's
+    /// id) in one step under the lock, so Requests leave in the order of their ids, as a
+    /// GoAway's `last_call_id` requires; then writes what the socket takes. Returns the id and,
+    /// with `upload`, the handle of its registered outbound stream (for the pump).
+    pub(crate) fn send_call(
         &self,
         slot: C,
         download: bool,
         upload: bool,
-    ) -> Result<(u64, Option<OutboundHandle>), CallRejected> {
-        self.with(|st| {
+        request: impl FnOnce(u64) -> Frame,
+    ) -> Result<(u64, Option<OutboundHandle>), NotSent> {
+        let sent = self.with(|st| {
             let call_id = st
                 .core
                 .start_call(slot, download, upload)
-                .map_err(|(why, _)| why)?;
+                .map_err(|(why, _)| NotSent::Rejected(why))?;
+            if let Err(e) = self.sink.enqueue(&request(call_id)) {
+                st.core.forget_call(call_id);
+                return Err(NotSent::Sink(e));
+            }
             let handle = upload.then(|| st.register_outbound(call_id));
             Ok((call_id, handle))
+        });
+        if sent.is_ok() {
+            self.sink.push();
+        }
+        sent
+    }
+
+    /// Client: the host's GoAway said it processed no call above `last_call_id`: those calls
+    /// are forgotten (their uploads stopped, nothing sent) and their slots returned, for the
+    /// caller to send them again on another connection.
+    pub(crate) fn unprocessed(&self, last_call_id: u64) -> Vec<C> {
+        self.with(|st| {
+            let calls = st.core.unprocessed_calls(last_call_id);
+            calls
+                .into_iter()
+                .map(|(call_id, slot)| {
+                    st.stop_outbound_handle(call_id);
+                    slot
+                })
+                .collect()
         })
     }
 

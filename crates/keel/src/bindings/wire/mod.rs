@@ -41,8 +41,9 @@ pub(crate) struct WireClient {
     opened: AtomicU64,
 }
 
-/// How many connections one call tries when each says GoAway before the call is sent.
-const GOAWAY_ATTEMPTS: usize = 2;
+/// How many connections one call tries when each says GoAway before processing it (before
+/// the call is sent, or with a `last_call_id` below the call's id).
+const GOAWAY_ATTEMPTS: usize = 3;
 
 impl WireClient {
     pub(crate) fn new(endpoint: Endpoint, settings: ClientSettings) -> WireClient {
@@ -98,14 +99,15 @@ impl WireClient {
                     ))
                 }
             };
-            // The host said GoAway before the call was sent: it goes to a new connection
+            // The host said GoAway before processing the call: it goes to a new connection
             // (`current` no longer offers this one).
             match conn.call_or_return(call, deadline).await {
                 Ok(answer) => return answer,
                 Err(unsent) => call = unsent,
             }
         }
-        // A host that says GoAway on every new connection is shutting down.
+        // A host that says GoAway on every new connection is shutting down (and processed
+        // the call nowhere).
         Ok(Err(Status::new(
             StatusCode::ShuttingDown,
             format!("{}: the host is going away", self.endpoint),

@@ -1,6 +1,7 @@
 //! The host side of a keel-wire connection: the handshake, then a reader that hands requests
 //! to dispatch; replies are written by whichever thread produced them (see [`Sink`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -311,8 +312,20 @@ async fn read_loop(
         match codec.decode(&mut buf) {
             Ok(Some(frame)) => {
                 (frame_deadline, reserved) = (None, None);
-                match wire.handle(frame) {
-                    Ok(Some(Event::Request(req))) => {
+                let admit = || conn.dispatcher.arrival();
+                match wire.handle_admitting(frame, admit) {
+                    Ok((Some(Event::Request(req)), None)) => {
+                        // It arrived after this connection's GoAway, whose `last_call_id` is
+                        // below its id: it is not processed, and the client sends it again
+                        // on another connection.
+                        conn.info.calls.fetch_add(1, Ordering::Relaxed);
+                        if req.flags.streamed {
+                            wire.refuse_inbound(req.call_id);
+                        }
+                        let msg = "the host is going away: the call arrived after its GoAway";
+                        conn.reply(req.call_id, Err(Status::new(StatusCode::ShuttingDown, msg)));
+                    }
+                    Ok((Some(Event::Request(req)), Some(arrival))) => {
                         if req.flags.streamed && wire.inbound_streams() >= limits.max_streams {
                             // Each open stream may hold its window of bytes: their number is
                             // bounded.
@@ -358,11 +371,12 @@ async fn read_loop(
                             format: wire_format(codec.version()),
                             body: req.body,
                             stream,
+                            arrival,
                         };
                         dispatch(&conn, incoming, Instant::now());
                     }
                     // Its streams are stopped already; the call itself is dispatch's.
-                    Ok(Some(Event::Cancel { call_id })) => conn.cancel(call_id),
+                    Ok((Some(Event::Cancel { call_id }), _)) => conn.cancel(call_id),
                     Ok(_) => {}
                     Err(e) => {
                         conn.go_away(&e.to_string());
