@@ -18,7 +18,7 @@
 //! let block = block.freeze();
 //! metadata::validate(&block)?;
 //! let entries: Vec<_> = metadata::entries(&block).collect();
-//! assert_eq!(entries[0].0, "authorization");
+//! assert_eq!(&entries[0].0[..], b"authorization");
 //! assert_eq!(&entries[1].1[..], &[0, 159, 146, 150]);
 //! # Ok::<(), keel_wire::WireError>(())
 //! ```
@@ -97,8 +97,9 @@ pub fn validate(block: &[u8]) -> Result<(), WireError> {
     Ok(())
 }
 
-/// The entries of a block, in order, as `(key, value)`; the values share the block's memory.
-/// A block that is not well formed (see [`validate`]) ends the iteration early.
+/// The entries of a block, in order, as `(key, value)`; both share the block's memory (a key
+/// of a validated block is ASCII). A block that is not well formed (see [`validate`]) ends the
+/// iteration early.
 pub fn entries(block: &Bytes) -> Entries {
     Entries {
         block: block.clone(),
@@ -114,12 +115,13 @@ pub struct Entries {
 }
 
 impl Iterator for Entries {
-    type Item = (String, Bytes);
+    type Item = (Bytes, Bytes);
 
-    fn next(&mut self) -> Option<(String, Bytes)> {
+    fn next(&mut self) -> Option<(Bytes, Bytes)> {
         let rest = &self.block[self.pos..];
         let (key, value, tail) = split_entry(rest)?;
-        let key = std::str::from_utf8(key).ok()?.to_owned();
+        let key_start = self.pos + 1;
+        let key = self.block.slice(key_start..key_start + key.len());
         let start = self.pos + (rest.len() - tail.len()) - value.len();
         let value = self.block.slice(start..start + value.len());
         self.pos += rest.len() - tail.len();
@@ -159,7 +161,7 @@ mod tests {
         validate(&b).unwrap();
         let got: Vec<_> = entries(&b).collect();
         assert_eq!(got.len(), 4);
-        assert_eq!((got[1].0.as_str(), &got[1].1[..]), ("a", &b"2"[..]));
+        assert_eq!((&got[1].0[..], &got[1].1[..]), (&b"a"[..], &b"2"[..]));
         assert_eq!(&got[2].1[..], &[0xff, 0]);
         assert!(got[3].1.is_empty());
     }

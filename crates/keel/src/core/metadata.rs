@@ -8,6 +8,7 @@
 //! printable ASCII. Keys that HTTP or keel itself use are reserved ([`Metadata::is_reserved`]).
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 
@@ -16,6 +17,10 @@ use bytes::{Bytes, BytesMut};
 pub const MAX_METADATA_BYTES: usize = keel_wire::metadata::MAX_METADATA_LEN;
 
 /// Request or reply metadata: an ordered list of `(key, value)` entries; a key may repeat.
+///
+/// Cloning is cheap (the entries are shared until one of the clones changes), and the encoded
+/// form keel-wire sends is kept with them, so metadata set once on a client is not encoded
+/// again for every call.
 ///
 /// ```
 /// let mut md = keel::Metadata::new();
@@ -26,9 +31,41 @@ pub const MAX_METADATA_BYTES: usize = keel_wire::metadata::MAX_METADATA_LEN;
 /// assert!(md.insert("content-type", "text/plain").is_err()); // reserved
 /// # Ok::<(), keel::MetadataError>(())
 /// ```
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct Metadata {
-    entries: Vec<(String, Bytes)>,
+    /// `None` for no entries (no allocation).
+    inner: Option<Arc<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// `(key, value)`: keys are lower-case ASCII (checked on the way in).
+    entries: Vec<(Bytes, Bytes)>,
+    /// keel-wire's block for `entries`, once encoded (`None`: more than 16 KiB).
+    wire: OnceLock<Option<Bytes>>,
+}
+
+impl Clone for Inner {
+    fn clone(&self) -> Inner {
+        // A clone is about to change: its block is encoded again when needed.
+        Inner {
+            entries: self.entries.clone(),
+            wire: OnceLock::new(),
+        }
+    }
+}
+
+impl PartialEq for Metadata {
+    fn eq(&self, other: &Metadata) -> bool {
+        self.entries() == other.entries()
+    }
+}
+
+impl Eq for Metadata {}
+
+/// A key as text (keys are ASCII by construction).
+fn key_str(key: &Bytes) -> &str {
+    std::str::from_utf8(key).unwrap_or_default()
 }
 
 /// Why a metadata key or value was refused.
@@ -82,6 +119,17 @@ impl Metadata {
         Metadata::default()
     }
 
+    fn entries(&self) -> &[(Bytes, Bytes)] {
+        self.inner.as_ref().map_or(&[], |i| &i.entries)
+    }
+
+    /// The entries, to change: unshared first, and the cached block dropped.
+    fn entries_mut(&mut self) -> &mut Vec<(Bytes, Bytes)> {
+        let inner = Arc::make_mut(self.inner.get_or_insert_with(Default::default));
+        inner.wire = OnceLock::new();
+        &mut inner.entries
+    }
+
     /// Whether `key` is reserved: HTTP's own headers (`content-type`, `connection`, `host`,
     /// `te`, ...) and every key starting with `keel-` (keel's HTTP convention) or `grpc-`.
     pub fn is_reserved(key: &str) -> bool {
@@ -107,19 +155,19 @@ impl Metadata {
     /// is not printable ASCII.
     pub fn insert(&mut self, key: &str, value: &str) -> Result<&mut Metadata, MetadataError> {
         let key = Metadata::check_key(key)?;
-        self.text(&key, value)?;
+        Metadata::text(&key, value)?;
         self.remove(&key);
-        self.entries
-            .push((key, Bytes::copy_from_slice(value.as_bytes())));
+        self.entries_mut()
+            .push((Bytes::from(key), Bytes::copy_from_slice(value.as_bytes())));
         Ok(self)
     }
 
     /// Adds a text value for `key` (lower-cased), keeping the values it had.
     pub fn append(&mut self, key: &str, value: &str) -> Result<&mut Metadata, MetadataError> {
         let key = Metadata::check_key(key)?;
-        self.text(&key, value)?;
-        self.entries
-            .push((key, Bytes::copy_from_slice(value.as_bytes())));
+        Metadata::text(&key, value)?;
+        self.entries_mut()
+            .push((Bytes::from(key), Bytes::copy_from_slice(value.as_bytes())));
         Ok(self)
     }
 
@@ -136,11 +184,11 @@ impl Metadata {
             )));
         }
         self.remove(&key);
-        self.entries.push((key, value.into()));
+        self.entries_mut().push((Bytes::from(key), value.into()));
         Ok(self)
     }
 
-    fn text(&self, key: &str, value: &str) -> Result<(), MetadataError> {
+    fn text(key: &str, value: &str) -> Result<(), MetadataError> {
         if keel_wire::metadata::is_binary_key(key) {
             return Err(MetadataError::new(format!(
                 "key `{key}` ends in `-bin`: use insert_bin"
@@ -163,95 +211,120 @@ impl Metadata {
 
     /// The first value of `key` as bytes (case-insensitive); any key, text or binary.
     pub fn get_bin(&self, key: &str) -> Option<&[u8]> {
-        self.entries
+        self.entries()
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .find(|(k, _)| k.eq_ignore_ascii_case(key.as_bytes()))
             .map(|(_, v)| &v[..])
     }
 
     /// Every value of `key`, in order.
     pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.entries
+        self.entries()
             .iter()
-            .filter(move |(k, _)| k.eq_ignore_ascii_case(key))
+            .filter(move |(k, _)| k.eq_ignore_ascii_case(key.as_bytes()))
             .map(|(_, v)| &v[..])
     }
 
     /// Removes every value of `key`; returns whether there was one.
     pub fn remove(&mut self, key: &str) -> bool {
-        let before = self.entries.len();
-        self.entries.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
-        self.entries.len() != before
+        let present = self
+            .entries()
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case(key.as_bytes()));
+        if present {
+            self.entries_mut()
+                .retain(|(k, _)| !k.eq_ignore_ascii_case(key.as_bytes()));
+        }
+        present
     }
 
     /// Every entry, in order, as `(key, value bytes)`.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), &v[..]))
+        self.entries().iter().map(|(k, v)| (key_str(k), &v[..]))
     }
 
     /// The number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries().len()
     }
 
     /// Whether there are no entries.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries().is_empty()
     }
 
     /// Adds `other`'s entries; a key `other` has replaces this one's values of it.
     pub fn merge(&mut self, other: &Metadata) {
-        for (k, _) in &other.entries {
-            self.remove(k);
+        if other.is_empty() {
+            return;
         }
-        self.entries.extend(other.entries.iter().cloned());
+        if self.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        for (k, _) in other.entries() {
+            self.remove(key_str(k));
+        }
+        self.entries_mut().extend(other.entries().iter().cloned());
     }
 
     /// The encoded size on keel-wire, to check against [`MAX_METADATA_BYTES`].
     pub fn encoded_len(&self) -> usize {
-        self.entries
+        self.entries()
             .iter()
             .map(|(k, v)| 3 + k.len() + v.len())
             .sum()
     }
 
-    /// keel-wire's block for these entries; fails when it would exceed 16 KiB.
+    /// keel-wire's block for these entries (encoded once, then kept); fails when it would
+    /// exceed 16 KiB.
     pub(crate) fn to_wire(&self) -> Result<Bytes, MetadataError> {
-        if self.entries.is_empty() {
+        let Some(inner) = &self.inner else {
             return Ok(Bytes::new());
-        }
-        let mut block = BytesMut::with_capacity(self.encoded_len());
-        for (k, v) in &self.entries {
-            keel_wire::metadata::push(&mut block, k, v).map_err(|_| {
-                MetadataError::new(format!("more than {MAX_METADATA_BYTES} bytes of metadata"))
-            })?;
-        }
-        Ok(block.freeze())
+        };
+        let block = inner.wire.get_or_init(|| {
+            let mut block = BytesMut::with_capacity(self.encoded_len());
+            for (k, v) in &inner.entries {
+                keel_wire::metadata::push(&mut block, key_str(k), v).ok()?;
+            }
+            Some(block.freeze())
+        });
+        block.clone().ok_or_else(|| {
+            MetadataError::new(format!("more than {MAX_METADATA_BYTES} bytes of metadata"))
+        })
     }
 
-    /// The entries of a block keel-wire's decoder validated.
+    /// The entries of a block keel-wire's decoder validated (sharing its memory).
     pub(crate) fn from_wire(block: &Bytes) -> Metadata {
+        if block.is_empty() {
+            return Metadata::new();
+        }
         Metadata {
-            entries: keel_wire::metadata::entries(block).collect(),
+            inner: Some(Arc::new(Inner {
+                entries: keel_wire::metadata::entries(block).collect(),
+                wire: OnceLock::from(Some(block.clone())),
+            })),
         }
     }
 
     /// Adds an entry that arrived from a peer, unchecked against the reserved names (the
     /// binding checked the syntax).
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn push_raw(&mut self, key: String, value: Bytes) {
-        self.entries.push((key, value));
+    pub(crate) fn push_raw(&mut self, key: &str, value: Bytes) {
+        self.entries_mut()
+            .push((Bytes::copy_from_slice(key.as_bytes()), value));
     }
 }
 
 impl fmt::Debug for Metadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut m = f.debug_map();
-        for (k, v) in &self.entries {
+        for (k, v) in self.entries() {
+            let k = key_str(k);
             if keel_wire::metadata::is_binary_key(k) {
-                m.entry(k, &format_args!("<{} bytes>", v.len()));
+                m.entry(&k, &format_args!("<{} bytes>", v.len()));
             } else {
-                m.entry(k, &String::from_utf8_lossy(v));
+                m.entry(&k, &String::from_utf8_lossy(v));
             }
         }
         m.finish()
@@ -299,6 +372,29 @@ mod tests {
             (Some("4"), Some("5"), 2)
         );
         assert!(md.remove("a") && !md.remove("a"));
+    }
+
+    #[test]
+    fn clones_share_until_changed_and_the_cached_block_follows_changes() {
+        let mut a = Metadata::new();
+        a.insert("k", "1").unwrap();
+        let first = a.to_wire().unwrap();
+        let mut b = a.clone();
+        b.insert("k", "2").unwrap();
+        assert_eq!(a.get("k"), Some("1"), "the original is untouched");
+        assert_eq!(a.to_wire().unwrap(), first);
+        assert_ne!(b.to_wire().unwrap(), first);
+        assert_eq!(
+            Metadata::from_wire(&b.to_wire().unwrap()).get("k"),
+            Some("2")
+        );
+        a.append("k", "3").unwrap();
+        assert_eq!(
+            Metadata::from_wire(&a.to_wire().unwrap())
+                .get_all("k")
+                .count(),
+            2
+        );
     }
 
     #[test]

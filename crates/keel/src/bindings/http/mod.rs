@@ -132,10 +132,10 @@ pub(crate) fn metadata_from_headers(headers: &HeaderMap) -> Metadata {
             let decoded =
                 base64::engine::general_purpose::STANDARD_NO_PAD.decode(text.unwrap_or(bytes));
             if let Ok(decoded) = decoded {
-                md.push_raw(key.to_owned(), decoded.into());
+                md.push_raw(key, decoded.into());
             }
         } else if keel_wire::metadata::is_valid_text_value(bytes) {
-            md.push_raw(key.to_owned(), bytes::Bytes::copy_from_slice(bytes));
+            md.push_raw(key, bytes::Bytes::copy_from_slice(bytes));
         }
     }
     md
