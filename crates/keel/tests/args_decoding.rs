@@ -1,7 +1,7 @@
 //! Argument decoding as a host does it, on stable (proptest): arbitrary bytes never panic it in
 //! either format, valid arguments round-trip, and a valid value followed by more bytes is
-//! refused as `BadRequest`. The same checks run under cargo-fuzz (`fuzz/`, targets `args_json`
-//! and `args_postcard`).
+//! refused as `BadRequest`. The same checks run under cargo-fuzz (`fuzz/`, targets `args_json`,
+//! `args_postcard` and `args_msgpack`).
 #![allow(missing_docs)]
 
 use keel::__private::Format;
@@ -14,7 +14,7 @@ mod args_core;
 
 use args_core::{Customer, Line, Order, Shape, State, Tree, OPERATIONS};
 
-const FORMATS: [Format; 2] = [Format::Json, Format::Postcard];
+const FORMATS: [Format; 3] = [Format::Json, Format::Postcard, Format::MsgPack];
 
 /// A finite float (NaN is not equal to itself, and JSON has no infinities).
 fn float() -> impl Strategy<Value = f64> {
@@ -98,7 +98,8 @@ fn trailing() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
 
 fn trailing_for(format: Format, (json, postcard): &(Vec<u8>, Vec<u8>)) -> &[u8] {
     match format {
-        Format::Postcard => postcard,
+        // Any byte after a binary value is one too many.
+        Format::Postcard | Format::MsgPack => postcard,
         _ => json,
     }
 }
@@ -239,6 +240,19 @@ fn deeply_nested_arguments_are_refused_without_overflowing() {
         body.extend_from_slice(&[0, 0]);
         body
     }
+    fn msgpack(levels: usize) -> Vec<u8> {
+        // {"tree": {"Wrap": ... {"Leaf": 0}}}: maps of one entry, keys as fixstr.
+        let mut body = vec![0x81, 0xa4];
+        body.extend_from_slice(b"tree");
+        for _ in 0..levels {
+            body.extend_from_slice(&[0x81, 0xa4]);
+            body.extend_from_slice(b"Wrap");
+        }
+        body.extend_from_slice(&[0x81, 0xa4]);
+        body.extend_from_slice(b"Leaf");
+        body.push(0);
+        body
+    }
     fn json(levels: usize) -> Vec<u8> {
         let mut body = b"{\"tree\":".to_vec();
         body.extend(std::iter::repeat_n(&b"{\"Wrap\":"[..], levels).flatten());
@@ -254,6 +268,7 @@ fn deeply_nested_arguments_are_refused_without_overflowing() {
                 for (format, body) in [
                     (Format::Postcard, postcard(levels)),
                     (Format::Json, json(levels)),
+                    (Format::MsgPack, msgpack(levels)),
                 ] {
                     let outcome = args_core::tree_decodes(format, &body).map_err(|e| e.code());
                     outcomes.push((levels, format, outcome));

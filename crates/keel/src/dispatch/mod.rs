@@ -196,6 +196,7 @@ impl Dispatcher {
     /// [`Arrival`], or `None` if the host is draining (the binding answers that the call was
     /// not processed). The call is counted before the check, so a drain that begins at the
     /// same moment either waits for it or is seen by it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn admit(self: &Arc<Self>) -> Option<Arrival> {
         let arrival = self.arrival();
         (!self.is_shutting_down()).then_some(arrival)

@@ -177,6 +177,15 @@ pub const OPERATIONS: usize = 9;
 pub fn encode<T: Serialize>(format: Format, value: &T) -> Vec<u8> {
     match format {
         Format::Postcard => postcard::to_stdvec(value).expect("postcard encodes"),
+        Format::MsgPack => {
+            // As keel encodes it: structs as maps, byte sequences as `bin`.
+            let mut buf = Vec::new();
+            let mut se = rmp_serde::Serializer::new(&mut buf)
+                .with_struct_map()
+                .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+            value.serialize(&mut se).expect("MessagePack encodes");
+            buf
+        }
         _ => serde_json::to_vec(value).expect("JSON encodes"),
     }
 }
