@@ -73,19 +73,21 @@
 
 mod codec;
 pub mod conn;
+mod error;
 mod flow;
 mod frame;
 mod handshake;
 pub mod metadata;
 
 pub use codec::{
-    decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, WireError,
-    HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_NAME_LEN, MAX_REASON_LEN,
+    decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, HELLO_LEN,
+    LEN_PREFIX_SIZE, MAX_HEADER, MAX_REASON_LEN,
 };
 pub use conn::{
     CallRejected, Closed, ConnError, Connection, Event, Side, CONNECTION,
     MAX_LEARNED_INITIAL_WINDOW,
 };
+pub use error::{WireError, MAX_NAME_LEN};
 pub use flow::{
     FlowError, RecvWindow, SendWindow, WindowConfig, MAX_WINDOW_SIZE, WINDOW_EXCEEDED_REASON,
 };

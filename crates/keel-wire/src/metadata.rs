@@ -25,7 +25,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::WireError;
+use crate::error::WireError;
 
 /// Largest metadata block a frame may carry, in bytes (16 KiB, twice gRPC's usual 8 KiB header
 /// list, so that a few large tokens fit).
