@@ -385,7 +385,15 @@ where
             o.map(|r| {
                 r.map_err(|e| {
                     let e = e.into();
-                    Error::new(Kind::Status(StatusCode::Internal), e.to_string())
+                    // The whole chain: "error reading a body from connection" alone says
+                    // little; its source (an HTTP/2 reset, say) says why.
+                    let mut message = e.to_string();
+                    let mut source = e.source();
+                    while let Some(s) = source {
+                        message = format!("{message}: {s}");
+                        source = s.source();
+                    }
+                    Error::new(Kind::Status(StatusCode::Internal), message)
                 })
             })
         })

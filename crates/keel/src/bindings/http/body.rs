@@ -95,13 +95,13 @@ impl Stream for Replayable {
         let Some(stream) = st.stream.as_mut() else {
             return Poll::Ready(None);
         };
-        let polled = stream.poll_chunk(cx);
+        let polled = poll_data(stream, cx);
         match &polled {
             Poll::Pending => {}
             Poll::Ready(None) => st.ended = true,
             Poll::Ready(Some(_)) => st.taken = true,
         }
-        polled.map(|o| o.map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxError)))
+        polled
     }
 }
 
@@ -126,12 +126,32 @@ struct Frames(std::sync::Mutex<ByteStream>);
 impl Stream for Frames {
     type Item = Result<Frame<Bytes>, BoxError>;
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut()
+        let stream = self
+            .get_mut()
             .0
             .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .poll_chunk(cx)
-            .map(|o| o.map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxError)))
+            .unwrap_or_else(|e| e.into_inner());
+        poll_data(stream, cx)
+    }
+}
+
+/// The stream's next chunk that is not empty, as a body frame. Empty chunks are skipped: over
+/// HTTP/2 each would be an empty DATA frame, and h2 answers more than 100 of those on one
+/// connection (its `MAX_RECV_EMPTY_DATA_FRAMES`, never reset) with GOAWAY
+/// `ENHANCE_YOUR_CALM`, which ended the connection after about 100 echoed streams (a
+/// received body yields an empty chunk for the final empty DATA frame).
+fn poll_data(
+    stream: &mut ByteStream,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    loop {
+        match stream.poll_chunk(cx) {
+            Poll::Ready(Some(Ok(chunk))) if chunk.is_empty() => continue,
+            polled => {
+                return polled
+                    .map(|o| o.map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxError)))
+            }
+        }
     }
 }
 
