@@ -57,9 +57,12 @@ pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result
 pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, String> {
     match format {
         Format::MsgPack => {
-            let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(body));
+            // Borrowing from `body` (no copy of strings and byte arrays into a scratch buffer);
+            // where the value ends is found by walking its markers.
+            let mut de = rmp_serde::Deserializer::from_read_ref(body);
             let value = T::deserialize(Depth::new(&mut de)).map_err(|e| e.to_string())?;
-            let rest = body.len() as u64 - de.position();
+            let used = msgpack_len(body).ok_or("malformed MessagePack")?;
+            let rest = body.len() - used;
             if rest != 0 {
                 return Err(format!("{rest} unexpected bytes after the value"));
             }
@@ -76,6 +79,61 @@ pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result
         }
         Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
     }
+}
+
+/// The length of the first MessagePack value in `buf`, or `None` if it is cut short or uses
+/// the one reserved marker (0xc1). Walks the markers without recursion: a count of the values
+/// still to skip stands in for the nesting.
+fn msgpack_len(buf: &[u8]) -> Option<usize> {
+    let mut pos = 0usize;
+    let mut pending: u64 = 1;
+    while pending > 0 {
+        pending -= 1;
+        let marker = *buf.get(pos)?;
+        pos += 1;
+        let at = &mut pos;
+        // (payload bytes after the marker and its length field, values it contains)
+        let (skip, inner): (u64, u64) = match marker {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * u64::from(marker & 0x0f)),
+            0x90..=0x9f => (0, u64::from(marker & 0x0f)),
+            0xa0..=0xbf => (u64::from(marker & 0x1f), 0),
+            0xc4 | 0xd9 => (length(buf, at, 1)?, 0),
+            0xc5 | 0xda => (length(buf, at, 2)?, 0),
+            0xc6 | 0xdb => (length(buf, at, 4)?, 0),
+            // ext: the type byte, then the data.
+            0xc7 => (length(buf, at, 1)? + 1, 0),
+            0xc8 => (length(buf, at, 2)? + 1, 0),
+            0xc9 => (length(buf, at, 4)? + 1, 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xca | 0xce | 0xd2 => (4, 0),
+            0xcb | 0xcf | 0xd3 => (8, 0),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => (0, length(buf, at, 2)?),
+            0xdd => (0, length(buf, at, 4)?),
+            0xde => (0, 2 * length(buf, at, 2)?),
+            0xdf => (0, 2 * length(buf, at, 4)?),
+            0xc1 => return None,
+        };
+        pos = pos.checked_add(usize::try_from(skip).ok()?)?;
+        if pos > buf.len() {
+            return None;
+        }
+        pending = pending.checked_add(inner)?;
+    }
+    Some(pos)
+}
+
+/// The big-endian length field of `n` bytes at `*pos`; moves `*pos` past it.
+fn length(buf: &[u8], pos: &mut usize, n: usize) -> Option<u64> {
+    let bytes = buf.get(*pos..pos.checked_add(n)?)?;
+    *pos += n;
+    Some(bytes.iter().fold(0u64, |v, &b| (v << 8) | u64::from(b)))
 }
 
 /// Decodes operation arguments; a failure is the caller's fault (`BadRequest`).
@@ -182,6 +240,41 @@ mod tests {
         assert!(decode::<V2>(Format::MsgPack, &longer)
             .unwrap_err()
             .contains("1 unexpected bytes"));
+    }
+
+    #[test]
+    fn msgpack_len_finds_where_a_value_ends() {
+        #[derive(Serialize)]
+        struct Many {
+            a: Vec<u8>,
+            b: String,
+            c: Vec<(u64, i64, f32, f64, bool, Option<u8>)>,
+            d: std::collections::BTreeMap<String, Vec<String>>,
+        }
+        let long = "x".repeat(70_000);
+        let value = Many {
+            a: vec![7; 300],
+            b: long.clone(),
+            c: vec![
+                (u64::MAX, i64::MIN, 1.5, -2.5, true, None),
+                (0, -1, 0.0, 0.0, false, Some(200)),
+            ],
+            d: [(long.clone(), vec![long, String::new()])]
+                .into_iter()
+                .collect(),
+        };
+        let body = encode(Format::MsgPack, &value).unwrap();
+        assert_eq!(msgpack_len(&body), Some(body.len()));
+        let mut longer = body.to_vec();
+        longer.extend_from_slice(&[0x90, 0x01]);
+        assert_eq!(msgpack_len(&longer), Some(body.len()));
+        for cut in [0, 1, 5, body.len() / 2, body.len() - 1] {
+            assert_eq!(msgpack_len(&body[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(msgpack_len(&[0xc1]), None);
+        // A claimed length far past the end.
+        assert_eq!(msgpack_len(&[0xdb, 0xff, 0xff, 0xff, 0xff]), None);
+        assert_eq!(msgpack_len(&[0xdf, 0xff, 0xff, 0xff, 0xff]), None);
     }
 
     #[test]
