@@ -170,7 +170,7 @@ impl Conn {
     /// (the host did not run it, but it cannot be sent again).
     pub(crate) async fn call_or_return(
         &self,
-        call: Outgoing,
+        mut call: Outgoing,
         deadline: Instant,
     ) -> Result<Answer, Outgoing> {
         let peer_max_message = self.peer_max_message.load(Ordering::Acquire);
@@ -187,34 +187,28 @@ impl Conn {
             Ok(m) => m,
             Err(e) => return Ok(Err(Error::new(Kind::TooLarge, e.to_string()))),
         };
-        let Outgoing {
-            service,
-            operation,
-            one_way,
-            metadata,
-            body,
-            upload,
-            download,
-            compression,
-            accepts_compressed,
-        } = call;
+        // The call stays whole (to be given back) but for its stream, which goes to the pump.
+        let upload = call.upload.take();
+        let (service, operation) = (call.service, call.operation);
         let (slot, reply) = oneshot::channel();
         let remaining = deadline.saturating_duration_since(Instant::now());
         let request = |call_id| {
             Frame::Request(Request {
                 call_id,
                 flags: RequestFlags {
-                    one_way,
+                    one_way: call.one_way,
                     streamed: upload.is_some(),
-                    accepts_compressed,
+                    accepts_compressed: call.accepts_compressed,
                 },
                 // Round up so a sub-microsecond remainder is not read as "no deadline".
                 deadline_us: (remaining.as_micros() as u64).max(1),
                 service: service.to_string(),
                 operation: operation.to_string(),
                 metadata: metadata_block.clone(),
-                compression: compression.map_or(Compression::IDENTITY_ID, Compression::to_u8),
-                body: body.clone(),
+                compression: call
+                    .compression
+                    .map_or(Compression::IDENTITY_ID, Compression::to_u8),
+                body: call.body.clone(),
             })
         };
         // The upload is registered before the request goes out, so the host's credit and
@@ -222,21 +216,12 @@ impl Conn {
         let (call_id, upload_handle) =
             match self
                 .wire
-                .send_call(slot, download, upload.is_some(), request)
+                .send_call(slot, call.download, upload.is_some(), request)
             {
                 Ok(sent) => sent,
                 Err(NotSent::Rejected(CallRejected::GoingAway)) => {
-                    return Err(Outgoing {
-                        service,
-                        operation,
-                        one_way,
-                        metadata,
-                        body,
-                        upload,
-                        download,
-                        compression,
-                        accepts_compressed,
-                    })
+                    call.upload = upload;
+                    return Err(call);
                 }
                 Err(NotSent::Rejected(CallRejected::Closed(reason))) => {
                     return Ok(Err(Error::new(Kind::Connection, reason)))
@@ -299,17 +284,8 @@ impl Conn {
                         }
                     }
                 };
-                return Err(Outgoing {
-                    service,
-                    operation,
-                    one_way,
-                    metadata,
-                    body,
-                    upload,
-                    download,
-                    compression,
-                    accepts_compressed,
-                });
+                call.upload = upload;
+                return Err(call);
             }
             Ok(Err(_)) => Err(Error::new(Kind::Connection, "connection closed")),
             Err(_) => {
