@@ -477,27 +477,6 @@ fn request(call_id: u64, service: &str, operation: &str, body: Vec<u8>) -> Frame
     })
 }
 
-/// Arguments as keel's clients encode them (protocol version 2): MessagePack, a map of the
-/// parameters by name.
-fn args<T: serde::Serialize>(params: &[(&str, T)]) -> Vec<u8> {
-    let map: std::collections::BTreeMap<&str, &T> = params.iter().map(|(k, v)| (*k, v)).collect();
-    msgpack(&map)
-}
-
-/// A value as keel encodes bodies on protocol version 2.
-fn msgpack<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let mut se = rmp_serde::Serializer::new(&mut buf)
-        .with_struct_map()
-        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
-    value.serialize(&mut se).unwrap();
-    buf
-}
-
-fn echo_args(s: &str) -> Vec<u8> {
-    args(&[("s", s)])
-}
-
 /// A keel-wire peer written by hand.
 struct WirePeer {
     rd: ReadHalf<Raw>,

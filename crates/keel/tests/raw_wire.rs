@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use common::{args, echo_args, msgpack};
 use keel_wire::{Codec, Frame, Hello, HelloReply, Limits, Request, RequestFlags, StatusCode};
 
 struct RawPeer {
@@ -96,27 +97,6 @@ impl RawPeer {
             other => panic!("expected a reply, got {other:?}"),
         }
     }
-}
-
-/// Arguments as keel's clients encode them (protocol version 2): MessagePack, a map of the
-/// parameters by name.
-fn args<T: serde::Serialize>(params: &[(&str, T)]) -> Vec<u8> {
-    let map: std::collections::BTreeMap<&str, &T> = params.iter().map(|(k, v)| (*k, v)).collect();
-    msgpack(&map)
-}
-
-/// A value as keel encodes bodies on protocol version 2.
-fn msgpack<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let mut se = rmp_serde::Serializer::new(&mut buf)
-        .with_struct_map()
-        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
-    value.serialize(&mut se).unwrap();
-    buf
-}
-
-fn echo_args(s: &str) -> Vec<u8> {
-    args(&[("s", s)])
 }
 
 #[test]

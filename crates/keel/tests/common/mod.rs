@@ -428,3 +428,25 @@ pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Arguments as keel's clients encode them (protocol version 2): MessagePack, a map of the
+/// parameters by name. For peers written by hand.
+pub fn args<T: Serialize>(params: &[(&str, T)]) -> Vec<u8> {
+    let map: std::collections::BTreeMap<&str, &T> = params.iter().map(|(k, v)| (*k, v)).collect();
+    msgpack(&map)
+}
+
+/// A value as keel encodes bodies on protocol version 2 (structs as maps, bytes as `bin`).
+pub fn msgpack<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut se = rmp_serde::Serializer::new(&mut buf)
+        .with_struct_map()
+        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+    value.serialize(&mut se).unwrap();
+    buf
+}
+
+/// The arguments of `Probe.echo(s)`.
+pub fn echo_args(s: &str) -> Vec<u8> {
+    args(&[("s", s)])
+}
