@@ -394,7 +394,10 @@ pub(crate) async fn read_limited<B: Received>(
             None if rest.is_empty() => first = Some(data),
             None => rest.extend_from_slice(&data),
             Some(f) => {
-                rest.reserve(declared.map_or(0, |n| n as usize).max(f.len() + data.len()));
+                // Not the declared length: that is the peer's word, and reserving it would
+                // allocate ahead of the budget (30 bodies of 4 MiB that never finish would hold
+                // 120 MiB). The buffer grows with what has been received and reserved.
+                rest.reserve(f.len() + data.len());
                 rest.extend_from_slice(&f);
                 rest.extend_from_slice(&data);
             }
