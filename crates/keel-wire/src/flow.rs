@@ -175,6 +175,8 @@ pub struct RecvWindow {
     consumed: u64,
     /// When the previous update was decided (creation time before the first).
     last_update: Instant,
+    /// The window the stream started with.
+    initial: u32,
 }
 
 impl RecvWindow {
@@ -190,6 +192,7 @@ impl RecvWindow {
             received: 0,
             consumed: 0,
             last_update: now,
+            initial: window,
         }
     }
 
@@ -211,7 +214,15 @@ impl RecvWindow {
     }
 
     /// The application consumed `n` buffered bytes at `now`; `rtt` is the current round-trip
-    /// estimate (zero when unknown, which disables auto-tuning).
+    /// estimate, zero when unknown.
+    ///
+    /// With an estimate, the window doubles (up to its max) at an update that comes less than
+    /// two round trips after the previous one: the consumer keeps up and the window is what
+    /// limits the producer. Without one (a host's first stream on a connection, before its
+    /// first Pong), the window doubles once, to twice the initial window, if the consumer keeps
+    /// up with what arrives (less than a quarter of the window is left buffered): otherwise the
+    /// first stream of every connection would never grow, and nor would what the next streams
+    /// learn from it.
     ///
     /// Returns `Some(increment)` when a [`WindowUpdate`](crate::WindowUpdate) with that
     /// increment (never 0) should be sent now. Consuming more than [`RecvWindow::buffered`] is a
@@ -232,7 +243,13 @@ impl RecvWindow {
             return None;
         }
         let elapsed = now.saturating_duration_since(self.last_update);
-        if !rtt.is_zero() && self.window < self.max && elapsed < rtt.saturating_mul(2) {
+        let fast = if rtt.is_zero() {
+            self.buffered() < u64::from(self.window / 4)
+                && self.window < self.initial.saturating_mul(2)
+        } else {
+            elapsed < rtt.saturating_mul(2)
+        };
+        if fast && self.window < self.max {
             self.window = self.window.saturating_mul(2).min(self.max);
         }
         self.last_update = now;
@@ -311,9 +328,21 @@ mod tests {
     }
 
     #[test]
-    fn zero_rtt_never_grows() {
+    fn unknown_rtt_grows_once_for_a_consumer_that_keeps_up() {
         let windows = drain_in_halves(Duration::ZERO, 10, Duration::ZERO);
-        assert!(windows.iter().all(|&w| w == DEFAULT_INITIAL_WINDOW));
+        assert_eq!(windows[0], 2 * DEFAULT_INITIAL_WINDOW);
+        assert!(windows.iter().all(|&w| w == 2 * DEFAULT_INITIAL_WINDOW));
+    }
+
+    #[test]
+    fn unknown_rtt_never_grows_for_a_consumer_that_lags() {
+        let now = Instant::now();
+        let mut w = RecvWindow::new(WindowConfig::default(), now);
+        let half = (DEFAULT_INITIAL_WINDOW / 2) as usize;
+        // The whole window arrived; the consumer took half and left half buffered.
+        w.on_data(2 * half).unwrap();
+        assert_eq!(w.on_consumed(half, now, Duration::ZERO), Some(half as u32));
+        assert_eq!(w.window(), DEFAULT_INITIAL_WINDOW);
     }
 
     #[test]

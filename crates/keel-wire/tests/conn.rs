@@ -565,15 +565,21 @@ fn consumed_bytes_are_granted_back_at_half_a_window() {
     h.consumed(1, WINDOW / 2 - 1, now);
     assert_eq!(drain(&mut h), []);
     h.consumed(1, 1, now);
-    // No RTT estimate yet: the window stays as it is.
+    // No RTT estimate yet, and half the window still buffered (the consumer lags): the window
+    // stays as it is.
     assert_eq!(
         drain(&mut h),
         [window_update(1, DEFAULT_INITIAL_WINDOW / 2)]
     );
     h.consumed(1, WINDOW / 2, now);
+    // Caught up, still without an estimate: the window doubles once, and the connection's
+    // next streams start there (a WindowUpdate on call 0).
     assert_eq!(
         drain(&mut h),
-        [window_update(1, DEFAULT_INITIAL_WINDOW / 2)]
+        [
+            window_update(1, DEFAULT_INITIAL_WINDOW / 2 + DEFAULT_INITIAL_WINDOW),
+            window_update(0, DEFAULT_INITIAL_WINDOW)
+        ]
     );
     // Unknown streams are ignored.
     h.consumed(2, 100, now);
@@ -679,7 +685,14 @@ fn consuming_more_than_received_counts_what_was_received() {
     feed(&mut h, data(1, WINDOW), now);
     // An id reused by the peer can leave an old consumer reporting against a new window.
     h.consumed(1, 10 * WINDOW, now);
-    assert_eq!(drain(&mut h), [window_update(1, DEFAULT_INITIAL_WINDOW)]);
+    // One window consumed (not ten), caught up: granted back, and doubled once (no RTT yet).
+    assert_eq!(
+        drain(&mut h),
+        [
+            window_update(1, 2 * DEFAULT_INITIAL_WINDOW),
+            window_update(0, DEFAULT_INITIAL_WINDOW)
+        ]
+    );
     h.consumed(1, 1, now);
     assert_eq!(drain(&mut h), []);
 }

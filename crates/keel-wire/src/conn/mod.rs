@@ -549,8 +549,8 @@ impl<C> Connection<C> {
     }
 
     /// The application consumed `n` bytes of inbound stream `call_id` at `now`: may queue a
-    /// WindowUpdate ([`RecvWindow::on_consumed`] with the core's RTT estimate, so the window
-    /// grows only once there is one). `n` counts at most the bytes received and not yet
+    /// WindowUpdate ([`RecvWindow::on_consumed`] with the core's RTT estimate: without one
+    /// the window grows at most once). `n` counts at most the bytes received and not yet
     /// reported; an unknown stream is ignored.
     pub fn consumed(&mut self, call_id: u64, n: usize, now: Instant) {
         let Some(window) = self.inbound.get_mut(&call_id) else {
