@@ -141,6 +141,20 @@ impl Binding {
         matches!(self, Binding::Tcps | Binding::HttpsH1 | Binding::HttpsH2)
     }
 
+    /// The flow-control window a fresh connection's first upload in `mode` may fill before the
+    /// host grants more: HTTP/2's 64 KiB (RFC 9113 §6.9.2), a keel-wire stream's 256 KiB
+    /// (`keel_wire::DEFAULT_INITIAL_WINDOW`); a buffered keel-wire call and HTTP/1.1 are not
+    /// flow-controlled above TCP (`usize::MAX`).
+    pub(crate) fn initial_window(self, mode: Mode) -> usize {
+        match (self, mode) {
+            (Binding::H2c | Binding::HttpsH2, _) => 65_535,
+            (Binding::Tcp | Binding::Tcps, Mode::Streamed) => {
+                keel_wire::DEFAULT_INITIAL_WINDOW as usize
+            }
+            _ => usize::MAX,
+        }
+    }
+
     /// A channel builder for `url` on this binding: the HTTP version it speaks and, over TLS,
     /// trust in the lab's self-signed certificate.
     pub(crate) fn channel_builder(self, url: &str) -> anyhow::Result<keel::ChannelBuilder> {
