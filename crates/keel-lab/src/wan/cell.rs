@@ -120,7 +120,8 @@ pub(crate) struct WanCell {
     pub(crate) calls: u64,
     /// keel's sequential calls per second.
     pub(crate) calls_per_sec: f64,
-    /// The limit: 1000/RTT for the small payload, raw TCP in the same run for the large.
+    /// The limit: for the small payload 1000/RTT, or raw TCP through the same proxy in the same
+    /// run where that is less; raw TCP in the same run for the large.
     pub(crate) limit_calls_per_sec: f64,
     /// `1/RTT` or `raw TCP`.
     pub(crate) limit: &'static str,

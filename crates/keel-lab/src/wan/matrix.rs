@@ -501,7 +501,7 @@ pub(crate) fn table(m: &Matrix) -> String {
     );
     for &payload in &m.params.payloads {
         let what = match payload {
-            Payload::Small => "small payload (\"hi mom\" echoed): calls/s, keel of limit 1000/RTT (ratio)",
+            Payload::Small => "small payload (\"hi mom\" echoed): calls/s, keel of the limit: 1000/RTT, or raw TCP on the same link where less (ratio)",
             Payload::Large => {
                 "large payload (277 KiB up, length back): calls/s, keel of limit raw TCP on the same link (ratio)"
             }
