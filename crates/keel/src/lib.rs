@@ -322,6 +322,7 @@ pub use crate::core::compress::Compression;
 pub use crate::core::context::Context;
 pub use crate::core::error::Error;
 pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
+pub use crate::core::metrics;
 pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
 pub use crate::core::status::{Status, StatusCode};
 pub use crate::core::stream::{BlockingReader, ByteSender, ByteStream};
