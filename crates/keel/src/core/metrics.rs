@@ -15,7 +15,7 @@
 //! # Names
 //!
 //! Prometheus conventions: base units (seconds), `_total` counters, `_seconds` histograms.
-//! Labels: `service` and `operation` (a contract's names), `code` ([`StatusCode::as_str`]),
+//! Labels: `service` and `operation` (a contract's names), `code` ([`StatusCode::as_str`](crate::StatusCode::as_str)),
 //! `binding` (the URL scheme: `tcp`, `tcps`, `unix`, `http`, `https`, or `http-service` for
 //! [`Host::http_service`](crate::Host::http_service)).
 //!
@@ -72,12 +72,14 @@
 use metrics::Unit;
 
 /// Histogram buckets for durations, in seconds: 25 µs to 10 s.
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
 pub(crate) const SECONDS_BUCKETS: &[f64] = &[
     0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
     0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Histogram buckets for calls per connection.
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
 pub(crate) const CALLS_BUCKETS: &[f64] = &[
     1.0,
     2.0,

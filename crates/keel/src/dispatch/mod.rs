@@ -200,6 +200,7 @@ impl Dispatcher {
     }
 
     /// The service called `name`, if the host serves it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn service(&self, name: &str) -> Option<&Arc<dyn Service>> {
         self.services.get(name).map(|s| &s.service)
     }
@@ -221,6 +222,7 @@ impl Dispatcher {
     }
 
     /// Sets the gauges read at scrape time from the host's own counters.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn observe_metrics(&self) {
         let pool = self.pool.metrics();
         let bindings: Vec<&'static str> =
