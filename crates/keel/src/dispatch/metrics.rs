@@ -59,7 +59,7 @@ const BINDINGS: [&str; 6] = ["tcp", "tcps", "unix", "http", "https", "http-servi
 /// One binding's connection handles.
 #[derive(Debug)]
 pub(crate) struct ConnMetrics {
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) open: Gauge,
     pub(crate) opened: Counter,
     pub(crate) closed: Counter,
@@ -86,7 +86,7 @@ impl ConnMetrics {
 
 /// The host-wide handles: throttle, pool, connections by binding, readiness.
 #[derive(Debug)]
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
 pub(crate) struct HostMetrics {
     /// Per binding (the order of `BINDINGS`), registered on the binding's first connection.
     conns: [OnceLock<ConnMetrics>; BINDINGS.len()],
@@ -110,7 +110,7 @@ pub(crate) struct HostMetrics {
 
 /// What [`HostMetrics::observe`] sets: the values the host keeps as atomics of its own.
 #[derive(Debug)]
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
 pub(crate) struct Observed<'a> {
     pub(crate) running: usize,
     pub(crate) queued: usize,
@@ -154,7 +154,7 @@ impl HostMetrics {
     }
 
     /// Sets the gauges (and the pool's counters) from the host's own atomics, at scrape time.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn observe(&self, o: &Observed<'_>) {
         self.throttle_running.set(o.running as f64);
         self.throttle_queued.set(o.queued as f64);

@@ -222,7 +222,7 @@ impl Dispatcher {
     }
 
     /// Sets the gauges read at scrape time from the host's own counters.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn observe_metrics(&self) {
         let pool = self.pool.metrics();
         let bindings: Vec<&'static str> =

@@ -39,7 +39,7 @@ impl ThrottleConfig {
 pub(crate) struct Throttle {
     slots: Arc<Semaphore>,
     queued: AtomicUsize,
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     max_concurrent: usize,
     max_queued: usize,
 }
@@ -106,20 +106,20 @@ impl Throttle {
     }
 
     /// Slots taken now (calls running).
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn running(&self) -> usize {
         self.max_concurrent
             .saturating_sub(self.slots.available_permits())
     }
 
     /// Calls that may run at once.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn max_concurrent(&self) -> usize {
         self.max_concurrent
     }
 
     /// Calls that may wait for a slot.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn max_queued(&self) -> usize {
         self.max_queued
     }
