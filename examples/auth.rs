@@ -40,7 +40,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     match cli.mode.mode() {
         Mode::Serve(url) => {
-            let host = accounts::host(&url, &cli.token)?;
+            let builder = accounts::builder(&url, &cli.token);
+            let host = keel_examples::with_admin(builder, cli.mode.admin.as_deref()).start()?;
             println!("accepting `authorization: Bearer {}`", cli.token);
             keel_examples::serve_forever(host)
         }

@@ -29,8 +29,13 @@ fn main() {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    match Cli::parse().mode.mode() {
-        Mode::Serve(url) => keel_examples::serve_forever(calculator::host(&url)?),
+    let cli = Cli::parse();
+    match cli.mode.mode() {
+        Mode::Serve(url) => {
+            let builder = calculator::builder(&url);
+            let host = keel_examples::with_admin(builder, cli.mode.admin.as_deref()).start()?;
+            keel_examples::serve_forever(host)
+        }
         Mode::Connect(url) => call(&url),
         Mode::Both => {
             let host = calculator::host("tcp://127.0.0.1:0")?;

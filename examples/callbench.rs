@@ -52,15 +52,20 @@ struct Cli {
     /// Host only (what the benchmark starts in its child process)
     #[arg(long, hide = true)]
     serve: bool,
+    /// With --serve: an admin endpoint on URL (e.g. http://127.0.0.1:9464) serving GET
+    /// /metrics (Prometheus text), /healthz and /readyz
+    #[arg(long, value_name = "URL", requires = "serve")]
+    admin: Option<String>,
 }
 
 fn main() {
     let cli = Cli::parse();
     if cli.serve {
-        let host = keel::Host::builder()
+        let builder = keel::Host::builder()
             .service(calculator::CalculatorServer::new(calculator::Calc))
             .service(WanServer::new(WanImpl))
-            .endpoint(&cli.url)
+            .endpoint(&cli.url);
+        let host = keel_examples::with_admin(builder, cli.admin.as_deref())
             .start()
             .expect("host starts");
         keel_examples::serve_forever(host);

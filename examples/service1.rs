@@ -33,15 +33,22 @@ fn main() {
 }
 
 fn host(url: &str) -> Result<keel::Host, keel::Error> {
+    builder(url).start()
+}
+
+fn builder(url: &str) -> keel::HostBuilder {
     keel::Host::builder()
         .service(Service1Server::new(Service1Impl))
         .endpoint(url)
-        .start()
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    match Cli::parse().mode.mode() {
-        Mode::Serve(url) => keel_examples::serve_forever(host(&url)?),
+    let cli = Cli::parse();
+    match cli.mode.mode() {
+        Mode::Serve(url) => {
+            let host = keel_examples::with_admin(builder(&url), cli.mode.admin.as_deref());
+            keel_examples::serve_forever(host.start()?)
+        }
         Mode::Connect(url) => burst(&url),
         Mode::Both => {
             let host = host("tcp://127.0.0.1:0")?;

@@ -42,6 +42,10 @@ struct Args {
     /// Host only, on URL, until interrupted (how the measuring run starts its child)
     #[arg(long, value_name = "URL")]
     serve: Option<String>,
+    /// With --serve: an admin endpoint on URL (e.g. http://127.0.0.1:9464) serving GET
+    /// /metrics (Prometheus text), /healthz and /readyz
+    #[arg(long, value_name = "URL", requires = "serve")]
+    admin: Option<String>,
 }
 
 /// The transports the host can listen on.
@@ -193,7 +197,8 @@ fn round(x: f64, decimals: i32) -> f64 {
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     if let Some(url) = args.serve {
-        keel_examples::serve_forever(transfer::host(&url)?);
+        let builder = keel_examples::with_admin(transfer::builder(&url), args.admin.as_deref());
+        keel_examples::serve_forever(builder.start()?);
     }
     let host = ChildHost::start(&args.binding.listen_url())?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -101,11 +101,15 @@ impl Accounts for Bank {
 
 /// A host serving [`Bank`] on `url` behind [`BearerAuth`] with `token`.
 pub fn host(url: &str, token: &str) -> Result<keel::Host, keel::Error> {
+    builder(url, token).start()
+}
+
+/// The builder of [`host`], to add settings before it starts.
+pub fn builder(url: &str, token: &str) -> keel::HostBuilder {
     keel::Host::builder()
         .service(AccountsServer::new(Bank))
         .interceptor(BearerAuth::new(token, DEMO_USER))
         .endpoint(url)
-        .start()
 }
 
 /// A client interceptor that sends `Authorization: Bearer <token>` with every call.

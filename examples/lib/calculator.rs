@@ -47,10 +47,14 @@ impl Calculator for Calc {
 
 /// A host serving [`Calc`] on `url` (any scheme: `tcp://`, `unix://`, `http://`, ...).
 pub fn host(url: &str) -> Result<keel::Host, keel::Error> {
+    builder(url).start()
+}
+
+/// The builder of [`host`], to add settings before it starts.
+pub fn builder(url: &str) -> keel::HostBuilder {
     keel::Host::builder()
         .service(CalculatorServer::new(Calc))
         .endpoint(url)
-        .start()
 }
 
 /// A host serving [`Calc`] over HTTP on a free loopback port: HTTP/1.1 and HTTP/2 with JSON, for

@@ -33,12 +33,16 @@ pub struct ModeArgs {
     /// Client only: call a host already listening on URL
     #[arg(long, value_name = "URL")]
     pub connect: Option<String>,
+    /// With --serve: an admin endpoint on URL (e.g. http://127.0.0.1:9464) serving GET
+    /// /metrics (Prometheus text), /healthz and /readyz
+    #[arg(long, value_name = "URL", requires = "serve")]
+    pub admin: Option<String>,
 }
 
 impl ModeArgs {
     /// The [`Mode`] these options ask for: [`Mode::Both`] when neither is given.
-    pub fn mode(self) -> Mode {
-        match (self.serve, self.connect) {
+    pub fn mode(&self) -> Mode {
+        match (self.serve.clone(), self.connect.clone()) {
             (Some(url), _) => Mode::Serve(url),
             (None, Some(url)) => Mode::Connect(url),
             (None, None) => Mode::Both,
@@ -46,9 +50,20 @@ impl ModeArgs {
     }
 }
 
+/// `builder` with the admin endpoint `--admin URL` asked for, if it did.
+pub fn with_admin(builder: keel::HostBuilder, admin: Option<&str>) -> keel::HostBuilder {
+    match admin {
+        Some(url) => builder.admin(url),
+        None => builder,
+    }
+}
+
 /// Serves until the process is interrupted (Ctrl-C), then exits.
 pub fn serve_forever(host: keel::Host) -> ! {
     println!("listening on {}", host.url());
+    if let Some(admin) = host.admin_url() {
+        println!("admin endpoint on {admin} (/metrics, /healthz, /readyz)");
+    }
     println!("press Ctrl-C to stop");
     loop {
         std::thread::park();
@@ -83,6 +98,11 @@ mod tests {
             Mode::Connect("tcp://h:1".into())
         );
         assert!(parse(&["--serve"]).is_err());
+        assert!(
+            parse(&["--admin", "http://h:1"]).is_err(),
+            "--admin needs --serve"
+        );
+        assert!(parse(&["--serve", "tcp://h:1", "--admin", "http://h:2"]).is_ok());
         assert!(parse(&["--bogus"]).is_err());
         assert!(parse(&["--connect", "tcp://h:1", "x"]).is_err());
         assert!(parse(&["--serve", "tcp://h:1", "--connect", "tcp://h:1"]).is_err());

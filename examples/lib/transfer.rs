@@ -49,8 +49,12 @@ fn bytes_of(n: usize) -> keel::Bytes {
 
 /// A host serving [`Transfer`] on `url`.
 pub fn host(url: &str) -> Result<keel::Host, keel::Error> {
+    builder(url).start()
+}
+
+/// The builder of [`host`], to add settings before it starts.
+pub fn builder(url: &str) -> keel::HostBuilder {
     keel::Host::builder()
         .service(TransferServer::new(TransferImpl))
         .endpoint(url)
-        .start()
 }

@@ -210,6 +210,41 @@
 //! beside its own routes on one port (see [`http::HttpService`]). `ARCHITECTURE.md` in the
 //! repository shows the layers and one call's path through the files.
 //!
+//! # Metrics, health and a readiness-aware drain
+//!
+//! keel reports calls (by code, in flight, throttle wait, pool wait, handler and total time,
+//! per operation), the throttle, the pool's threads, connections per binding and calls per
+//! connection, and client calls, latency and reconnects through the `metrics` facade: any
+//! recorder the application installs gets them, **if installed before hosts and channels are
+//! built** (names and labels in [`metrics`]). With the `prometheus` feature (on by default), a
+//! host's admin endpoint ([`HostBuilder::admin`]) serves them as Prometheus text at
+//! `GET /metrics`, with `GET /healthz` and `GET /readyz` beside. A shutdown first turns
+//! `/readyz` to 503 and keeps serving for [`HostBuilder::drain_grace`], so that a load balancer
+//! stops sending work before GoAway closes connections.
+//!
+//! ```
+//! # #[cfg(feature = "prometheus")] {
+//! # #[keel::contract] pub trait Echo { fn echo(&self, s: String) -> String; }
+//! # struct E;
+//! # impl Echo for E { fn echo(&self, s: String) -> String { s } }
+//! use std::time::Duration;
+//!
+//! let host = keel::Host::builder()
+//!     .service(EchoServer::new(E))
+//!     .endpoint("tcp://127.0.0.1:0")
+//!     .admin("http://127.0.0.1:0") // GET /metrics, /healthz, /readyz
+//!     .drain_grace(Duration::from_millis(10))
+//!     .start()?;
+//! let client = EchoBlockingClient::connect(host.url())?;
+//! client.echo("hi".into())?;
+//! let text = keel::metrics::install_prometheus()?.render();
+//! assert!(text.contains(r#"keel_server_calls_total{service="Echo",operation="echo",code="ok"}"#));
+//! assert!(host.is_ready());
+//! host.shutdown();
+//! # }
+//! # Ok::<(), keel::Error>(())
+//! ```
+//!
 //! # Limits
 //!
 //! Everything a peer can make a host hold is bounded, with a safe default and a setter on
@@ -235,6 +270,7 @@
 //! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
 //! | pool threads | [`max_threads`](HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
 //! | listen backlog | [`listen_backlog`](HostBuilder::listen_backlog) | 1,024 | the kernel's (`net.core.somaxconn` caps it) |
+//! | admin endpoint ([`admin`](HostBuilder::admin)) | fixed | 16 connections, 5 s per request head (and idle), 16 KiB heads, bodies not read, 60 s per connection | a newcomer is closed; a slow head or an idle connection is closed |
 //! | metadata per message | fixed ([`MAX_METADATA_BYTES`]) | 16 KiB (keel-wire); over HTTP, the 64 KiB head | keel-wire: malformed, the connection is closed; keel's clients refuse to send more |
 //!
 //! # What `#[keel::contract]` generates
@@ -322,6 +358,7 @@ pub use crate::core::compress::Compression;
 pub use crate::core::context::Context;
 pub use crate::core::error::Error;
 pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
+pub use crate::core::metrics;
 pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
 pub use crate::core::status::{Status, StatusCode};
 pub use crate::core::stream::{BlockingReader, ByteSender, ByteStream};

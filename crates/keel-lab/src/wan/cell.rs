@@ -235,9 +235,7 @@ pub(crate) fn evaluate(p: &Params, k: &KeelRun, raw: &RawRef) -> WanCell {
     let (limit_calls_per_sec, limit) = match p.payload {
         // The link's own limit: 1/RTT, or what raw TCP makes through the same proxy if that
         // is less (at 1 ms the proxy's and this VM's thread wake-ups cost ~10 %).
-        Payload::Small if raw.calls_per_sec < 1000.0 / p.rtt_ms => {
-            (raw.calls_per_sec, "raw TCP")
-        }
+        Payload::Small if raw.calls_per_sec < 1000.0 / p.rtt_ms => (raw.calls_per_sec, "raw TCP"),
         Payload::Small => (1000.0 / p.rtt_ms, "1/RTT"),
         Payload::Large => (raw.calls_per_sec, "raw TCP"),
     };

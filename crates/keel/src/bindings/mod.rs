@@ -62,6 +62,9 @@ pub(crate) struct ClientSettings {
     /// HTTP/1.1: the most connections open at once.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) http_max_connections: usize,
+    /// Counts the connections opened after the first (the `keel_client_reconnects_total`
+    /// metric's handle).
+    pub(crate) reconnects: metrics::Counter,
 }
 
 /// A host's settings as its bindings take them (plain values from the host's config).

@@ -5,6 +5,7 @@
 
 mod call;
 mod intercept;
+mod metrics;
 mod rt;
 
 pub use call::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
@@ -15,11 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use self::metrics::ChannelMetrics;
 use crate::bindings::{self, Answer, ClientSettings, ClientTransport, HttpVersion, Outgoing};
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::error::Error;
 use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
 use crate::core::service::Payload;
+use crate::core::status::StatusCode;
 use crate::transport::Endpoint;
 
 /// A channel's settings, as [`ChannelBuilder`] collects them and [`Channel::config`] reports
@@ -78,7 +81,7 @@ impl Default for ClientConfig {
 
 impl ClientConfig {
     /// What the bindings need of these settings.
-    fn settings(&self) -> ClientSettings {
+    fn settings(&self, binding: &'static str) -> ClientSettings {
         ClientSettings {
             connect_timeout: self.connect_timeout,
             max_message_size: self.max_message_size,
@@ -89,6 +92,7 @@ impl ClientConfig {
             tls: (),
             http_version: self.http_version,
             http_max_connections: self.http_max_connections,
+            reconnects: ChannelMetrics::reconnects(binding),
         }
     }
 }
@@ -218,13 +222,15 @@ impl ChannelBuilder {
         if endpoint.is_tls() {
             return Err(crate::transport::tls_feature_needed(&endpoint));
         }
-        let transport = bindings::client(endpoint, self.config.settings())?;
+        let binding = endpoint.scheme();
+        let transport = bindings::client(endpoint, self.config.settings(binding))?;
         Ok(Channel {
             inner: Arc::new(Inner {
                 config: self.config,
                 interceptors: self.interceptors,
                 transport,
                 calls: AtomicU64::new(0),
+                metrics: ChannelMetrics::new(binding),
             }),
         })
     }
@@ -339,6 +345,8 @@ struct Inner {
     transport: Box<dyn ClientTransport>,
     /// Calls made, for [`Channel::stats`].
     calls: AtomicU64,
+    /// Metric handles (calls, latency).
+    metrics: ChannelMetrics,
 }
 
 impl Channel {
@@ -400,7 +408,22 @@ impl Channel {
     ///
     /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
     /// it ends or the caller drops it.
-    pub(crate) async fn call(&self, mut call: Outgoing, options: &CallOptions) -> Answer {
+    pub(crate) async fn call(&self, call: Outgoing, options: &CallOptions) -> Answer {
+        let (service, operation) = (call.service, call.operation);
+        let started = Instant::now();
+        let answer = self.call_inner(call, options).await;
+        let code = match &answer {
+            Ok(Ok(_)) => Some(StatusCode::Ok),
+            Ok(Err(status)) => Some(status.code()),
+            Err(e) => e.status_code(),
+        };
+        self.inner
+            .metrics
+            .record(service, operation, started.elapsed(), code);
+        answer
+    }
+
+    async fn call_inner(&self, mut call: Outgoing, options: &CallOptions) -> Answer {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + options.deadline.unwrap_or(self.inner.config.deadline);
         let defaults = &self.inner.config.metadata;

@@ -10,7 +10,8 @@
 //!   servers implement (the dispatch trait);
 //! - [`codec`]: how arguments, replies and faults are encoded;
 //! - [`depth`]: the nesting limit decoding keeps in every format;
-//! - [`compress`]: body compression (zstd, gzip), with bounded decompression.
+//! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
+//! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`).
 //!
 //! Imports nothing else of keel's.
 
@@ -20,6 +21,7 @@ pub(crate) mod context;
 pub(crate) mod depth;
 pub(crate) mod error;
 pub(crate) mod metadata;
+pub mod metrics;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod stream;

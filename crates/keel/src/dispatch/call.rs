@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::conn::{CallCtl, ConnShared};
+use super::metrics::{secs, OpMetrics};
 use super::throttle::Admission;
 use super::Arrival;
 use crate::core::codec::Format;
@@ -60,10 +61,11 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     // Dropped at any return below, after the answer is sent, unless tracking took it over.
     let arrival = req.arrival;
     conn.info.calls.fetch_add(1, Ordering::Relaxed);
-    let Some(service) = dispatcher.service(req.service) else {
+    let Some(served) = dispatcher.served(req.service) else {
         let msg = format!("no service `{}` on this host", req.service);
         return conn.reply(call_id, Err(Status::new(StatusCode::UnknownService, msg)));
     };
+    let service = &served.service;
     let desc = service.descriptor();
     let Some(op) = desc.operation_index(req.operation) else {
         let msg = format!(
@@ -85,10 +87,15 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         reply_codec: req.reply_codec,
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
+    let metrics = &served.metrics[op];
     let ctl = match conn.track(call_id, &ctx, arrival) {
         Ok(ctl) => ctl,
-        Err(status) => return conn.reply(call_id, Err(status)),
+        Err(status) => {
+            metrics.answered(status.code());
+            return conn.reply(call_id, Err(status));
+        }
     };
+    metrics.in_flight.increment(1.0);
     let mut call = Call {
         conn: conn.clone(),
         ctl,
@@ -97,6 +104,9 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         deadline,
         ctx,
         intercepted: 0,
+        metrics: metrics.clone(),
+        received,
+        answered: false,
     };
     // Interceptors before decoding: a refused caller costs no decoding either.
     for interceptor in dispatcher.interceptors() {
@@ -144,9 +154,13 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         conn.reply(call_id, Ok(Payload::Body(Bytes::new())));
     }
     match dispatcher.throttle.admit() {
-        Admission::Now(permit) => call.start(invocation, permit),
+        Admission::Now(permit) => {
+            call.metrics.throttle_wait.record(0.0);
+            call.start(invocation, permit)
+        }
         Admission::Queued(place) => {
             let rt = tokio::runtime::Handle::current();
+            let queued = Instant::now();
             rt.spawn(async move {
                 let permit = match call.deadline {
                     Some(d) => match tokio::time::timeout_at(d.into(), place.wait()).await {
@@ -155,10 +169,12 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
                     },
                     None => place.wait().await,
                 };
+                call.metrics.throttle_wait.record(secs(queued.elapsed()));
                 call.start(invocation, permit);
             });
         }
         Admission::Busy => {
+            dispatcher.metrics.throttle_rejected.increment(1);
             let status = Status::new(StatusCode::Busy, "the host's call queue is full");
             call.finish(Err(status));
         }
@@ -182,6 +198,12 @@ struct Call {
     ctx: Context,
     /// How many interceptors' `before` ran: their `after` runs, in reverse order.
     intercepted: usize,
+    /// The operation's metric handles.
+    metrics: Arc<OpMetrics>,
+    /// When the request arrived (the start of the server time).
+    received: Instant,
+    /// Counted as answered (by `finish`); otherwise `drop` counts it cancelled.
+    answered: bool,
 }
 
 impl Call {
@@ -190,6 +212,9 @@ impl Call {
             .as_ref()
             .map_or_else(|s| s.code(), |_| StatusCode::Ok);
         self.after(code);
+        self.answered = true;
+        self.metrics.answered(code);
+        self.metrics.total.record(secs(self.received.elapsed()));
         self.conn.finish(self.call_id, self.one_way, outcome);
     }
 
@@ -220,13 +245,19 @@ impl Call {
             Invocation::Blocking(job) => {
                 let pool = self.conn.dispatcher.pool.clone();
                 let (conn, call_id, one_way) = (self.conn.clone(), self.call_id, self.one_way);
+                let handed = Instant::now();
                 let submitted = pool.spawn(move || {
                     let _permit = permit;
+                    let started = Instant::now();
+                    let wait = secs(started.saturating_duration_since(handed));
+                    self.metrics.pool_wait.record(wait);
+                    self.conn.dispatcher.metrics.pool_queue_wait.record(wait);
                     if let Some(status) = self.refuse_start() {
                         return self.finish(Err(status));
                     }
                     let outcome = catch_unwind(AssertUnwindSafe(job))
                         .unwrap_or_else(|p| Err(panic_status(&p)));
+                    self.metrics.handler.record(secs(started.elapsed()));
                     self.finish(outcome);
                 });
                 if submitted.is_err() {
@@ -243,6 +274,7 @@ impl Call {
                         return self.finish(Err(status));
                     }
                     let run = CatchUnwind(fut);
+                    let started = Instant::now();
                     let outcome = match self.deadline {
                         Some(d) => match tokio::time::timeout_at(d.into(), run).await {
                             Ok(o) => o,
@@ -253,6 +285,7 @@ impl Call {
                         },
                         None => run.await,
                     };
+                    self.metrics.handler.record(secs(started.elapsed()));
                     self.finish(outcome);
                 });
                 *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle.abort_handle());
@@ -266,6 +299,10 @@ impl Drop for Call {
     /// of it.
     fn drop(&mut self) {
         self.after(StatusCode::Cancelled);
+        if !self.answered {
+            self.metrics.answered(StatusCode::Cancelled);
+        }
+        self.metrics.in_flight.decrement(1.0);
     }
 }
 

@@ -11,12 +11,14 @@ mod budget;
 mod call;
 mod conn;
 mod intercept;
+mod metrics;
 mod throttle;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 pub(crate) use call::{dispatch, Incoming};
 pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
 pub use intercept::Interceptor;
+pub(crate) use metrics::Observed;
 pub use throttle::ThrottleConfig;
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,6 +31,7 @@ use tokio::task::AbortHandle;
 
 use crate::core::service::Service;
 use crate::core::status::{Status, StatusCode};
+use metrics::{HostMetrics, OpMetrics};
 use throttle::Throttle;
 
 /// The dispatcher's limits, as plain values from the host's settings.
@@ -55,9 +58,15 @@ pub(crate) struct Counters {
     pub(crate) calls: AtomicU64,
 }
 
+/// A service the host serves, with its operations' metric handles (by operation index).
+pub(crate) struct Served {
+    pub(crate) service: Arc<dyn Service>,
+    pub(crate) metrics: Box<[Arc<OpMetrics>]>,
+}
+
 /// What every connection of a host shares: services, admission, the pool, open connections.
 pub(crate) struct Dispatcher {
-    services: HashMap<String, Arc<dyn Service>>,
+    services: HashMap<String, Served>,
     /// The host's interceptors, in order.
     interceptors: Vec<Arc<dyn Interceptor>>,
     pub(crate) limits: Limits,
@@ -66,6 +75,9 @@ pub(crate) struct Dispatcher {
     /// The host-wide budget for bytes of messages being received.
     pub(crate) receive_budget: Budget,
     shutting_down: AtomicBool,
+    /// Cleared when a shutdown begins, before the drain (what the admin endpoint's `/readyz`
+    /// says).
+    ready: AtomicBool,
     /// Set once the host has stopped: a connection that finishes its handshakes later is
     /// closed as it registers.
     registrations_closed: AtomicBool,
@@ -78,11 +90,13 @@ pub(crate) struct Dispatcher {
     conns: Mutex<HashMap<u64, Arc<ConnShared>>>,
     /// Connections still in their handshakes (TLS, keel's), by id (so in accept order), with
     /// the task running each: the first to go when the connection limit needs room.
-    handshaking: Mutex<BTreeMap<u64, AbortHandle>>,
+    handshaking: Mutex<BTreeMap<u64, (AbortHandle, &'static str)>>,
     next_conn: AtomicU64,
     /// Where `now_ms` counts from.
     epoch: Instant,
     pub(crate) stats: Counters,
+    /// Metric handles of the host as a whole.
+    pub(crate) metrics: HostMetrics,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -141,6 +155,23 @@ impl Dispatcher {
         throttle: ThrottleConfig,
         pool: keel_pool::Pool,
     ) -> Dispatcher {
+        let metrics = HostMetrics::new();
+        let services = services
+            .into_iter()
+            .map(|(name, service)| {
+                let desc = service.descriptor();
+                let ops = desc
+                    .operations
+                    .iter()
+                    .map(|op| Arc::new(OpMetrics::new(desc.name, op.name)))
+                    .collect();
+                let served = Served {
+                    service,
+                    metrics: ops,
+                };
+                (name, served)
+            })
+            .collect();
         Dispatcher {
             services,
             interceptors,
@@ -149,6 +180,7 @@ impl Dispatcher {
             throttle: Throttle::new(throttle),
             receive_budget: Budget::new(limits.max_receive_bytes),
             shutting_down: AtomicBool::new(false),
+            ready: AtomicBool::new(true),
             registrations_closed: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             arriving: AtomicUsize::new(0),
@@ -158,6 +190,7 @@ impl Dispatcher {
             next_conn: AtomicU64::new(1),
             epoch: Instant::now(),
             stats: Counters::default(),
+            metrics,
         }
     }
 
@@ -167,8 +200,42 @@ impl Dispatcher {
     }
 
     /// The service called `name`, if the host serves it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn service(&self, name: &str) -> Option<&Arc<dyn Service>> {
+        self.services.get(name).map(|s| &s.service)
+    }
+
+    /// The service called `name` with its operations' metric handles.
+    pub(crate) fn served(&self, name: &str) -> Option<&Served> {
         self.services.get(name)
+    }
+
+    /// Whether the host is ready for new work: true until a shutdown begins.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// A shutdown began: the host reports itself not ready (its calls are still served until
+    /// the drain).
+    pub(crate) fn set_unready(&self) {
+        self.ready.store(false, Ordering::Release);
+    }
+
+    /// Sets the gauges read at scrape time from the host's own counters.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn observe_metrics(&self) {
+        let pool = self.pool.metrics();
+        let bindings: Vec<&'static str> =
+            self.conn_map().values().map(|c| c.info.binding).collect();
+        self.metrics.observe(&Observed {
+            running: self.throttle.running(),
+            queued: self.queued(),
+            max_concurrent: self.throttle.max_concurrent(),
+            max_queued: self.throttle.max_queued(),
+            pool: &pool,
+            conns: &bindings,
+            ready: self.is_ready(),
+        });
     }
 
     /// Whether a drain has begun. (SeqCst, as the count in [`Dispatcher::admit`] and the
@@ -253,7 +320,7 @@ impl Dispatcher {
         self.conn_map().len()
     }
 
-    fn handshakes(&self) -> MutexGuard<'_, BTreeMap<u64, AbortHandle>> {
+    fn handshakes(&self) -> MutexGuard<'_, BTreeMap<u64, (AbortHandle, &'static str)>> {
         self.handshaking.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -267,9 +334,9 @@ impl Dispatcher {
             && handshaking + conns.values().filter(|c| !c.is_closing()).count() >= limit
     }
 
-    /// A connection accepted as `id` started its handshakes in the task `task`.
-    pub(crate) fn handshake_started(&self, id: u64, task: AbortHandle) {
-        self.handshakes().insert(id, task);
+    /// A connection accepted as `id` on `binding` started its handshakes in the task `task`.
+    pub(crate) fn handshake_started(&self, id: u64, binding: &'static str, task: AbortHandle) {
+        self.handshakes().insert(id, (task, binding));
     }
 
     /// Connection `id`'s handshakes are over (it registered, or failed).
@@ -282,9 +349,9 @@ impl Dispatcher {
     /// in flight.
     pub(crate) fn evict_one(&self) -> bool {
         let oldest = self.handshakes().pop_first();
-        if let Some((_, task)) = oldest {
+        if let Some((_, (task, binding))) = oldest {
             task.abort();
-            self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+            self.evicted(binding);
             return true;
         }
         let now = self.now_ms();
@@ -297,7 +364,7 @@ impl Dispatcher {
         match idlest {
             Some((_, c)) => {
                 if c.shut("connection limit reached: closing the connection idle longest") {
-                    self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                    self.evicted(c.info.binding);
                 }
                 true
             }
@@ -313,20 +380,43 @@ impl Dispatcher {
             if c.idle_ms(now).is_some_and(|idle| idle >= limit)
                 && c.shut("idle timeout: no call for too long")
             {
-                self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                self.timed_out(c.info.binding);
             }
         }
     }
 
-    /// A connection was closed for taking too long (a frame, a head, a body, unsent output).
-    pub(crate) fn timed_out(&self) {
+    /// A connection of `binding` was closed for taking too long (a handshake, a frame, a head,
+    /// a body, unsent output, or idle).
+    pub(crate) fn timed_out(&self, binding: &'static str) {
         self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.metrics.conn(binding) {
+            m.timed_out.increment(1);
+        }
+    }
+
+    /// A connection of `binding` was closed to make room at the connection limit.
+    fn evicted(&self, binding: &'static str) {
+        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.metrics.conn(binding) {
+            m.evicted.increment(1);
+        }
+    }
+
+    /// A connection of `binding` was refused at the connection limit.
+    pub(crate) fn refused(&self, binding: &'static str) {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.metrics.conn(binding) {
+            m.refused.increment(1);
+        }
     }
 
     /// Registers an open connection (its handshakes are over). After the host stopped it is
     /// closed at once.
     pub(crate) fn register(&self, conn: Arc<ConnShared>) {
         self.stats.opened.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.metrics.conn(conn.info.binding) {
+            m.opened.increment(1);
+        }
         self.handshake_ended(conn.id);
         self.conn_map().insert(conn.id, conn.clone());
         if self.registrations_closed.load(Ordering::Acquire) {
@@ -340,15 +430,21 @@ impl Dispatcher {
         self.shutting_down.store(true, Ordering::Release);
         self.registrations_closed.store(true, Ordering::Release);
         let handshakes = std::mem::take(&mut *self.handshakes());
-        for task in handshakes.into_values() {
+        for (task, _) in handshakes.into_values() {
             task.abort();
         }
     }
 
     /// The connection is closed: answers nothing more, forgets it.
     pub(crate) fn unregister(&self, id: u64) {
-        if self.conn_map().remove(&id).is_some() {
+        let removed = self.conn_map().remove(&id);
+        if let Some(conn) = removed {
             self.stats.closed.fetch_add(1, Ordering::Relaxed);
+            if let Some(m) = self.metrics.conn(conn.info.binding) {
+                m.closed.increment(1);
+                m.calls
+                    .record(conn.info.calls.load(Ordering::Relaxed) as f64);
+            }
         }
     }
 

@@ -39,6 +39,8 @@ impl ThrottleConfig {
 pub(crate) struct Throttle {
     slots: Arc<Semaphore>,
     queued: AtomicUsize,
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    max_concurrent: usize,
     max_queued: usize,
 }
 
@@ -79,6 +81,7 @@ impl Throttle {
         Arc::new(Throttle {
             slots: Arc::new(Semaphore::new(config.max_concurrent_calls.max(1))),
             queued: AtomicUsize::new(0),
+            max_concurrent: config.max_concurrent_calls.max(1),
             max_queued: config.max_queued_calls,
         })
     }
@@ -100,6 +103,25 @@ impl Throttle {
     /// Calls waiting for a slot now.
     pub(crate) fn queued(&self) -> usize {
         self.queued.load(Ordering::Acquire)
+    }
+
+    /// Slots taken now (calls running).
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn running(&self) -> usize {
+        self.max_concurrent
+            .saturating_sub(self.slots.available_permits())
+    }
+
+    /// Calls that may run at once.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn max_concurrent(&self) -> usize {
+        self.max_concurrent
+    }
+
+    /// Calls that may wait for a slot.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn max_queued(&self) -> usize {
+        self.max_queued
     }
 }
 

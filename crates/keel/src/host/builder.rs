@@ -93,6 +93,13 @@ pub struct HostConfig {
     pub worker_threads: Option<usize>,
     /// The blocking-operation pool.
     pub pool: PoolConfig,
+    /// How long a shutdown keeps serving as usual after the host reports itself not ready
+    /// (`GET /readyz` answers 503), before it sends GoAway and drains: time for a load balancer
+    /// that polls `/readyz` to stop sending work here. Default: 0 (GoAway at once).
+    pub drain_grace: Duration,
+    /// The admin endpoint's URL (`http://host:port`): `GET /metrics`, `/healthz`, `/readyz`.
+    /// Default: `None` (no admin endpoint).
+    pub admin: Option<String>,
     /// Certificate and key for TLS endpoints (`tcps://`, `https://`), and whether clients must
     /// present certificates. Required when the host has a TLS endpoint. Default: `None`.
     #[cfg(feature = "tls")]
@@ -119,6 +126,8 @@ impl Default for HostConfig {
             max_streams_per_connection: 16,
             worker_threads: None,
             pool: PoolConfig::default(),
+            drain_grace: Duration::ZERO,
+            admin: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -305,6 +314,29 @@ impl HostBuilder {
         self
     }
 
+    /// How long a shutdown keeps serving after the host turns not ready (`GET /readyz` on the
+    /// admin endpoint answers 503 from the moment a shutdown begins), before GoAway and the
+    /// drain: a load balancer polling `/readyz` stops sending work before connections close.
+    /// Default: 0 (GoAway at once, as without an admin endpoint).
+    pub fn drain_grace(mut self, grace: Duration) -> Self {
+        self.config.drain_grace = grace;
+        self
+    }
+
+    /// Serves an admin endpoint at `url` (`http://host:port`; port 0 picks a free one,
+    /// [`Host::admin_url`] reports it), separate from the service endpoints: `GET /metrics`
+    /// (Prometheus text, with the `prometheus` feature: keel's Prometheus recorder is installed
+    /// when the host starts, see [`crate::metrics`]), `GET /healthz` (200 while the process
+    /// serves) and `GET /readyz` (200 while ready, 503 once a shutdown began). HTTP/1.1, at
+    /// most 16 connections at once (more are closed at once), 5 s to send a request head
+    /// (and the same for an idle connection), heads up to 16 KiB, request bodies never read.
+    /// Bind it to an address only operators and load balancers reach. Default: none.
+    #[cfg(feature = "http")]
+    pub fn admin(mut self, url: impl Into<String>) -> Self {
+        self.config.admin = Some(url.into());
+        self
+    }
+
     /// How long a new connection may take to complete its handshakes. Default: 10 s.
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.config.handshake_timeout = timeout;
@@ -440,6 +472,12 @@ impl HostBuilder {
             }
         };
         let handle = runtime.handle().expect("a runtime until shutdown");
+        // Before the dispatcher registers its metric handles: they must reach this recorder.
+        #[cfg(feature = "http")]
+        let admin = match &config.admin {
+            Some(url) => Some(super::admin::bind(url, &handle)?),
+            None => None,
+        };
 
         let limits = Limits {
             max_receive_bytes: config.max_receive_bytes,
@@ -482,12 +520,21 @@ impl HostBuilder {
             })
             .collect();
         accept_tasks.push(handle.spawn(idle_reaper(dispatcher.clone(), config.idle_timeout)));
+        #[cfg(feature = "http")]
+        let admin_url = admin.map(|admin| {
+            let url = admin.url.clone();
+            accept_tasks.push(handle.spawn(super::admin::serve(admin, dispatcher.clone())));
+            url
+        });
+        #[cfg(not(feature = "http"))]
+        let admin_url = None;
         Ok(Host {
             dispatcher,
             settings,
             config,
             runtime,
             urls,
+            admin_url,
             accept_tasks,
         })
     }

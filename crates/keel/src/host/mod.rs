@@ -2,6 +2,8 @@
 //! runtime its I/O and async operations run on (its own, or the caller's), the listeners and
 //! their accept loops; it hands plain settings down to dispatch and the bindings.
 
+#[cfg(feature = "http")]
+mod admin;
 mod builder;
 
 pub use builder::{HostBuilder, HostConfig, PoolConfig};
@@ -96,6 +98,8 @@ pub struct Host {
     config: HostConfig,
     runtime: HostRuntime,
     urls: Vec<String>,
+    /// The admin endpoint's bound URL, if it has one.
+    admin_url: Option<String>,
     accept_tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -116,6 +120,16 @@ impl Host {
     /// If the host has no endpoint (it serves only through [`Host::http_service`]).
     pub fn url(&self) -> &str {
         &self.urls[0]
+    }
+
+    /// The bound URL of the admin endpoint ([`HostBuilder::admin`]), if the host has one.
+    pub fn admin_url(&self) -> Option<&str> {
+        self.admin_url.as_deref()
+    }
+
+    /// Whether the host reports itself ready (`GET /readyz`): true until a shutdown begins.
+    pub fn is_ready(&self) -> bool {
+        self.dispatcher.is_ready()
     }
 
     /// The settings the host was built with.
@@ -176,7 +190,9 @@ impl Host {
         crate::http::HttpService::new(&self.dispatcher, self.settings.clone())
     }
 
-    /// Drains and stops: answers new calls `ShuttingDown`, lets calls in flight finish within the
+    /// Drains and stops: reports the host not ready (the admin endpoint's `/readyz` answers
+    /// 503) and keeps serving for [`HostBuilder::drain_grace`] (default 0), then answers new
+    /// calls `ShuttingDown`, lets calls in flight finish within the
     /// close timeout (answering the rest `ShuttingDown`), stops accepting, closes connections,
     /// stops the pool. Blocks until done; from async code use [`Host::shutdown_async`] (which
     /// a host on the caller's runtime needs, so as not to block the runtime it drains on).
@@ -210,6 +226,7 @@ impl Host {
         let stop = Stop {
             dispatcher: self.dispatcher.clone(),
             close_timeout: self.config.close_timeout,
+            drain_grace: self.config.drain_grace,
             accept_tasks: std::mem::take(&mut self.accept_tasks),
         };
         // A thread of its own, so this works from async code and from plain `main` alike.
@@ -248,6 +265,7 @@ impl Host {
             let stop = Stop {
                 dispatcher: self.dispatcher.clone(),
                 close_timeout: self.config.close_timeout,
+                drain_grace: self.config.drain_grace,
                 accept_tasks: std::mem::take(&mut self.accept_tasks),
             };
             let pool = stop.dispatcher.pool.clone();
@@ -269,11 +287,19 @@ impl Host {
 struct Stop {
     dispatcher: Arc<Dispatcher>,
     close_timeout: Duration,
+    /// How long to serve on after turning not ready, before the drain.
+    drain_grace: Duration,
     accept_tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Stop {
     async fn run(self) -> ShutdownReport {
+        // Not ready first, so that load balancers stop sending work before GoAway closes
+        // connections; calls go on being served meanwhile.
+        self.dispatcher.set_unready();
+        if !self.drain_grace.is_zero() {
+            tokio::time::sleep(self.drain_grace).await;
+        }
         let drained = self.dispatcher.drain(self.close_timeout).await;
         for t in &self.accept_tasks {
             t.abort();
@@ -334,6 +360,7 @@ async fn accept_loop(
     max_connections: usize,
 ) {
     let listener = Arc::new(listener);
+    let binding = listener.endpoint().scheme();
     loop {
         let (io, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -344,7 +371,7 @@ async fn accept_loop(
             }
         };
         if dispatcher.is_full(max_connections) && !dispatcher.evict_one() {
-            dispatcher.stats.refused.fetch_add(1, Ordering::Relaxed);
+            dispatcher.refused(binding);
             drop(io);
             continue;
         }
@@ -359,7 +386,7 @@ async fn accept_loop(
             let connected = match secured {
                 Ok(Ok(connected)) => connected,
                 Ok(Err(_)) => return,
-                Err(_) => return d.timed_out(),
+                Err(_) => return d.timed_out(binding),
             };
             let endpoint = listener.endpoint();
             let info = ConnInfo::new(
@@ -370,7 +397,7 @@ async fn accept_loop(
             );
             bindings::serve(connected, endpoint.protocol(), d, settings, info).await;
         });
-        dispatcher.handshake_started(id, task.abort_handle());
+        dispatcher.handshake_started(id, binding, task.abort_handle());
         if task.is_finished() {
             dispatcher.handshake_ended(id);
         }

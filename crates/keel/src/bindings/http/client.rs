@@ -114,7 +114,7 @@ impl HttpClient {
             h1_slots: Arc::new(Semaphore::new(slots)),
             h2: Mutex::new(None),
             h2_connecting: tokio::sync::Mutex::new(()),
-            conns: Arc::new(Registry::default()),
+            conns: Arc::new(Registry::new(config.reconnects.clone())),
             config,
         }
     }

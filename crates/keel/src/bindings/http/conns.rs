@@ -60,7 +60,7 @@ impl Conn {
 }
 
 /// Every connection's driver task, so that `close` can end them and stats can count them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Registry {
     drivers: Mutex<HashMap<u64, Conn>>,
     /// The tasks of HTTP/2 connections whose driver ended (after the host's GOAWAY) while
@@ -69,9 +69,23 @@ pub(super) struct Registry {
     next_id: AtomicU64,
     pub(super) opened: AtomicU64,
     pub(super) closed: AtomicU64,
+    /// Counts the connections opened after the first.
+    pub(super) reconnects: metrics::Counter,
 }
 
 impl Registry {
+    /// An empty registry; `reconnects` counts the connections opened after the first.
+    pub(super) fn new(reconnects: metrics::Counter) -> Registry {
+        Registry {
+            drivers: Mutex::default(),
+            lingering: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            reconnects,
+        }
+    }
+
     fn drivers(&self) -> MutexGuard<'_, HashMap<u64, Conn>> {
         self.drivers.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -96,7 +110,9 @@ impl Registry {
         });
         let driver = task.abort_handle();
         drivers.insert(id, Conn { driver, tasks });
-        self.opened.fetch_add(1, Ordering::Relaxed);
+        if self.opened.fetch_add(1, Ordering::Relaxed) > 0 {
+            self.reconnects.increment(1);
+        }
         id
     }
 

@@ -237,7 +237,7 @@ pub(crate) async fn serve(
             }
             _ = overdue.as_mut() => {
                 // A request head started arriving and did not finish in time (slowloris).
-                dispatcher.timed_out();
+                dispatcher.timed_out(ctx.conn.info.binding);
                 break;
             }
             _ = check.tick() => {
@@ -249,7 +249,7 @@ pub(crate) async fn serve(
                 if head_watch.write_stalled(frame_timeout) {
                     // The peer does not read its answers: they would pile up (hyper stops
                     // reading meanwhile, so this is the only way out).
-                    dispatcher.timed_out();
+                    dispatcher.timed_out(ctx.conn.info.binding);
                     break;
                 }
                 if stopping && ctx.conn.in_flight() == 0 && head_watch.quiet(frame_timeout) {
@@ -593,7 +593,7 @@ async fn call<B: Received>(
             Ok((b, r)) if b.is_empty() && format == Format::Json => (Bytes::from_static(b"{}"), r),
             Ok(read) => read,
             Err(ReadError::NoRoom) => {
-                conn.dispatcher.timed_out();
+                conn.dispatcher.timed_out(conn.info.binding);
                 let msg = "the request body did not arrive in time, or the host had no room \
                            for it";
                 let mut response = error(Status::new(StatusCode::BadRequest, msg), format);

@@ -73,7 +73,9 @@ impl WireClient {
             return Ok(c);
         }
         let conn = Arc::new(Conn::connect(&self.endpoint, &self.settings).await?);
-        self.opened.fetch_add(1, Ordering::Relaxed);
+        if self.opened.fetch_add(1, Ordering::Relaxed) > 0 {
+            self.settings.reconnects.increment(1);
+        }
         let old = self
             .conn
             .lock()

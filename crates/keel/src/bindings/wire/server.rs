@@ -151,7 +151,7 @@ pub(crate) async fn serve(
         // Not a keel client: close without a word (we cannot frame one).
         Ok(Err(_)) => return,
         // Too slow: the same, counted.
-        Err(_) => return dispatcher.timed_out(),
+        Err(_) => return dispatcher.timed_out(info.binding),
     };
     let mut out = BytesMut::new();
     // Versions are negotiated: the host speaks every version from 1 up to its own and takes
@@ -290,7 +290,7 @@ async fn read_loop(
     let mut frame_deadline: Option<tokio::time::Instant> = None;
     let mut reserved: Option<(usize, Reservation)> = None;
     let timed_out = |why: &str| {
-        conn.dispatcher.timed_out();
+        conn.dispatcher.timed_out(conn.info.binding);
         conn.shut(why);
     };
     loop {

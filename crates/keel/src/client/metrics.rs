@@ -1,0 +1,102 @@
+//! A channel's metric handles: per operation, registered on its first call through the channel
+//! (a channel does not know its contracts before), then a read lock and a few atomic additions
+//! per call. The names are in `core/metrics.rs`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
+
+use metrics::{counter, histogram, Counter, Histogram};
+
+use crate::core::metrics as m;
+use crate::core::status::StatusCode;
+
+/// Status codes, plus one slot for calls that got no status (`transport_error`).
+const SLOTS: usize = StatusCode::ALL.len() + 1;
+const TRANSPORT_ERROR: usize = SLOTS - 1;
+
+/// One operation's handles on one channel.
+#[derive(Debug)]
+struct OpMetrics {
+    service: &'static str,
+    operation: &'static str,
+    binding: &'static str,
+    calls: [OnceLock<Counter>; SLOTS],
+    duration: Histogram,
+}
+
+impl OpMetrics {
+    fn answered(&self, code: Option<StatusCode>) {
+        let slot = code.map_or(TRANSPORT_ERROR, |c| (c as usize).min(TRANSPORT_ERROR));
+        let name = code.map_or("transport_error", StatusCode::as_str);
+        self.calls[slot]
+            .get_or_init(|| {
+                counter!(m::CLIENT_CALLS, "service" => self.service, "operation" => self.operation,
+                    "binding" => self.binding, "code" => name)
+            })
+            .increment(1);
+    }
+}
+
+/// A channel's handles.
+#[derive(Debug)]
+pub(crate) struct ChannelMetrics {
+    binding: &'static str,
+    /// By the addresses of the service's and the operation's names (generated code passes the
+    /// descriptor's `'static` strings, so each operation has one key).
+    ops: RwLock<HashMap<(usize, usize), Arc<OpMetrics>>>,
+}
+
+impl ChannelMetrics {
+    pub(crate) fn new(binding: &'static str) -> ChannelMetrics {
+        m::describe();
+        ChannelMetrics {
+            binding,
+            ops: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The counter of the connections a channel on `binding` opens after its first.
+    pub(crate) fn reconnects(binding: &'static str) -> Counter {
+        counter!(m::CLIENT_RECONNECTS, "binding" => binding)
+    }
+
+    /// One call of `service.operation` took `elapsed` and ended with `code` (`None`: no
+    /// status came back).
+    pub(crate) fn record(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        elapsed: Duration,
+        code: Option<StatusCode>,
+    ) {
+        let key = (service.as_ptr() as usize, operation.as_ptr() as usize);
+        let found = self
+            .ops
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        let op = found.unwrap_or_else(|| {
+            let mut ops = self.ops.write().unwrap_or_else(|e| e.into_inner());
+            ops.entry(key)
+                .or_insert_with(|| {
+                    let labels = [
+                        ("service", service),
+                        ("operation", operation),
+                        ("binding", self.binding),
+                    ];
+                    Arc::new(OpMetrics {
+                        service,
+                        operation,
+                        binding: self.binding,
+                        calls: std::array::from_fn(|_| OnceLock::new()),
+                        duration: histogram!(m::CLIENT_DURATION, &labels),
+                    })
+                })
+                .clone()
+        });
+        op.duration.record(elapsed.as_secs_f64());
+        op.answered(code);
+    }
+}

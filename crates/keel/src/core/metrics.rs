@@ -1,0 +1,272 @@
+//! Metrics: what keel reports through the [`metrics`](https://docs.rs/metrics) facade, and a
+//! Prometheus recorder to serve them with.
+//!
+//! keel records its counters, gauges and histograms through the `metrics` crate, so the
+//! application picks the exporter: install any `metrics` recorder, or call
+//! [`install_prometheus`] (feature `prometheus`, on by default), whose text a host's admin
+//! endpoint serves at `GET /metrics` ([`HostBuilder::admin`](crate::HostBuilder::admin)).
+//!
+//! **Install the recorder before building hosts and channels.** keel registers its handles
+//! once, when a host starts (per service and operation, per binding) and when a channel is
+//! built, so that a call costs a few atomic additions rather than a lookup by name; a handle
+//! registered while no recorder was installed stays a no-op for that host's or channel's life.
+//! With no recorder installed, recording costs next to nothing.
+//!
+//! # Names
+//!
+//! Prometheus conventions: base units (seconds), `_total` counters, `_seconds` histograms.
+//! Labels: `service` and `operation` (a contract's names), `code` ([`StatusCode::as_str`](crate::StatusCode::as_str)),
+//! `binding` (the URL scheme: `tcp`, `tcps`, `unix`, `http`, `https`, or `http-service` for
+//! [`Host::http_service`](crate::Host::http_service)).
+//!
+//! Host, per operation (recorded as calls happen):
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `keel_server_calls_total` | counter | service, operation, code | calls answered, by status code (refusals included) |
+//! | `keel_server_calls_in_flight` | gauge | service, operation | calls admitted and not yet answered |
+//! | `keel_server_throttle_wait_seconds` | histogram | service, operation | time queued in the throttle (0 when admitted at once) |
+//! | `keel_server_pool_wait_seconds` | histogram | service, operation | blocking operations: from the hand-off to keel-pool to the start on a pool thread |
+//! | `keel_server_handler_seconds` | histogram | service, operation | the handler itself (and encoding its reply) |
+//! | `keel_server_call_duration_seconds` | histogram | service, operation | the whole server time, from the request's arrival to the answer |
+//!
+//! The phases are separate histograms, not a `phase` label, so that no query adds up a total and
+//! its parts. They are recorded for calls that start; the total for every call answered.
+//!
+//! Host, throttle, pool and connections (gauges and the pool's counters are read when
+//! `/metrics` is scraped, from the host that serves the scrape; the rest are recorded as they
+//! happen):
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `keel_throttle_calls_running` | gauge | | throttle places taken (calls running) |
+//! | `keel_throttle_calls_queued` | gauge | | calls waiting for a place |
+//! | `keel_throttle_max_concurrent_calls`, `keel_throttle_max_queued_calls` | gauge | | the throttle's limits |
+//! | `keel_throttle_rejected_total` | counter | | calls answered `Busy` because the queue was full |
+//! | `keel_pool_threads` | gauge | state (`idle`, `busy`, `starting`) | keel-pool's threads |
+//! | `keel_pool_min_threads`, `keel_pool_max_threads` | gauge | | the warm floor and the cap |
+//! | `keel_pool_tasks_queued` | gauge | | tasks waiting for a thread |
+//! | `keel_pool_threads_created_total`, `keel_pool_threads_retired_total` | counter | | threads started; threads retired after `keep_alive` |
+//! | `keel_pool_thread_spawn_failures_total` | counter | | thread creations the OS refused |
+//! | `keel_pool_queue_wait_seconds` | histogram | | every blocking call's pool wait, all operations together |
+//! | `keel_server_connections_open` | gauge | binding | connections open now |
+//! | `keel_server_connections_opened_total`, `keel_server_connections_closed_total` | counter | binding | connections past their handshakes; of those, closed |
+//! | `keel_server_connections_evicted_total` | counter | binding | closed to make room at `max_connections` |
+//! | `keel_server_connections_timed_out_total` | counter | binding | closed for a handshake, frame, head, body or unsent output too slow, or idle |
+//! | `keel_server_connections_refused_total` | counter | binding | refused at `max_connections` |
+//! | `keel_server_connection_calls` | histogram | binding | calls one connection carried, recorded as it closes (≈ 1 would be seed 004's bug) |
+//! | `keel_host_ready` | gauge | | 1 while the host is ready, 0 once a drain began |
+//!
+//! Client, per channel (recorded as calls happen):
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `keel_client_calls_total` | counter | service, operation, binding, code | calls by outcome (`code` is `transport_error` when no status came back) |
+//! | `keel_client_call_duration_seconds` | histogram | service, operation, binding | from the call to its answer |
+//! | `keel_client_reconnects_total` | counter | binding | connections a channel opened after its first (a reconnection, or one more HTTP/1.1 pool connection) |
+//!
+//! The gauges read at scrape time describe one host: with several hosts in a process, each
+//! admin endpoint sets them to its own host's values; counters and histograms of every host
+//! in the process add up.
+
+use metrics::Unit;
+
+/// Histogram buckets for durations, in seconds: 25 µs to 10 s.
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+pub(crate) const SECONDS_BUCKETS: &[f64] = &[
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Histogram buckets for calls per connection.
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+pub(crate) const CALLS_BUCKETS: &[f64] = &[
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    100.0,
+    1_000.0,
+    10_000.0,
+    100_000.0,
+    1_000_000.0,
+];
+
+pub(crate) const SERVER_CALLS: &str = "keel_server_calls_total";
+pub(crate) const SERVER_IN_FLIGHT: &str = "keel_server_calls_in_flight";
+pub(crate) const SERVER_THROTTLE_WAIT: &str = "keel_server_throttle_wait_seconds";
+pub(crate) const SERVER_POOL_WAIT: &str = "keel_server_pool_wait_seconds";
+pub(crate) const SERVER_HANDLER: &str = "keel_server_handler_seconds";
+pub(crate) const SERVER_DURATION: &str = "keel_server_call_duration_seconds";
+pub(crate) const THROTTLE_RUNNING: &str = "keel_throttle_calls_running";
+pub(crate) const THROTTLE_QUEUED: &str = "keel_throttle_calls_queued";
+pub(crate) const THROTTLE_MAX_CONCURRENT: &str = "keel_throttle_max_concurrent_calls";
+pub(crate) const THROTTLE_MAX_QUEUED: &str = "keel_throttle_max_queued_calls";
+pub(crate) const THROTTLE_REJECTED: &str = "keel_throttle_rejected_total";
+pub(crate) const POOL_THREADS: &str = "keel_pool_threads";
+pub(crate) const POOL_MIN_THREADS: &str = "keel_pool_min_threads";
+pub(crate) const POOL_MAX_THREADS: &str = "keel_pool_max_threads";
+pub(crate) const POOL_QUEUED: &str = "keel_pool_tasks_queued";
+pub(crate) const POOL_CREATED: &str = "keel_pool_threads_created_total";
+pub(crate) const POOL_RETIRED: &str = "keel_pool_threads_retired_total";
+pub(crate) const POOL_SPAWN_FAILURES: &str = "keel_pool_thread_spawn_failures_total";
+pub(crate) const POOL_QUEUE_WAIT: &str = "keel_pool_queue_wait_seconds";
+pub(crate) const CONNS_OPEN: &str = "keel_server_connections_open";
+pub(crate) const CONNS_OPENED: &str = "keel_server_connections_opened_total";
+pub(crate) const CONNS_CLOSED: &str = "keel_server_connections_closed_total";
+pub(crate) const CONNS_EVICTED: &str = "keel_server_connections_evicted_total";
+pub(crate) const CONNS_TIMED_OUT: &str = "keel_server_connections_timed_out_total";
+pub(crate) const CONNS_REFUSED: &str = "keel_server_connections_refused_total";
+pub(crate) const CONN_CALLS: &str = "keel_server_connection_calls";
+pub(crate) const HOST_READY: &str = "keel_host_ready";
+pub(crate) const CLIENT_CALLS: &str = "keel_client_calls_total";
+pub(crate) const CLIENT_DURATION: &str = "keel_client_call_duration_seconds";
+pub(crate) const CLIENT_RECONNECTS: &str = "keel_client_reconnects_total";
+
+/// Tells the installed recorder what each of keel's metrics is (Prometheus' `# HELP`). Cheap;
+/// called whenever a host starts or a channel is built, as a recorder installed in between
+/// would otherwise lack them.
+pub(crate) fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    let s = Unit::Seconds;
+    describe_counter!(SERVER_CALLS, "Calls answered by the host, by status code.");
+    describe_gauge!(SERVER_IN_FLIGHT, "Calls admitted and not yet answered.");
+    describe_histogram!(
+        SERVER_THROTTLE_WAIT,
+        s,
+        "Time a call waited in the throttle queue."
+    );
+    describe_histogram!(
+        SERVER_POOL_WAIT,
+        s,
+        "Blocking calls: time from the hand-off to keel-pool to the start on a thread."
+    );
+    describe_histogram!(SERVER_HANDLER, s, "Time the handler ran.");
+    describe_histogram!(
+        SERVER_DURATION,
+        s,
+        "Server time of a call, from its arrival to its answer."
+    );
+    describe_gauge!(THROTTLE_RUNNING, "Throttle places taken (calls running).");
+    describe_gauge!(THROTTLE_QUEUED, "Calls waiting for a throttle place.");
+    describe_gauge!(
+        THROTTLE_MAX_CONCURRENT,
+        "The throttle's limit on calls running."
+    );
+    describe_gauge!(THROTTLE_MAX_QUEUED, "The throttle's limit on calls queued.");
+    describe_counter!(
+        THROTTLE_REJECTED,
+        "Calls answered Busy: the throttle queue was full."
+    );
+    describe_gauge!(POOL_THREADS, "keel-pool threads by state.");
+    describe_gauge!(POOL_MIN_THREADS, "keel-pool's warm floor of threads.");
+    describe_gauge!(POOL_MAX_THREADS, "keel-pool's cap on threads.");
+    describe_gauge!(POOL_QUEUED, "Tasks waiting for a keel-pool thread.");
+    describe_counter!(POOL_CREATED, "keel-pool threads started.");
+    describe_counter!(
+        POOL_RETIRED,
+        "keel-pool threads retired after keep-alive idle."
+    );
+    describe_counter!(
+        POOL_SPAWN_FAILURES,
+        "keel-pool thread creations the OS refused."
+    );
+    describe_histogram!(
+        POOL_QUEUE_WAIT,
+        s,
+        "Time a blocking call waited for a pool thread."
+    );
+    describe_gauge!(CONNS_OPEN, "Connections open.");
+    describe_counter!(CONNS_OPENED, "Connections past their handshakes.");
+    describe_counter!(CONNS_CLOSED, "Connections closed.");
+    describe_counter!(
+        CONNS_EVICTED,
+        "Connections closed to make room at the limit."
+    );
+    describe_counter!(
+        CONNS_TIMED_OUT,
+        "Connections closed for being too slow or idle."
+    );
+    describe_counter!(
+        CONNS_REFUSED,
+        "Connections refused at the connection limit."
+    );
+    describe_histogram!(
+        CONN_CALLS,
+        "Calls one connection carried, recorded as it closed."
+    );
+    describe_gauge!(
+        HOST_READY,
+        "1 while the host is ready, 0 once a drain began."
+    );
+    describe_counter!(CLIENT_CALLS, "Calls made by clients, by status code.");
+    describe_histogram!(CLIENT_DURATION, s, "Client calls from start to answer.");
+    describe_counter!(
+        CLIENT_RECONNECTS,
+        "Connections a channel opened after its first."
+    );
+}
+
+#[cfg(feature = "prometheus")]
+pub use prometheus::{install_prometheus, Prometheus};
+
+#[cfg(feature = "prometheus")]
+mod prometheus {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+    use super::{CALLS_BUCKETS, CONN_CALLS, SECONDS_BUCKETS};
+    use crate::core::error::{Error, Kind};
+
+    /// keel's Prometheus recorder: renders every metric recorded in the process as Prometheus
+    /// text (format 0.0.4). Cheap to clone.
+    #[derive(Clone, Debug)]
+    pub struct Prometheus {
+        handle: PrometheusHandle,
+    }
+
+    impl Prometheus {
+        /// The metrics as Prometheus text.
+        pub fn render(&self) -> String {
+            self.handle.render()
+        }
+    }
+
+    /// Installs keel's Prometheus recorder as the process's `metrics` recorder, once; later
+    /// calls return the same one. Durations are histograms with buckets from 25 µs to 10 s.
+    /// A host with an admin endpoint calls it when it starts.
+    ///
+    /// # Errors
+    /// When another `metrics` recorder was installed first (keel's metrics then go to that
+    /// one).
+    pub fn install_prometheus() -> Result<Prometheus, Error> {
+        static INSTALLED: OnceLock<Result<Prometheus, String>> = OnceLock::new();
+        let installed = INSTALLED.get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets(SECONDS_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(CONN_CALLS.into()), CALLS_BUCKETS)
+                })
+                .map_err(|e| e.to_string())?;
+            let handle = builder.install_recorder().map_err(|e| e.to_string())?;
+            // Histograms collect samples until drained: drain them even if nobody scrapes.
+            let upkeep = handle.clone();
+            std::thread::Builder::new()
+                .name("keel-metrics".into())
+                .spawn(move || loop {
+                    std::thread::sleep(Duration::from_secs(5));
+                    upkeep.run_upkeep();
+                })
+                .map_err(|e| e.to_string())?;
+            Ok(Prometheus { handle })
+        });
+        installed.clone().map_err(|e| {
+            Error::new(
+                Kind::Config,
+                format!("cannot install keel's Prometheus recorder: {e}"),
+            )
+        })
+    }
+}

@@ -1,0 +1,318 @@
+//! Observability over real sockets: the admin endpoint's `/metrics` scraped over HTTP during a
+//! burst of blocking calls, `promtool check metrics` on the text, `/healthz` and `/readyz`
+//! through a readiness-aware drain.
+//!
+//! keel's Prometheus recorder is process-wide: each test uses a contract of its own, so its
+//! per-operation series are its own.
+#![cfg(feature = "prometheus")]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Blocking operations that hold their pool thread until the test opens the gate.
+#[keel::contract]
+pub trait Burst {
+    /// Waits for the gate, then returns `n`.
+    fn work(&self, n: u64) -> u64;
+}
+
+static STARTED: AtomicUsize = AtomicUsize::new(0);
+static GATE: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+struct Gated;
+
+impl Burst for Gated {
+    fn work(&self, n: u64) -> u64 {
+        STARTED.fetch_add(1, Ordering::SeqCst);
+        let (open, cv) = &GATE;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+        n
+    }
+}
+
+/// One blocking and one async operation.
+#[keel::contract]
+pub trait Probe {
+    /// Returns `n` (on keel-pool).
+    fn ping(&self, n: u64) -> u64;
+    /// Returns `n` (on the runtime).
+    async fn slow_ping(&self, n: u64) -> u64;
+}
+
+struct Pong;
+
+impl Probe for Pong {
+    fn ping(&self, n: u64) -> u64 {
+        n
+    }
+    async fn slow_ping(&self, n: u64) -> u64 {
+        n
+    }
+}
+
+/// `GET path` on `admin` (`http://ip:port`) over a fresh connection: status and body.
+fn get(admin: &str, path: &str) -> (u16, String) {
+    request(admin, "GET", path)
+}
+
+fn request(admin: &str, method: &str, path: &str) -> (u16, String) {
+    let addr = admin.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).expect("connect to the admin endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read the admin answer");
+    let text = String::from_utf8(raw).expect("utf-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+/// The value of the series `name{labels}` (labels exactly as rendered, in any order), if
+/// present.
+fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, v) = line.rsplit_once(' ')?;
+            let (n, rest) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if n != name {
+                return None;
+            }
+            let have: Vec<&str> = rest.split(',').filter(|s| !s.is_empty()).collect();
+            let all = labels.len() == have.len()
+                && labels
+                    .iter()
+                    .all(|(k, v)| have.contains(&format!("{k}=\"{v}\"").as_str()));
+            all.then(|| v.parse().ok()).flatten()
+        })
+}
+
+fn must(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    value(text, name, labels).unwrap_or_else(|| panic!("no series {name}{labels:?} in:\n{text}"))
+}
+
+/// Waits (bounded) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn metrics_during_a_burst_of_blocking_calls() {
+    const BURST: usize = 12;
+    let host = keel::Host::builder()
+        .service(BurstServer::new(Gated))
+        .endpoint("tcp://127.0.0.1:0")
+        .admin("http://127.0.0.1:0")
+        .min_threads(1)
+        .max_threads(64)
+        .start()
+        .unwrap();
+    let admin = host.admin_url().expect("an admin endpoint").to_string();
+    let client = BurstBlockingClient::connect(host.url()).unwrap();
+
+    std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..BURST)
+            .map(|i| {
+                let client = &client;
+                scope.spawn(move || client.work(i as u64))
+            })
+            .collect();
+        // Every call of the burst holds a pool thread: none waits for another to finish.
+        wait_until("the whole burst runs", || {
+            STARTED.load(Ordering::SeqCst) == BURST
+        });
+
+        let (status, text) = get(&admin, "/metrics");
+        assert_eq!(status, 200);
+        let op = [("service", "Burst"), ("operation", "work")];
+        assert_eq!(
+            must(&text, "keel_server_calls_in_flight", &op),
+            BURST as f64
+        );
+        assert!(must(&text, "keel_pool_threads", &[("state", "busy")]) >= BURST as f64);
+        assert!(must(&text, "keel_pool_threads_created_total", &[]) >= BURST as f64);
+        assert_eq!(must(&text, "keel_pool_tasks_queued", &[]), 0.0);
+        assert_eq!(
+            must(&text, "keel_throttle_calls_running", &[]),
+            BURST as f64
+        );
+        assert_eq!(must(&text, "keel_throttle_calls_queued", &[]), 0.0);
+        assert_eq!(must(&text, "keel_pool_min_threads", &[]), 1.0);
+        assert_eq!(must(&text, "keel_host_ready", &[]), 1.0);
+        assert_eq!(
+            must(&text, "keel_server_connections_open", &[("binding", "tcp")]),
+            1.0
+        );
+        // Every call of the burst started (above) while the others still held their threads,
+        // so no call waited for a thread to come free: every pool wait is in the lowest
+        // buckets, far below the time the handlers block.
+        assert_eq!(
+            must(&text, "keel_server_pool_wait_seconds_count", &op),
+            BURST as f64
+        );
+        let near_zero = [op[0], op[1], ("le", "0.1")];
+        assert_eq!(
+            must(&text, "keel_server_pool_wait_seconds_bucket", &near_zero),
+            BURST as f64,
+            "every pool wait under 100 ms:\n{text}"
+        );
+        assert_eq!(
+            must(&text, "keel_server_throttle_wait_seconds_count", &op),
+            BURST as f64
+        );
+        assert!(text.contains("# TYPE keel_server_call_duration_seconds histogram"));
+        assert!(text.contains("# HELP keel_pool_threads "));
+
+        let (open, cv) = &GATE;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+        for (i, call) in calls.into_iter().enumerate() {
+            assert_eq!(call.join().unwrap().unwrap(), i as u64);
+        }
+    });
+
+    let (_, text) = get(&admin, "/metrics");
+    let ok = [("service", "Burst"), ("operation", "work"), ("code", "ok")];
+    assert_eq!(must(&text, "keel_server_calls_total", &ok), BURST as f64);
+    let op = [("service", "Burst"), ("operation", "work")];
+    assert_eq!(must(&text, "keel_server_calls_in_flight", &op), 0.0);
+    assert_eq!(
+        must(&text, "keel_server_call_duration_seconds_count", &op),
+        BURST as f64
+    );
+    assert_eq!(
+        must(&text, "keel_server_handler_seconds_count", &op),
+        BURST as f64
+    );
+    let client_ok = [
+        ("service", "Burst"),
+        ("operation", "work"),
+        ("binding", "tcp"),
+        ("code", "ok"),
+    ];
+    assert_eq!(
+        must(&text, "keel_client_calls_total", &client_ok),
+        BURST as f64
+    );
+
+    // The burst shared one connection: as it closes, it reports every call.
+    drop(client);
+    wait_until("the connection closes", || {
+        host.stats().connections_open == 0
+    });
+    let (_, text) = get(&admin, "/metrics");
+    let tcp = [("binding", "tcp")];
+    assert!(must(&text, "keel_server_connection_calls_sum", &tcp) >= BURST as f64);
+    assert!(must(&text, "keel_server_connections_closed_total", &tcp) >= 1.0);
+    assert_eq!(must(&text, "keel_server_connections_open", &tcp), 0.0);
+    host.shutdown();
+}
+
+/// Runs `promtool check metrics` on the host's `/metrics` text. Skipped without promtool,
+/// unless `KEEL_REQUIRE_PROMTOOL=1` (CI), where a missing promtool fails.
+#[test]
+fn promtool_accepts_the_metrics() {
+    let required = std::env::var("KEEL_REQUIRE_PROMTOOL").is_ok_and(|v| v == "1");
+    let found = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            !required,
+            "KEEL_REQUIRE_PROMTOOL=1 but promtool is not on PATH (Debian: apt-get install prometheus)"
+        );
+        eprintln!("SKIPPED: promtool not on PATH");
+        return;
+    }
+    let host = keel::Host::builder()
+        .service(ProbeServer::new(Pong))
+        .endpoint("tcp://127.0.0.1:0")
+        .endpoint("http://127.0.0.1:0")
+        .admin("http://127.0.0.1:0")
+        .start()
+        .unwrap();
+    for url in host.urls() {
+        let client = ProbeBlockingClient::connect(url).unwrap();
+        assert_eq!(client.ping(1).unwrap(), 1);
+        assert_eq!(client.slow_ping(2).unwrap(), 2);
+    }
+    // A refusal too, so that a second code shows.
+    let client = ProbeBlockingClient::connect(host.url()).unwrap();
+    let _ = client.with_deadline(Duration::ZERO).ping(3);
+    let (status, text) = get(host.admin_url().unwrap(), "/metrics");
+    assert_eq!(status, 200);
+    assert!(text.contains("keel_server_calls_total{"), "{text}");
+
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n--- the text:\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    host.shutdown();
+}
+
+#[test]
+fn readyz_fails_during_the_drain_grace_while_calls_succeed() {
+    let host = keel::Host::builder()
+        .service(ProbeServer::new(Pong))
+        .endpoint("tcp://127.0.0.1:0")
+        .admin("http://127.0.0.1:0")
+        .drain_grace(Duration::from_secs(5))
+        .start()
+        .unwrap();
+    let admin = host.admin_url().unwrap().to_string();
+    assert_eq!(get(&admin, "/healthz"), (200, "ok\n".into()));
+    assert_eq!(get(&admin, "/readyz").0, 200);
+    assert_eq!(get(&admin, "/nope").0, 404);
+    assert_eq!(request(&admin, "POST", "/metrics").0, 405);
+    let client = ProbeBlockingClient::connect(host.url()).unwrap();
+    assert_eq!(client.ping(1).unwrap(), 1);
+
+    let shutdown = std::thread::spawn(move || host.shutdown());
+    wait_until("/readyz answers 503", || get(&admin, "/readyz").0 == 503);
+    // During the grace the host still serves, on the open connection and on new ones, and
+    // the process is still live.
+    assert_eq!(client.ping(2).unwrap(), 2);
+    assert_eq!(client.slow_ping(3).unwrap(), 3);
+    assert_eq!(client.channel().stats().connections_opened, 1);
+    assert_eq!(get(&admin, "/healthz").0, 200);
+    let (_, text) = get(&admin, "/metrics");
+    assert_eq!(must(&text, "keel_host_ready", &[]), 0.0);
+    assert_eq!(shutdown.join().unwrap().abandoned_calls, 0);
+    // After the grace the drain ran: the host said GoAway and stopped.
+    assert!(client.ping(4).is_err());
+}
