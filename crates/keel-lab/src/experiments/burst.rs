@@ -4,7 +4,7 @@
 //! above the floor retire between them. A sampler records the pool's thread count every 50 ms
 //! (the seed's perfmon graph).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -109,43 +109,51 @@ pub(crate) struct Fired {
 }
 
 /// A start line: client threads report ready, then wait until the gate opens (or is aborted).
+///
+/// Each waiter parks on its own and the opener unparks them one by one: a condition variable's
+/// `notify_all` would wake 1,000 threads at once to fight over its mutex, and that herd
+/// (tens of ms on 2 cores) would be the lab's cost, not the host's.
 #[derive(Debug, Default)]
 struct Gate {
-    /// (ready threads, open, aborted)
-    state: Mutex<(usize, bool, bool)>,
+    /// Ready threads (the opener waits for them on `cv`).
+    ready: Mutex<Vec<std::thread::Thread>>,
     cv: Condvar,
+    /// 0: closed, 1: open, 2: aborted.
+    state: AtomicU8,
 }
 
 impl Gate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, bool, bool)> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<std::thread::Thread>> {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reports ready and waits for the gate; `false` if aborted.
     fn arrive_and_wait(&self) -> bool {
-        let mut st = self.lock();
-        st.0 += 1;
+        self.lock().push(std::thread::current());
         self.cv.notify_all();
-        while !st.1 {
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        loop {
+            match self.state.load(Ordering::Acquire) {
+                0 => std::thread::park(),
+                state => return state == 1,
+            }
         }
-        !st.2
     }
 
     /// Waits until `n` threads are ready.
     fn wait_ready(&self, n: usize) {
-        let mut st = self.lock();
-        while st.0 < n {
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        let mut ready = self.lock();
+        while ready.len() < n {
+            ready = self.cv.wait(ready).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     /// Opens the gate (aborting: the waiting threads give up).
     fn open(&self, abort: bool) {
-        let mut st = self.lock();
-        st.1 = true;
-        st.2 = abort;
-        self.cv.notify_all();
+        self.state
+            .store(if abort { 2 } else { 1 }, Ordering::Release);
+        for t in self.lock().iter() {
+            t.unpark();
+        }
     }
 }
 

@@ -343,7 +343,7 @@ pub(crate) fn row(m: &Matrix) -> crate::verdict::Row {
         wcf_broken: "200 ms: netTcp 4.86 calls/s (limit 5), HTTP 2.5, HTTP streamed 1.68; 277 KB streamed netTcp 15 s/call".to_string(),
         wcf_fixed: "Vista: HTTP streamed 2.48 calls/s (still 2 round trips); 277 KB streamed netTcp 14.4 s/call".to_string(),
         keel: format!(
-            "{ok} of {all} cells ({} × buffered, streamed × {} ms × small, large): small ≥ {:.2} × 1/RTT, large ≥ {:.2} × raw TCP; first call ≤ raw's + {:.2} RTT; ≤ {connections} connection(s)",
+            "{ok} of {all} cells ({} × buffered, streamed × {} ms × small, large): small ≥ {:.2} × the link's limit, large ≥ {:.2} × raw TCP; first call ≤ raw's + {:.2} RTT; ≤ {connections} connection(s)",
             bindings.join(", "),
             rtts.join(", "),
             worst(Payload::Small),
@@ -351,7 +351,7 @@ pub(crate) fn row(m: &Matrix) -> crate::verdict::Row {
             extra_rtts
         ),
         bar: format!(
-            "small ≥ {r} × 1/RTT; large ≥ {r} × raw TCP; {} connection; first call ≤ raw's + ½ RTT + 1 ms (TLS: + 1 RTT)",
+            "small ≥ {r} × 1/RTT (raw TCP on the link where less); large ≥ {r} × raw TCP; {} connection; first call ≤ raw's + ½ RTT + 1 ms (TLS: + 1 RTT; an upload beyond the initial flow-control window: + 1 RTT)",
             crate::verdict::WAN_CONNECTIONS,
             r = crate::verdict::WAN_CALLS_RATIO
         ),
