@@ -245,6 +245,28 @@
 //! # Ok::<(), keel::Error>(())
 //! ```
 //!
+//! # Tracing, and the blocking watchdog
+//!
+//! Every call has a [`tracing`](https://docs.rs/tracing) span on each side, named `keel.call`
+//! at level INFO, target `keel::server` on the host and `keel::client` on the channel, with
+//! OpenTelemetry's field names: `otel.kind` (`server` / `client`), `otel.name`
+//! (`Service/operation`), `rpc.system` (`keel`), `rpc.service`, `rpc.method`, `keel.binding`
+//! (the URL scheme), `client.address` (the peer, host side), `keel.call_id` (host side),
+//! `server.address` (the channel's URL, client side) and `rpc.code` (the answer's
+//! [`StatusCode::as_str`], or `transport_error` when none came back). Interceptors run inside
+//! the span on both sides, and so do the host's decoding and the handler: a client interceptor
+//! can inject the current trace context into the call's metadata (W3C `traceparent` and
+//! `tracestate`) and a host interceptor can make the host's span its child, so an
+//! OpenTelemetry pipeline (`tracing-opentelemetry`) shows one trace across both processes.
+//! With no subscriber interested, a span is a disabled handle: nothing is formatted or
+//! allocated.
+//!
+//! The host also watches its `async` operations for handlers that block their runtime worker
+//! (a `std::thread::sleep`, a blocking read or lock in an `async fn`), the mistake that brings
+//! the seeds' stalls back in async Rust: a poll longer than 10 ms is reported, naming the
+//! operation, in a `log` warning, the counter `keel_server_handler_blocking_total` and
+//! [`HostStats::handlers_blocked`] ([`HostBuilder::blocking_watchdog`]).
+//!
 //! # Limits
 //!
 //! Everything a peer can make a host hold is bounded, with a safe default and a setter on

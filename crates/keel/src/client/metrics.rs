@@ -57,6 +57,11 @@ impl ChannelMetrics {
         }
     }
 
+    /// The channel's binding (its URL's scheme).
+    pub(crate) fn binding(&self) -> &'static str {
+        self.binding
+    }
+
     /// The counter of the connections a channel on `binding` opens after its first.
     pub(crate) fn reconnects(binding: &'static str) -> Counter {
         counter!(m::CLIENT_RECONNECTS, "binding" => binding)

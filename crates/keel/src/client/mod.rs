@@ -24,6 +24,7 @@ use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
 use crate::core::service::Payload;
 use crate::core::status::StatusCode;
 use crate::transport::Endpoint;
+use tracing::Instrument as _;
 
 /// A channel's settings, as [`ChannelBuilder`] collects them and [`Channel::config`] reports
 /// them.
@@ -231,6 +232,7 @@ impl ChannelBuilder {
                 transport,
                 calls: AtomicU64::new(0),
                 metrics: ChannelMetrics::new(binding),
+                url: self.url,
             }),
         })
     }
@@ -347,6 +349,8 @@ struct Inner {
     calls: AtomicU64,
     /// Metric handles (calls, latency).
     metrics: ChannelMetrics,
+    /// The URL the channel was built for (the calls' spans name it).
+    url: String,
 }
 
 impl Channel {
@@ -410,13 +414,37 @@ impl Channel {
     /// it ends or the caller drops it.
     pub(crate) async fn call(&self, call: Outgoing, options: &CallOptions) -> Answer {
         let (service, operation) = (call.service, call.operation);
+        // The call's span (see the crate docs, "Tracing"): interceptors run inside it, so one
+        // can inject its trace context into the call's metadata. Nothing is formatted or
+        // allocated unless a subscriber wants it.
+        let span = tracing::info_span!(
+            target: "keel::client",
+            "keel.call",
+            otel.kind = "client",
+            otel.name = tracing::field::display(format_args!("{service}/{operation}")),
+            rpc.system = "keel",
+            rpc.service = service,
+            rpc.method = operation,
+            keel.binding = self.inner.metrics.binding(),
+            server.address = %self.inner.url,
+            rpc.code = tracing::field::Empty,
+        );
         let started = Instant::now();
-        let answer = self.call_inner(call, options).await;
+        let answer = self
+            .call_inner(call, options)
+            .instrument(span.clone())
+            .await;
         let code = match &answer {
             Ok(Ok(_)) => Some(StatusCode::Ok),
             Ok(Err(status)) => Some(status.code()),
             Err(e) => e.status_code(),
         };
+        if !span.is_disabled() {
+            span.record(
+                "rpc.code",
+                code.map_or("transport_error", StatusCode::as_str),
+            );
+        }
         self.inner
             .metrics
             .record(service, operation, started.elapsed(), code);

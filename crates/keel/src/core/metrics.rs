@@ -29,6 +29,7 @@
 //! | `keel_server_pool_wait_seconds` | histogram | service, operation | blocking operations: from the hand-off to keel-pool to the start on a pool thread |
 //! | `keel_server_handler_seconds` | histogram | service, operation | the handler itself (and encoding its reply) |
 //! | `keel_server_call_duration_seconds` | histogram | service, operation | the whole server time, from the request's arrival to the answer |
+//! | `keel_server_handler_blocking_total` | counter | service, operation | polls of an `async` handler that held its runtime worker longer than the blocking watchdog's threshold ([`HostBuilder::blocking_watchdog`](crate::HostBuilder::blocking_watchdog)), one per poll |
 //!
 //! The phases are separate histograms, not a `phase` label, so that no query adds up a total and
 //! its parts. They are recorded for calls that start; the total for every call answered.
@@ -97,6 +98,7 @@ pub(crate) const SERVER_IN_FLIGHT: &str = "keel_server_calls_in_flight";
 pub(crate) const SERVER_THROTTLE_WAIT: &str = "keel_server_throttle_wait_seconds";
 pub(crate) const SERVER_POOL_WAIT: &str = "keel_server_pool_wait_seconds";
 pub(crate) const SERVER_HANDLER: &str = "keel_server_handler_seconds";
+pub(crate) const SERVER_HANDLER_BLOCKING: &str = "keel_server_handler_blocking_total";
 pub(crate) const SERVER_DURATION: &str = "keel_server_call_duration_seconds";
 pub(crate) const THROTTLE_RUNNING: &str = "keel_throttle_calls_running";
 pub(crate) const THROTTLE_QUEUED: &str = "keel_throttle_calls_queued";
@@ -142,6 +144,10 @@ pub(crate) fn describe() {
         "Blocking calls: time from the hand-off to keel-pool to the start on a thread."
     );
     describe_histogram!(SERVER_HANDLER, s, "Time the handler ran.");
+    describe_counter!(
+        SERVER_HANDLER_BLOCKING,
+        "Polls of an async handler that held its runtime worker past the blocking watchdog's threshold."
+    );
     describe_histogram!(
         SERVER_DURATION,
         s,

@@ -15,10 +15,12 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tracing::Instrument as _;
 
 use super::conn::{CallCtl, ConnShared};
 use super::metrics::{secs, OpMetrics};
 use super::throttle::Admission;
+use super::watchdog::Watched;
 use super::Arrival;
 use crate::core::codec::Format;
 use crate::core::compress::{self, Compression, DecompressError};
@@ -76,6 +78,23 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     };
     let deadline = req.deadline.and_then(|d| received.checked_add(d));
     let info = &desc.operations[op];
+    // The call's span (see the crate docs, "Tracing"): interceptors, decoding and the handler
+    // run inside it, so an interceptor can make it a child of the caller's trace. Nothing is
+    // formatted or allocated unless a subscriber wants it.
+    let span = tracing::info_span!(
+        target: "keel::server",
+        "keel.call",
+        otel.kind = "server",
+        otel.name = tracing::field::display(format_args!("{}/{}", desc.name, info.name)),
+        rpc.system = "keel",
+        rpc.service = desc.name,
+        rpc.method = info.name,
+        keel.call_id = call_id,
+        keel.binding = conn.info.binding,
+        client.address = %conn.info.peer,
+        rpc.code = tracing::field::Empty,
+    );
+    let entered = span.enter();
     let ctx = Context::new(CallFacts {
         service: desc.name,
         operation: info.name,
@@ -107,6 +126,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         metrics: metrics.clone(),
         received,
         answered: false,
+        span: span.clone(),
     };
     // Interceptors before decoding: a refused caller costs no decoding either.
     for interceptor in dispatcher.interceptors() {
@@ -149,6 +169,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         }
     };
     dispatcher.call_accepted();
+    drop(entered);
     if one_way {
         // Acknowledge receipt now; the outcome is not reported.
         conn.reply(call_id, Ok(Payload::Body(Bytes::new())));
@@ -204,6 +225,8 @@ struct Call {
     received: Instant,
     /// Counted as answered (by `finish`); otherwise `drop` counts it cancelled.
     answered: bool,
+    /// The call's span: entered while its handler runs; its `rpc.code` is the answer's.
+    span: tracing::Span,
 }
 
 impl Call {
@@ -212,6 +235,9 @@ impl Call {
             .as_ref()
             .map_or_else(|s| s.code(), |_| StatusCode::Ok);
         self.after(code);
+        if !self.span.is_disabled() {
+            self.span.record("rpc.code", code.as_str());
+        }
         self.answered = true;
         self.metrics.answered(code);
         self.metrics.total.record(secs(self.received.elapsed()));
@@ -255,7 +281,9 @@ impl Call {
                     if let Some(status) = self.refuse_start() {
                         return self.finish(Err(status));
                     }
-                    let outcome = catch_unwind(AssertUnwindSafe(job))
+                    let outcome = self
+                        .span
+                        .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
                         .unwrap_or_else(|p| Err(panic_status(&p)));
                     self.metrics.handler.record(secs(started.elapsed()));
                     self.finish(outcome);
@@ -268,12 +296,13 @@ impl Call {
             }
             Invocation::Async(fut) => {
                 let ctl = self.ctl.clone();
-                let handle = tokio::runtime::Handle::current().spawn(async move {
+                let span = self.span.clone();
+                let task = async move {
                     let _permit = permit;
                     if let Some(status) = self.refuse_start() {
                         return self.finish(Err(status));
                     }
-                    let run = CatchUnwind(fut);
+                    let run = Watched::new(CatchUnwind(fut), self.metrics.watch);
                     let started = Instant::now();
                     let outcome = match self.deadline {
                         Some(d) => match tokio::time::timeout_at(d.into(), run).await {
@@ -287,7 +316,8 @@ impl Call {
                     };
                     self.metrics.handler.record(secs(started.elapsed()));
                     self.finish(outcome);
-                });
+                };
+                let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));
                 *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle.abort_handle());
             }
         }
@@ -301,6 +331,9 @@ impl Drop for Call {
         self.after(StatusCode::Cancelled);
         if !self.answered {
             self.metrics.answered(StatusCode::Cancelled);
+            if !self.span.is_disabled() {
+                self.span.record("rpc.code", StatusCode::Cancelled.as_str());
+            }
         }
         self.metrics.in_flight.decrement(1.0);
     }

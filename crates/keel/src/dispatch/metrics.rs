@@ -26,12 +26,19 @@ pub(crate) struct OpMetrics {
     pub(crate) pool_wait: Histogram,
     pub(crate) handler: Histogram,
     pub(crate) total: Histogram,
+    /// The operation in the blocking watchdog's registry (`None`: the host's watchdog is off).
+    pub(crate) watch: Option<super::watchdog::OpId>,
 }
 
 impl OpMetrics {
-    pub(crate) fn new(service: &'static str, operation: &'static str) -> OpMetrics {
+    pub(crate) fn new(
+        service: &'static str,
+        operation: &'static str,
+        watch: Option<super::watchdog::OpId>,
+    ) -> OpMetrics {
         let labels = [("service", service), ("operation", operation)];
         OpMetrics {
+            watch,
             service,
             operation,
             calls: std::array::from_fn(|_| OnceLock::new()),

@@ -13,6 +13,7 @@ mod conn;
 mod intercept;
 mod metrics;
 mod throttle;
+mod watchdog;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 pub(crate) use call::{dispatch, Incoming};
@@ -20,6 +21,7 @@ pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
 pub use throttle::ThrottleConfig;
+pub(crate) use watchdog::DEFAULT_THRESHOLD as WATCHDOG_THRESHOLD;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -56,6 +58,8 @@ pub(crate) struct Counters {
     /// Closed for taking too long: handshake, idle, a frame, head or body, unsent output.
     pub(crate) timed_out: AtomicU64,
     pub(crate) calls: AtomicU64,
+    /// Async handlers' polls the blocking watchdog reported.
+    pub(crate) handlers_blocked: Arc<AtomicU64>,
 }
 
 /// A service the host serves, with its operations' metric handles (by operation index).
@@ -154,8 +158,10 @@ impl Dispatcher {
         limits: Limits,
         throttle: ThrottleConfig,
         pool: keel_pool::Pool,
+        blocking_watchdog: Option<Duration>,
     ) -> Dispatcher {
         let metrics = HostMetrics::new();
+        let stats = Counters::default();
         let services = services
             .into_iter()
             .map(|(name, service)| {
@@ -163,7 +169,13 @@ impl Dispatcher {
                 let ops = desc
                     .operations
                     .iter()
-                    .map(|op| Arc::new(OpMetrics::new(desc.name, op.name)))
+                    .map(|op| {
+                        let watch = blocking_watchdog.map(|threshold| {
+                            let count = stats.handlers_blocked.clone();
+                            watchdog::register(desc.name, op.name, threshold, count)
+                        });
+                        Arc::new(OpMetrics::new(desc.name, op.name, watch))
+                    })
                     .collect();
                 let served = Served {
                     service,
@@ -189,7 +201,7 @@ impl Dispatcher {
             handshaking: Mutex::new(BTreeMap::new()),
             next_conn: AtomicU64::new(1),
             epoch: Instant::now(),
-            stats: Counters::default(),
+            stats,
             metrics,
         }
     }

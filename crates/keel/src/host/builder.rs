@@ -100,6 +100,11 @@ pub struct HostConfig {
     /// The admin endpoint's URL (`http://host:port`): `GET /metrics`, `/healthz`, `/readyz`.
     /// Default: `None` (no admin endpoint).
     pub admin: Option<String>,
+    /// The blocking watchdog's threshold: a poll of an `async` operation's handler that holds
+    /// its runtime worker longer than this is reported (a `log` warning naming the operation,
+    /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::HostStats::handlers_blocked)).
+    /// `None` turns it off. Default: 10 ms.
+    pub blocking_watchdog: Option<Duration>,
     /// Certificate and key for TLS endpoints (`tcps://`, `https://`), and whether clients must
     /// present certificates. Required when the host has a TLS endpoint. Default: `None`.
     #[cfg(feature = "tls")]
@@ -128,6 +133,7 @@ impl Default for HostConfig {
             pool: PoolConfig::default(),
             drain_grace: Duration::ZERO,
             admin: None,
+            blocking_watchdog: Some(crate::dispatch::WATCHDOG_THRESHOLD),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -323,6 +329,23 @@ impl HostBuilder {
         self
     }
 
+    /// Watches `async` operations for handlers that block their runtime worker: a poll (the
+    /// stretch between two `.await`s that yield) longer than `threshold` is reported once, as a
+    /// `log` warning (target `keel::watchdog`) naming the operation, the counter
+    /// `keel_server_handler_blocking_total{service, operation}` and
+    /// [`HostStats::handlers_blocked`](crate::HostStats::handlers_blocked). A blocked worker
+    /// holds up every other call it would run: make such an operation a plain `fn` (keel-pool
+    /// runs it) or move the blocking part to `tokio::task::spawn_blocking`. `None` turns the
+    /// watchdog off; thresholds under 1 ms count as 1 ms. Default: `Some(10 ms)`.
+    ///
+    /// It costs two stores per poll and one thread that wakes every quarter threshold while
+    /// async handlers run, and parks when none does. It measures wall-clock time, so a poll the
+    /// OS preempted for longer than the threshold is reported too.
+    pub fn blocking_watchdog(mut self, threshold: Option<Duration>) -> Self {
+        self.config.blocking_watchdog = threshold;
+        self
+    }
+
     /// Serves an admin endpoint at `url` (`http://host:port`; port 0 picks a free one,
     /// [`Host::admin_url`] reports it), separate from the service endpoints: `GET /metrics`
     /// (Prometheus text, with the `prometheus` feature: keel's Prometheus recorder is installed
@@ -490,6 +513,7 @@ impl HostBuilder {
             limits,
             config.throttle,
             pool,
+            config.blocking_watchdog,
         ));
         let settings = Arc::new(config.server_settings());
 

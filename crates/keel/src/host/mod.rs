@@ -58,6 +58,9 @@ pub struct HostStats {
     pub calls_queued: usize,
     /// Calls accepted since start.
     pub calls_total: u64,
+    /// Polls of `async` handlers that held their runtime worker past the blocking watchdog's
+    /// threshold ([`HostBuilder::blocking_watchdog`](crate::HostBuilder::blocking_watchdog)).
+    pub handlers_blocked: u64,
 }
 
 /// What [`Host::shutdown`] did.
@@ -174,6 +177,7 @@ impl Host {
             calls_in_flight: d.in_flight(),
             calls_queued: d.queued(),
             calls_total: d.stats.calls.load(Ordering::Relaxed),
+            handlers_blocked: d.stats.handlers_blocked.load(Ordering::Relaxed),
         }
     }
 
