@@ -2,12 +2,15 @@
 //!
 //! - [`accounts`]: the auth example's Accounts, behind a bearer-token interceptor.
 //! - [`calculator`]: seed 000's Calculator (add, subtract, multiply, divide with a fault).
+//! - [`otel`]: W3C trace context (`traceparent`, `tracestate`) in metadata, so an OpenTelemetry
+//!   pipeline shows client and host spans in one trace (the trace example).
 //! - [`service1`]: seed 002's Service1 (`get_data` sleeps, like the seed's 2 s operation).
 //! - [`transfer`]: streamed upload and download of any size.
 //! - [`wan`]: seed 004's echo and 277 KiB upload, buffered or streamed.
 
 pub mod accounts;
 pub mod calculator;
+pub mod otel;
 pub mod service1;
 pub mod transfer;
 pub mod wan;
