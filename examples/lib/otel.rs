@@ -34,7 +34,7 @@
 //! [`with_context_activation(false)`](tracing_opentelemetry::OpenTelemetryLayer::with_context_activation).
 //! A started span's parent can no longer change, and keel enters the host's `keel.call` span
 //! before its interceptors run, so on a host whose layer activates contexts
-//! [`OpenTelemetrySpanExt::set_parent`] fails (`AlreadyStarted`) and the host's spans start a
+//! [`set_parent`](tracing_opentelemetry::OpenTelemetrySpanExt::set_parent) fails (`AlreadyStarted`) and the host's spans start a
 //! trace of their own. [`ExtractTraceContext`] then logs one warning saying so. Build the
 //! host's layer with `.with_context_activation(false)` (as `examples/trace.rs` does); spans
 //! still nest by `tracing`'s own parent/child relation, the layer just does not also make each
