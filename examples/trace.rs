@@ -18,9 +18,8 @@
 //! host `keel.call` the child of one client `keel.call`, and the `tracestate` set on the root
 //! (`example=checkout`) seen on the host. It exits non-zero if not.
 //!
-//! `--host-context-activation` builds the host's layer with `tracing-opentelemetry`'s default,
-//! context activation on: the host's spans then start traces of their own (the check fails, and
-//! the host logs why). This is why a keel host's layer needs `.with_context_activation(false)`.
+//! Both layers are `tracing-opentelemetry`'s defaults: keel hands the host's interceptors its
+//! span before entering it, so its parent can still be set.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -52,10 +51,6 @@ struct Cli {
     /// Where the host listens (port 0 picks one): tcp://, http://, unix://, ...
     #[arg(long, default_value = "tcp://127.0.0.1:0")]
     url: String,
-    /// Build the host's tracing-opentelemetry layer with context activation on (its default):
-    /// shows that the host's spans then do not join the client's trace
-    #[arg(long)]
-    host_context_activation: bool,
     /// Host only, until standard input closes; then print its spans as JSON lines (what the
     /// example starts in its child process)
     #[arg(long, hide = true)]
@@ -164,18 +159,13 @@ impl ShouldSample for RootTraceState {
 /// Installs this process's pipeline: a `tracing` registry with a `tracing-opentelemetry`
 /// layer over an SDK tracer provider that keeps finished spans in the returned [`Collect`],
 /// and warnings printed to stderr.
-fn install(
-    sampler: impl ShouldSample + 'static,
-    context_activation: bool,
-) -> (SdkTracerProvider, Collect) {
+fn install(sampler: impl ShouldSample + 'static) -> (SdkTracerProvider, Collect) {
     let spans = Collect::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(spans.clone())
         .with_sampler(sampler)
         .build();
-    let otel = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("keel-examples/trace"))
-        .with_context_activation(context_activation);
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("keel-examples/trace"));
     let warnings = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_filter(LevelFilter::WARN);
@@ -203,7 +193,7 @@ fn main() {
 fn serve(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     // The caller's sampling decision and tracestate carry over to the host's spans.
     let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
-    let (provider, spans) = install(sampler, cli.host_context_activation);
+    let (provider, spans) = install(sampler);
     let host = calculator::builder(&cli.url)
         .interceptor(ExtractTraceContext::new())
         .start()?;
@@ -224,14 +214,11 @@ fn serve(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
 /// The parent process: the client, its calls in a `checkout` span, then every span checked.
 async fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     let root_state = TraceState::from_key_value([TRACE_STATE])?;
-    let (provider, spans) = install(RootTraceState(root_state), true);
+    let (provider, spans) = install(RootTraceState(root_state));
 
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
     cmd.args(["--serve", "--url", &cli.url]);
-    if cli.host_context_activation {
-        cmd.arg("--host-context-activation");
-    }
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
     let url = loop {

@@ -1,7 +1,7 @@
 //! W3C trace context in keel's metadata: one OpenTelemetry trace across client and host.
 //!
-//! Every keel call has a `keel.call` span on each side (see keel's crate docs, "Tracing"), and
-//! interceptors run inside it. With a `tracing-opentelemetry` layer installed:
+//! Every keel call has a `keel.call` span on each side (see keel's crate docs, "Tracing"). With
+//! a `tracing-opentelemetry` layer installed:
 //!
 //! - [`InjectTraceContext`], a [`keel::ClientInterceptor`], writes the client span's
 //!   OpenTelemetry context into the call's metadata as `traceparent` and `tracestate`;
@@ -27,19 +27,16 @@
 //! # }
 //! ```
 //!
-//! # The host's layer: `with_context_activation(false)`
+//! # Why the host's span can still take a parent
 //!
 //! `tracing-opentelemetry` (0.32 and later) starts a span's OpenTelemetry span when the span is
-//! first entered, unless its layer is built with
-//! [`with_context_activation(false)`](tracing_opentelemetry::OpenTelemetryLayer::with_context_activation).
-//! A started span's parent can no longer change, and keel enters the host's `keel.call` span
-//! before its interceptors run, so on a host whose layer activates contexts
-//! [`set_parent`](tracing_opentelemetry::OpenTelemetrySpanExt::set_parent) fails (`AlreadyStarted`) and the host's spans start a
-//! trace of their own. [`ExtractTraceContext`] then logs one warning saying so. Build the
-//! host's layer with `.with_context_activation(false)` (as `examples/trace.rs` does); spans
-//! still nest by `tracing`'s own parent/child relation, the layer just does not also make each
-//! entered span OpenTelemetry's [`Context::current`](opentelemetry::Context::current).
-//! A client needs nothing special.
+//! first entered, and a started span's parent can no longer change
+//! ([`set_parent`](tracing_opentelemetry::OpenTelemetrySpanExt::set_parent) fails with
+//! `AlreadyStarted`). keel hands host interceptors the call's span through
+//! [`Context::span`] *before* entering it, so [`ExtractTraceContext`] can set its parent with
+//! the layer's default settings. (If something entered it first anyway, the interceptor logs
+//! one warning and the host's spans keep a trace of their own.) A client needs nothing special:
+//! its interceptors run inside the client's span, which is what [`InjectTraceContext`] reads.
 //!
 //! The propagator is W3C Trace Context ([`TraceContextPropagator`]); any other
 //! [`TextMapPropagator`] works the same way through [`MetadataInjector`] and
@@ -113,10 +110,8 @@ impl ClientInterceptor for InjectTraceContext {
 /// the call's `traceparent` and `tracestate` metadata.
 ///
 /// A call without a valid `traceparent` is left alone: its span starts a trace, or stays the
-/// child of the span it was opened in. Never refuses a call. Needs the host's
-/// `tracing-opentelemetry` layer built with `.with_context_activation(false)` (see the
-/// [module docs](self)); otherwise it logs one warning and the host's spans keep their own
-/// trace.
+/// child of the span it was opened in. Never refuses a call. Works with the host's
+/// `tracing-opentelemetry` layer as it comes (see the [module docs](self)).
 #[derive(Debug, Clone, Default)]
 pub struct ExtractTraceContext {
     propagator: TraceContextPropagator,
@@ -138,15 +133,15 @@ impl Interceptor for ExtractTraceContext {
         if !parent.span().span_context().is_valid() {
             return Ok(());
         }
-        // keel's span for this call is the current one while interceptors run.
-        match tracing::Span::current().set_parent(parent) {
+        // keel's span for this call, not entered yet: its parent can still be set.
+        match ctx.span().set_parent(parent) {
             Ok(()) => {}
             Err(SetParentError::AlreadyStarted) => {
                 if !WARNED.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "keel.call spans cannot join their callers' traces: the OpenTelemetry \
-                         span had already started. Build the host's tracing-opentelemetry layer \
-                         with .with_context_activation(false)"
+                         span had already started (something entered keel's span before this \
+                         interceptor ran)"
                     );
                 }
             }

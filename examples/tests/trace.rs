@@ -1,7 +1,6 @@
 //! The trace example, run as it is run by hand: its client and its host (a child process) report
-//! their OpenTelemetry spans, and they form one trace, over keel-wire and over HTTP. With the
-//! host's layer activating contexts (tracing-opentelemetry's default) they do not, and the
-//! example says so: the reason `ExtractTraceContext` needs `with_context_activation(false)`.
+//! their OpenTelemetry spans, and they form one trace, over keel-wire and over HTTP, with
+//! `tracing-opentelemetry`'s default settings on both sides.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -114,24 +113,4 @@ fn client_and_host_spans_form_one_trace_on_every_binding() {
             );
         }
     }
-}
-
-#[test]
-fn with_context_activation_on_the_host_the_spans_are_not_stitched_and_the_host_says_why() {
-    let (out, stdout) = run(&["--host-context-activation"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("FAILED: 4 root spans"),
-        "the host's 3 spans are roots of their own traces\n{stdout}"
-    );
-    assert!(
-        stderr.contains("with_context_activation(false)"),
-        "the host's warning\n{stderr}"
-    );
-    assert_eq!(
-        stderr.matches("cannot join").count(),
-        1,
-        "warned once\n{stderr}"
-    );
 }

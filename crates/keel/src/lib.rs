@@ -253,11 +253,13 @@
 //! (`Service/operation`), `rpc.system` (`keel`), `rpc.service`, `rpc.method`, `keel.binding`
 //! (the URL scheme), `client.address` (the peer, host side), `keel.call_id` (host side),
 //! `server.address` (the channel's URL, client side) and `rpc.code` (the answer's
-//! [`StatusCode::as_str`], or `transport_error` when none came back). Interceptors run inside
-//! the span on both sides, and so do the host's decoding and the handler: a client interceptor
-//! can inject the current trace context into the call's metadata (W3C `traceparent` and
-//! `tracestate`) and a host interceptor can make the host's span its child, so an
-//! OpenTelemetry pipeline (`tracing-opentelemetry`) shows one trace across both processes.
+//! [`StatusCode::as_str`], or `transport_error` when none came back). A client's interceptors
+//! run inside the client's span, so one can inject the current trace context into the call's
+//! metadata (W3C `traceparent` and `tracestate`). On the host, decoding and the handler run
+//! inside the span, and interceptors get it before it is entered ([`Context::span`]), so one
+//! can give it the caller's context as its parent: an OpenTelemetry pipeline
+//! (`tracing-opentelemetry`, default settings) then shows one trace across both processes.
+//! `examples/trace.rs` does it end to end, with the interceptors in `keel_examples::otel`.
 //! With no subscriber interested, a span is a disabled handle: nothing is formatted or
 //! allocated.
 //!

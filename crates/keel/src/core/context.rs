@@ -54,6 +54,8 @@ pub(crate) struct CallFacts {
     pub(crate) metadata: Metadata,
     /// How the reply body may be compressed, if the caller accepts that.
     pub(crate) reply_codec: Option<Compression>,
+    /// The call's span (disabled when no subscriber wants it).
+    pub(crate) span: tracing::Span,
 }
 
 struct Shared {
@@ -90,6 +92,7 @@ impl Context {
             deadline: None,
             metadata: Metadata::new(),
             reply_codec: None,
+            span: tracing::Span::none(),
         })
     }
 
@@ -123,6 +126,17 @@ impl Context {
     /// one: under mutual TLS (see `keel::tls::ServerTls`). `None` on plain bindings.
     pub fn peer_certificates(&self) -> Option<&[Bytes]> {
         self.inner.facts.peer_certificates.as_deref()
+    }
+
+    /// The call's [`tracing`](https://docs.rs/tracing) span on the host (`keel.call`, target
+    /// `keel::server`; its fields are in the crate docs, "Tracing"). Decoding and the handler
+    /// run inside it. When interceptors run `before`, it has not been entered yet, so an
+    /// interceptor can still give it a parent, such as the caller's trace context from the
+    /// metadata (`tracing_opentelemetry::OpenTelemetrySpanExt::set_parent`, with that crate's
+    /// default settings); `examples/trace.rs` does. A disabled span when no subscriber wants
+    /// it.
+    pub fn span(&self) -> &tracing::Span {
+        &self.inner.facts.span
     }
 
     /// The request metadata.
@@ -242,6 +256,7 @@ mod tests {
             deadline: None,
             metadata: Metadata::new(),
             reply_codec: None,
+            span: tracing::Span::none(),
         })
     }
 

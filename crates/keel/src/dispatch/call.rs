@@ -78,9 +78,10 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     };
     let deadline = req.deadline.and_then(|d| received.checked_add(d));
     let info = &desc.operations[op];
-    // The call's span (see the crate docs, "Tracing"): interceptors, decoding and the handler
-    // run inside it, so an interceptor can make it a child of the caller's trace. Nothing is
-    // formatted or allocated unless a subscriber wants it.
+    // The call's span (see the crate docs, "Tracing"): decoding and the handler run inside it.
+    // Interceptors get it unentered through `Context::span`, so that one can still give it a
+    // parent (the caller's trace); entering it first would start an OpenTelemetry span for
+    // good. Nothing is formatted or allocated unless a subscriber wants it.
     let span = tracing::info_span!(
         target: "keel::server",
         "keel.call",
@@ -94,7 +95,6 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         client.address = %conn.info.peer,
         rpc.code = tracing::field::Empty,
     );
-    let entered = span.enter();
     let ctx = Context::new(CallFacts {
         service: desc.name,
         operation: info.name,
@@ -104,6 +104,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         deadline,
         metadata: req.metadata,
         reply_codec: req.reply_codec,
+        span,
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let metrics = &served.metrics[op];
@@ -126,7 +127,6 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
         metrics: metrics.clone(),
         received,
         answered: false,
-        span: span.clone(),
     };
     // Interceptors before decoding: a refused caller costs no decoding either.
     for interceptor in dispatcher.interceptors() {
@@ -137,6 +137,8 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
             return call.finish(Err(status));
         }
     }
+    let span = call.ctx.span().clone();
+    let entered = span.enter();
     let body = match req.compression {
         None => req.body,
         Some(codec) => {
@@ -225,8 +227,6 @@ struct Call {
     received: Instant,
     /// Counted as answered (by `finish`); otherwise `drop` counts it cancelled.
     answered: bool,
-    /// The call's span: entered while its handler runs; its `rpc.code` is the answer's.
-    span: tracing::Span,
 }
 
 impl Call {
@@ -235,8 +235,8 @@ impl Call {
             .as_ref()
             .map_or_else(|s| s.code(), |_| StatusCode::Ok);
         self.after(code);
-        if !self.span.is_disabled() {
-            self.span.record("rpc.code", code.as_str());
+        if !self.ctx.span().is_disabled() {
+            self.ctx.span().record("rpc.code", code.as_str());
         }
         self.answered = true;
         self.metrics.answered(code);
@@ -282,7 +282,8 @@ impl Call {
                         return self.finish(Err(status));
                     }
                     let outcome = self
-                        .span
+                        .ctx
+                        .span()
                         .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
                         .unwrap_or_else(|p| Err(panic_status(&p)));
                     self.metrics.handler.record(secs(started.elapsed()));
@@ -296,7 +297,7 @@ impl Call {
             }
             Invocation::Async(fut) => {
                 let ctl = self.ctl.clone();
-                let span = self.span.clone();
+                let span = self.ctx.span().clone();
                 let task = async move {
                     let _permit = permit;
                     if let Some(status) = self.refuse_start() {
@@ -331,8 +332,10 @@ impl Drop for Call {
         self.after(StatusCode::Cancelled);
         if !self.answered {
             self.metrics.answered(StatusCode::Cancelled);
-            if !self.span.is_disabled() {
-                self.span.record("rpc.code", StatusCode::Cancelled.as_str());
+            if !self.ctx.span().is_disabled() {
+                self.ctx
+                    .span()
+                    .record("rpc.code", StatusCode::Cancelled.as_str());
             }
         }
         self.metrics.in_flight.decrement(1.0);
