@@ -990,11 +990,13 @@ mod tests {
             slowest_call_ms: total_ms,
             start_ms: 100.0,
             end_ms: 100.0 + total_ms,
+            phases: None,
         };
         let samples = (0..60)
             .map(|i| Sample {
                 t_ms: i as f64 * 50.0,
                 threads: if (2..42).contains(&i) { 100 } else { 2 },
+                busy: if (2..42).contains(&i) { 98 } else { 0 },
             })
             .collect();
         let b = burst::evaluate(&profile.burst, 2, 98, vec![round(burst_ms)], samples);
