@@ -12,7 +12,7 @@ pub(crate) struct Sample {
     /// The series' name (a histogram's `_bucket`, `_sum` and `_count` are names of their own).
     pub(crate) name: String,
     /// The labels, in the order the text gives them, values unescaped.
-    pub(crate) labels: Vec<(String, String)>,
+    pub(crate) labels: Labels,
     /// The value (`+Inf`, `-Inf` and `NaN` included).
     pub(crate) value: f64,
 }
@@ -139,8 +139,11 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
+/// A sample's labels, as [`Sample::labels`] holds them.
+type Labels = Vec<(String, String)>;
+
 /// Reads `k="v",…}` (after the `{`): the labels and what follows the `}`.
-fn parse_labels(mut s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(mut s: &str) -> Result<(Labels, &str), String> {
     let mut labels = Vec::new();
     loop {
         s = s.trim_start();

@@ -432,7 +432,7 @@ pub(crate) fn nice_step(max: f64, ticks: usize) -> f64 {
 /// Pool threads over time during a burst experiment: the seeds' perfmon graph.
 fn threads_chart(b: &Burst) -> String {
     let (w, h) = (1000.0, 300.0);
-    let (l, r, t, bm) = (60.0, 20.0, 20.0, 45.0);
+    let (l, r, t, bm) = (60.0, 20.0, 34.0, 45.0);
     let (pw, ph) = (w - l - r, h - t - bm);
     let t_max = b
         .thread_samples
@@ -544,25 +544,16 @@ fn threads_chart(b: &Burst) -> String {
         step(|smp| smp.threads),
         step(|smp| smp.busy)
     );
-    // Legend, top right.
-    let lx = l + pw - 290.0;
+    // Legend, above the plot on the right.
+    let lx = l + pw - 460.0;
     let _ = write!(
         s,
-        r##"<rect x="{:.1}" y="{:.1}" width="286" height="38" fill="#fff" fill-opacity="0.85" stroke="#e5e7eb"/><line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#dc2626" stroke-width="2"/><text x="{:.1}" y="{:.1}">keel_pool_threads, every state</text><line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#1d4ed8" stroke-width="1.5" stroke-dasharray="5 3"/><text x="{:.1}" y="{:.1}">keel_pool_threads{{state="busy"}}</text></svg>"##,
-        lx,
-        t + 22.0,
-        lx + 6.0,
+        r##"<line x1="{lx:.1}" x2="{:.1}" y1="13" y2="13" stroke="#dc2626" stroke-width="2"/><text x="{:.1}" y="17">keel_pool_threads, every state</text><line x1="{:.1}" x2="{:.1}" y1="13" y2="13" stroke="#1d4ed8" stroke-width="1.5" stroke-dasharray="5 3"/><text x="{:.1}" y="17">keel_pool_threads{{state="busy"}}</text></svg>"##,
+        lx + 20.0,
         lx + 26.0,
-        t + 34.0,
-        t + 34.0,
-        lx + 32.0,
-        t + 38.0,
-        lx + 6.0,
-        lx + 26.0,
-        t + 50.0,
-        t + 50.0,
-        lx + 32.0,
-        t + 54.0
+        lx + 215.0,
+        lx + 235.0,
+        lx + 241.0
     );
     s
 }
@@ -716,7 +707,7 @@ fn fmt_tick(v: f64) -> String {
 /// The section on where a burst call's time went: the stacked bars and their numbers.
 fn phases_section(bursts: &[&Burst]) -> String {
     let rows = split_rounds(bursts);
-    let mut s = String::from("<h2>Where a burst call's time went</h2>");
+    let mut s = String::from("<h2 id=\"burst-phases\">Where a burst call's time went</h2>");
     if rows.is_empty() {
         s.push_str("<p class=\"note\">Not measured: no scrape of the host's <code>/metrics</code> succeeded.</p>");
         return s;
@@ -985,7 +976,8 @@ pub(crate) fn html(all: &All) -> String {
     for b in [&all.burst, &all.burst_large] {
         let _ = write!(
             s,
-            "<h2>Seed 002: pool threads during bursts of {} × {} ms</h2><p class=\"note\">Pool threads as a Prometheus user sees them: the <code>keel_pool_threads</code> gauges, scraped from the host's admin endpoint (<code>GET /metrics</code> over HTTP) every 50 ms (the seed's perfmon graph); red: every state, dashed blue: busy. Shaded: each burst, release to last reply. {} bursts, {} ms idle between them, keep-alive {} ms: the threads above the warm floor ({}) retire in each gap ({} retired in all) and come back at once for the next burst. WCF took 14.0 s per burst, adding one thread per 500 ms.</p>",
+            "<h2 id=\"burst-threads-{}\">Seed 002: pool threads during bursts of {} × {} ms</h2><p class=\"note\">Pool threads as a Prometheus user sees them: the <code>keel_pool_threads</code> gauges, scraped from the host's admin endpoint (<code>GET /metrics</code> over HTTP) every 50 ms (the seed's perfmon graph); red: every state, dashed blue: busy. Shaded: each burst, release to last reply. {} bursts, {} ms idle between them, keep-alive {} ms: the threads above the warm floor ({}) retire in each gap ({} retired in all) and come back at once for the next burst. WCF took 14.0 s per burst, adding one thread per 500 ms.</p>",
+            b.clients,
             b.clients,
             b.work_ms,
             b.rounds.len(),
@@ -1296,7 +1288,7 @@ mod tests {
         assert!(h.starts_with("<!DOCTYPE html>"));
         assert_eq!(h.matches("<svg").count(), 5);
         assert_eq!(h.matches("</svg>").count(), 5);
-        assert!(h.contains("<h2>Where a burst call's time went</h2>"));
+        assert!(h.contains(">Where a burst call's time went</h2>"));
         // One bar label per round with a split: the 100-client burst's and the 1,000's.
         assert!(h.contains(">100 × 2000 ms, burst 1</text>"));
         assert!(h.contains(">1000 × 2000 ms, burst 1</text>"));
