@@ -544,6 +544,37 @@ mod tests {
         assert!(v["rounds"][0]["phases"].is_null());
     }
 
+    /// The whole path against a real host: its admin endpoint's text reads without an error,
+    /// has the pool's gauges, and its phase histograms count a call made to it.
+    #[test]
+    fn scrapes_a_real_host() {
+        let host = host_builder(
+            Binding::Tcp,
+            HostSettings {
+                keep_alive: None,
+                clients: 1,
+            },
+        )
+        .admin(ADMIN_URL)
+        .start()
+        .unwrap();
+        let scraper = Scraper::new(host.admin_url().unwrap()).unwrap();
+        let all = Metrics::parse(&scraper.text().unwrap()).unwrap();
+        let pool = Sample::from_scrape(0.0, &all).unwrap();
+        assert!(pool.threads >= host.pool_metrics().min_threads, "{pool:?}");
+        let before = phase_snapshot(&scraper).unwrap();
+        let client = Service1BlockingClient::connect(host.url()).unwrap();
+        assert_eq!(client.get_data(7, 1).unwrap(), "You entered: 7");
+        let after = counted_snapshot(&scraper, &before, 1).unwrap();
+        assert_eq!(after.calls(), before.calls() + 1);
+        let split = Phases::between(&before, &after, Duration::from_millis(5)).unwrap();
+        assert_eq!(split.calls, 1);
+        assert!(split.handler_ms >= 1.0, "{split:?}");
+        assert!(split.server_ms >= split.handler_ms, "{split:?}");
+        client.close();
+        host.shutdown();
+    }
+
     #[test]
     fn samples_from_a_scrape() {
         let m = Metrics::parse(
