@@ -6,11 +6,12 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::experiments::burst::{self, Burst};
+use crate::experiments::burst::{self, Burst, Sample};
 use crate::experiments::concurrent::{self, Concurrent};
 use crate::experiments::first_call::{self, FirstCall};
 use crate::experiments::idle::{self, Idle};
 use crate::experiments::overload::{self, Overload};
+use crate::experiments::phases::{Phases, SEGMENTS};
 use crate::experiments::Binding;
 use crate::style::CSS;
 use crate::wan::matrix::{Matrix, MatrixParams};
@@ -431,7 +432,7 @@ pub(crate) fn nice_step(max: f64, ticks: usize) -> f64 {
 /// Pool threads over time during a burst experiment: the seeds' perfmon graph.
 fn threads_chart(b: &Burst) -> String {
     let (w, h) = (1000.0, 300.0);
-    let (l, r, t, bm) = (60.0, 20.0, 20.0, 45.0);
+    let (l, r, t, bm) = (60.0, 20.0, 34.0, 45.0);
     let (pw, ph) = (w - l - r, h - t - bm);
     let t_max = b
         .thread_samples
@@ -524,25 +525,212 @@ fn threads_chart(b: &Burst) -> String {
         y(b.min_threads as f64) - 4.0,
         b.min_threads
     );
-    // Step line of the samples.
-    let mut path = String::new();
-    let mut prev: Option<f64> = None;
-    for smp in &b.thread_samples {
-        let (px, py) = (x(smp.t_ms), y(smp.threads as f64));
-        match prev {
-            None => {
-                let _ = write!(path, "M{px:.1},{py:.1}");
-            }
-            Some(_) => {
-                let _ = write!(path, " H{px:.1} V{py:.1}");
-            }
+    // Step lines of the samples: every thread, and the busy ones over it.
+    let step = |value: fn(&Sample) -> usize| {
+        let mut path = String::new();
+        for (i, smp) in b.thread_samples.iter().enumerate() {
+            let (px, py) = (x(smp.t_ms), y(value(smp) as f64));
+            let _ = if i == 0 {
+                write!(path, "M{px:.1},{py:.1}")
+            } else {
+                write!(path, " H{px:.1} V{py:.1}")
+            };
         }
-        prev = Some(py);
-    }
+        path
+    };
     let _ = write!(
         s,
-        r##"<path d="{path}" fill="none" stroke="#dc2626" stroke-width="2"/></svg>"##
+        r##"<path d="{}" fill="none" stroke="#dc2626" stroke-width="2"/><path d="{}" fill="none" stroke="#1d4ed8" stroke-width="1.5" stroke-dasharray="5 3"/>"##,
+        step(|smp| smp.threads),
+        step(|smp| smp.busy)
     );
+    // Legend, above the plot on the right.
+    let lx = l + pw - 460.0;
+    let _ = write!(
+        s,
+        r##"<line x1="{lx:.1}" x2="{:.1}" y1="13" y2="13" stroke="#dc2626" stroke-width="2"/><text x="{:.1}" y="17">keel_pool_threads, every state</text><line x1="{:.1}" x2="{:.1}" y1="13" y2="13" stroke="#1d4ed8" stroke-width="1.5" stroke-dasharray="5 3"/><text x="{:.1}" y="17">keel_pool_threads{{state="busy"}}</text></svg>"##,
+        lx + 20.0,
+        lx + 26.0,
+        lx + 215.0,
+        lx + 235.0,
+        lx + 241.0
+    );
+    s
+}
+
+/// The burst experiments' rounds that have a phase split, labelled.
+fn split_rounds<'a>(bursts: &[&'a Burst]) -> Vec<(String, &'a Phases)> {
+    bursts
+        .iter()
+        .flat_map(|b| {
+            b.rounds.iter().enumerate().filter_map(move |(i, r)| {
+                let p = r.phases.as_ref()?;
+                Some((
+                    format!("{} × {} ms, burst {}", b.clients, b.work_ms, i + 1),
+                    p,
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Stacked horizontal bars, one per burst round: the whole call on the left (linear: the
+/// handler's sleep is nearly all of it), and on the right everything but the handler, on a
+/// scale of its own.
+fn phases_chart(rows: &[(String, &Phases)]) -> String {
+    let (label_w, gap, panel_w, value_w) = (190.0, 30.0, 300.0, 85.0);
+    let (row_h, bar_h, top, axis_h) = (24.0, 15.0, 58.0, 40.0);
+    let w = label_w + 2.0 * (panel_w + value_w) + gap;
+    let h = top + rows.len() as f64 * row_h + axis_h;
+    let handler = 2;
+    let clamp = |v: f64| if v.is_finite() { v.max(0.0) } else { 0.0 };
+    let whole_max = rows
+        .iter()
+        .map(|(_, p)| p.values().iter().copied().map(clamp).sum::<f64>())
+        .fold(0.0, f64::max);
+    let rest_max = rows
+        .iter()
+        .map(|(_, p)| {
+            p.values()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != handler)
+                .map(|(_, v)| clamp(*v))
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max);
+    let axis = |max: f64| {
+        let step = nice_step(max, 5);
+        (step, ((max / step).ceil() * step).max(step))
+    };
+    let (whole_step, whole_top) = axis(whole_max);
+    let (rest_step, rest_top) = axis(rest_max);
+    let x0 = [label_w, label_w + panel_w + value_w + gap];
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg" font-family="sans-serif" font-size="12">"#
+    );
+    // Legend.
+    let mut lx = 10.0;
+    for seg in &SEGMENTS {
+        let _ = write!(
+            s,
+            r##"<rect x="{lx:.1}" y="8" width="12" height="12" fill="{}"/><text x="{:.1}" y="18">{}</text>"##,
+            seg.colour,
+            lx + 16.0,
+            esc(seg.name)
+        );
+        lx += 16.0 + seg.name.chars().count() as f64 * 7.0 + 18.0;
+    }
+    // Panel titles, grid and axes.
+    for (panel, (title, step, top_v)) in [
+        ("the whole call (client-timed)", whole_step, whole_top),
+        ("everything but the handler", rest_step, rest_top),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let px = x0[panel];
+        let _ = write!(
+            s,
+            r##"<text x="{px:.1}" y="{:.1}" font-weight="bold">{title}</text>"##,
+            top - 12.0
+        );
+        let bottom = top + rows.len() as f64 * row_h;
+        let mut v = 0.0;
+        while v <= top_v + 1e-9 {
+            let gx = px + v / top_v * panel_w;
+            let _ = write!(
+                s,
+                r##"<line x1="{gx:.1}" x2="{gx:.1}" y1="{top}" y2="{bottom:.1}" stroke="#e5e7eb"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+                bottom + 15.0,
+                fmt_tick(v)
+            );
+            v += step;
+        }
+        let _ = write!(
+            s,
+            r##"<line x1="{px:.1}" x2="{px:.1}" y1="{top}" y2="{bottom:.1}" stroke="#374151"/><text x="{:.1}" y="{:.1}" text-anchor="middle">ms per call (mean)</text>"##,
+            px + panel_w / 2.0,
+            bottom + 32.0
+        );
+    }
+    for (i, (label, p)) in rows.iter().enumerate() {
+        let y = top + i as f64 * row_h + (row_h - bar_h) / 2.0;
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            label_w - 8.0,
+            y + bar_h - 3.0,
+            esc(label)
+        );
+        for (panel, top_v) in [whole_top, rest_top].into_iter().enumerate() {
+            let mut x = x0[panel];
+            let mut total = 0.0;
+            for (k, (seg, v)) in SEGMENTS.iter().zip(p.values()).enumerate() {
+                if panel == 1 && k == handler {
+                    continue;
+                }
+                let v = clamp(v);
+                total += v;
+                let bw = v / top_v * panel_w;
+                if bw > 0.0 {
+                    let _ = write!(
+                        s,
+                        r##"<rect x="{x:.2}" y="{y:.1}" width="{bw:.2}" height="{bar_h}" fill="{}"><title>{}: {v:.3} ms</title></rect>"##,
+                        seg.colour,
+                        esc(seg.name)
+                    );
+                }
+                x += bw;
+            }
+            let _ = write!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}">{total:.2} ms</text>"##,
+                x + 5.0,
+                y + bar_h - 3.0
+            );
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// An axis tick: whole numbers plain, fractions with as few decimals as they need.
+fn fmt_tick(v: f64) -> String {
+    let t = format!("{v:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    t.to_string()
+}
+
+/// The section on where a burst call's time went: the stacked bars and their numbers.
+fn phases_section(bursts: &[&Burst]) -> String {
+    let rows = split_rounds(bursts);
+    let mut s = String::from("<h2 id=\"burst-phases\">Where a burst call's time went</h2>");
+    if rows.is_empty() {
+        s.push_str("<p class=\"note\">Not measured: no scrape of the host's <code>/metrics</code> succeeded.</p>");
+        return s;
+    }
+    s.push_str("<p class=\"note\">Mean per call of each burst round, from the host's own histograms as a Prometheus user sees them: the lab scrapes the admin endpoint's <code>GET /metrics</code> before and after each round and divides the change in <code>_sum</code> by the change in <code>_count</code> of <code>keel_server_throttle_wait_seconds</code>, <code>keel_server_pool_wait_seconds</code>, <code>keel_server_handler_seconds</code> (the operation's 2 s sleep) and <code>keel_server_call_duration_seconds</code> (the host's whole time). <i>Server, other</i> is the host's time outside those three phases (reading the request, dispatch, writing the answer); <i>client + network</i> is the client-timed call less the host's time: the client's runtime, the blocking caller's wake-up, loopback. Left: the whole call to scale. Right: the same bars without the handler, on their own scale.</p>");
+    s.push_str(&phases_chart(&rows));
+    s.push_str("<table><tr><th>round</th><th>calls</th>");
+    for seg in &SEGMENTS {
+        let _ = write!(s, "<th>{}</th>", esc(seg.name));
+    }
+    s.push_str("<th>host total</th><th>client-timed call</th></tr>");
+    for (label, p) in &rows {
+        let _ = write!(s, "<tr><td>{}</td><td>{}</td>", esc(label), p.calls);
+        for v in p.values() {
+            let _ = write!(s, "<td>{v:.3} ms</td>");
+        }
+        let _ = write!(
+            s,
+            "<td>{:.3} ms</td><td>{:.3} ms</td></tr>",
+            p.server_ms, p.client_ms
+        );
+    }
+    s.push_str("</table>");
     s
 }
 
@@ -788,7 +976,8 @@ pub(crate) fn html(all: &All) -> String {
     for b in [&all.burst, &all.burst_large] {
         let _ = write!(
             s,
-            "<h2>Seed 002: pool threads during bursts of {} × {} ms</h2><p class=\"note\">Pool threads sampled every 50 ms (the seed's perfmon graph); shaded: each burst, release to last reply. {} bursts, {} ms idle between them, keep-alive {} ms: the threads above the warm floor ({}) retire in each gap ({} retired in all) and come back at once for the next burst. WCF took 14.0 s per burst, adding one thread per 500 ms.</p>",
+            "<h2 id=\"burst-threads-{}\">Seed 002: pool threads during bursts of {} × {} ms</h2><p class=\"note\">Pool threads as a Prometheus user sees them: the <code>keel_pool_threads</code> gauges, scraped from the host's admin endpoint (<code>GET /metrics</code> over HTTP) every 50 ms (the seed's perfmon graph); red: every state, dashed blue: busy. Shaded: each burst, release to last reply. {} bursts, {} ms idle between them, keep-alive {} ms: the threads above the warm floor ({}) retire in each gap ({} retired in all) and come back at once for the next burst. WCF took 14.0 s per burst, adding one thread per 500 ms.</p>",
+            b.clients,
             b.clients,
             b.work_ms,
             b.rounds.len(),
@@ -812,6 +1001,7 @@ pub(crate) fn html(all: &All) -> String {
         }
         s.push_str("</table>");
     }
+    s.push_str(&phases_section(&[&all.burst, &all.burst_large]));
 
     let c = &all.concurrent;
     let _ = write!(
@@ -990,11 +1180,22 @@ mod tests {
             slowest_call_ms: total_ms,
             start_ms: 100.0,
             end_ms: 100.0 + total_ms,
+            phases: Some(Phases {
+                calls: 100,
+                client_ms: total_ms - 1.0,
+                throttle_wait_ms: 0.001,
+                pool_wait_ms: 1.5,
+                handler_ms: 2000.2,
+                server_other_ms: 0.02,
+                server_ms: 2001.721,
+                client_network_ms: total_ms - 1.0 - 2001.721,
+            }),
         };
         let samples = (0..60)
             .map(|i| Sample {
                 t_ms: i as f64 * 50.0,
                 threads: if (2..42).contains(&i) { 100 } else { 2 },
+                busy: if (2..42).contains(&i) { 98 } else { 0 },
             })
             .collect();
         let b = burst::evaluate(&profile.burst, 2, 98, vec![round(burst_ms)], samples);
@@ -1085,8 +1286,13 @@ mod tests {
     fn html_is_self_contained() {
         let h = html(&sample_all(2005.0));
         assert!(h.starts_with("<!DOCTYPE html>"));
-        assert_eq!(h.matches("<svg").count(), 4);
-        assert_eq!(h.matches("</svg>").count(), 4);
+        assert_eq!(h.matches("<svg").count(), 5);
+        assert_eq!(h.matches("</svg>").count(), 5);
+        assert!(h.contains(">Where a burst call's time went</h2>"));
+        // One bar label per round with a split: the 100-client burst's and the 1,000's.
+        assert!(h.contains(">100 × 2000 ms, burst 1</text>"));
+        assert!(h.contains(">1000 × 2000 ms, burst 1</text>"));
+        assert!(h.contains("<td>1.500 ms</td>"));
         assert!(!h.contains("<script"));
         assert!(!h.contains("http://") || !h.contains("src="));
         assert!(!h.contains("NaN"));
@@ -1104,7 +1310,7 @@ mod tests {
         assert_eq!(all.rows[6].verdict, "PASS");
         assert!(table(&all).contains("(004)"));
         let h = html(&all);
-        assert_eq!(h.matches("<svg").count(), 6);
+        assert_eq!(h.matches("<svg").count(), 7);
         assert!(!h.contains("NaN"));
         // A missed wan cell fails `all`.
         let all = sample_all(2005.0).with_wan(sample(MatrixParams::all_subset(), 0.5));
@@ -1114,6 +1320,21 @@ mod tests {
         let v = serde_json::to_value(&all).unwrap();
         assert_eq!(v["wan"]["cells"].as_array().unwrap().len(), 24);
         assert_eq!(v["profile"]["idle_gaps"], 5);
+    }
+
+    #[test]
+    fn phase_section_without_splits() {
+        let mut all = sample_all(2005.0);
+        for b in [&mut all.burst, &mut all.burst_large] {
+            for r in &mut b.rounds {
+                r.phases = None;
+            }
+        }
+        let s = phases_section(&[&all.burst, &all.burst_large]);
+        assert!(s.contains("Not measured"));
+        assert!(!s.contains("<svg"));
+        assert_eq!(fmt_tick(0.5), "0.5");
+        assert_eq!(fmt_tick(2000.0), "2000");
     }
 
     #[test]

@@ -1,21 +1,39 @@
 //! Seed 002: bursts of concurrent blocking calls. Each round, every client thread opens its own
 //! client, a barrier releases all calls at once, and the round lasts from the release to the last
 //! reply; rounds are separated by an idle gap longer than the pool's keep-alive, so the threads
-//! above the floor retire between them. A sampler records the pool's thread count every 50 ms
-//! (the seed's perfmon graph).
+//! above the floor retire between them.
+//!
+//! The host serves an admin endpoint, and the lab reads keel's metrics the way a Prometheus user
+//! would, by scraping its `GET /metrics` over HTTP: a sampler thread records the pool's threads
+//! (the `keel_pool_threads` gauges) every 50 ms (the seed's perfmon graph), and the phase
+//! histograms are scraped before and after each round for where its calls' time went
+//! ([`phases`](super::phases)).
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use keel_examples::service1::Service1BlockingClient;
 use serde::Serialize;
 
-use super::{ms, start_host, Binding, HostSettings};
+use super::phases::{self, Phases, Snapshot};
+use super::{host_builder, ms, Binding, HostSettings};
+use crate::prom::Metrics;
+use crate::scrape::Scraper;
 use crate::verdict::{self, Verdict};
 
-/// How often the sampler reads the pool's thread count.
+/// How often the sampler scrapes the pool's thread count.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// The host's admin endpoint (a free port).
+const ADMIN_URL: &str = "http://127.0.0.1:0";
+/// The pool's thread gauges (`state` = `idle`, `busy`, `starting`).
+const POOL_THREADS: &str = "keel_pool_threads";
+/// The labels of the burst's calls in keel's per-operation metrics.
+const SERVICE1: [(&str, &str); 1] = [("service", "Service1")];
+/// How long to wait, after the last reply, for the host's histograms to count every call (a
+/// call's server time is recorded once its answer is written, which can be after the client
+/// has read it).
+const COUNTED_WITHIN: Duration = Duration::from_secs(1);
 /// Stack of each client thread (1,000 of them at once).
 const CLIENT_STACK: usize = 256 * 1024;
 
@@ -53,15 +71,32 @@ pub(crate) struct Round {
     pub(crate) start_ms: f64,
     /// Last reply since the experiment's start, ms.
     pub(crate) end_ms: f64,
+    /// Where the round's calls' time went, from the host's phase histograms (`None` if a
+    /// scrape failed or the host counted no call).
+    pub(crate) phases: Option<Phases>,
 }
 
-/// One sample of the pool's thread count.
+/// One scrape of the pool's thread gauges.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct Sample {
-    /// Since the experiment's start, ms.
+    /// When the scrape was sent, since the experiment's start, ms.
     pub(crate) t_ms: f64,
-    /// Live pool threads.
+    /// Live pool threads: `keel_pool_threads` over its states.
     pub(crate) threads: usize,
+    /// Of those, running a task: `keel_pool_threads{state="busy"}`.
+    pub(crate) busy: usize,
+}
+
+impl Sample {
+    /// The sample in scrape `m` taken at `t_ms` (`None` if it has no `keel_pool_threads`).
+    pub(crate) fn from_scrape(t_ms: f64, m: &Metrics) -> Option<Sample> {
+        let count = |v: f64| v.max(0.0).round() as usize;
+        Some(Sample {
+            t_ms,
+            threads: count(m.sum(POOL_THREADS, &[])?),
+            busy: count(m.sum(POOL_THREADS, &[("state", "busy")]).unwrap_or(0.0)),
+        })
+    }
 }
 
 /// What the burst experiment measured.
@@ -89,8 +124,10 @@ pub(crate) struct Burst {
     pub(crate) max_total_ms: f64,
     /// The bar: every burst at most this, ms.
     pub(crate) bar_ms: f64,
-    /// Pool threads every 50 ms.
+    /// Pool threads every 50 ms, scraped from the admin endpoint.
     pub(crate) thread_samples: Vec<Sample>,
+    /// Scrapes of the sampler that failed (their samples are missing).
+    pub(crate) scrape_errors: u64,
     /// Whether the bar was met.
     pub(crate) pass: bool,
     /// The bar and any reasons it was missed.
@@ -216,37 +253,57 @@ pub(crate) fn fire(url: &str, clients: usize, work_ms: u64) -> anyhow::Result<Fi
 /// Runs the experiment.
 pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
     anyhow::ensure!(p.clients > 0 && p.rounds > 0, "need clients and rounds > 0");
-    let host = start_host(
+    let host = host_builder(
         p.binding,
         HostSettings {
             keep_alive: Some(Duration::from_millis(p.keep_alive_ms)),
             clients: p.clients,
         },
-    )?;
+    )
+    .admin(ADMIN_URL)
+    .start()?;
     let url = host.url().to_string();
+    let scraper = Scraper::new(host.admin_url().unwrap_or_default())?;
+    // Fail early (before any burst) if the endpoint does not serve keel's metrics.
+    let first = scraper.metrics(|n| n == POOL_THREADS)?;
+    anyhow::ensure!(
+        first.sum(POOL_THREADS, &[]).is_some(),
+        "the admin endpoint's /metrics has no {POOL_THREADS}"
+    );
     let min_threads = host.pool_metrics().min_threads;
     let retired_before = host.pool_metrics().retired_total;
     let t0 = Instant::now();
     let samples: Mutex<Vec<Sample>> = Mutex::new(Vec::new());
+    let scrape_errors = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let since = |i: Instant| ms(i.saturating_duration_since(t0));
 
     let rounds = std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Acquire) {
-                let threads = host.pool_metrics().threads;
-                samples
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(Sample {
-                        t_ms: since(Instant::now()),
-                        threads,
-                    });
-                next += SAMPLE_EVERY;
-                std::thread::sleep(next.saturating_duration_since(Instant::now()));
-            }
-        });
+        // The sampler: a thread of its own, a blocking socket per scrape; it keeps only the
+        // pool's gauges and takes the samples' lock only to push one.
+        let sampler = std::thread::Builder::new()
+            .name("lab-scraper".into())
+            .spawn_scoped(s, || {
+                let mut next = Instant::now();
+                while !stop.load(Ordering::Acquire) {
+                    let t_ms = since(Instant::now());
+                    let sample = scraper
+                        .metrics(|n| n == POOL_THREADS)
+                        .ok()
+                        .and_then(|m| Sample::from_scrape(t_ms, &m));
+                    match sample {
+                        Some(smp) => samples.lock().unwrap_or_else(|e| e.into_inner()).push(smp),
+                        None => {
+                            scrape_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    next += SAMPLE_EVERY;
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                }
+            });
+        if let Err(e) = sampler {
+            anyhow::bail!("cannot start the sampler: {e}");
+        }
         let result = (|| {
             let mut rounds = Vec::new();
             for r in 0..p.rounds {
@@ -264,8 +321,13 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
                     p.clients,
                     p.work_ms
                 ));
+                let before = phase_snapshot(&scraper).ok();
                 let fired = fire(&url, p.clients, p.work_ms)?;
                 pb.finish_and_clear();
+                let phases = before.and_then(|before| {
+                    let after = counted_snapshot(&scraper, &before, p.clients as u64)?;
+                    Phases::between(&before, &after, phases::mean(&fired.calls))
+                });
                 let end = fired.start + fired.total;
                 let at_end = host.pool_metrics().threads;
                 let (start_ms, end_ms) = (since(fired.start), since(end));
@@ -284,6 +346,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
                     slowest_call_ms: fired.calls.iter().copied().max().map_or(f64::NAN, ms),
                     start_ms,
                     end_ms,
+                    phases,
                 });
             }
             Ok::<_, anyhow::Error>(rounds)
@@ -294,13 +357,28 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
     let retired_total = host.pool_metrics().retired_total - retired_before;
     host.shutdown();
     let thread_samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
-    Ok(evaluate(
-        p,
-        min_threads,
-        retired_total,
-        rounds,
-        thread_samples,
-    ))
+    let mut burst = evaluate(p, min_threads, retired_total, rounds, thread_samples);
+    burst.scrape_errors = scrape_errors.into_inner();
+    Ok(burst)
+}
+
+/// The phase histograms of Service1's calls, scraped now.
+fn phase_snapshot(scraper: &Scraper) -> anyhow::Result<Snapshot> {
+    Ok(Snapshot::read(&scraper.metrics(phases::wanted)?, &SERVICE1))
+}
+
+/// The phase histograms once the host has counted `calls` more calls than `before` (scraped
+/// every 5 ms for up to [`COUNTED_WITHIN`]; the last scrape if they never do).
+fn counted_snapshot(scraper: &Scraper, before: &Snapshot, calls: u64) -> Option<Snapshot> {
+    let until = Instant::now() + COUNTED_WITHIN;
+    loop {
+        let now = phase_snapshot(scraper).ok();
+        let counted = now.is_some_and(|n| n.calls() >= before.calls() + calls);
+        if counted || Instant::now() >= until {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Builds the result and its verdict from the measurements.
@@ -326,6 +404,7 @@ pub(crate) fn evaluate(
         bar_ms: verdict::burst_limit_ms(p.clients, p.work_ms),
         rounds,
         thread_samples,
+        scrape_errors: 0,
         pass: verdict.pass,
         verdict,
     }
@@ -358,10 +437,45 @@ pub(crate) fn summary(r: &Burst) -> String {
         "  slowest burst {:.1} ms; {} threads retired during the idle gaps\n",
         r.max_total_ms, r.retired_total
     ));
+    s.push_str(&phase_table(r));
+    if r.scrape_errors > 0 {
+        s.push_str(&format!(
+            "  note: {} scrapes of /metrics failed (their pool samples are missing)\n",
+            r.scrape_errors
+        ));
+    }
     if r.rounds.len() > 1 && r.idle_ms <= r.keep_alive_ms {
         s.push_str("  note: the idle gap is not longer than the keep-alive: nothing retires between bursts\n");
     }
     s.push_str(&super::first_call::verdict_line(&r.verdict));
+    s
+}
+
+/// Where each round's calls' time went, as text (mean per call, ms), or nothing if no round
+/// has a split.
+pub(crate) fn phase_table(r: &Burst) -> String {
+    if r.rounds.iter().all(|x| x.phases.is_none()) {
+        return "  where a call's time went: not measured (no scrape of /metrics)\n".to_string();
+    }
+    let mut s = String::from(
+        "  where a call's time went, mean per call in ms (the host's phase histograms, scraped):\n  round  calls  throttle wait  pool wait    handler  server, other  client + network     client\n",
+    );
+    for (i, x) in r.rounds.iter().enumerate() {
+        match &x.phases {
+            Some(p) => s.push_str(&format!(
+                "  {:>5} {:>6} {:>14.3} {:>10.3} {:>10.3} {:>14.3} {:>17.3} {:>10.3}\n",
+                i + 1,
+                p.calls,
+                p.throttle_wait_ms,
+                p.pool_wait_ms,
+                p.handler_ms,
+                p.server_other_ms,
+                p.client_network_ms,
+                p.client_ms
+            )),
+            None => s.push_str(&format!("  {:>5}  not measured\n", i + 1)),
+        }
+    }
     s
 }
 
@@ -388,6 +502,7 @@ mod tests {
             slowest_call_ms: total_ms - 1.0,
             start_ms: 0.0,
             end_ms: total_ms,
+            phases: None,
         }
     }
 
@@ -412,6 +527,7 @@ mod tests {
             vec![Sample {
                 t_ms: 50.0,
                 threads: 2,
+                busy: 0,
             }],
         );
         let v = serde_json::to_value(&r).unwrap();
@@ -423,5 +539,81 @@ mod tests {
         assert_eq!(v["rounds"][0]["peak_threads"], 100);
         assert_eq!(v["thread_samples"][0]["t_ms"], 50.0);
         assert_eq!(v["thread_samples"][0]["threads"], 2);
+        assert_eq!(v["thread_samples"][0]["busy"], 0);
+        assert_eq!(v["scrape_errors"], 0);
+        assert!(v["rounds"][0]["phases"].is_null());
+    }
+
+    /// The whole path against a real host: its admin endpoint's text reads without an error,
+    /// has the pool's gauges, and its phase histograms count a call made to it.
+    #[test]
+    fn scrapes_a_real_host() {
+        let host = host_builder(
+            Binding::Tcp,
+            HostSettings {
+                keep_alive: None,
+                clients: 1,
+            },
+        )
+        .admin(ADMIN_URL)
+        .start()
+        .unwrap();
+        let scraper = Scraper::new(host.admin_url().unwrap()).unwrap();
+        let all = Metrics::parse(&scraper.text().unwrap()).unwrap();
+        let pool = Sample::from_scrape(0.0, &all).unwrap();
+        assert!(pool.threads >= host.pool_metrics().min_threads, "{pool:?}");
+        let before = phase_snapshot(&scraper).unwrap();
+        let client = Service1BlockingClient::connect(host.url()).unwrap();
+        assert_eq!(client.get_data(7, 1).unwrap(), "You entered: 7");
+        let after = counted_snapshot(&scraper, &before, 1).unwrap();
+        assert_eq!(after.calls(), before.calls() + 1);
+        let split = Phases::between(&before, &after, Duration::from_millis(5)).unwrap();
+        assert_eq!(split.calls, 1);
+        assert!(split.handler_ms >= 1.0, "{split:?}");
+        assert!(split.server_ms >= split.handler_ms, "{split:?}");
+        client.close();
+        host.shutdown();
+    }
+
+    #[test]
+    fn samples_from_a_scrape() {
+        let m = Metrics::parse(
+            "keel_pool_threads{state=\"idle\"} 3\nkeel_pool_threads{state=\"busy\"} 95\nkeel_pool_threads{state=\"starting\"} 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            Sample::from_scrape(150.0, &m),
+            Some(Sample {
+                t_ms: 150.0,
+                threads: 100,
+                busy: 95
+            })
+        );
+        assert_eq!(Sample::from_scrape(1.0, &Metrics::default()), None);
+    }
+
+    #[test]
+    fn phase_table_prints_each_round() {
+        let split = Phases {
+            calls: 100,
+            client_ms: 2004.0,
+            throttle_wait_ms: 0.1,
+            pool_wait_ms: 3.0,
+            handler_ms: 2000.0,
+            server_other_ms: 0.5,
+            server_ms: 2003.6,
+            client_network_ms: 0.4,
+        };
+        let mut second = round(2010.0);
+        second.phases = Some(split);
+        let r = evaluate(&params(), 2, 98, vec![round(2004.0), second], vec![]);
+        let t = phase_table(&r);
+        assert!(t.contains("      1  not measured"), "{t}");
+        assert!(t.contains("      2    100          0.100      3.000   2000.000          0.500             0.400   2004.000"), "{t}");
+        let none = evaluate(&params(), 2, 98, vec![round(2004.0)], vec![]);
+        assert!(phase_table(&none).contains("not measured (no scrape"));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["rounds"][1]["phases"]["pool_wait_ms"], 3.0);
+        assert_eq!(v["rounds"][1]["phases"]["calls"], 100);
     }
 }

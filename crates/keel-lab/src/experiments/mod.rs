@@ -10,6 +10,7 @@ pub(crate) mod concurrent;
 pub(crate) mod first_call;
 pub(crate) mod idle;
 pub(crate) mod overload;
+pub(crate) mod phases;
 pub(crate) mod soak;
 
 use std::time::{Duration, Instant};
@@ -84,17 +85,21 @@ impl HostSettings {
 
 /// Starts a host serving seed 000's Calculator and seed 002's Service1 on `binding`.
 pub(crate) fn start_host(binding: Binding, settings: HostSettings) -> anyhow::Result<keel::Host> {
+    Ok(host_builder(binding, settings).start()?)
+}
+
+/// The builder of [`start_host`]'s host, for an experiment that adds to it (an admin
+/// endpoint).
+pub(crate) fn host_builder(binding: Binding, settings: HostSettings) -> keel::HostBuilder {
     use keel_examples::calculator::{Calc, CalculatorServer};
     use keel_examples::service1::{Service1Impl, Service1Server};
     let config = settings.config();
-    let host = keel::Host::builder()
+    keel::Host::builder()
         .service(CalculatorServer::new(Calc))
         .service(Service1Server::new(Service1Impl))
         .endpoint(binding.listen_url())
         .pool(config.pool)
         .throttle(config.throttle)
-        .start()?;
-    Ok(host)
 }
 
 /// A short name for how a call failed, for counting errors by kind.
