@@ -7,7 +7,7 @@
 //! would, by scraping its `GET /metrics` over HTTP: a sampler thread records the pool's threads
 //! (the `keel_pool_threads` gauges) every 50 ms (the seed's perfmon graph), and the phase
 //! histograms are scraped before and after each round for where its calls' time went
-//! ([`phases`](super::phases)).
+//! ([`phases`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};

@@ -88,6 +88,9 @@ pub(crate) struct ServerSettings {
     /// Calls (HTTP/2: streams) in flight on one connection.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) max_calls_per_connection: usize,
+    /// HTTP: which web origins may call from a browser (`None`: CORS off).
+    #[cfg(feature = "http")]
+    pub(crate) cors: Option<http::Cors>,
 }
 
 /// One call on its way out, whatever the binding.

@@ -105,6 +105,10 @@ pub struct HostConfig {
     /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::HostStats::handlers_blocked)).
     /// `None` turns it off. Default: 10 ms.
     pub blocking_watchdog: Option<Duration>,
+    /// Which web origins may call the HTTP binding from a browser (CORS). Default: `None`
+    /// (off: a page from another origin cannot read the host's answers).
+    #[cfg(feature = "http")]
+    pub cors: Option<crate::http::Cors>,
     /// Certificate and key for TLS endpoints (`tcps://`, `https://`), and whether clients must
     /// present certificates. Required when the host has a TLS endpoint. Default: `None`.
     #[cfg(feature = "tls")]
@@ -134,6 +138,8 @@ impl Default for HostConfig {
             drain_grace: Duration::ZERO,
             admin: None,
             blocking_watchdog: Some(crate::dispatch::WATCHDOG_THRESHOLD),
+            #[cfg(feature = "http")]
+            cors: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -170,6 +176,8 @@ impl HostConfig {
             max_stream_window: self.max_stream_window,
             max_streams_per_connection: self.max_streams_per_connection,
             max_calls_per_connection: self.calls_per_connection(),
+            #[cfg(feature = "http")]
+            cors: self.cors.clone(),
         }
     }
 }
@@ -357,6 +365,30 @@ impl HostBuilder {
     #[cfg(feature = "http")]
     pub fn admin(mut self, url: impl Into<String>) -> Self {
         self.config.admin = Some(url.into());
+        self
+    }
+
+    /// Lets pages from other web origins call the HTTP binding from a browser (CORS): their
+    /// preflights are answered and the answers readable (see [`crate::http::Cors`]). Default:
+    /// off.
+    ///
+    /// ```
+    /// # #[keel::contract] pub trait Echo { fn echo(&self, s: String) -> String; }
+    /// # struct E;
+    /// # impl Echo for E { fn echo(&self, s: String) -> String { s } }
+    /// # fn main() -> Result<(), keel::Error> {
+    /// let host = keel::Host::builder()
+    ///     .service(EchoServer::new(E))
+    ///     .endpoint("http://127.0.0.1:0")
+    ///     .cors(keel::http::Cors::allow_origins(["https://app.example.com"])?)
+    ///     .start()?;
+    /// # host.shutdown();
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn cors(mut self, cors: crate::http::Cors) -> Self {
+        self.config.cors = Some(cors);
         self
     }
 

@@ -8,9 +8,11 @@
 mod body;
 pub(crate) mod client;
 mod conns;
+mod cors;
 pub(crate) mod server;
 mod service;
 
+pub use cors::Cors;
 pub use service::{HttpBody, HttpService};
 
 use base64::Engine as _;

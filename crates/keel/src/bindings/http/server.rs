@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ::http::header::{
     HeaderValue, ACCEPT, ACCEPT_ENCODING, ALLOW, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE,
-    RETRY_AFTER, VARY,
+    ORIGIN, RETRY_AFTER, VARY,
 };
 use ::http::{Method, Request, Response, Version};
 use bytes::Bytes;
@@ -473,6 +473,11 @@ pub(super) async fn handle<B: Received>(ctx: &Ctx, req: Request<B>) -> Response<
         // single large read passes its check.
         return head_too_large();
     }
+    let cors = ctx.settings.cors.as_ref();
+    let origin = cors.and_then(|_| req.headers().get(ORIGIN).cloned());
+    if let Some(answer) = cors.and_then(|c| c.preflight(req.method(), req.headers())) {
+        return preflight_answer(answer);
+    }
     let path = req.uri().path().to_string();
     let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
     let mut response = match (segments.next(), segments.next(), segments.next()) {
@@ -504,7 +509,27 @@ pub(super) async fn handle<B: Received>(ctx: &Ctx, req: Request<B>) -> Response<
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
+    if let Some(cors) = cors {
+        cors.decorate(origin.as_ref(), response.headers_mut());
+    }
     response
+}
+
+/// The answer to a CORS preflight: 204 with the headers that allow the call, or 403.
+fn preflight_answer(answer: Result<::http::HeaderMap, String>) -> Response<Body> {
+    match answer {
+        Ok(headers) => {
+            let mut response = Response::new(body::empty());
+            *response.status_mut() = ::http::StatusCode::NO_CONTENT;
+            *response.headers_mut() = headers;
+            response
+        }
+        Err(msg) => {
+            let mut response = error(Status::new(StatusCode::PermissionDenied, msg), Format::Json);
+            *response.status_mut() = ::http::StatusCode::FORBIDDEN;
+            response
+        }
+    }
 }
 
 /// `POST /{Service}/{operation}`: one call.
