@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::task::AbortHandle;
@@ -115,6 +115,10 @@ pub(crate) struct ConnShared {
     last_active: AtomicU64,
     /// Being closed by the host (evicted, idle): no longer counts toward the connection limit.
     closing: AtomicBool,
+    /// When the host told it GoAway for its age (ms since the dispatcher started; 0: not yet).
+    aged_at: AtomicU64,
+    /// Told GoAway, for any reason.
+    told_go_away: AtomicBool,
     pub(crate) info: ConnInfo,
     pub(crate) dispatcher: Arc<Dispatcher>,
 }
@@ -134,6 +138,8 @@ impl ConnShared {
             max_calls,
             last_active: AtomicU64::new(dispatcher.now_ms()),
             closing: AtomicBool::new(false),
+            aged_at: AtomicU64::new(0),
+            told_go_away: AtomicBool::new(false),
             info,
             dispatcher,
         }
@@ -275,9 +281,49 @@ impl ConnShared {
         }
     }
 
+    /// Past its maximum age (`max_age`, already jittered for it) at `now_ms`: tells the peer
+    /// GoAway once, then closes the connection once its calls are done, or `grace` after the
+    /// GoAway with whatever is still in flight answered `ShuttingDown`. Returns whether it was
+    /// told GoAway now.
+    pub(crate) fn age(&self, now_ms: u64, max_age: Duration, grace: Duration) -> bool {
+        if self.info.opened.elapsed() < max_age || self.closing.load(Ordering::Acquire) {
+            return false;
+        }
+        let told = self.aged_at.load(Ordering::Acquire);
+        if told == 0 {
+            self.aged_at.store(now_ms.max(1), Ordering::Release);
+            self.go_away("max connection age: reconnect");
+            return true;
+        }
+        let grace_over = now_ms.saturating_sub(told) >= grace.as_millis() as u64;
+        // keel-wire: GoAway names the last call the host took, so an idle connection can close
+        // now (a call crossing it is resent). HTTP closes by itself: HTTP/2 after GOAWAY once
+        // idle, HTTP/1.1 with `connection: close` on its next answer (closing an idle one could
+        // meet a request on its way, which its client could not tell was not taken).
+        let wire = matches!(self.info.binding, "tcp" | "tcps" | "unix");
+        if wire && self.in_flight() == 0 {
+            if !self.closing.swap(true, Ordering::AcqRel) {
+                self.close();
+            }
+        } else if grace_over && self.in_flight() > 0 && !self.closing.swap(true, Ordering::AcqRel) {
+            self.abandon_all(&Status::new(
+                StatusCode::ShuttingDown,
+                "max connection age: the call outlasted the grace period",
+            ));
+        }
+        false
+    }
+
     /// Drain: tell the client no new calls will be served here.
     pub(crate) fn go_away(&self, reason: &str) {
+        self.told_go_away.store(true, Ordering::Release);
         self.out.go_away(reason);
+    }
+
+    /// Whether the connection was told GoAway (a drain, its age): an HTTP/1.1 answer then
+    /// says `connection: close`.
+    pub(crate) fn is_going_away(&self) -> bool {
+        self.told_go_away.load(Ordering::Acquire)
     }
 
     /// Answers every call still in flight with `status` and closes the connection.

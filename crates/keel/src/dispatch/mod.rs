@@ -397,6 +397,17 @@ impl Dispatcher {
         }
     }
 
+    /// Sends GoAway to every connection older than `max_age` (each with its own jitter of
+    /// up to ±10 %, so that connections opened together do not all leave together), and closes
+    /// those told so once their calls are done, or after `grace`. Returns how many were told.
+    pub(crate) fn age_connections(&self, max_age: Duration, grace: Duration) -> usize {
+        let now = self.now_ms();
+        self.conns()
+            .iter()
+            .filter(|c| c.age(now, jittered(max_age, c.id), grace))
+            .count()
+    }
+
     /// A connection of `binding` was closed for taking too long (a handshake, a frame, a head,
     /// a body, unsent output, or idle).
     pub(crate) fn timed_out(&self, binding: &'static str) {
@@ -498,4 +509,16 @@ impl Dispatcher {
             abandoned_calls: abandoned,
         }
     }
+}
+
+/// `max_age` scaled by a factor in [0.9, 1.1) drawn from connection `id` (a fixed hash, so a
+/// connection keeps its factor).
+fn jittered(max_age: Duration, id: u64) -> Duration {
+    // splitmix64
+    let mut x = id.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    let unit = (x >> 11) as f64 / (1u64 << 53) as f64;
+    max_age.mul_f64(0.9 + 0.2 * unit)
 }

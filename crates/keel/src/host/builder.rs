@@ -105,6 +105,15 @@ pub struct HostConfig {
     /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::HostStats::handlers_blocked)).
     /// `None` turns it off. Default: 10 ms.
     pub blocking_watchdog: Option<Duration>,
+    /// A connection older than this (±10 % per connection, so that connections opened together
+    /// leave at different times) is told GoAway: its client opens a new connection for its
+    /// next call, which an L4 load balancer may send to another replica, and this one closes
+    /// once its calls are answered. Default: `None` (connections live as long as they are
+    /// used; see `idle_timeout`).
+    pub max_connection_age: Option<Duration>,
+    /// How long calls in flight on a connection told GoAway for its age may still run; then
+    /// they are answered `ShuttingDown` and the connection closes. Default: 30 s.
+    pub max_connection_age_grace: Duration,
     /// Which web origins may call the HTTP binding from a browser (CORS). Default: `None`
     /// (off: a page from another origin cannot read the host's answers).
     #[cfg(feature = "http")]
@@ -138,6 +147,8 @@ impl Default for HostConfig {
             drain_grace: Duration::ZERO,
             admin: None,
             blocking_watchdog: Some(crate::dispatch::WATCHDOG_THRESHOLD),
+            max_connection_age: None,
+            max_connection_age_grace: Duration::from_secs(30),
             #[cfg(feature = "http")]
             cors: None,
             #[cfg(feature = "tls")]
@@ -392,6 +403,17 @@ impl HostBuilder {
         self
     }
 
+    /// Tells connections older than `age` (±10 % each) GoAway, so that clients reconnect and
+    /// spread again over the replicas behind an L4 load balancer; calls in flight finish
+    /// (within `grace`, then they are answered `ShuttingDown`), and the client sends new calls
+    /// on a new connection without failing any. Default: off. (gRPC's `MaxConnectionAge` and
+    /// `MaxConnectionAgeGrace`.)
+    pub fn max_connection_age(mut self, age: Duration, grace: Duration) -> Self {
+        self.config.max_connection_age = Some(age);
+        self.config.max_connection_age_grace = grace;
+        self
+    }
+
     /// How long a new connection may take to complete its handshakes. Default: 10 s.
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.config.handshake_timeout = timeout;
@@ -576,6 +598,10 @@ impl HostBuilder {
             })
             .collect();
         accept_tasks.push(handle.spawn(idle_reaper(dispatcher.clone(), config.idle_timeout)));
+        if let Some(age) = config.max_connection_age {
+            let grace = config.max_connection_age_grace;
+            accept_tasks.push(handle.spawn(super::age_reaper(dispatcher.clone(), age, grace)));
+        }
         #[cfg(feature = "http")]
         let admin_url = admin.map(|admin| {
             let url = admin.url.clone();

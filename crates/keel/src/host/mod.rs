@@ -417,6 +417,16 @@ impl Drop for HandshakeEnded {
     }
 }
 
+/// Tells connections past `max_age` GoAway and closes them once done (or after `grace`),
+/// until aborted.
+async fn age_reaper(dispatcher: Arc<Dispatcher>, max_age: Duration, grace: Duration) {
+    let period = (max_age / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(period).await;
+        dispatcher.age_connections(max_age, grace);
+    }
+}
+
 /// Closes the connections that stayed without calls for `idle_timeout`, until aborted.
 async fn idle_reaper(dispatcher: Arc<Dispatcher>, idle_timeout: Duration) {
     let period = (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(60));

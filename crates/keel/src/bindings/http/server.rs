@@ -503,8 +503,9 @@ pub(super) async fn handle<B: Received>(ctx: &Ctx, req: Request<B>) -> Response<
             Format::Json,
         ),
     };
-    if h1 && conn.dispatcher.is_shutting_down() {
-        // A draining host answers this one and closes, so the client reconnects elsewhere.
+    if h1 && (conn.dispatcher.is_shutting_down() || conn.is_going_away()) {
+        // A draining host (or one retiring this connection for its age) answers this one and
+        // closes, so the client reconnects elsewhere.
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
