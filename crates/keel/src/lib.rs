@@ -280,6 +280,7 @@
 //! | connections | [`max_connections`](HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest, is closed to admit the newcomer; refused only if all have calls in flight |
 //! | time to connect | [`handshake_timeout`](HostBuilder::handshake_timeout) | 10 s | closed (TLS and keel's handshakes each) |
 //! | idle time | [`idle_timeout`](HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
+//! | a peer that vanished (TCP) | fixed: TCP keepalive | probes after 60 s without traffic, every 10 s, 3 of them | the kernel closes the connection (about 90 s); calls on it fail and the client reconnects |
 //! | connection age | [`max_connection_age`](HostBuilder::max_connection_age) | off (grace 30 s) | GoAway at the age ±10 % (HTTP/2 GOAWAY; HTTP/1.1 `connection: close` on the next answer); the client moves its next calls to a new connection without failing one; calls still running after the grace are answered `ShuttingDown` |
 //! | time to finish a frame, request head or body | [`frame_timeout`](HostBuilder::frame_timeout) | 30 s | closed (an HTTP body: 408) |
 //! | unsent output | [`max_unsent_bytes`](HostBuilder::max_unsent_bytes) | 1 MiB | the connection is not read until its peer reads; closed if it does not within `frame_timeout` |

@@ -15,16 +15,42 @@ use crate::core::error::Error;
 #[cfg(feature = "tls")]
 use crate::core::error::Kind;
 
+/// TCP keepalive, the backstop under keel's own liveness checks: a connection whose peer
+/// vanished without a word (a crashed machine, a NAT or firewall that dropped its state) is
+/// probed after this long without traffic...
+pub(crate) const TCP_KEEPALIVE_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+/// ...every this long...
+pub(crate) const TCP_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// ...and closed by the kernel after this many unanswered probes (about 90 s in all).
+pub(crate) const TCP_KEEPALIVE_RETRIES: u32 = 3;
+
+/// Sets up a TCP connection, either end: `TCP_NODELAY` (keel writes whole messages and wants
+/// them on the wire now) and TCP keepalive.
+fn tune(s: &TcpStream) -> std::io::Result<()> {
+    s.set_nodelay(true)?;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(TCP_KEEPALIVE_TIME)
+        .with_interval(TCP_KEEPALIVE_INTERVAL);
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_vendor = "apple",
+        target_os = "freebsd"
+    ))]
+    let keepalive = keepalive.with_retries(TCP_KEEPALIVE_RETRIES);
+    socket2::SockRef::from(s).set_tcp_keepalive(&keepalive)
+}
+
 impl Endpoint {
-    /// Opens the raw socket, with `TCP_NODELAY` set on TCP: keel writes whole messages and
-    /// wants them on the wire now. No TLS yet (see [`Endpoint::secure_client`]).
+    /// Opens the raw socket, with `TCP_NODELAY` and TCP keepalive set on TCP (see [`tune`]). No
+    /// TLS yet (see [`Endpoint::secure_client`]).
     pub(crate) async fn connect_raw(&self) -> std::io::Result<Box<dyn Io>> {
         match self {
             Endpoint::Unix(path) => Ok(Box::new(connect_unix(path).await?)),
             _ => {
                 let addr = self.authority().unwrap_or_default();
                 let s = TcpStream::connect(addr).await?;
-                s.set_nodelay(true)?;
+                tune(&s)?;
                 Ok(Box::new(s))
             }
         }
@@ -303,7 +329,7 @@ impl Listener {
         match &self.socket {
             ListenSocket::Tcp(l) => {
                 let (s, peer) = l.accept().await?;
-                s.set_nodelay(true)?;
+                tune(&s)?;
                 Ok((Box::new(s), Some(peer)))
             }
             #[cfg(unix)]
@@ -410,5 +436,32 @@ mod tests {
         assert!(e.to_string().contains("tcps://127.0.0.1:0"), "{e}");
         let plain = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
         ServerSecurity::for_endpoint(&plain, &Default::default()).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod keepalive_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tcp_connections_are_tuned_with_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        for s in [client.unwrap(), accepted.unwrap().0] {
+            tune(&s).unwrap();
+            let sock = socket2::SockRef::from(&s);
+            assert!(s.nodelay().unwrap());
+            assert!(sock.keepalive().unwrap());
+            assert_eq!(sock.tcp_keepalive_time().unwrap(), TCP_KEEPALIVE_TIME);
+            #[cfg(target_os = "linux")]
+            {
+                assert_eq!(
+                    sock.tcp_keepalive_interval().unwrap(),
+                    TCP_KEEPALIVE_INTERVAL
+                );
+                assert_eq!(sock.tcp_keepalive_retries().unwrap(), TCP_KEEPALIVE_RETRIES);
+            }
+        }
     }
 }
