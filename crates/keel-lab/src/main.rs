@@ -12,6 +12,7 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
+//! keel-lab peers [--seconds 3]         keel beside raw TCP, tonic, tarpc
 //! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
 //!
@@ -24,6 +25,7 @@ mod attack;
 mod child;
 mod experiments;
 mod lab_service;
+mod peers;
 mod report;
 mod style;
 mod verdict;
@@ -169,6 +171,12 @@ enum Command {
     /// burst; with the host's RSS and a well-behaved probe's answers. Exit 1: the host did not
     /// hold.
     Attack(attack::AttackArgs),
+    /// keel beside raw TCP, tonic and tarpc on "add two f64": latency, throughput, CPU per
+    /// call, memory per idle connection; servers in child processes.
+    Peers(peers::PeersArgs),
+    /// A server of one `peers` system (prints its address, serves until stdin closes).
+    #[command(hide = true)]
+    PeersServe(peers::serve::ServeArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -305,6 +313,18 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         Command::Attack(args) => {
             let (r, text) = attack::run(args)?;
             emit(json, &text, &r, r.held)
+        }
+        Command::Peers(a) => {
+            let mut p = peers::Params::full(a.seconds);
+            if !a.systems.is_empty() {
+                p.systems = a.systems.clone();
+            }
+            let r = peers::run(&p)?;
+            emit(json, &peers::summary(&r), &r, true)
+        }
+        Command::PeersServe(a) => {
+            peers::serve::serve(a)?;
+            Ok(true)
         }
         Command::All { full, report } => {
             let profile = if *full {

@@ -12,6 +12,7 @@ use crate::experiments::first_call::{self, FirstCall};
 use crate::experiments::idle::{self, Idle};
 use crate::experiments::overload::{self, Overload};
 use crate::experiments::Binding;
+use crate::peers::{self, Peers};
 use crate::style::CSS;
 use crate::wan::matrix::{Matrix, MatrixParams};
 
@@ -47,6 +48,8 @@ pub(crate) struct Profile {
     pub(crate) idle_gaps: usize,
     /// Seed 004's subset of the wan matrix.
     pub(crate) wan: MatrixParams,
+    /// keel beside its peers.
+    pub(crate) peers: peers::Params,
 }
 
 impl Profile {
@@ -83,6 +86,7 @@ impl Profile {
             },
             idle_gaps: crate::verdict::IDLE_MIN_GAPS,
             wan: MatrixParams::all_subset(),
+            peers: peers::Params::quick(),
         }
     }
 
@@ -122,6 +126,8 @@ pub(crate) struct All {
     pub(crate) overload: Overload,
     /// Seed 004 (a subset of the wan matrix).
     pub(crate) wan: Option<Matrix>,
+    /// keel beside raw TCP, tonic and tarpc (quick; numbers only, no bar).
+    pub(crate) peers: Option<Peers>,
     /// The table.
     pub(crate) rows: Vec<Row>,
     /// Whether every experiment met its bar.
@@ -132,7 +138,7 @@ pub(crate) use crate::verdict::Row;
 
 /// Runs every experiment of `profile` on `binding`, one after the other.
 pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All> {
-    let step = |n: u32, what: &str| eprintln!("[{n}/7] {what}");
+    let step = |n: u32, what: &str| eprintln!("[{n}/8] {what}");
     step(1, "first-call (seed 000)");
     let first_call = first_call::run(&first_call::Params {
         binding,
@@ -171,6 +177,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
     })?;
     step(7, "calls over a WAN (seed 004)");
     let wan = crate::wan::matrix::run(&profile.wan)?;
+    step(8, "keel beside its peers (quick)");
+    let peers = peers::run(&profile.peers)?;
     Ok(assemble(
         profile.clone(),
         binding,
@@ -181,7 +189,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         idle,
         overload,
     )
-    .with_wan(wan))
+    .with_wan(wan)
+    .with_peers(peers))
 }
 
 /// Puts the results together with their table rows and overall verdict.
@@ -212,6 +221,7 @@ pub(crate) fn assemble(
         idle,
         overload,
         wan: None,
+        peers: None,
         rows: Vec::new(),
         pass,
     };
@@ -220,6 +230,12 @@ pub(crate) fn assemble(
 }
 
 impl All {
+    /// These results with the peers comparison (no bar: it does not change the verdict).
+    pub(crate) fn with_peers(mut self, peers: Peers) -> All {
+        self.peers = Some(peers);
+        self
+    }
+
     /// These results with seed 004's: its row, and its verdict in the overall one.
     pub(crate) fn with_wan(mut self, wan: Matrix) -> All {
         self.pass &= wan.pass;
@@ -833,6 +849,9 @@ pub(crate) fn html(all: &All) -> String {
     s.push_str(&overload_section(&all.overload));
     if let Some(w) = &all.wan {
         s.push_str(&crate::wan::html::section(w));
+    }
+    if let Some(p) = &all.peers {
+        s.push_str(&crate::peers::html::section(p));
     }
     s.push_str("</body></html>\n");
     s
