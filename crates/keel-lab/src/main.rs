@@ -315,11 +315,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             emit(json, &text, &r, r.held)
         }
         Command::Peers(a) => {
-            let mut p = peers::Params::full(a.seconds);
-            if !a.systems.is_empty() {
-                p.systems = a.systems.clone();
-            }
-            let r = peers::run(&p)?;
+            let r = peers::run(&a.params())?;
             emit(json, &peers::summary(&r), &r, true)
         }
         Command::PeersServe(a) => {
@@ -401,6 +397,36 @@ mod tests {
         assert!(
             Cli::try_parse_from(["keel-lab", "soak", "--minutes", "1", "--seconds", "2"]).is_err()
         );
+    }
+
+    #[test]
+    fn parses_the_peers_commands() {
+        let cli = Cli::try_parse_from(["keel-lab", "peers", "--json"]).unwrap();
+        assert!(cli.common.json);
+        let Command::Peers(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(a.params().seconds, 3.0);
+        assert_eq!(a.params().systems, peers::System::ALL);
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "peers",
+            "--quick",
+            "--systems",
+            "raw,keel-tcp-sync",
+        ])
+        .unwrap();
+        let Command::Peers(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        let p = a.params();
+        assert_eq!(p.idle_connections, 200);
+        assert_eq!(p.systems, [peers::System::Raw, peers::System::KeelTcpSync]);
+        let cli = Cli::try_parse_from(["keel-lab", "peers-serve", "--system", "tonic"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::PeersServe(ref s) if s.system == peers::System::Tonic)
+        );
+        assert!(Cli::try_parse_from(["keel-lab", "peers", "--systems", "grpc-web"]).is_err());
     }
 
     #[test]

@@ -1136,6 +1136,30 @@ mod tests {
     }
 
     #[test]
+    fn peers_add_a_section_but_no_row_or_verdict() {
+        use crate::peers::ratios::tests::row;
+        use crate::peers::{Params, System};
+        let rows = vec![row(System::Raw, 1.0), row(System::KeelTcpAsync, 2.0)];
+        let peers = Peers {
+            scenario: "peers",
+            params: Params::quick(),
+            ratios: crate::peers::ratios::ratios(&rows),
+            rows,
+            placement: String::new(),
+            loadavg: (0.0, 0.0),
+        };
+        let before = sample_all(2005.0);
+        let all = sample_all(2005.0).with_peers(peers);
+        assert_eq!((all.pass, all.rows.len()), (before.pass, before.rows.len()));
+        let h = html(&all);
+        assert!(h.contains("<h2>keel beside its peers</h2>"));
+        assert_eq!(h.matches("<svg").count(), 4 + 4);
+        let v = serde_json::to_value(&all).unwrap();
+        assert_eq!(v["peers"]["scenario"], "peers");
+        assert!(serde_json::to_value(&before).unwrap()["peers"].is_null());
+    }
+
+    #[test]
     fn nice_steps() {
         assert_eq!(nice_step(100.0, 5), 20.0);
         assert_eq!(nice_step(3315.0, 8), 500.0);

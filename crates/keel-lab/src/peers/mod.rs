@@ -39,6 +39,25 @@ pub(crate) struct PeersArgs {
     /// Only these systems (comma-separated; default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) systems: Vec<System>,
+    /// The quick version `keel-lab all` runs (2,000 timed calls, 1 s windows, 200 idle
+    /// connections); ignores --seconds.
+    #[arg(long)]
+    pub(crate) quick: bool,
+}
+
+impl PeersArgs {
+    /// What these flags ask for.
+    pub(crate) fn params(&self) -> Params {
+        let mut p = if self.quick {
+            Params::quick()
+        } else {
+            Params::full(self.seconds)
+        };
+        if !self.systems.is_empty() {
+            p.systems = self.systems.clone();
+        }
+        p
+    }
 }
 
 /// What a run does.

@@ -159,7 +159,7 @@ pub(crate) mod tests {
         assert_eq!(a["tonic"]["calls_per_sec_8conn"], 0.5);
         assert_eq!(r["keel-h2"]["tonic"]["rss_growth_per_1000_conns_mib"], 0.75);
         assert_eq!(a["raw"].len(), rows[0].metrics().len());
-        assert_eq!(a["raw"].len(), 16);
+        assert_eq!(a["raw"].len(), 14);
     }
 
     #[test]
