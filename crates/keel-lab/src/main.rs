@@ -12,6 +12,7 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
+//! keel-lab peers [--seconds 3]         keel beside raw TCP, tonic, tarpc
 //! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
 //!
@@ -24,6 +25,7 @@ mod attack;
 mod child;
 mod experiments;
 mod lab_service;
+mod peers;
 mod prom;
 mod report;
 mod scrape;
@@ -171,6 +173,12 @@ enum Command {
     /// burst; with the host's RSS and a well-behaved probe's answers. Exit 1: the host did not
     /// hold.
     Attack(attack::AttackArgs),
+    /// keel beside raw TCP, tonic and tarpc on "add two f64": latency, throughput, CPU per
+    /// call, memory per idle connection; servers in child processes.
+    Peers(peers::PeersArgs),
+    /// A server of one `peers` system (prints its address, serves until stdin closes).
+    #[command(hide = true)]
+    PeersServe(peers::serve::ServeArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -308,6 +316,14 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             let (r, text) = attack::run(args)?;
             emit(json, &text, &r, r.held)
         }
+        Command::Peers(a) => {
+            let r = peers::run(&a.params())?;
+            emit(json, &peers::summary(&r), &r, true)
+        }
+        Command::PeersServe(a) => {
+            peers::serve::serve(a)?;
+            Ok(true)
+        }
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -383,6 +399,36 @@ mod tests {
         assert!(
             Cli::try_parse_from(["keel-lab", "soak", "--minutes", "1", "--seconds", "2"]).is_err()
         );
+    }
+
+    #[test]
+    fn parses_the_peers_commands() {
+        let cli = Cli::try_parse_from(["keel-lab", "peers", "--json"]).unwrap();
+        assert!(cli.common.json);
+        let Command::Peers(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(a.params().seconds, 3.0);
+        assert_eq!(a.params().systems, peers::System::ALL);
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "peers",
+            "--quick",
+            "--systems",
+            "raw,keel-tcp-sync",
+        ])
+        .unwrap();
+        let Command::Peers(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        let p = a.params();
+        assert_eq!(p.idle_connections, 200);
+        assert_eq!(p.systems, [peers::System::Raw, peers::System::KeelTcpSync]);
+        let cli = Cli::try_parse_from(["keel-lab", "peers-serve", "--system", "tonic"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::PeersServe(ref s) if s.system == peers::System::Tonic)
+        );
+        assert!(Cli::try_parse_from(["keel-lab", "peers", "--systems", "grpc-web"]).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::experiments::idle::{self, Idle};
 use crate::experiments::overload::{self, Overload};
 use crate::experiments::phases::{Phases, SEGMENTS};
 use crate::experiments::Binding;
+use crate::peers::{self, Peers};
 use crate::style::CSS;
 use crate::wan::matrix::{Matrix, MatrixParams};
 
@@ -48,6 +49,8 @@ pub(crate) struct Profile {
     pub(crate) idle_gaps: usize,
     /// Seed 004's subset of the wan matrix.
     pub(crate) wan: MatrixParams,
+    /// keel beside its peers.
+    pub(crate) peers: peers::Params,
 }
 
 impl Profile {
@@ -84,6 +87,7 @@ impl Profile {
             },
             idle_gaps: crate::verdict::IDLE_MIN_GAPS,
             wan: MatrixParams::all_subset(),
+            peers: peers::Params::quick(),
         }
     }
 
@@ -123,6 +127,8 @@ pub(crate) struct All {
     pub(crate) overload: Overload,
     /// Seed 004 (a subset of the wan matrix).
     pub(crate) wan: Option<Matrix>,
+    /// keel beside raw TCP, tonic and tarpc (quick; numbers only, no bar).
+    pub(crate) peers: Option<Peers>,
     /// The table.
     pub(crate) rows: Vec<Row>,
     /// Whether every experiment met its bar.
@@ -133,7 +139,7 @@ pub(crate) use crate::verdict::Row;
 
 /// Runs every experiment of `profile` on `binding`, one after the other.
 pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All> {
-    let step = |n: u32, what: &str| eprintln!("[{n}/7] {what}");
+    let step = |n: u32, what: &str| eprintln!("[{n}/8] {what}");
     step(1, "first-call (seed 000)");
     let first_call = first_call::run(&first_call::Params {
         binding,
@@ -172,6 +178,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
     })?;
     step(7, "calls over a WAN (seed 004)");
     let wan = crate::wan::matrix::run(&profile.wan)?;
+    step(8, "keel beside its peers (quick)");
+    let peers = peers::run(&profile.peers)?;
     Ok(assemble(
         profile.clone(),
         binding,
@@ -182,7 +190,8 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
         idle,
         overload,
     )
-    .with_wan(wan))
+    .with_wan(wan)
+    .with_peers(peers))
 }
 
 /// Puts the results together with their table rows and overall verdict.
@@ -213,6 +222,7 @@ pub(crate) fn assemble(
         idle,
         overload,
         wan: None,
+        peers: None,
         rows: Vec::new(),
         pass,
     };
@@ -221,6 +231,12 @@ pub(crate) fn assemble(
 }
 
 impl All {
+    /// These results with the peers comparison (no bar: it does not change the verdict).
+    pub(crate) fn with_peers(mut self, peers: Peers) -> All {
+        self.peers = Some(peers);
+        self
+    }
+
     /// These results with seed 004's: its row, and its verdict in the overall one.
     pub(crate) fn with_wan(mut self, wan: Matrix) -> All {
         self.pass &= wan.pass;
@@ -1024,6 +1040,9 @@ pub(crate) fn html(all: &All) -> String {
     if let Some(w) = &all.wan {
         s.push_str(&crate::wan::html::section(w));
     }
+    if let Some(p) = &all.peers {
+        s.push_str(&crate::peers::html::section(p));
+    }
     s.push_str("</body></html>\n");
     s
 }
@@ -1335,6 +1354,32 @@ mod tests {
         assert!(!s.contains("<svg"));
         assert_eq!(fmt_tick(0.5), "0.5");
         assert_eq!(fmt_tick(2000.0), "2000");
+    }
+
+    #[test]
+    fn peers_add_a_section_but_no_row_or_verdict() {
+        use crate::peers::ratios::tests::row;
+        use crate::peers::{Params, System};
+        let rows = vec![row(System::Raw, 1.0), row(System::KeelTcpAsync, 2.0)];
+        let peers = Peers {
+            scenario: "peers",
+            params: Params::quick(),
+            ratios: crate::peers::ratios::ratios(&rows),
+            rows,
+            placement: String::new(),
+            loadavg: (0.0, 0.0),
+        };
+        let before = sample_all(2005.0);
+        let all = sample_all(2005.0).with_peers(peers);
+        assert_eq!((all.pass, all.rows.len()), (before.pass, before.rows.len()));
+        let h = html(&all);
+        assert!(h.contains("<h2>keel beside its peers</h2>"));
+        // The four bar charts of the peers section, on top of what `all` draws without it.
+        let without = html(&before).matches("<svg").count();
+        assert_eq!(h.matches("<svg").count(), without + 4);
+        let v = serde_json::to_value(&all).unwrap();
+        assert_eq!(v["peers"]["scenario"], "peers");
+        assert!(serde_json::to_value(&before).unwrap()["peers"].is_null());
     }
 
     #[test]

@@ -1,0 +1,85 @@
+//! The client side: one connection of any system, behind one type, so the workloads are
+//! written once.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+
+use super::keel_peer::KeelConn;
+use super::load::{new_histogram, Window};
+use super::raw::RawConn;
+use super::system::System;
+use super::tarpc_peer::TarpcConn;
+use super::tonic_peer::TonicConn;
+
+/// One connection to a system's server, made by that system's own client.
+#[derive(Debug, Clone)]
+pub(crate) enum Conn {
+    /// A raw TCP connection.
+    Raw(Arc<RawConn>),
+    /// A tonic channel.
+    Tonic(TonicConn),
+    /// A tarpc client.
+    Tarpc(TarpcConn),
+    /// A keel channel.
+    Keel(KeelConn),
+}
+
+impl Conn {
+    /// Connects to the server of `system` at `addr` (as [`super::serve::PeerServer::addr`]).
+    pub(crate) async fn connect(system: System, addr: &str) -> anyhow::Result<Conn> {
+        if system.is_keel() {
+            return Ok(Conn::Keel(KeelConn::connect(system, addr).await?));
+        }
+        let sa: SocketAddr = addr.parse()?;
+        Ok(match system {
+            System::Raw => Conn::Raw(Arc::new(RawConn::connect(sa).await?)),
+            System::Tonic => Conn::Tonic(TonicConn::connect(sa).await?),
+            _ => Conn::Tarpc(TarpcConn::connect(sa).await?),
+        })
+    }
+
+    /// One call, `a + b`.
+    pub(crate) async fn add(&self, a: f64, b: f64) -> anyhow::Result<f64> {
+        match self {
+            Conn::Raw(c) => c.add(a, b).await,
+            Conn::Tonic(c) => c.add(a, b).await,
+            Conn::Tarpc(c) => c.add(a, b).await,
+            Conn::Keel(c) => c.add(a, b).await,
+        }
+    }
+
+    /// Keeps `inflight` calls going on this connection until `window` stops: raw pipelines them
+    /// on its one socket; the others run `inflight` tasks each calling in a loop through clones
+    /// of one client (sharing its connection). Returns the latencies counted in the window.
+    pub(crate) async fn drive(
+        &self,
+        inflight: usize,
+        window: Arc<Window>,
+    ) -> anyhow::Result<Histogram<u64>> {
+        if let Conn::Raw(c) = self {
+            return c.pipeline(inflight, &window).await;
+        }
+        let mut tasks = Vec::with_capacity(inflight);
+        for _ in 0..inflight {
+            let (conn, window) = (self.clone(), window.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut h = new_histogram();
+                while !window.stopped() {
+                    let t = Instant::now();
+                    let v = conn.add(1.0, 2.0).await?;
+                    anyhow::ensure!(v == 3.0, "1 + 2 = {v}");
+                    window.record(&mut h, t);
+                }
+                anyhow::Ok(h)
+            }));
+        }
+        let mut all = new_histogram();
+        for t in tasks {
+            all.add(t.await??)?;
+        }
+        Ok(all)
+    }
+}

@@ -1,0 +1,136 @@
+//! The server side: `keel-lab peers-serve --system S` (a hidden subcommand) serves one system
+//! in a child process until its stdin closes; [`PeerServer`] starts and stops that child.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::system::System;
+use super::{keel_peer, raw, tarpc_peer, tonic_peer};
+
+/// Flags of `keel-lab peers-serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// The system to serve.
+    #[arg(long, value_enum)]
+    pub(crate) system: System,
+}
+
+/// `keel-lab peers-serve`: prints `listening on ADDR` (a URL for keel, `host:port` for the
+/// others) and serves until stdin closes.
+pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let system = args.system;
+    if system.is_keel() {
+        let host = keel_peer::host(system.listen_url())?;
+        announce(host.url())?;
+        wait_for_stdin_eof();
+        host.shutdown();
+        return Ok(());
+    }
+    // The peers on a tokio runtime with its defaults (one worker per CPU), as their docs use.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(system.listen_url()).await?;
+        announce(&listener.local_addr()?.to_string())?;
+        let server = tokio::spawn(async move {
+            match system {
+                System::Raw => raw::serve(listener).await,
+                System::Tonic => tonic_peer::serve(listener).await,
+                _ => tarpc_peer::serve(listener).await,
+            }
+        });
+        tokio::task::spawn_blocking(wait_for_stdin_eof).await?;
+        server.abort();
+        anyhow::Ok(())
+    })?;
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
+}
+
+fn announce(addr: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening on {addr}")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn wait_for_stdin_eof() {
+    for line in std::io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+    }
+}
+
+/// A `keel-lab peers-serve` child process.
+#[derive(Debug)]
+pub(crate) struct PeerServer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    addr: String,
+}
+
+impl PeerServer {
+    /// Starts a server of `system`; with `cpus` (a `taskset` list such as `0`), pinned there
+    /// from its first instruction.
+    pub(crate) fn start(system: System, cpus: Option<&str>) -> anyhow::Result<PeerServer> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = match cpus {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
+            .args(["peers-serve", "--system", system.name()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let Some(addr) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("the {} server did not start: {line:?}", system.name());
+        };
+        Ok(PeerServer {
+            addr: addr.to_string(),
+            child,
+            stdin,
+        })
+    }
+
+    /// Where it listens: a URL for keel, `host:port` for the others.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for PeerServer {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

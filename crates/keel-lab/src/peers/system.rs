@@ -1,0 +1,85 @@
+//! The systems `keel-lab peers` compares, and what each needs to be started and reached.
+
+use serde::Serialize;
+
+/// One system under test: a server and its own client, both serving "add two f64".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum System {
+    /// Length-prefixed frames over TCP, answered by a bare tokio loop: the limit.
+    Raw,
+    /// tonic (gRPC over HTTP/2, prost messages).
+    Tonic,
+    /// tarpc over TCP with its bincode serde transport.
+    Tarpc,
+    /// keel-wire over TCP, the async operation (runs on the host's runtime).
+    KeelTcpAsync,
+    /// keel-wire over TCP, the sync operation (runs on a keel-pool thread).
+    KeelTcpSync,
+    /// keel over HTTP/2 (h2c), the async operation.
+    KeelH2,
+    /// keel over HTTP/1.1, the async operation.
+    KeelH1,
+}
+
+impl System {
+    /// Every system, in the order of the tables.
+    pub(crate) const ALL: [System; 7] = [
+        System::Raw,
+        System::Tonic,
+        System::Tarpc,
+        System::KeelTcpAsync,
+        System::KeelTcpSync,
+        System::KeelH2,
+        System::KeelH1,
+    ];
+
+    /// The name in tables and JSON.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            System::Raw => "raw",
+            System::Tonic => "tonic",
+            System::Tarpc => "tarpc",
+            System::KeelTcpAsync => "keel-tcp-async",
+            System::KeelTcpSync => "keel-tcp-sync",
+            System::KeelH2 => "keel-h2",
+            System::KeelH1 => "keel-h1",
+        }
+    }
+
+    /// Whether this is one of keel's variants (the numerators of the ratios).
+    pub(crate) fn is_keel(self) -> bool {
+        matches!(
+            self,
+            System::KeelTcpAsync | System::KeelTcpSync | System::KeelH2 | System::KeelH1
+        )
+    }
+
+    /// The systems sharing a server: the two keel-wire variants are one host with both
+    /// operations, so both run against the same kind of child.
+    pub(crate) fn listen_url(self) -> &'static str {
+        match self {
+            System::KeelTcpAsync | System::KeelTcpSync => "tcp://127.0.0.1:0",
+            System::KeelH2 | System::KeelH1 => "http://127.0.0.1:0",
+            System::Raw | System::Tonic | System::Tarpc => "127.0.0.1:0",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_keel_is_marked() {
+        let names: std::collections::BTreeSet<_> = System::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names.len(), System::ALL.len());
+        let keel: Vec<_> = System::ALL.iter().filter(|s| s.is_keel()).collect();
+        assert_eq!(keel.len(), 4);
+        assert!(keel.iter().all(|s| s.name().starts_with("keel-")));
+        assert_eq!(
+            serde_json::to_string(&System::KeelTcpAsync).unwrap(),
+            "\"keel-tcp-async\""
+        );
+    }
+}
