@@ -135,6 +135,20 @@ pub(crate) fn serve(args: &HostArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// This keel-lab binary as a command for a child process; with `cpus` (a `taskset` list such
+/// as `0`), pinned there from its first instruction (`taskset -c CPUS keel-lab ...`).
+pub(crate) fn lab_command(cpus: Option<&str>) -> anyhow::Result<Command> {
+    let exe = std::env::current_exe()?;
+    Ok(match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    })
+}
+
 /// A `keel-lab host` child process.
 #[derive(Debug)]
 pub(crate) struct ChildHost {
@@ -147,16 +161,7 @@ impl ChildHost {
     /// Starts the child; with `cpus` (a `taskset` list such as `0`), pinned there from its
     /// first instruction (`taskset -c CPUS keel-lab host ...`).
     pub(crate) fn start(args: &HostArgs, cpus: Option<&str>) -> anyhow::Result<ChildHost> {
-        let exe = std::env::current_exe()?;
-        let mut cmd = match cpus {
-            Some(cpus) => {
-                let mut c = Command::new("taskset");
-                c.args(["-c", cpus]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        let mut child = cmd
+        let mut child = lab_command(cpus)?
             .arg("host")
             .args(args.to_flags())
             .stdin(Stdio::piped())

@@ -2,7 +2,7 @@
 //! in a child process until its stdin closes; [`PeerServer`] starts and stops that child.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
 use super::system::System;
@@ -76,16 +76,7 @@ impl PeerServer {
     /// Starts a server of `system`; with `cpus` (a `taskset` list such as `0`), pinned there
     /// from its first instruction.
     pub(crate) fn start(system: System, cpus: Option<&str>) -> anyhow::Result<PeerServer> {
-        let exe = std::env::current_exe()?;
-        let mut cmd = match cpus {
-            Some(cpus) => {
-                let mut c = Command::new("taskset");
-                c.args(["-c", cpus]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        let mut child = cmd
+        let mut child = crate::child::lab_command(cpus)?
             .args(["peers-serve", "--system", system.name()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
