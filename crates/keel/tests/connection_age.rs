@@ -2,6 +2,7 @@
 //! again over the replicas behind an L4 balancer. Clients move to new connections without
 //! failing a call; calls in flight finish within the grace, and are answered `ShuttingDown`
 //! after it. Every binding.
+#![cfg(all(feature = "http", feature = "tls"))]
 #![allow(missing_docs)]
 
 mod common;
@@ -10,11 +11,15 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn bindings() -> Vec<Binding> {
-    let mut all = vec![Binding::Tcp, Binding::Unix, Binding::Http1, Binding::Http2];
-    #[cfg(feature = "tls")]
-    all.extend([Binding::Tcps, Binding::Https]);
-    all
+fn bindings() -> [Binding; 6] {
+    [
+        Binding::Tcp,
+        Binding::Unix,
+        Binding::Http1,
+        Binding::Http2,
+        Binding::Tcps,
+        Binding::Https,
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,7 @@
 //! code. The handler runs inside it; the host's interceptors get it through `Context::span`
 //! before it is entered, the client's run inside it. A subscriber here records every span keel
 //! opens, over every binding.
+#![cfg(feature = "http")]
 #![allow(missing_docs)]
 
 mod common;

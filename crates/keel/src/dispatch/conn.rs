@@ -322,6 +322,7 @@ impl ConnShared {
 
     /// Whether the connection was told GoAway (a drain, its age): an HTTP/1.1 answer then
     /// says `connection: close`.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn is_going_away(&self) -> bool {
         self.told_go_away.load(Ordering::Acquire)
     }
