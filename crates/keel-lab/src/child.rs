@@ -231,16 +231,21 @@ impl ChildHost {
     /// then kills it.
     pub(crate) fn stop(&mut self, grace: Duration) {
         drop(self.io.lock().unwrap_or_else(|e| e.into_inner()).take());
-        let until = Instant::now() + grace;
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        reap(&mut self.child, grace);
     }
+}
+
+/// Waits up to `grace` for `child` to exit (its stdin closed by the caller), then kills it.
+pub(crate) fn reap(child: &mut Child, grace: Duration) {
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl Drop for ChildHost {

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::system::System;
 use super::{keel_peer, raw, tarpc_peer, tonic_peer};
@@ -114,14 +114,6 @@ impl PeerServer {
 impl Drop for PeerServer {
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let until = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::child::reap(&mut self.child, Duration::from_secs(2));
     }
 }
