@@ -561,8 +561,14 @@ async fn graceful_shutdown_with_a_thousand_calls_in_flight_loses_none(b: Binding
             tokio::spawn(async move { (ms, c.counted_sleep_ms(ms).await) })
         })
         .collect();
+    // In flight counts a call from its arrival, accepted (`calls_total`) once it decoded:
+    // wait for both, or a call still decoding is counted in one and not the other.
     assert!(
-        eventually(|| host.stats().calls_in_flight == 1000).await,
+        eventually(|| {
+            let s = host.stats();
+            s.calls_in_flight == 1000 && s.calls_total == 1000
+        })
+        .await,
         "{:?}",
         host.stats()
     );
