@@ -84,7 +84,7 @@ pub use codec::{
     LEN_PREFIX_SIZE, MAX_HEADER, MAX_REASON_LEN,
 };
 pub use conn::{
-    CallRejected, Closed, ConnError, Connection, Event, Side, CONNECTION,
+    CallRejected, Closed, ConnError, Connection, Event, Keepalive, PingPolicy, Side, CONNECTION,
     MAX_LEARNED_INITIAL_WINDOW,
 };
 pub use error::{WireError, MAX_NAME_LEN};

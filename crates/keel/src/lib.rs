@@ -280,6 +280,8 @@
 //! | connections | [`max_connections`](HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest, is closed to admit the newcomer; refused only if all have calls in flight |
 //! | time to connect | [`handshake_timeout`](HostBuilder::handshake_timeout) | 10 s | closed (TLS and keel's handshakes each) |
 //! | idle time | [`idle_timeout`](HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
+//! | a peer that vanished (keel-wire) | [`keepalive`](HostBuilder::keepalive) | a Ping after 60 s with nothing received; nothing back in 20 s | closed, its calls stopped (keel's client pings its own quiet connections every 20 s and gives a silent host 1 s: [`ChannelBuilder::keepalive`]) |
+//! | pings (keel-wire) | [`ping_policy`](HostBuilder::ping_policy) | 5 s between pings with no call between them; 2 strikes | GoAway `too many pings`, closed |
 //! | a peer that vanished (TCP) | fixed: TCP keepalive | probes after 60 s without traffic, every 10 s, 3 of them | the kernel closes the connection (about 90 s); calls on it fail and the client reconnects |
 //! | connection age | [`max_connection_age`](HostBuilder::max_connection_age) | off (grace 30 s) | GoAway at the age ±10 % (HTTP/2 GOAWAY; HTTP/1.1 `connection: close` on the next answer); the client moves its next calls to a new connection without failing one; calls still running after the grace are answered `ShuttingDown` |
 //! | time to finish a frame, request head or body | [`frame_timeout`](HostBuilder::frame_timeout) | 30 s | closed (an HTTP body: 408) |
@@ -397,6 +399,7 @@ pub use crate::transport::tls;
 
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
 pub use keel_pool as pool;
+pub use keel_wire::{Keepalive, PingPolicy};
 
 /// What generated code calls (as tonic's `codegen`). Not a public API: may change in any
 /// release; `#[keel::contract]` and keel are always used at the same version.

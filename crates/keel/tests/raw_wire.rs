@@ -75,13 +75,13 @@ impl RawPeer {
         self.send_bytes(&out);
     }
 
-    /// The next frame other than a Ping (the host pings once to measure the round trip; this
-    /// peer leaves it unanswered, which the host must tolerate), or `None` once the host closed
-    /// the connection.
+    /// The next frame other than a Ping or Pong (the host pings once to measure the round trip;
+    /// this peer leaves it unanswered, which the host must tolerate), or `None` once the host
+    /// closed the connection.
     fn next(&mut self) -> Option<Frame> {
         loop {
             match self.codec.decode(&mut self.buf).unwrap() {
-                Some(Frame::Ping(_)) => continue,
+                Some(Frame::Ping(_) | Frame::Pong(_)) => continue,
                 Some(f) => return Some(f),
                 None => {}
             }
@@ -323,4 +323,110 @@ async fn streamed_uploads_per_connection_are_bounded() {
         assert_eq!(len, 10);
     }
     host.shutdown_async().await;
+}
+
+impl RawPeer {
+    fn send_frame(&mut self, frame: &Frame) {
+        let mut out = BytesMut::new();
+        Codec::new(Limits::default())
+            .encode(frame, &mut out)
+            .unwrap();
+        self.send_bytes(&out);
+    }
+
+    /// Every frame until the host closes the connection (pings included).
+    fn rest(&mut self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        loop {
+            while let Some(f) = self.codec.decode(&mut self.buf).unwrap() {
+                frames.push(f);
+            }
+            if self.fill() == 0 {
+                return frames;
+            }
+        }
+    }
+}
+
+/// Pings closer together than the host's limit, with no call between them, are strikes: one
+/// past the limit and the host says GoAway ("too many pings") and closes. Pings sent with calls,
+/// however close, are never strikes.
+#[test]
+fn a_ping_flood_is_sent_away_but_pings_with_calls_are_not() {
+    let host = common::host();
+    let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
+    for i in 0..20u64 {
+        peer.request(i + 1, "Probe", "echo", echo_args("with a ping"));
+        peer.send_frame(&Frame::Ping(i));
+        assert_eq!(peer.reply().1, StatusCode::Ok);
+    }
+    // Two more pings with no call between (the last call's ping was the first): two
+    // strikes, tolerated; then a call clears them.
+    for i in 0..2 {
+        peer.send_frame(&Frame::Ping(100 + i));
+    }
+    peer.request(50, "Probe", "echo", echo_args("still"));
+    assert_eq!(
+        peer.reply(),
+        (50, StatusCode::Ok, Bytes::from(msgpack("still")))
+    );
+
+    // A flood: the first ping is free (a call came before it), the next three are strikes,
+    // and the third strike is one too many.
+    for i in 0..4 {
+        peer.send_frame(&Frame::Ping(200 + i));
+    }
+    let frames = peer.rest();
+    let pongs = frames
+        .iter()
+        .filter(|f| matches!(f, Frame::Pong(_)))
+        .count();
+    let go_away = frames.iter().find_map(|f| match f {
+        Frame::GoAway(g) => Some(g.clone()),
+        _ => None,
+    });
+    let go_away = go_away.expect("a GoAway before the close");
+    assert_eq!(go_away.reason, "too many pings");
+    assert_eq!(go_away.last_call_id, 50);
+    assert!(pongs <= 3, "{pongs} pongs: the flood was answered");
+    assert_eq!(host.stats().connections_open, 0);
+    host.shutdown();
+}
+
+/// A client that stops answering (it vanished, or the path to it did) is closed by the host's
+/// keepalive: a ping after `interval` of quiet, and nothing back within `timeout`.
+#[test]
+fn a_client_that_stops_answering_is_closed_by_the_host() {
+    let host = common::host_with(
+        |h| {
+            h.keepalive(Some(keel::Keepalive {
+                interval: Duration::from_millis(300),
+                timeout: Duration::from_millis(300),
+            }))
+        },
+        "tcp://127.0.0.1:0",
+    );
+    let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
+    peer.request(1, "Probe", "echo", echo_args("once"));
+    assert_eq!(peer.reply().1, StatusCode::Ok);
+    let quiet = std::time::Instant::now();
+    // This peer never answers a ping: the host closes it. (Its measurement ping after the
+    // handshake went unanswered too; keepalive does not care which ping it was.)
+    let frames = peer.rest();
+    let waited = quiet.elapsed();
+    assert!(
+        frames.iter().any(|f| matches!(f, Frame::Ping(_))),
+        "{frames:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300),
+        "closed after {waited:?}"
+    );
+    let start = std::time::Instant::now();
+    while host.stats().connections_open > 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(host.stats().connections_open, 0);
+    assert_eq!(host.stats().connections_timed_out, 1);
+    host.shutdown();
 }

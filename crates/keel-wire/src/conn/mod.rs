@@ -118,9 +118,13 @@ use crate::{
     WindowConfig, WindowUpdate, DEFAULT_INITIAL_WINDOW, MAX_WINDOW_SIZE,
 };
 
+mod liveness;
 mod types;
 
+pub use liveness::{Keepalive, PingPolicy};
 pub use types::{CallRejected, Closed, ConnError, Event, Side};
+
+use liveness::{Due, Liveness};
 
 /// The reason a producer gives in the StreamEnd it sends after a StopSending.
 const STOPPED_READING: &[u8] = b"the receiver stopped reading";
@@ -174,6 +178,8 @@ pub struct Connection<C> {
     ping: Option<(u64, Instant)>,
     /// The nonce the next measurement ping gets.
     next_ping: u64,
+    /// Keepalive pings, the verdict on a silent peer, a host's limit on pings.
+    liveness: Liveness,
     /// Host: GoAway sent. Client: GoAway received.
     going_away: bool,
     /// Set by `close`: the reason.
@@ -231,6 +237,7 @@ impl<C> Connection<C> {
             srtt: None,
             ping: None,
             next_ping: RTT_PING,
+            liveness: Liveness::default(),
             going_away: false,
             closed: None,
         }
@@ -391,11 +398,13 @@ impl<C> Connection<C> {
         if self.closed.is_some() {
             return Ok(None);
         }
+        self.liveness.on_received(now);
         match frame {
             Frame::Request(request) => {
                 if self.side == Side::Client {
                     return Err(ConnError::ClientOnlyFrame { frame: "Request" });
                 }
+                self.liveness.on_request();
                 self.last_call_id = self.last_call_id.max(request.call_id);
                 if request.flags.streamed {
                     self.open_inbound(request.call_id, now);
@@ -446,6 +455,9 @@ impl<C> Connection<C> {
                 Ok(Some(Event::GoAway(go_away)))
             }
             Frame::Ping(nonce) => {
+                if self.side == Side::Host && !self.liveness.on_ping(now) {
+                    return Err(ConnError::TooManyPings);
+                }
                 self.transmit.push_back(Frame::Pong(nonce));
                 Ok(None)
             }
@@ -659,6 +671,87 @@ impl<C> Connection<C> {
         self.next_ping = self.next_ping.wrapping_add(1);
         self.ping = Some((nonce, now));
         self.transmit.push_back(Frame::Ping(nonce));
+    }
+
+    // ---- liveness
+
+    /// Turns keepalive on from `now`: a ping once nothing has arrived for
+    /// `keepalive.interval`, and the peer judged dead if nothing arrives within
+    /// `keepalive.timeout` (at least four round trips) after a ping. Run a timer for
+    /// [`poll_timeout`](Self::poll_timeout) and call [`handle_timeout`](Self::handle_timeout)
+    /// when it fires.
+    pub fn set_keepalive(&mut self, keepalive: Keepalive, now: Instant) {
+        self.liveness.enable(keepalive, now);
+    }
+
+    /// The keepalive settings, if keepalive is on.
+    pub fn keepalive(&self) -> Option<Keepalive> {
+        self.liveness.keepalive
+    }
+
+    /// Host: limits how often the client may ping (see [`PingPolicy`]); past it,
+    /// [`handle`](Self::handle) fails with [`ConnError::TooManyPings`].
+    pub fn set_ping_policy(&mut self, policy: PingPolicy) {
+        self.liveness.policy = Some(policy);
+    }
+
+    /// Client, as a call starts at `now`: if keepalive is on and nothing has arrived for its
+    /// timeout, queues a Ping to go with the call, so a path that died while the connection
+    /// was quiet is found within the timeout rather than at the call's deadline. Returns
+    /// whether it did ([`poll_timeout`](Self::poll_timeout) is then earlier).
+    pub fn probe(&mut self, now: Instant) -> bool {
+        if self.closed.is_some() || !self.liveness.on_call(now) {
+            return false;
+        }
+        self.liveness_ping(now);
+        true
+    }
+
+    /// A Ping now, even if a measurement ping is outstanding (its Pong, if it ever comes, is
+    /// then no sample): a peer that leaves one ping unanswered must still see the next.
+    fn liveness_ping(&mut self, now: Instant) {
+        self.ping = None;
+        self.ping(now);
+    }
+
+    /// When to call [`handle_timeout`](Self::handle_timeout) next: `None` if keepalive is off
+    /// or the connection is closed. It changes when a frame arrives, a timeout is handled or
+    /// [`probe`](Self::probe) queues a ping.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.closed.is_some() {
+            return None;
+        }
+        self.liveness.deadline(self.srtt)
+    }
+
+    /// The keepalive timer fired at `now`: queues a keepalive Ping if nothing has arrived for
+    /// the interval (and then returns `Ok(true)`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnError::Unresponsive`] if nothing arrived within the timeout after a ping: the peer
+    /// or the path to it is gone. Close the connection (its calls fail; new ones go to a new
+    /// connection).
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<bool, ConnError> {
+        if self.closed.is_some() {
+            return Ok(false);
+        }
+        match self.liveness.on_timeout(now, self.srtt) {
+            Due::Nothing => Ok(false),
+            Due::Ping => {
+                self.liveness_ping(now);
+                Ok(true)
+            }
+            Due::Dead(waited) => Err(ConnError::Unresponsive { waited }),
+        }
+    }
+
+    /// The ping awaited since [`handle_timeout`](Self::handle_timeout) or
+    /// [`probe`](Self::probe) queued it has not left this end yet (a large frame ahead of it
+    /// is still being written to a slow link, say): the peer cannot have answered, so the
+    /// timeout starts again from `now`. Does nothing if no ping is awaited.
+    pub fn restart_keepalive_wait(&mut self, now: Instant) {
+        self.liveness.restart_wait(now);
     }
 
     /// Feeds a round-trip sample measured elsewhere (the client's handshake) into the estimate,

@@ -145,8 +145,8 @@ impl<C> fmt::Debug for Event<C> {
     }
 }
 
-/// The peer broke the protocol in a way that concerns the whole connection: close it (a host
-/// first sends a GoAway with this error's text as the reason).
+/// The peer broke the protocol in a way that concerns the whole connection, or stopped
+/// answering: close it (a host first sends a GoAway with this error's text as the reason).
 ///
 /// Flow-control errors are not among these: they concern one call (see
 /// [`Event::StreamFailed`] and [`Event::OutboundStopped`]).
@@ -165,6 +165,15 @@ pub enum ConnError {
         /// The frame's type: `"Reply"` or `"GoAway"`.
         frame: &'static str,
     },
+    /// The host received more pings than its [`PingPolicy`](crate::PingPolicy) allows.
+    TooManyPings,
+    /// Nothing arrived from the peer for `waited` after a keepalive ping
+    /// ([`Connection::handle_timeout`](crate::Connection::handle_timeout)): it or the path to
+    /// it is gone.
+    Unresponsive {
+        /// How long the ping went unanswered.
+        waited: std::time::Duration,
+    },
 }
 
 impl fmt::Display for ConnError {
@@ -177,6 +186,12 @@ impl fmt::Display for ConnError {
             ConnError::HostOnlyFrame { frame } => write!(
                 f,
                 "protocol error: the client sent a host-only frame ({frame})"
+            ),
+            ConnError::TooManyPings => f.write_str("too many pings"),
+            ConnError::Unresponsive { waited } => write!(
+                f,
+                "the peer sent nothing for {} ms after a keepalive ping",
+                waited.as_millis()
             ),
         }
     }

@@ -62,6 +62,8 @@ pub(crate) struct ClientSettings {
     /// HTTP/1.1: the most connections open at once.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) http_max_connections: usize,
+    /// keel-wire: pings on a quiet connection and the verdict on a silent host (`None`: off).
+    pub(crate) keepalive: Option<keel_wire::Keepalive>,
     /// Counts the connections opened after the first (the `keel_client_reconnects_total`
     /// metric's handle).
     pub(crate) reconnects: metrics::Counter,
@@ -85,6 +87,10 @@ pub(crate) struct ServerSettings {
     pub(crate) max_streams_per_connection: usize,
     /// Largest flow-control window one streamed upload may grow to.
     pub(crate) max_stream_window: u32,
+    /// keel-wire: pings on a quiet connection and the verdict on a silent client (`None`: off).
+    pub(crate) keepalive: Option<keel_wire::Keepalive>,
+    /// keel-wire: how often a client may ping.
+    pub(crate) ping_policy: keel_wire::PingPolicy,
     /// Calls (HTTP/2: streams) in flight on one connection.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) max_calls_per_connection: usize,

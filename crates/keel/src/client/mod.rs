@@ -60,7 +60,22 @@ pub struct ClientConfig {
     pub compression: Option<Compression>,
     /// The smallest request body worth compressing. Default: 1 KiB.
     pub compress_above: usize,
+    /// keel-wire: a connection nothing arrived on for `interval` is pinged (keeping NAT and
+    /// load-balancer state alive), and so is one a call starts on after nothing arrived for
+    /// `timeout` (the ping goes with the call). If nothing arrives within `timeout` after a
+    /// ping (at least four round trips), the host or the path to it is gone: the connection
+    /// closes, its calls fail `Unavailable` at once instead of at their deadlines, and the
+    /// next call opens a new connection. `None` turns it off. Default: 20 s interval (below the
+    /// idle timeouts of common NATs and L4 load balancers, which are minutes: AWS NLB 350 s,
+    /// Azure Load Balancer 4 min), 1 s timeout.
+    pub keepalive: Option<crate::Keepalive>,
 }
+
+/// The client's keepalive default: see [`ClientConfig::keepalive`].
+const CLIENT_KEEPALIVE: crate::Keepalive = crate::Keepalive {
+    interval: Duration::from_secs(20),
+    timeout: Duration::from_secs(1),
+};
 
 impl Default for ClientConfig {
     fn default() -> Self {
@@ -76,6 +91,7 @@ impl Default for ClientConfig {
             metadata: Metadata::new(),
             compression: None,
             compress_above: 1024,
+            keepalive: Some(CLIENT_KEEPALIVE),
         }
     }
 }
@@ -93,6 +109,7 @@ impl ClientConfig {
             tls: (),
             http_version: self.http_version,
             http_max_connections: self.http_max_connections,
+            keepalive: self.keepalive,
             reconnects: ChannelMetrics::reconnects(binding),
         }
     }
@@ -206,6 +223,13 @@ impl ChannelBuilder {
     /// [`HttpVersion::Auto`].
     pub fn http_version(mut self, version: HttpVersion) -> Self {
         self.config.http_version = version;
+        self
+    }
+
+    /// keel-wire: pings on quiet connections and the verdict on a silent host (see
+    /// [`ClientConfig::keepalive`]); `None` turns it off. Default: 20 s interval, 1 s timeout.
+    pub fn keepalive(mut self, keepalive: Option<crate::Keepalive>) -> Self {
+        self.config.keepalive = keepalive;
         self
     }
 

@@ -114,6 +114,18 @@ pub struct HostConfig {
     /// How long calls in flight on a connection told GoAway for its age may still run; then
     /// they are answered `ShuttingDown` and the connection closes. Default: 30 s.
     pub max_connection_age_grace: Duration,
+    /// keel-wire: a connection nothing arrived on for `interval` is pinged, and closed if
+    /// nothing arrives within `timeout` after that (at least four round trips): a client that
+    /// vanished without a word (a NAT or load balancer dropped the path, the machine died)
+    /// stops holding a connection and its calls long before TCP notices. keel's clients ping
+    /// their quiet connections every 20 s themselves, so the host's pings reach only clients
+    /// that do not. `None` turns it off. Default: 60 s interval, 20 s timeout.
+    pub keepalive: Option<crate::Keepalive>,
+    /// keel-wire: how often a client may ping. A ping less than `min_interval` after the
+    /// previous one, with no call between them, is a strike; one strike past `max_strikes`
+    /// and the connection is told GoAway ("too many pings") and closed, as gRPC does. A
+    /// ping sent with a call is never a strike. Default: 5 s, 2 strikes.
+    pub ping_policy: crate::PingPolicy,
     /// Which web origins may call the HTTP binding from a browser (CORS). Default: `None`
     /// (off: a page from another origin cannot read the host's answers).
     #[cfg(feature = "http")]
@@ -123,6 +135,18 @@ pub struct HostConfig {
     #[cfg(feature = "tls")]
     pub tls: Option<crate::tls::ServerTls>,
 }
+
+/// The host's keepalive default: see [`HostConfig::keepalive`].
+const HOST_KEEPALIVE: keel_wire::Keepalive = keel_wire::Keepalive {
+    interval: Duration::from_secs(60),
+    timeout: Duration::from_secs(20),
+};
+
+/// The host's ping limit by default: see [`HostConfig::ping_policy`].
+const PING_POLICY: keel_wire::PingPolicy = keel_wire::PingPolicy {
+    min_interval: Duration::from_secs(5),
+    max_strikes: 2,
+};
 
 impl Default for HostConfig {
     fn default() -> Self {
@@ -149,6 +173,8 @@ impl Default for HostConfig {
             blocking_watchdog: Some(crate::dispatch::WATCHDOG_THRESHOLD),
             max_connection_age: None,
             max_connection_age_grace: Duration::from_secs(30),
+            keepalive: Some(HOST_KEEPALIVE),
+            ping_policy: PING_POLICY,
             #[cfg(feature = "http")]
             cors: None,
             #[cfg(feature = "tls")]
@@ -187,6 +213,8 @@ impl HostConfig {
             max_stream_window: self.max_stream_window,
             max_streams_per_connection: self.max_streams_per_connection,
             max_calls_per_connection: self.calls_per_connection(),
+            keepalive: self.keepalive,
+            ping_policy: self.ping_policy,
             #[cfg(feature = "http")]
             cors: self.cors.clone(),
         }
@@ -430,6 +458,22 @@ impl HostBuilder {
     /// How long a connection may stay without calls before it is closed. Default: 2 h.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// keel-wire: pings a connection nothing arrived on for `keepalive.interval`, and closes
+    /// it if nothing arrives within `keepalive.timeout` after that; `None` turns it off.
+    /// Default: 60 s, 20 s (see [`HostConfig::keepalive`]).
+    pub fn keepalive(mut self, keepalive: Option<crate::Keepalive>) -> Self {
+        self.config.keepalive = keepalive;
+        self
+    }
+
+    /// keel-wire: how often a client may ping before it is told GoAway (see
+    /// [`HostConfig::ping_policy`]). Default: 5 s between pings with no call between them, 2
+    /// strikes.
+    pub fn ping_policy(mut self, policy: crate::PingPolicy) -> Self {
+        self.config.ping_policy = policy;
         self
     }
 

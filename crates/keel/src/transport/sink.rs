@@ -7,6 +7,7 @@
 //! expensive (keel-lab's `idle` experiment measures it).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -35,6 +36,8 @@ pub(crate) struct Sink {
     flusher: Notify,
     /// Wakes producers waiting for the queue to shrink (see [`Sink::wait_below`]).
     progress: Notify,
+    /// Bytes handed to the socket since the start (see [`Sink::written_bytes`]).
+    written: AtomicU64,
 }
 
 struct State {
@@ -49,6 +52,8 @@ struct State {
     /// flush even when `buf` is empty.
     unflushed: bool,
     codec: Codec,
+    /// Bytes queued since the start (see [`Sink::queued_bytes`]).
+    queued: u64,
     /// No more frames accepted.
     closing: bool,
     /// The flusher has shut the writer down, or writing failed.
@@ -88,11 +93,13 @@ impl Sink {
                 in_flight: 0,
                 unflushed: false,
                 codec,
+                queued: 0,
                 closing: false,
                 closed: false,
             }),
             flusher: Notify::new(),
             progress: Notify::new(),
+            written: AtomicU64::new(0),
         });
         let flusher = flush_loop(sink.clone());
         (sink, flusher)
@@ -128,8 +135,24 @@ impl Sink {
         if st.closing || st.closed {
             return Err(SendError::Closed);
         }
-        let State { codec, buf, .. } = st;
-        codec.encode(frame, buf).map_err(SendError::Encode)
+        let State {
+            codec, buf, queued, ..
+        } = st;
+        let before = buf.len();
+        codec.encode(frame, buf).map_err(SendError::Encode)?;
+        *queued += (buf.len() - before) as u64;
+        Ok(())
+    }
+
+    /// Bytes queued since the start: a frame queued now has left once
+    /// [`written_bytes`](Sink::written_bytes) reaches this.
+    pub(crate) fn queued_bytes(&self) -> u64 {
+        self.lock().queued
+    }
+
+    /// Bytes handed to the socket since the start.
+    pub(crate) fn written_bytes(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
     }
 
     /// Encodes later frames for a peer taking messages of up to `bytes`.
@@ -179,7 +202,7 @@ impl Sink {
         let Some(w) = writer.as_mut() else {
             return; // The flusher owns the writer and will see the new bytes.
         };
-        match try_write(w, buf) {
+        match try_write(w, buf, &self.written) {
             Progress::Done => {}
             Progress::WouldBlock => {
                 st.unflushed = true;
@@ -195,12 +218,15 @@ impl Sink {
 }
 
 /// Writes as much of `buf` as the socket takes without waiting.
-fn try_write(w: &mut Writer, buf: &mut BytesMut) -> Progress {
+fn try_write(w: &mut Writer, buf: &mut BytesMut, written: &AtomicU64) -> Progress {
     let mut cx = Context::from_waker(Waker::noop());
     while !buf.is_empty() {
         match Pin::new(&mut *w).poll_write(&mut cx, buf) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Progress::Failed,
-            Poll::Ready(Ok(n)) => buf.advance(n),
+            Poll::Ready(Ok(n)) => {
+                buf.advance(n);
+                written.fetch_add(n as u64, Ordering::Release);
+            }
             Poll::Pending => return Progress::WouldBlock,
         }
     }
@@ -209,6 +235,22 @@ fn try_write(w: &mut Writer, buf: &mut BytesMut) -> Progress {
         Poll::Ready(Err(_)) => Progress::Failed,
         Poll::Pending => Progress::WouldBlock,
     }
+}
+
+/// Writes all of `bytes`, counting them into `written` as the socket takes them. False if
+/// writing failed.
+async fn write_counted(w: &mut Writer, bytes: &[u8], written: &AtomicU64) -> bool {
+    let mut at = 0;
+    while at < bytes.len() {
+        match w.write(&bytes[at..]).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                at += n;
+                written.fetch_add(n as u64, Ordering::Release);
+            }
+        }
+    }
+    true
 }
 
 /// Waits for the socket when a sender could not finish, and performs the close.
@@ -233,7 +275,7 @@ async fn flush_loop(sink: Arc<Sink>) {
                 st.in_flight = chunk.len();
                 (w, chunk, st.closing)
             };
-            let ok = w.write_all(&chunk).await.is_ok() && w.flush().await.is_ok();
+            let ok = write_counted(&mut w, &chunk, &sink.written).await && w.flush().await.is_ok();
             chunk.clear();
             let shut_down = {
                 let mut st = sink.lock();

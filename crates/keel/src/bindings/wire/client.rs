@@ -47,7 +47,8 @@ pub(crate) struct Conn {
     peer_max_message: Arc<AtomicU32>,
     /// The handshake's outcome, once the host answered it.
     handshaken: watch::Receiver<Option<Result<(), (Kind, String)>>>,
-    tasks: [AbortHandle; 2],
+    /// The reader, the flusher and the keepalive timer.
+    tasks: [AbortHandle; 3],
 }
 
 impl Conn {
@@ -104,6 +105,9 @@ impl Conn {
         let peer_max_message = Arc::new(AtomicU32::new(assumed));
         let (handshake, handshaken) = watch::channel(None);
         let flusher = tokio::spawn(flusher);
+        if let Some(keepalive) = config.keepalive {
+            wire.set_keepalive(keepalive);
+        }
         let reader = tokio::spawn(read_loop(
             rd,
             buf,
@@ -116,12 +120,21 @@ impl Conn {
                 done: handshake,
             },
         ));
+        let keepalive = tokio::spawn(watch_liveness(
+            wire.clone(),
+            endpoint.clone(),
+            reader.abort_handle(),
+        ));
         Ok(Conn {
             wire,
             runtime: tokio::runtime::Handle::current(),
             peer_max_message,
             handshaken,
-            tasks: [reader.abort_handle(), flusher.abort_handle()],
+            tasks: [
+                reader.abort_handle(),
+                flusher.abort_handle(),
+                keepalive.abort_handle(),
+            ],
         })
     }
 
@@ -191,7 +204,8 @@ impl Conn {
         let upload = call.upload.take();
         let (service, operation) = (call.service, call.operation);
         let (slot, reply) = oneshot::channel();
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let remaining = deadline.saturating_duration_since(now);
         let request = |call_id| {
             Frame::Request(Request {
                 call_id,
@@ -216,7 +230,7 @@ impl Conn {
         let (call_id, upload_handle) =
             match self
                 .wire
-                .send_call(slot, call.download, upload.is_some(), request)
+                .send_call(slot, call.download, upload.is_some(), now, request)
             {
                 Ok(sent) => sent,
                 Err(NotSent::Rejected(CallRejected::GoingAway)) => {
@@ -330,6 +344,21 @@ fn fail_all_with(wire: &WireConn<ReplySlot>, kind: Kind, reason: &str) {
     }
 }
 
+/// Runs the connection's keepalive timer (if keepalive is on). A host that answers nothing
+/// within the timeout after a ping is gone, or the path to it is: the connection closes, its
+/// calls fail `Unavailable` at once (not at their deadlines), and the channel's next call opens
+/// a new connection.
+async fn watch_liveness(wire: Arc<WireConn<ReplySlot>>, endpoint: Endpoint, reader: AbortHandle) {
+    let Some(dead) = wire.clone().keepalive().await else {
+        return;
+    };
+    reader.abort();
+    let reason = format!("{endpoint}: connection dead: {dead}");
+    log::debug!("{reason}");
+    fail_all_with(&wire, Kind::Status(StatusCode::Unavailable), &reason);
+    wire.sink().close();
+}
+
 /// What the reader needs to finish the handshake.
 struct Handshake {
     endpoint: Endpoint,
@@ -422,9 +451,11 @@ async fn read_loop(
     if let Err((kind, reason)) = handshake.complete(&mut rd, &mut buf, &wire).await {
         return fail_all_with(&wire, kind, &reason);
     }
+    // When the bytes being decoded were read: what the core takes as the frames' arrival.
+    let mut read_at = Instant::now();
     let reason = loop {
         match codec.decode(&mut buf) {
-            Ok(Some(frame)) => match wire.handle(frame) {
+            Ok(Some(frame)) => match wire.handle(frame, read_at) {
                 Ok(Some(Event::Reply {
                     reply,
                     slot,
@@ -501,7 +532,7 @@ async fn read_loop(
         }
         match rd.read_buf(&mut buf).await {
             Ok(0) => break "connection closed by the host".to_string(),
-            Ok(_) => {}
+            Ok(_) => read_at = Instant::now(),
             Err(e) => break format!("connection lost: {e}"),
         }
     };

@@ -10,14 +10,14 @@
 //! stops and the connection carries on.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use keel_wire::{
-    CallRejected, Closed, ConnError, Connection, Event, Frame, Side, StreamData, WindowConfig,
-    DEFAULT_INITIAL_WINDOW,
+    CallRejected, Closed, ConnError, Connection, Event, Frame, Keepalive, PingPolicy, Side,
+    StreamData, WindowConfig, DEFAULT_INITIAL_WINDOW,
 };
 use tokio::sync::{mpsc, Notify};
 
@@ -53,8 +53,12 @@ pub(crate) struct WireConn<C> {
     /// New calls may start here: not closed, and (client) no GoAway received. Mirrors the
     /// core's state so the call path can ask without the lock.
     accepting: AtomicBool,
-    /// A stand-in `now` for frames whose handling reads no clock (saves a clock read per call).
-    created: Instant,
+    /// Wakes the keepalive timer ([`WireConn::keepalive`]) when its deadline moved earlier (a
+    /// call's probe ping) or the connection closed.
+    timer: Notify,
+    /// The sink's [`queued_bytes`](Sink::queued_bytes) once the last keepalive ping was queued:
+    /// it has left when the sink's `written_bytes` reach this.
+    ping_mark: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -154,7 +158,8 @@ impl<C: Send + 'static> WireConn<C> {
             sink,
             max_chunk: AtomicUsize::new(MAX_CHUNK.min(peer_max_message.max(1) as usize)),
             accepting: AtomicBool::new(true),
-            created: Instant::now(),
+            timer: Notify::new(),
+            ping_mark: AtomicU64::new(0),
         })
     }
 
@@ -196,11 +201,13 @@ impl<C: Send + 'static> WireConn<C> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Feeds one frame from the peer. Stream frames are handled here (data delivered to its
-    /// consumer, credit to its pump); what is left for the caller comes back: a host's Request
-    /// or Cancel, a client's Reply or GoAway. Stream cleanup for a Cancel is done already.
-    pub(crate) fn handle(&self, frame: Frame) -> Result<Option<Event<C>>, ConnError> {
-        self.handle_admitting(frame, || ()).map(|(event, _)| event)
+    /// Feeds one frame from the peer, read at `now`. Stream frames are handled here (data
+    /// delivered to its consumer, credit to its pump); what is left for the caller comes back:
+    /// a host's Request or Cancel, a client's Reply or GoAway. Stream cleanup for a Cancel is
+    /// done already.
+    pub(crate) fn handle(&self, frame: Frame, now: Instant) -> Result<Option<Event<C>>, ConnError> {
+        self.handle_admitting(frame, now, || ())
+            .map(|(event, _)| event)
     }
 
     /// Host: [`WireConn::handle`], and for a Request that arrived before this connection's
@@ -211,14 +218,9 @@ impl<C: Send + 'static> WireConn<C> {
     pub(crate) fn handle_admitting<A>(
         &self,
         frame: Frame,
+        now: Instant,
         admit: impl FnOnce() -> A,
     ) -> Result<(Option<Event<C>>, Option<A>), ConnError> {
-        // Only these frames' handling reads the time (RTT samples, new receive windows).
-        let now = match &frame {
-            Frame::Pong(_) | Frame::Reply(_) => Instant::now(),
-            Frame::Request(r) if r.flags.streamed => Instant::now(),
-            _ => self.created,
-        };
         self.with(|st| {
             let Some(event) = st.core.handle(frame, now)? else {
                 return Ok((None, None));
@@ -446,6 +448,66 @@ impl<C: Send + 'static> WireConn<C> {
         self.with(|st| st.core.set_rtt(rtt));
     }
 
+    /// Turns keepalive on (see [`Keepalive`]); [`WireConn::keepalive`] runs its timer.
+    pub(crate) fn set_keepalive(&self, keepalive: Keepalive) {
+        let now = Instant::now();
+        self.with(|st| st.core.set_keepalive(keepalive, now));
+    }
+
+    /// Host: limits how often the client may ping.
+    pub(crate) fn set_ping_policy(&self, policy: PingPolicy) {
+        self.with(|st| st.core.set_ping_policy(policy));
+    }
+
+    /// The keepalive timer: pings when the connection has been quiet for the interval, and
+    /// returns the verdict when a ping went unanswered for the timeout (the caller closes the
+    /// connection). Returns `None` once the connection is closed (or keepalive is off).
+    ///
+    /// A ping cannot be answered before it has left: if it still waits behind a large frame
+    /// that is being written (a big message on a slow link), the wait starts again, for as long
+    /// as our bytes keep leaving. A send queue that did not move for a whole timeout means the
+    /// path is gone too.
+    pub(crate) async fn keepalive(self: Arc<Self>) -> Option<ConnError> {
+        // What the socket had taken when the current wait began.
+        let mut written_before = self.sink.written_bytes();
+        loop {
+            // Created before reading the deadline, so a probe made meanwhile wakes it.
+            let moved = self.timer.notified();
+            let at = self.lock().core.poll_timeout()?;
+            tokio::select! {
+                _ = tokio::time::sleep_until(at.into()) => {}
+                _ = moved => {
+                    written_before = self.sink.written_bytes();
+                    continue;
+                }
+            }
+            let now = Instant::now();
+            match self.with(|st| st.core.handle_timeout(now)) {
+                Ok(pinged) => {
+                    if pinged {
+                        self.mark_ping();
+                    }
+                    written_before = self.sink.written_bytes();
+                }
+                Err(dead) => {
+                    let written = self.sink.written_bytes();
+                    let ping_left = written >= self.ping_mark.load(Ordering::Acquire);
+                    if ping_left || written == written_before {
+                        return Some(dead);
+                    }
+                    written_before = written;
+                    self.with(|st| st.core.restart_keepalive_wait(now));
+                }
+            }
+        }
+    }
+
+    /// A keepalive ping was just queued: remember where it is in the send queue.
+    fn mark_ping(&self) {
+        self.ping_mark
+            .store(self.sink.queued_bytes(), Ordering::Release);
+    }
+
     /// Host: tell the client no new calls are served here (once).
     pub(crate) fn go_away(&self, reason: &str) {
         self.with(|st| st.core.go_away(reason));
@@ -455,13 +517,19 @@ impl<C: Send + 'static> WireConn<C> {
     /// id) in one step under the lock, so Requests leave in the order of their ids, as a
     /// GoAway's `last_call_id` requires; then writes what the socket takes. Returns the id and,
     /// with `upload`, the handle of its registered outbound stream (for the pump).
+    ///
+    /// If keepalive is on and nothing arrived for its timeout, a Ping follows the Request (see
+    /// [`Connection::probe`]), so a path that died while the connection was quiet fails this
+    /// call within the timeout rather than at its deadline.
     pub(crate) fn send_call(
         &self,
         slot: C,
         download: bool,
         upload: bool,
+        now: Instant,
         request: impl FnOnce(u64) -> Frame,
     ) -> Result<(u64, Option<OutboundHandle>), NotSent> {
+        let mut probed = false;
         let sent = self.with(|st| {
             let call_id = st
                 .core
@@ -471,11 +539,16 @@ impl<C: Send + 'static> WireConn<C> {
                 st.core.forget_call(call_id);
                 return Err(NotSent::Sink(e));
             }
+            probed = st.core.probe(now);
             let handle = upload.then(|| st.register_outbound(call_id));
             Ok((call_id, handle))
         });
         if sent.is_ok() {
             self.sink.push();
+        }
+        if probed {
+            self.mark_ping();
+            self.timer.notify_one();
         }
         sent
     }
@@ -542,6 +615,8 @@ impl<C: Send + 'static> WireConn<C> {
         for (_, out) in outbound {
             out.stop();
         }
+        // The keepalive timer ends.
+        self.timer.notify_one();
         closed.calls
     }
 }

@@ -192,6 +192,10 @@ pub(crate) async fn serve(
     );
     // One ping gives the round-trip time that stream windows grow against.
     wire.ping();
+    if let Some(keepalive) = settings.keepalive {
+        wire.set_keepalive(keepalive);
+    }
+    wire.set_ping_policy(settings.ping_policy);
     let out = WireResponder {
         wire: wire.clone(),
         runtime: tokio::runtime::Handle::current(),
@@ -231,9 +235,17 @@ pub(crate) async fn serve(
     // The reader ends on EOF, error or a timeout; the writer when it closed the connection on
     // purpose.
     let reader_abort = reader.abort_handle();
+    let binding = conn.info.binding;
     let writer_done = tokio::select! {
         _ = reader => false,
         _ = &mut writer => { reader_abort.abort(); true }
+        // A client that answers nothing after a keepalive ping is gone: its calls stop.
+        Some(dead) = wire.clone().keepalive() => {
+            log::debug!("closing a connection: {dead}");
+            reader_abort.abort();
+            dispatcher.timed_out(binding);
+            false
+        }
     };
     // The peer is gone: nobody can receive answers, so stop what still runs for it. This also
     // closes the sink: the writer writes what is queued, then shuts the socket down.
@@ -288,6 +300,8 @@ async fn read_loop(
 ) {
     // The frame being received: by when it must be whole, and the memory reserved for it.
     let mut frame_deadline: Option<tokio::time::Instant> = None;
+    // When the bytes being decoded were read: what the core takes as the frames' arrival.
+    let mut read_at = Instant::now();
     let mut reserved: Option<(usize, Reservation)> = None;
     let timed_out = |why: &str| {
         conn.dispatcher.timed_out(conn.info.binding);
@@ -313,7 +327,7 @@ async fn read_loop(
             Ok(Some(frame)) => {
                 (frame_deadline, reserved) = (None, None);
                 let admit = || conn.dispatcher.arrival();
-                match wire.handle_admitting(frame, admit) {
+                match wire.handle_admitting(frame, read_at, admit) {
                     Ok((Some(Event::Request(req)), None)) => {
                         // It arrived after this connection's GoAway, whose `last_call_id` is
                         // below its id: it is not processed, and the client sends it again
@@ -431,7 +445,7 @@ async fn read_loop(
         };
         match read {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(_) => read_at = Instant::now(),
         }
     }
 }

@@ -1,0 +1,238 @@
+//! Liveness on keel-wire: a path that dies silently (a NAT or load balancer drops the
+//! connection's state, so the connection stays open and carries nothing) is found by the
+//! client's keepalive, not by waiting out a call's deadline.
+//!
+//! The proxy here stands in for that middlebox: it forwards a connection until told to
+//! blackhole it, then swallows everything both ways and keeps it open, while new connections
+//! pass as before. TCP sees nothing wrong (the proxy acknowledges every byte), so only keel's
+//! own pings can tell.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{host, ProbeClient};
+use keel::{Channel, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A TCP proxy that can silently blackhole the connections it carries.
+struct Blackhole {
+    addr: SocketAddr,
+    /// One flag per connection accepted: set, it forwards nothing more.
+    conns: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
+}
+
+impl Blackhole {
+    async fn start(target: &str) -> Blackhole {
+        let target: SocketAddr = target.trim_start_matches("tcp://").parse().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let registry = conns.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(outbound) = TcpStream::connect(target).await else {
+                    continue;
+                };
+                let dead = Arc::new(AtomicBool::new(false));
+                registry.lock().unwrap().push(dead.clone());
+                let (ci, co) = inbound.into_split();
+                let (hi, ho) = outbound.into_split();
+                tokio::spawn(pipe(ci, ho, dead.clone()));
+                tokio::spawn(pipe(hi, co, dead));
+            }
+        });
+        Blackhole { addr, conns }
+    }
+
+    fn url(&self) -> String {
+        format!("tcp://{}", self.addr)
+    }
+
+    /// Every connection open now carries nothing more, either way, and stays open.
+    fn blackhole_existing(&self) {
+        for dead in self.conns.lock().unwrap().iter() {
+            dead.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.conns.lock().unwrap().len()
+    }
+}
+
+/// Copies `from` to `to` until `dead` is set; then reads and drops everything (as a path that
+/// lost the connection's state would), and never closes.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    dead: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if dead.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    if !dead.load(Ordering::SeqCst) {
+        let _ = to.shutdown().await;
+    } else {
+        // Keep the other side open: a blackholed path sends no FIN either.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Polls `cond` every 50 ms for up to `limit`.
+async fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cond()
+}
+
+/// The case, with default settings: an idle connection is blackholed. The client's
+/// keepalive ping (after 20 s of quiet) goes unanswered, so the connection is dropped 1 s
+/// later, and the first call after that goes to a new connection and succeeds at once.
+#[tokio::test]
+async fn an_idle_connection_dropped_silently_is_replaced_before_the_next_call() {
+    let host = host();
+    let proxy = Blackhole::start(host.url()).await;
+    let channel = Channel::new(&proxy.url()).unwrap();
+    let client = ProbeClient::new(channel.clone());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    proxy.blackhole_existing();
+    let dropped = Instant::now();
+
+    // Interval (20 s) plus timeout (1 s), with room for a slow machine.
+    assert!(
+        within(Duration::from_secs(40), || channel.stats().connections_open
+            == 0)
+        .await,
+        "the dead connection is still open after {:?}: {:?}",
+        dropped.elapsed(),
+        channel.stats()
+    );
+    let detected = dropped.elapsed();
+    let start = Instant::now();
+    assert_eq!(client.echo("after".into()).await.unwrap(), "after");
+    let first_call = start.elapsed();
+    println!(
+        "silent drop found after {} ms; first call after it took {:.1} ms",
+        detected.as_millis(),
+        first_call.as_secs_f64() * 1e3
+    );
+    assert!(
+        detected >= Duration::from_secs(20),
+        "dropped before the keepalive interval: {detected:?}"
+    );
+    assert!(
+        first_call < Duration::from_secs(2),
+        "the first call after the drop took {first_call:?}"
+    );
+    assert_eq!(proxy.accepted(), 2);
+    assert_eq!(channel.stats().connections_opened, 2);
+}
+
+/// A call made on a connection that has been quiet longer than the keepalive timeout carries a
+/// ping. If the path died meanwhile, the call fails `Unavailable` at the ping's timeout (1 s),
+/// not at its deadline (60 s), and the next call goes to a new connection.
+#[tokio::test]
+async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
+    let host = host();
+    let proxy = Blackhole::start(host.url()).await;
+    let channel = Channel::new(&proxy.url()).unwrap();
+    let client = ProbeClient::new(channel.clone());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    proxy.blackhole_existing();
+    // Quiet for longer than the keepalive timeout, well short of its interval.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let start = Instant::now();
+    let err = client.echo("lost".into()).await.unwrap_err();
+    let failed_after = start.elapsed();
+    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    assert!(
+        failed_after < Duration::from_secs(30),
+        "failed after {failed_after:?}: the deadline, not the ping"
+    );
+    let start = Instant::now();
+    assert_eq!(client.echo("next".into()).await.unwrap(), "next");
+    println!(
+        "call on the dead path failed after {} ms ({err}); the next call took {:.1} ms",
+        failed_after.as_millis(),
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    assert_eq!(proxy.accepted(), 2);
+}
+
+/// Calls in flight when the path dies fail together with the call that found it, and a
+/// connection that answers its pings is never dropped, however long its calls run.
+#[tokio::test]
+async fn a_quiet_but_live_connection_is_kept() {
+    // The host's ping limit must allow this client's pings (300 ms apart, with no call
+    // between them while the long call runs).
+    let host = common::host_with(
+        |h| {
+            h.ping_policy(keel::PingPolicy {
+                min_interval: Duration::from_millis(100),
+                max_strikes: 2,
+            })
+        },
+        "tcp://127.0.0.1:0",
+    );
+    let proxy = Blackhole::start(host.url()).await;
+    let keepalive = keel::Keepalive {
+        interval: Duration::from_millis(300),
+        timeout: Duration::from_millis(200),
+    };
+    let channel = Channel::builder(proxy.url())
+        .keepalive(Some(keepalive))
+        .build()
+        .unwrap();
+    let client = ProbeClient::new(channel.clone());
+    // Nothing arrives on the connection for 3 s but the replies to the client's pings.
+    assert_eq!(client.sleep_async_ms(3_000).await.unwrap(), 3_000);
+    assert_eq!(client.sleep_async_ms(10).await.unwrap(), 10);
+    assert_eq!(channel.stats().connections_opened, 1);
+    assert_eq!(proxy.accepted(), 1);
+
+    // Now the path dies under a call in flight: it fails once the pings go unanswered.
+    let long = tokio::spawn({
+        let client = client.clone();
+        async move { client.sleep_async_ms(30_000).await }
+    });
+    assert!(
+        within(Duration::from_secs(10), || host.stats().calls_in_flight
+            == 1)
+        .await
+    );
+    proxy.blackhole_existing();
+    let start = Instant::now();
+    let err = long.await.unwrap().unwrap_err();
+    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(client.echo("next".into()).await.unwrap(), "next");
+    assert_eq!(proxy.accepted(), 2);
+}
