@@ -43,6 +43,8 @@ struct Operation {
     name: Ident,
     is_async: bool,
     one_way: bool,
+    /// `#[keel(idempotent)]`: clients may send it again after a failure (see `RetryPolicy`).
+    idempotent: bool,
     params: Vec<(Ident, Type)>,
     /// The index in `params` of the `ByteStream` parameter (the request stream), if any.
     stream_param: Option<usize>,
@@ -187,6 +189,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         };
         let one_way = op.one_way;
         let blocking = !op.is_async;
+        let idempotent = op.idempotent;
         quote! {
             #k::OperationInfo::new(
                 #name,
@@ -198,6 +201,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 #stream_request,
                 #stream_response,
             )
+            .with_idempotent(#idempotent)
         }
     });
 
@@ -485,29 +489,33 @@ fn type_string(t: &Type) -> String {
     quote!(#t).to_string().replace(' ', "")
 }
 
-/// Parses `#[keel(...)]` attributes; returns whether `one_way` was given.
-fn parse_keel_attrs(attrs: &[Attribute], errors: &mut Errors) -> bool {
-    let mut one_way = false;
+/// Parses `#[keel(...)]` attributes on an operation; returns whether `one_way` and
+/// `idempotent` were given.
+fn parse_keel_attrs(attrs: &[Attribute], errors: &mut Errors) -> (bool, bool) {
+    let (mut one_way, mut idempotent) = (false, false);
     for attr in attrs.iter().filter(|a| a.path().is_ident("keel")) {
         let res = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("one_way") {
                 one_way = true;
                 Ok(())
+            } else if meta.path.is_ident("idempotent") {
+                idempotent = true;
+                Ok(())
             } else {
-                Err(meta.error("unknown keel attribute; expected `one_way`"))
+                Err(meta.error("unknown keel attribute; expected `one_way` or `idempotent`"))
             }
         });
         if let Err(e) = res {
             errors.add(e);
         }
     }
-    one_way
+    (one_way, idempotent)
 }
 
 fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operation> {
     let sig = &method.sig;
     let mut local = Errors::default();
-    let one_way = parse_keel_attrs(&method.attrs, &mut local);
+    let (one_way, idempotent) = parse_keel_attrs(&method.attrs, &mut local);
     if method.default.is_some() {
         local.push(
             method.default.span(),
@@ -641,6 +649,7 @@ fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Option<Operatio
         name: sig.ident.clone(),
         is_async: sig.asyncness.is_some(),
         one_way,
+        idempotent,
         params,
         stream_param,
         context_param,

@@ -210,6 +210,36 @@
 //! beside its own routes on one port (see [`http::HttpService`]). `ARCHITECTURE.md` in the
 //! repository shows the layers and one call's path through the files.
 //!
+//! # Dead connections and retries
+//!
+//! A NAT or load balancer that drops a quiet connection's state tells neither end. keel's
+//! client pings a keel-wire connection it has heard nothing on for 20 s, and pings along with
+//! a call that starts after a quiet second; a host that answers nothing within 1 s (at least
+//! four round trips) is gone: the connection's calls fail [`StatusCode::Unavailable`] then,
+//! not at their deadlines, and the next call opens a new connection
+//! ([`ChannelBuilder::keepalive`]; the host's side is [`HostBuilder::keepalive`] and its limit
+//! on a client's pings [`HostBuilder::ping_policy`]; the frames are in `PROTOCOL.md`).
+//!
+//! Calls of operations marked `#[keel(idempotent)]` are sent again after a failure that says
+//! the host could not take them: `Unavailable`, `Busy`, `ShuttingDown`, or a connection that
+//! could not be made or broke. Up to 3 attempts, with jittered exponential backoff (an HTTP
+//! host's `Retry-After` is waited out), under a budget of 10 % of the channel's calls plus 10
+//! a second, so retries cannot multiply the load of an outage ([`RetryPolicy`];
+//! [`ChannelStats::retries`] counts them). Calls of other operations are never sent again once
+//! they may have reached a host; those a host says it did not process (after a GoAway) are, on
+//! any binding.
+//!
+//! ```
+//! #[keel::contract]
+//! pub trait Inventory {
+//!     /// Reading twice is harmless: retried after a lost connection.
+//!     #[keel(idempotent)]
+//!     fn stock(&self, sku: String) -> u32;
+//!     /// Never sent twice.
+//!     fn reserve(&self, sku: String, n: u32) -> bool;
+//! }
+//! ```
+//!
 //! # Metrics, health and a readiness-aware drain
 //!
 //! keel reports calls (by code, in flight, throttle wait, pool wait, handler and total time,
@@ -314,7 +344,8 @@
 //! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
 //! owned serde types; no generics; `#[keel(one_way)]` operations return `()` (the host
 //! acknowledges receipt, the caller gets no result); at most one [`ByteStream`] parameter, and
-//! none on a one-way operation.
+//! none on a one-way operation. `#[keel(idempotent)]` lets clients retry an operation (see
+//! "Dead connections and retries"; a call with a request stream is never retried).
 //!
 //! # Streamed transfer
 //!
@@ -380,7 +411,7 @@ pub use crate::bindings::http;
 pub use crate::bindings::HttpVersion;
 pub use crate::client::{
     CallOptions, Channel, ChannelBuilder, ChannelStats, ClientCall, ClientConfig,
-    ClientInterceptor, ReplyMetadata,
+    ClientInterceptor, ReplyMetadata, RetryPolicy,
 };
 pub use crate::core::compress::Compression;
 pub use crate::core::context::Context;

@@ -236,3 +236,50 @@ async fn a_quiet_but_live_connection_is_kept() {
     assert_eq!(client.echo("next".into()).await.unwrap(), "next");
     assert_eq!(proxy.accepted(), 2);
 }
+
+/// A store whose reads may be retried.
+#[keel::contract]
+pub trait Store {
+    /// Reads a value: running it twice is harmless.
+    #[keel(idempotent)]
+    fn get(&self, key: String) -> String;
+}
+
+struct StoreImpl;
+
+impl Store for StoreImpl {
+    fn get(&self, key: String) -> String {
+        format!("value of {key}")
+    }
+}
+
+/// With retries, the first call after a silent drop succeeds, if its operation is idempotent:
+/// the ping that went with it finds the path dead within 1 s, and the call goes again on a
+/// new connection. (A call of an operation that is not idempotent fails `Unavailable`
+/// instead: it may have run.)
+#[tokio::test]
+async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
+    let host = keel::Host::builder()
+        .service(StoreServer::new(StoreImpl))
+        .endpoint("tcp://127.0.0.1:0")
+        .start()
+        .unwrap();
+    let proxy = Blackhole::start(host.url()).await;
+    let channel = Channel::new(&proxy.url()).unwrap();
+    let store = StoreClient::new(channel.clone());
+    assert_eq!(store.get("a".into()).await.unwrap(), "value of a");
+    proxy.blackhole_existing();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let start = Instant::now();
+    assert_eq!(store.get("b".into()).await.unwrap(), "value of b");
+    let took = start.elapsed();
+    println!(
+        "idempotent call after the drop succeeded in {} ms ({} retry)",
+        took.as_millis(),
+        channel.stats().retries
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(channel.stats().retries, 1);
+    assert_eq!(proxy.accepted(), 2);
+}

@@ -117,6 +117,30 @@ pub(crate) struct Outgoing {
     pub(crate) upload: Option<ByteStream>,
     /// The operation streams its reply.
     pub(crate) download: bool,
+    /// The operation is `#[keel(idempotent)]`: it may be sent again after a failure.
+    pub(crate) idempotent: bool,
+}
+
+impl Outgoing {
+    /// A copy to send again, for a call without a request stream (a stream cannot be sent
+    /// twice).
+    pub(crate) fn try_clone(&self) -> Option<Outgoing> {
+        if self.upload.is_some() {
+            return None;
+        }
+        Some(Outgoing {
+            service: self.service,
+            operation: self.operation,
+            one_way: self.one_way,
+            metadata: self.metadata.clone(),
+            body: self.body.clone(),
+            compression: self.compression,
+            accepts_compressed: self.accepts_compressed,
+            upload: None,
+            download: self.download,
+            idempotent: self.idempotent,
+        })
+    }
 }
 
 /// A successful answer: the reply and its metadata.

@@ -45,6 +45,7 @@ async fn raw<A: Serialize>(
         accepts_compressed: false,
         upload,
         download: info.stream_response,
+        idempotent: info.idempotent,
     };
     ch.call(call, opts).await
 }

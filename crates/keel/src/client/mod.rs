@@ -6,10 +6,12 @@
 mod call;
 mod intercept;
 mod metrics;
+mod retry;
 mod rt;
 
 pub use call::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
 pub use intercept::{ClientCall, ClientInterceptor};
+pub use retry::RetryPolicy;
 pub(crate) use rt::block_on;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,6 +71,13 @@ pub struct ClientConfig {
     /// idle timeouts of common NATs and L4 load balancers, which are minutes: AWS NLB 350 s,
     /// Azure Load Balancer 4 min), 1 s timeout.
     pub keepalive: Option<crate::Keepalive>,
+    /// How calls of `#[keel(idempotent)]` operations are retried after failures that say the
+    /// host could not take them (`Unavailable`, `Busy`, `ShuttingDown`, a lost connection),
+    /// and the budget that keeps retries from amplifying an outage. Calls of other operations
+    /// are never sent again once they may have reached a host. Default:
+    /// [`RetryPolicy::default`] (3 attempts, 10 ms → 1 s backoff with jitter, retries at most
+    /// 10 % of calls plus 10 a second).
+    pub retry: RetryPolicy,
 }
 
 /// The client's keepalive default: see [`ClientConfig::keepalive`].
@@ -92,6 +101,7 @@ impl Default for ClientConfig {
             compression: None,
             compress_above: 1024,
             keepalive: Some(CLIENT_KEEPALIVE),
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -233,6 +243,14 @@ impl ChannelBuilder {
         self
     }
 
+    /// How calls of `#[keel(idempotent)]` operations are retried (see
+    /// [`ClientConfig::retry`]); [`RetryPolicy::disabled`] turns retries off. Default:
+    /// [`RetryPolicy::default`].
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
     /// HTTP/1.1: the most connections open at once. Default: 32.
     pub fn http_max_connections(mut self, n: usize) -> Self {
         self.config.http_max_connections = n;
@@ -251,6 +269,9 @@ impl ChannelBuilder {
         let transport = bindings::client(endpoint, self.config.settings(binding))?;
         Ok(Channel {
             inner: Arc::new(Inner {
+                retry_budget: retry::RetryBudget::new(&self.config.retry),
+                retries: AtomicU64::new(0),
+                retries_refused: AtomicU64::new(0),
                 config: self.config,
                 interceptors: self.interceptors,
                 transport,
@@ -279,8 +300,12 @@ pub struct ChannelStats {
     pub connections_closed: u64,
     /// Connections open now.
     pub connections_open: usize,
-    /// Calls made on the channel, whatever their outcome.
+    /// Calls made on the channel, whatever their outcome (retries not counted).
     pub calls: u64,
+    /// Retries sent (calls of idempotent operations sent again after a failure).
+    pub retries: u64,
+    /// Retries not sent because the retry budget was spent (the call failed instead).
+    pub retries_refused_by_budget: u64,
 }
 
 /// Per-call options carried by a generated client (see its `with_deadline`, `with_metadata`
@@ -371,6 +396,11 @@ struct Inner {
     transport: Box<dyn ClientTransport>,
     /// Calls made, for [`Channel::stats`].
     calls: AtomicU64,
+    /// What bounds retries (see [`RetryPolicy`]).
+    retry_budget: retry::RetryBudget,
+    /// Retries sent, and retries the budget refused.
+    retries: AtomicU64,
+    retries_refused: AtomicU64,
     /// Metric handles (calls, latency).
     metrics: ChannelMetrics,
     /// The URL the channel was built for (the calls' spans name it).
@@ -428,6 +458,8 @@ impl Channel {
             connections_closed: counts.closed,
             connections_open: counts.open,
             calls: self.inner.calls.load(Ordering::Relaxed),
+            retries: self.inner.retries.load(Ordering::Relaxed),
+            retries_refused_by_budget: self.inner.retries_refused.load(Ordering::Relaxed),
         }
     }
 
@@ -490,7 +522,7 @@ impl Channel {
         };
         let chain = &self.inner.interceptors;
         if chain.is_empty() {
-            let answer = self.send(call, deadline).await;
+            let answer = self.send_retrying(call, deadline).await;
             return self.store_reply_metadata(answer, options);
         }
         let mut seen = ClientCall::new(
@@ -513,7 +545,7 @@ impl Channel {
                 let seen_md = std::mem::take(seen.metadata_mut());
                 call.metadata = seen_md.clone();
                 *seen.metadata_mut() = seen_md;
-                self.send(call, deadline).await
+                self.send_retrying(call, deadline).await
             }
         };
         let answer = self.store_reply_metadata(answer, options);
@@ -530,6 +562,47 @@ impl Channel {
             interceptor.after(&seen, outcome);
         }
         answer
+    }
+
+    /// [`Channel::send`], and for an idempotent call, again after a failure that says the host
+    /// could not take it, as the channel's [`RetryPolicy`] and its budget allow. Interceptors
+    /// see one call, whatever the attempts.
+    async fn send_retrying(&self, call: Outgoing, deadline: Instant) -> Answer {
+        let policy = &self.inner.config.retry;
+        // A request stream cannot be sent twice.
+        if !call.idempotent || policy.max_attempts <= 1 || call.upload.is_some() {
+            return self.send(call, deadline).await;
+        }
+        let mut retries = 0;
+        loop {
+            let attempt = call.try_clone().expect("a call without a request stream");
+            let answer = self.send(attempt, deadline).await;
+            let Some(asked) = retry::retryable(&answer) else {
+                return answer;
+            };
+            retries += 1;
+            if retries >= policy.max_attempts {
+                return answer;
+            }
+            let wait = policy.backoff_for(retries).max(asked);
+            let now = Instant::now();
+            if now + wait >= deadline {
+                return answer;
+            }
+            let calls = self.inner.calls.load(Ordering::Relaxed);
+            if !self.inner.retry_budget.try_spend(now, calls) {
+                self.inner.retries_refused.fetch_add(1, Ordering::Relaxed);
+                return answer;
+            }
+            self.inner.retries.fetch_add(1, Ordering::Relaxed);
+            log::debug!(
+                "{}.{}: retry {retries} in {} ms",
+                call.service,
+                call.operation,
+                wait.as_millis()
+            );
+            tokio::time::sleep(wait).await;
+        }
     }
 
     /// Hands a call to the binding, unless its metadata exceeds what every binding carries;

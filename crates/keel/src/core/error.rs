@@ -113,7 +113,6 @@ impl Error {
         e
     }
 
-    #[cfg(test)]
     pub(crate) fn kind(&self) -> Kind {
         self.inner.kind
     }

@@ -56,6 +56,10 @@ pub struct OperationInfo {
     pub stream_request: bool,
     /// Returns a [`ByteStream`]: the reply body is streamed.
     pub stream_response: bool,
+    /// `#[keel(idempotent)]`: running it twice has the effect of running it once, so a client
+    /// may send it again after a failure that leaves unknown whether it ran (see
+    /// [`RetryPolicy`](crate::RetryPolicy)).
+    pub idempotent: bool,
 }
 
 impl OperationInfo {
@@ -81,7 +85,16 @@ impl OperationInfo {
             blocking,
             stream_request,
             stream_response,
+            idempotent: false,
         }
+    }
+
+    /// Marks the operation idempotent (what generated code does for `#[keel(idempotent)]`).
+    /// Not a public API.
+    #[doc(hidden)]
+    pub const fn with_idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
     }
 
     /// Whether either direction is streamed.

@@ -6,6 +6,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -217,6 +218,8 @@ pub struct Status {
     pub(crate) message: String,
     details: Bytes,
     metadata: Metadata,
+    /// How long the host asked the caller to wait before trying again (HTTP `Retry-After`).
+    retry_after: Option<Duration>,
 }
 
 macro_rules! constructors {
@@ -238,7 +241,21 @@ impl Status {
             message: message.into(),
             details: Bytes::new(),
             metadata: Metadata::new(),
+            retry_after: None,
         }
+    }
+
+    /// How long the host asked the caller to wait before trying again (an HTTP host's
+    /// `Retry-After` on a 503), if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// Records the wait the host asked for (the HTTP client reads `Retry-After`).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn with_retry_after(mut self, wait: Option<Duration>) -> Status {
+        self.retry_after = wait;
+        self
     }
 
     constructors! {
@@ -299,6 +316,7 @@ impl Status {
             message: String::new(),
             details,
             metadata: Metadata::new(),
+            retry_after: None,
         }
     }
 

@@ -697,7 +697,8 @@ impl HttpClient {
                         body,
                         details.into(),
                         metadata.clone(),
-                    )))
+                    )
+                    .with_retry_after(retry_after(&parts.headers))))
                 }
                 // A code this client does not know: `unknown`, with its name kept.
                 None => Ok(Err(Status::new(
@@ -732,6 +733,19 @@ impl HttpClient {
     fn broken(&self, e: hyper::Error) -> Error {
         Error::new(Kind::Connection, format!("{}: {e}", self.endpoint)).with_source(e)
     }
+}
+
+/// The wait a `Retry-After: <seconds>` header asks for (an HTTP date is not honoured: keel's
+/// hosts send seconds).
+fn retry_after(headers: &::http::HeaderMap) -> Option<std::time::Duration> {
+    let seconds: u64 = headers
+        .get(::http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(std::time::Duration::from_secs(seconds))
 }
 
 /// Where a request's stream comes back (see [`body::replayable`]).
