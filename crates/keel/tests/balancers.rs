@@ -30,6 +30,22 @@ use common::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
+/// The probe's counted sleep as an idempotent operation: keel's client sends a call of it
+/// again after a lost connection (the killed-host test). The other keel-wire tests call the
+/// probe's own `counted_sleep_ms`, which is never sent twice: no call of theirs may fail even
+/// without retries.
+#[keel::contract]
+pub trait Retried {
+    #[keel(idempotent)]
+    async fn counted_sleep_ms(&self, ms: u64) -> u64;
+}
+
+impl Retried for ProbeImpl {
+    async fn counted_sleep_ms(&self, ms: u64) -> u64 {
+        Probe::counted_sleep_ms(self, ms).await
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Balancer processes
 // ---------------------------------------------------------------------------------------------
@@ -643,16 +659,20 @@ impl Load {
         Load { tally, stop, tasks }
     }
 
-    /// `tasks` tasks sharing one keel client (one channel), each calling
-    /// `Probe.counted_sleep_ms(ms)` in a loop.
-    fn keel(client: &ProbeClient, tasks: usize, ms: u64) -> Load {
+    /// `tasks` tasks each making `call(ms)` in a loop (calls of one keel client: one channel),
+    /// `ms` the answer it expects.
+    fn keel<F, Fut>(tasks: usize, ms: u64, call: F) -> Load
+    where
+        F: Fn(u64) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = Result<u64, keel::Error>> + Send,
+    {
         let (tally, stop) = (Arc::new(Tally::default()), Arc::new(AtomicBool::new(false)));
         let tasks = (0..tasks)
             .map(|_| {
-                let (tally, stop, client) = (tally.clone(), stop.clone(), client.clone());
+                let (tally, stop, call) = (tally.clone(), stop.clone(), call.clone());
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
-                        let outcome = match client.counted_sleep_ms(ms).await {
+                        let outcome = match call(ms).await {
                             Ok(got) if got == ms => Ok(()),
                             Ok(got) => Err(format!("wrong answer {got}")),
                             Err(e) => Err(format!("{e} ({:?})", e.status_code())),
@@ -664,6 +684,15 @@ impl Load {
             })
             .collect();
         Load { tally, stop, tasks }
+    }
+
+    /// [`Load::keel`] calling the probe's `counted_sleep_ms` (not idempotent: never retried).
+    fn probe(client: &ProbeClient, tasks: usize, ms: u64) -> Load {
+        let client = client.clone();
+        Load::keel(tasks, ms, move |ms| {
+            let client = client.clone();
+            async move { client.counted_sleep_ms(ms).await }
+        })
     }
 
     /// Stops the clients: the connections each opened (raw HTTP clients; 0 for keel tasks).
@@ -706,7 +735,10 @@ fn wire_hosts(
             let probe = ProbeImpl::default();
             let host = Binding::Tcp.host_serving(
                 probe.clone(),
-                |h| settings(i, h.admin("http://127.0.0.1:0")),
+                |h| {
+                    let h = h.service(RetriedServer::new(probe.clone()));
+                    settings(i, h.admin("http://127.0.0.1:0"))
+                },
                 "tcp://127.0.0.1:0",
             );
             (host, probe)
@@ -748,6 +780,7 @@ fn child_host() {
     let probe = ProbeImpl::default();
     let host = keel::Host::builder()
         .service(ProbeServer::new(probe.clone()))
+        .service(RetriedServer::new(probe.clone()))
         .endpoint(url)
         .admin("http://127.0.0.1:0")
         .start()
@@ -1056,7 +1089,7 @@ async fn haproxy_spreads_one_channel_with_connection_age() {
     };
     let client =
         ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
-    let load = Load::keel(&client, 4, 1);
+    let load = Load::probe(&client, 4, 1);
     until(
         "every host served 100 calls",
         Duration::from_secs(60),
@@ -1126,7 +1159,7 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
     };
     let client =
         ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
-    let load = Load::keel(&client, 4, 1);
+    let load = Load::probe(&client, 4, 1);
     until(
         "every host served 50 calls",
         Duration::from_secs(60),
@@ -1203,10 +1236,10 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
 
 /// A keel-wire host killed (SIGKILL) in the middle of a run behind HAProxy: the channel's
 /// connection through HAProxy to it breaks with calls in flight. Those calls may have run, so
-/// neither HAProxy (TCP mode sees no calls) nor keel may send them again, unless the operation
-/// is idempotent: this needs the client's retries of idempotent operations.
+/// neither HAProxy (in TCP mode it sees no calls) nor keel may send them again unless the
+/// operation is idempotent: keel's client retries these (`#[keel(idempotent)]`) on a new
+/// connection, which HAProxy sends to a live host, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs idempotent retries (issue 15 item 4)"]
 async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
     let mut victim = ChildHost::start("tcp://127.0.0.1:0");
     let (hosts, probes) = wire_hosts(2, |_, h| {
@@ -1227,9 +1260,16 @@ async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
         return;
     };
     let client =
-        ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
-    // 5 ms calls, 8 at a time: some are running on the victim when it dies.
-    let load = Load::keel(&client, 8, 5);
+        RetriedClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
+    // 5 ms calls, 8 at a time: some are running on the victim when it dies (the victim has no
+    // connection age: once the channel's connection lands there, it stays until the kill).
+    let load = Load::keel(8, 5, {
+        let client = client.clone();
+        move |ms| {
+            let client = client.clone();
+            async move { client.counted_sleep_ms(ms).await }
+        }
+    });
     until(
         "the victim served 100 calls",
         Duration::from_secs(60),
@@ -1259,7 +1299,14 @@ async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
         "  host 0 (killed): at least {victim_calls} calls; hosts 1, 2 at the kill: {at_kill:?}; \
          at the end: {per_host:?}"
     );
+    let channel = client.channel().stats();
+    println!(
+        "  channel: {} connections opened, {} retries, {} refused by the budget",
+        channel.connections_opened, channel.retries, channel.retries_refused_by_budget
+    );
     assert!(tally.failed().is_empty(), "{:?}", tally.failed());
+    // The calls running on the victim when it died were sent again.
+    assert!(channel.retries >= 1, "{channel:?}");
     until(
         "HAProxy marks the killed host down",
         Duration::from_secs(30),
