@@ -469,7 +469,8 @@ defaults
     timeout client 1m
     timeout server 1m
     timeout check 2s
-    # A host that refuses the connection: try again, the last time on another host.
+    # A host that refuses the connection (killed, not yet marked down): try again, each time
+    # on another host. Nothing was forwarded yet, so this is always safe.
     retries 3
     option redispatch 1
 
