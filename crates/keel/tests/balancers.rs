@@ -707,6 +707,14 @@ impl Load {
     }
 }
 
+/// Calls whose handler started, over all `probes`.
+fn started(probes: &[ProbeImpl]) -> u64 {
+    probes
+        .iter()
+        .map(|p| p.started.load(Ordering::SeqCst))
+        .sum()
+}
+
 /// Three hosts' handlers' counters: calls each ran to the end.
 fn completed(probes: &[ProbeImpl]) -> Vec<u64> {
     probes
@@ -1008,8 +1016,13 @@ async fn nginx_a_drained_host_costs_no_failed_call() {
     // The drained host ran nothing more once its shutdown returned.
     assert_eq!(per_host[0], at_drain[0]);
     // nginx found out by failing over: at least the first call it sent to the stopped host
-    // (connection refused) went to another host.
+    // (a 503 `keel-unprocessed` during the drain, or a refused connection after it) went to
+    // another host.
     assert!(log.retried >= 1, "{log:?}");
+    // And sending those again was safe: every call ran exactly once, and no handler was cut
+    // short by the drain.
+    assert_eq!(per_host.iter().sum::<u64>(), tally.ok());
+    assert_eq!(started(&probes), tally.ok());
     for h in hosts {
         h.shutdown_async().await;
     }
@@ -1232,6 +1245,10 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
     assert_eq!(after.sessions, down.sessions);
     assert!(after.status.starts_with("DOWN"), "{after:?}");
     assert_eq!(per_host[0], at_drain[0]);
+    // Every call ran exactly once (none is retried: the operation is not idempotent), and no
+    // handler was cut short by the drain.
+    assert_eq!(per_host.iter().sum::<u64>(), tally.ok());
+    assert_eq!(started(&probes), tally.ok());
     for h in hosts {
         h.shutdown_async().await;
     }
