@@ -104,7 +104,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A balancer running in the foreground as a child process; killed (and its directory removed,
+/// A balancer running in the foreground as a child process; stopped (and its directory removed,
 /// unless the test failed) on drop.
 struct Balancer {
     name: &'static str,
@@ -182,6 +182,16 @@ impl Balancer {
 
 impl Drop for Balancer {
     fn drop(&mut self) {
+        // SIGTERM, not SIGKILL: nginx's master then stops its workers (killed, it would leave
+        // them running, holding the port). SIGKILL only if it has not exited within 10 s.
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -TERM {}", self.child.id()))
+            .status();
+        let until = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
