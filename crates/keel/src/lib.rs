@@ -210,7 +210,7 @@
 //! beside its own routes on one port (see [`http::HttpService`]). `ARCHITECTURE.md` in the
 //! repository shows the layers and one call's path through the files.
 //!
-//! # Dead connections and retries
+//! # Dead connections, retries and many hosts
 //!
 //! A NAT or load balancer that drops a quiet connection's state tells neither end. keel's
 //! client pings a keel-wire connection it has heard nothing on for 20 s, and pings along with
@@ -239,6 +239,13 @@
 //!     fn reserve(&self, sku: String, n: u32) -> bool;
 //! }
 //! ```
+//!
+//! [`Channel::balanced`] spreads one channel's calls over several hosts: every address of
+//! every URL it is given (a Kubernetes headless Service's name gives every ready pod),
+//! resolved again every 30 s and after a connect failure. Each call goes to the less busy of
+//! two hosts drawn at random; a host whose connection fails is left out for 1 s, doubling up
+//! to 30 s while it keeps failing; a call that could not connect goes to another host,
+//! whatever its operation (nothing was sent).
 //!
 //! # Metrics, health and a readiness-aware drain
 //!
