@@ -68,7 +68,9 @@ pub struct ClientConfig {
     /// `timeout` (the ping goes with the call). If nothing arrives within `timeout` after a
     /// ping (at least four round trips), the host or the path to it is gone: the connection
     /// closes, its calls fail `Unavailable` at once instead of at their deadlines, and the
-    /// next call opens a new connection. `None` turns it off. Default: 20 s interval (below the
+    /// next call opens a new connection. HTTP/2 connections ping on the same interval and
+    /// timeout (hyper's keepalive; no ping goes with a call); HTTP/1.1 cannot ping and relies
+    /// on TCP keepalive. `None` turns it off. Default: 20 s interval (below the
     /// idle timeouts of common NATs and L4 load balancers, which are minutes: AWS NLB 350 s,
     /// Azure Load Balancer 4 min), 1 s timeout.
     pub keepalive: Option<crate::Keepalive>,
@@ -244,7 +246,7 @@ impl ChannelBuilder {
         self
     }
 
-    /// keel-wire: pings on quiet connections and the verdict on a silent host (see
+    /// keel-wire and HTTP/2: pings on quiet connections and the verdict on a silent host (see
     /// [`ClientConfig::keepalive`]); `None` turns it off. Default: 20 s interval, 1 s timeout.
     pub fn keepalive(mut self, keepalive: Option<crate::Keepalive>) -> Self {
         self.config.keepalive = keepalive;
