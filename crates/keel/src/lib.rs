@@ -210,7 +210,7 @@
 //! beside its own routes on one port (see [`http::HttpService`]). `ARCHITECTURE.md` in the
 //! repository shows the layers and one call's path through the files.
 //!
-//! # Dead connections and retries
+//! # Dead connections, retries and many hosts
 //!
 //! A NAT or load balancer that drops a quiet connection's state tells neither end. keel's
 //! client pings a keel-wire connection it has heard nothing on for 20 s, and pings along with
@@ -239,6 +239,13 @@
 //!     fn reserve(&self, sku: String, n: u32) -> bool;
 //! }
 //! ```
+//!
+//! [`Channel::balanced`] spreads one channel's calls over several hosts: every address of
+//! every URL it is given (a Kubernetes headless Service's name gives every ready pod),
+//! resolved again every 30 s and after a connect failure. Each call goes to the less busy of
+//! two hosts drawn at random; a host whose connection fails is left out for 1 s, doubling up
+//! to 30 s while it keeps failing; a call that could not connect goes to another host,
+//! whatever its operation (nothing was sent).
 //!
 //! # Metrics, health and a readiness-aware drain
 //!
@@ -310,7 +317,7 @@
 //! | connections | [`max_connections`](HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest, is closed to admit the newcomer; refused only if all have calls in flight |
 //! | time to connect | [`handshake_timeout`](HostBuilder::handshake_timeout) | 10 s | closed (TLS and keel's handshakes each) |
 //! | idle time | [`idle_timeout`](HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
-//! | a peer that vanished (keel-wire) | [`keepalive`](HostBuilder::keepalive) | a Ping after 60 s with nothing received; nothing back in 20 s | closed, its calls stopped (keel's client pings its own quiet connections every 20 s and gives a silent host 1 s: [`ChannelBuilder::keepalive`]) |
+//! | a peer that vanished (keel-wire, HTTP/2) | [`keepalive`](HostBuilder::keepalive) | a Ping after 60 s with nothing received; nothing back in 20 s | closed, its calls stopped (keel's client pings its own quiet connections every 20 s and gives a silent host 1 s: [`ChannelBuilder::keepalive`]) |
 //! | pings (keel-wire) | [`ping_policy`](HostBuilder::ping_policy) | 5 s between pings with no call between them; 2 strikes | GoAway `too many pings`, closed |
 //! | a peer that vanished (TCP) | fixed: TCP keepalive | probes after 60 s without traffic, every 10 s, 3 of them | the kernel closes the connection (about 90 s); calls on it fail and the client reconnects |
 //! | connection age | [`max_connection_age`](HostBuilder::max_connection_age) | off (grace 30 s) | GoAway at the age ±10 % (HTTP/2 GOAWAY; HTTP/1.1 `connection: close` on the next answer); the client moves its next calls to a new connection without failing one; calls still running after the grace are answered `ShuttingDown` |

@@ -283,3 +283,35 @@ async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
     assert_eq!(channel.stats().retries, 1);
     assert_eq!(proxy.accepted(), 2);
 }
+
+/// HTTP/2 pings too (hyper's keepalive, with the channel's settings): a silently dropped
+/// connection is closed and the next call opens a new one.
+#[cfg(feature = "http")]
+#[tokio::test]
+async fn http2_pings_find_a_silent_drop_too() {
+    let host = common::host_with(|h| h, "http://127.0.0.1:0");
+    let proxy = Blackhole::start(&host.url().replace("http://", "tcp://")).await;
+    let channel = Channel::builder(format!("http://{}", proxy.addr))
+        .http_version(keel::HttpVersion::Http2)
+        .keepalive(Some(keel::Keepalive {
+            interval: Duration::from_millis(500),
+            timeout: Duration::from_millis(500),
+        }))
+        .build()
+        .unwrap();
+    let client = ProbeClient::new(channel.clone());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    // Alive and quiet: kept across several ping intervals.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(channel.stats().connections_open, 1);
+    proxy.blackhole_existing();
+    assert!(
+        within(Duration::from_secs(20), || channel.stats().connections_open
+            == 0)
+        .await,
+        "{:?}",
+        channel.stats()
+    );
+    assert_eq!(client.echo("after".into()).await.unwrap(), "after");
+    assert_eq!(proxy.accepted(), 2);
+}

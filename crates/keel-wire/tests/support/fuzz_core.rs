@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use keel_wire::{
     decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, CallRejected, Cancel,
-    Codec, ConnError, Connection, Event, FlowError, Frame, GoAway, Limits, RecvWindow, Reply,
-    Request, RequestFlags, SendWindow, Side, StatusCode, StopSending, StreamData, StreamEnd,
-    WindowConfig, WindowUpdate, MAGIC, MAX_WINDOW_SIZE,
+    Codec, ConnError, Connection, Event, FlowError, Frame, GoAway, Keepalive, Limits, PingPolicy,
+    RecvWindow, Reply, Request, RequestFlags, SendWindow, Side, StatusCode, StopSending,
+    StreamData, StreamEnd, WindowConfig, WindowUpdate, MAGIC, MAX_WINDOW_SIZE,
 };
 
 /// Message limits the frame target picks from (small ones reach the oversized paths).
@@ -318,13 +318,30 @@ struct ConnRun {
 
 impl ConnRun {
     fn new(side: Side) -> ConnRun {
+        // Keepalive on both sides and the host's ping limit, at scales the steps' clock
+        // (0–3.3 s a step) reaches.
+        let now = Instant::now();
+        let mut conn = Connection::new(side, WindowConfig::default());
+        conn.set_keepalive(
+            Keepalive {
+                interval: Duration::from_millis(20),
+                timeout: Duration::from_millis(5),
+            },
+            now,
+        );
+        if side == Side::Host {
+            conn.set_ping_policy(PingPolicy {
+                min_interval: Duration::from_millis(1),
+                max_strikes: 2,
+            });
+        }
         ConnRun {
             side,
-            conn: Connection::new(side, WindowConfig::default()),
+            conn,
             codec: Codec::new(Limits::default()),
             reader: Codec::new(Limits::with_max_message_size(64 * 1024)),
             inbox: BytesMut::new(),
-            now: Instant::now(),
+            now,
             started: 0,
             pending: BTreeSet::new(),
             last_ping: None,
@@ -335,8 +352,13 @@ impl ConnRun {
     fn feed(&mut self, frame: Frame) {
         let side = self.side;
         let expected = expected_conn_error(side, &frame);
+        let is_ping = matches!(frame, Frame::Ping(_));
         let closed = self.conn.is_closed();
         match self.conn.handle(frame, self.now) {
+            Err(ConnError::TooManyPings) => {
+                assert!(!closed && side == Side::Host && is_ping);
+                self.close();
+            }
             Err(e) => {
                 assert!(!closed, "a closed core reported {e}");
                 assert_eq!(Some(e), expected);
@@ -492,10 +514,40 @@ impl ConnRun {
             }
             17 => {
                 let v = r.uint(2);
-                if r.bool() {
-                    self.conn.set_rtt(Duration::from_micros(v * 50));
-                } else {
-                    self.now += Duration::from_micros(v * 50);
+                match r.u8() % 5 {
+                    0 => self.conn.set_rtt(Duration::from_micros(v * 50)),
+                    1 | 2 => self.now += Duration::from_micros(v * 50),
+                    3 => {
+                        // The keepalive timer, fired when the core asked for it or not.
+                        let due = self.conn.poll_timeout();
+                        assert_eq!(due.is_none(), self.conn.is_closed());
+                        let at = if r.bool() {
+                            due.unwrap_or(now).max(now)
+                        } else {
+                            now
+                        };
+                        self.now = at;
+                        match self.conn.handle_timeout(at) {
+                            Ok(true) => {
+                                assert!(self.conn.poll_timeout().is_some_and(|t| t > at));
+                            }
+                            Ok(false) => {}
+                            Err(ConnError::Unresponsive { waited }) => {
+                                assert!(waited >= Duration::from_millis(5), "{waited:?}");
+                                self.close();
+                            }
+                            Err(e) => panic!("handle_timeout failed with {e}"),
+                        }
+                    }
+                    _ => {
+                        if r.bool() {
+                            if self.conn.probe(now) {
+                                assert!(self.conn.poll_timeout().is_some());
+                            }
+                        } else {
+                            self.conn.restart_keepalive_wait(now);
+                        }
+                    }
                 }
             }
             18 => {

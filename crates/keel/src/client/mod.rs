@@ -3,6 +3,7 @@
 //! and hands plain settings to its binding: on keel-wire, calls are multiplexed over one
 //! connection; on HTTP, see [`crate::http`].
 
+mod balance;
 mod call;
 mod intercept;
 mod metrics;
@@ -67,7 +68,9 @@ pub struct ClientConfig {
     /// `timeout` (the ping goes with the call). If nothing arrives within `timeout` after a
     /// ping (at least four round trips), the host or the path to it is gone: the connection
     /// closes, its calls fail `Unavailable` at once instead of at their deadlines, and the
-    /// next call opens a new connection. `None` turns it off. Default: 20 s interval (below the
+    /// next call opens a new connection. HTTP/2 connections ping on the same interval and
+    /// timeout (hyper's keepalive; no ping goes with a call); HTTP/1.1 cannot ping and relies
+    /// on TCP keepalive. `None` turns it off. Default: 20 s interval (below the
     /// idle timeouts of common NATs and L4 load balancers, which are minutes: AWS NLB 350 s,
     /// Azure Load Balancer 4 min), 1 s timeout.
     pub keepalive: Option<crate::Keepalive>,
@@ -78,6 +81,9 @@ pub struct ClientConfig {
     /// [`RetryPolicy::default`] (3 attempts, 10 ms → 1 s backoff with jitter, retries at most
     /// 10 % of calls plus 10 a second).
     pub retry: RetryPolicy,
+    /// A [balanced](Channel::balanced) channel resolves its URLs' names again this often (and
+    /// after a connect failure). Default: 30 s.
+    pub resolve_interval: Duration,
 }
 
 /// The client's keepalive default: see [`ClientConfig::keepalive`].
@@ -102,6 +108,7 @@ impl Default for ClientConfig {
             compress_above: 1024,
             keepalive: Some(CLIENT_KEEPALIVE),
             retry: RetryPolicy::default(),
+            resolve_interval: Duration::from_secs(30),
         }
     }
 }
@@ -143,6 +150,8 @@ impl ClientConfig {
 #[derive(Clone)]
 pub struct ChannelBuilder {
     url: String,
+    /// With [`Channel::balanced`]: every URL, `url` first.
+    balanced: Option<Vec<String>>,
     config: ClientConfig,
     interceptors: Vec<Arc<dyn ClientInterceptor>>,
 }
@@ -151,6 +160,7 @@ impl std::fmt::Debug for ChannelBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChannelBuilder")
             .field("url", &self.url)
+            .field("balanced", &self.balanced)
             .field("config", &self.config)
             .field("interceptors", &self.interceptors.len())
             .finish()
@@ -236,7 +246,7 @@ impl ChannelBuilder {
         self
     }
 
-    /// keel-wire: pings on quiet connections and the verdict on a silent host (see
+    /// keel-wire and HTTP/2: pings on quiet connections and the verdict on a silent host (see
     /// [`ClientConfig::keepalive`]); `None` turns it off. Default: 20 s interval, 1 s timeout.
     pub fn keepalive(mut self, keepalive: Option<crate::Keepalive>) -> Self {
         self.config.keepalive = keepalive;
@@ -257,16 +267,57 @@ impl ChannelBuilder {
         self
     }
 
+    /// [`Channel::balanced`]: how often the URLs' names are resolved again (they also are
+    /// after a connect failure). Default: 30 s.
+    pub fn resolve_interval(mut self, interval: Duration) -> Self {
+        self.config.resolve_interval = interval;
+        self
+    }
+
     /// The channel; nothing is connected yet. Fails for an invalid URL or a binding this build
-    /// leaves out.
+    /// leaves out, and for a balanced channel over URLs of different schemes.
     pub fn build(self) -> Result<Channel, Error> {
-        let endpoint = Endpoint::parse(&self.url)?;
-        #[cfg(not(feature = "tls"))]
-        if endpoint.is_tls() {
-            return Err(crate::transport::tls_feature_needed(&endpoint));
+        let urls = self
+            .balanced
+            .clone()
+            .unwrap_or_else(|| vec![self.url.clone()]);
+        if urls.is_empty() {
+            return Err(Error::new(
+                crate::core::error::Kind::Config,
+                "a balanced channel needs at least one URL",
+            ));
         }
-        let binding = endpoint.scheme();
-        let transport = bindings::client(endpoint, self.config.settings(binding))?;
+        let mut endpoints = Vec::with_capacity(urls.len());
+        for url in &urls {
+            let endpoint = Endpoint::parse(url)?;
+            #[cfg(not(feature = "tls"))]
+            if endpoint.is_tls() {
+                return Err(crate::transport::tls_feature_needed(&endpoint));
+            }
+            if let Some(first) = endpoints.first() {
+                let first: &Endpoint = first;
+                if first.scheme() != endpoint.scheme() {
+                    return Err(Error::new(
+                        crate::core::error::Kind::Config,
+                        format!(
+                            "a balanced channel's URLs share one scheme: `{}` and `{url}` differ",
+                            urls[0]
+                        ),
+                    ));
+                }
+            }
+            endpoints.push(endpoint);
+        }
+        let binding = endpoints[0].scheme();
+        let settings = self.config.settings(binding);
+        let transport: Box<dyn ClientTransport> = match self.balanced {
+            None => bindings::client(endpoints.remove(0), settings)?,
+            Some(_) => Box::new(balance::Balanced(Arc::new(balance::Balancer::new(
+                endpoints,
+                settings,
+                self.config.resolve_interval,
+            )))),
+        };
         Ok(Channel {
             inner: Arc::new(Inner {
                 retry_budget: retry::RetryBudget::new(&self.config.retry),
@@ -412,6 +463,39 @@ impl Channel {
     pub fn builder(url: impl Into<String>) -> ChannelBuilder {
         ChannelBuilder {
             url: url.into(),
+            balanced: None,
+            config: ClientConfig::default(),
+            interceptors: Vec::new(),
+        }
+    }
+
+    /// A builder for a channel that spreads its calls over several hosts: every address of
+    /// every URL (a name that resolves to several addresses, such as a Kubernetes headless
+    /// Service's, counts each). Calls go to the less busy of two hosts drawn at random (by
+    /// calls in flight); a host whose connection fails is left out for a while (1 s, doubling
+    /// up to 30 s while it keeps failing); names are resolved again every
+    /// [`resolve_interval`](ChannelBuilder::resolve_interval) and after a connect failure.
+    /// Every URL must have the same scheme; each host gets its own connection.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), keel::Error> {
+    /// let channel = keel::Channel::balanced(["tcp://10.0.0.1:7000", "tcp://10.0.0.2:7000"])
+    ///     .connect()
+    ///     .await?;
+    /// // Or every pod behind a headless Service:
+    /// let channel = keel::Channel::balanced(["tcp://orders.shop.svc.cluster.local:7000"])
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn balanced<I, S>(urls: I) -> ChannelBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
+        ChannelBuilder {
+            url: urls.first().cloned().unwrap_or_default(),
+            balanced: Some(urls),
             config: ClientConfig::default(),
             interceptors: Vec::new(),
         }

@@ -114,8 +114,9 @@ pub struct HostConfig {
     /// How long calls in flight on a connection told GoAway for its age may still run; then
     /// they are answered `ShuttingDown` and the connection closes. Default: 30 s.
     pub max_connection_age_grace: Duration,
-    /// keel-wire: a connection nothing arrived on for `interval` is pinged, and closed if
-    /// nothing arrives within `timeout` after that (at least four round trips): a client that
+    /// keel-wire and HTTP/2: a connection nothing arrived on for `interval` is pinged, and
+    /// closed if nothing arrives within `timeout` after that (keel-wire: at least four round
+    /// trips; HTTP/2: hyper's keepalive, the timeout as given): a client that
     /// vanished without a word (a NAT or load balancer dropped the path, the machine died)
     /// stops holding a connection and its calls long before TCP notices. keel's clients ping
     /// their quiet connections every 20 s themselves, so the host's pings reach only clients
@@ -461,8 +462,8 @@ impl HostBuilder {
         self
     }
 
-    /// keel-wire: pings a connection nothing arrived on for `keepalive.interval`, and closes
-    /// it if nothing arrives within `keepalive.timeout` after that; `None` turns it off.
+    /// keel-wire and HTTP/2: pings a connection nothing arrived on for `keepalive.interval`,
+    /// and closes it if nothing arrives within `keepalive.timeout` after that; `None` turns it off.
     /// Default: 60 s, 20 s (see [`HostConfig::keepalive`]).
     pub fn keepalive(mut self, keepalive: Option<crate::Keepalive>) -> Self {
         self.config.keepalive = keepalive;

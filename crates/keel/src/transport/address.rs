@@ -145,6 +145,17 @@ impl Endpoint {
             .unwrap_or(host)
     }
 
+    /// The same scheme at another `host:port` (a Unix endpoint stays itself).
+    pub(crate) fn with_authority(&self, authority: String) -> Endpoint {
+        match self {
+            Endpoint::Tcp(_) => Endpoint::Tcp(authority),
+            Endpoint::Tcps(_) => Endpoint::Tcps(authority),
+            Endpoint::Http(_) => Endpoint::Http(authority),
+            Endpoint::Https(_) => Endpoint::Https(authority),
+            Endpoint::Unix(p) => Endpoint::Unix(p.clone()),
+        }
+    }
+
     /// `host:port` for network schemes.
     pub(crate) fn authority(&self) -> Option<&str> {
         match self {

@@ -383,6 +383,15 @@ impl ClientTls {
         Ok(tls)
     }
 
+    /// This configuration checking certificates against `name`, unless it already names one
+    /// (a balanced channel reaches a URL's addresses one by one, and checks the URL's name).
+    pub(crate) fn with_server_name_if_unset(self, name: &str) -> ClientTls {
+        if self.server_name.is_some() {
+            return self;
+        }
+        self.with_server_name(name)
+    }
+
     /// Checks the host's certificate against `name` instead of the host part of the URL. For
     /// example, connect to `tcps://10.0.0.7:4000` and verify the certificate for
     /// `api.example.com`. `name` may be a DNS name or an IP address; it is checked when

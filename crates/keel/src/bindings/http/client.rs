@@ -507,13 +507,21 @@ impl HttpClient {
                 }
                 Proto::H2 => {
                     let tasks = Tasks::default();
-                    let (sender, driver) = http2::Builder::new(tasks.clone())
+                    let mut builder = http2::Builder::new(tasks.clone());
+                    builder
                         .initial_stream_window_size(super::H2_STREAM_WINDOW)
                         .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
-                        .timer(TokioTimer::new())
-                        .handshake(io)
-                        .await
-                        .map_err(handshake_err)?;
+                        .timer(TokioTimer::new());
+                    // HTTP/2 PINGs after the keepalive interval without a frame received;
+                    // no answer within the timeout closes the connection (its calls fail as
+                    // a lost connection; the next call reconnects).
+                    if let Some(k) = self.config.keepalive {
+                        builder
+                            .keep_alive_interval(k.interval)
+                            .keep_alive_timeout(k.timeout)
+                            .keep_alive_while_idle(true);
+                    }
+                    let (sender, driver) = builder.handshake(io).await.map_err(handshake_err)?;
                     let id = self.conns.spawn(driver, Some(tasks));
                     Established::H2(H2Conn { sender, id })
                 }

@@ -171,6 +171,7 @@ pub(crate) async fn serve(
     let head_watch = Arc::new(HeadWatch::new(connected.alpn.as_deref() == Some(b"h2")));
     let max_calls = settings.max_calls_per_connection;
     let frame_timeout = settings.frame_timeout;
+    let keepalive = settings.keepalive;
     let ctx = Ctx::new(
         &dispatcher,
         settings,
@@ -197,6 +198,13 @@ pub(crate) async fn serve(
         .initial_stream_window_size(super::H2_STREAM_WINDOW)
         .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
         .timer(TokioTimer::new());
+    // HTTP/2 PINGs to a client quiet for the keepalive interval; closed if it does not answer.
+    if let Some(k) = keepalive {
+        builder
+            .http2()
+            .keep_alive_interval(k.interval)
+            .keep_alive_timeout(k.timeout);
+    }
     let builder = match connected.alpn.as_deref() {
         Some(b"h2") => builder.http2_only(),
         Some(b"http/1.1") => builder.http1_only(),
