@@ -1087,6 +1087,13 @@ async fn nginx_a_killed_host_costs_no_failed_idempotent_call() {
         "  nginx sent {} calls to another host ($upstream_status: {:?})",
         log.retried, log.attempts
     );
+    for (i, h) in hosts.iter().enumerate() {
+        println!(
+            "  host {}: {} connections opened by nginx",
+            i + 1,
+            h.stats().connections_opened
+        );
+    }
     assert!(tally.failed().is_empty(), "{:?}", tally.failed());
     assert!(log.not_200.is_empty(), "{:?}", log.not_200);
     assert!(log.retried >= 1, "{log:?}");
@@ -1334,6 +1341,13 @@ async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
         "  channel: {} connections opened, {} retries, {} refused by the budget",
         channel.connections_opened, channel.retries, channel.retries_refused_by_budget
     );
+    for (i, h) in hosts.iter().enumerate() {
+        println!(
+            "  host {}: {} connections opened",
+            i + 1,
+            h.stats().connections_opened
+        );
+    }
     assert!(tally.failed().is_empty(), "{:?}", tally.failed());
     // The calls running on the victim when it died were sent again.
     assert!(channel.retries >= 1, "{channel:?}");
