@@ -158,10 +158,19 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             }
         });
         let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
+        let schema = if OPENAPI {
+            quote! {
+                #[derive(#k::schemars::JsonSchema)]
+                #[schemars(crate = "::keel::__private::schemars")]
+            }
+        } else {
+            quote!()
+        };
         quote! {
             #[doc = #doc]
             #[doc(hidden)]
             #[derive(#k::serde::Serialize, #k::serde::Deserialize)]
+            #schema
             #[serde(crate = "::keel::__private::serde")]
             #[allow(non_camel_case_types)]
             pub(super) struct #ident { #(#fields,)* }
@@ -187,6 +196,33 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         };
         let one_way = op.one_way;
         let blocking = !op.is_async;
+        let schemas = if OPENAPI {
+            let args = args_ident(trait_name, &op.name);
+            let success = match (&op.fallible, &op.status_result) {
+                (Some((t, _)), _) | (None, Some(t)) => t,
+                (None, None) => &op.ret,
+            };
+            let returns = if op.one_way || op.stream_reply {
+                quote!(::core::option::Option::None)
+            } else {
+                quote!(::core::option::Option::Some(#k::schema_of::<#success>))
+            };
+            let fault = match &op.fallible {
+                Some((_, e)) => quote!(::core::option::Option::Some(#k::schema_of::<#e>)),
+                None => quote!(::core::option::Option::None),
+            };
+            let docs = doc_text(&op.method.attrs);
+            quote! {
+                .with_schemas(#k::OperationSchemas::new(
+                    #k::schema_inline::<#args>,
+                    #returns,
+                    #fault,
+                    #docs,
+                ))
+            }
+        } else {
+            quote!()
+        };
         quote! {
             #k::OperationInfo::new(
                 #name,
@@ -197,7 +233,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 #blocking,
                 #stream_request,
                 #stream_response,
-            )
+            )#schemas
         }
     });
 
@@ -418,6 +454,11 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #vis fn with_reply_metadata(&self, slot: &::keel::ReplyMetadata) -> Self {
                 Self { channel: self.channel.clone(), options: self.options.clone().with_reply_metadata(slot) }
             }
+            /// The contract's description: its operations (and, with keel's `openapi`
+            /// feature, their JSON Schema, for `keel::openapi::document`).
+            #vis fn descriptor() -> &'static #k::ServiceDescriptor {
+                &#descriptor_mod::__DESCRIPTOR
+            }
             /// The channel this client calls over.
             #vis fn channel(&self) -> &::keel::Channel {
                 &self.channel
@@ -475,6 +516,29 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #(#blocking_methods)*
         }
     })
+}
+
+/// Whether to generate the JSON Schema of each operation (keel's `openapi` feature).
+const OPENAPI: bool = cfg!(feature = "openapi");
+
+/// The text of the `///` comments in `attrs`, one line each, without the space after `///`.
+fn doc_text(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .map(|line| line.strip_prefix(' ').unwrap_or(&line).to_string())
+        .collect();
+    lines.join("\n").trim().to_string()
 }
 
 fn args_ident(trait_name: &Ident, op: &Ident) -> Ident {

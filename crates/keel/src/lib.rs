@@ -367,6 +367,8 @@ mod client;
 mod core;
 mod dispatch;
 mod host;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 mod transport;
 
 /// The chunk type of a [`ByteStream`] (the `bytes` crate's, re-exported).
@@ -395,6 +397,13 @@ pub use crate::host::{
 #[cfg(feature = "tls")]
 pub use crate::transport::tls;
 
+/// The `schemars` crate (feature `openapi`), whose [`JsonSchema`](schemars::JsonSchema) every
+/// parameter, return and fault type of a contract implements for the OpenAPI document
+/// ([`openapi`]): derive it as `#[derive(keel::schemars::JsonSchema)]` with
+/// `#[schemars(crate = "keel::schemars")]`, without a dependency of your own on schemars.
+#[cfg(feature = "openapi")]
+pub use schemars;
+
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
 pub use keel_pool as pool;
 
@@ -407,10 +416,31 @@ pub mod __private {
     pub use crate::core::codec::Format;
     pub use crate::core::compress::DecompressError;
     pub use crate::core::context::Context;
+    #[cfg(feature = "openapi")]
+    pub use crate::core::service::OperationSchemas;
     pub use crate::core::service::{
         Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };
+    #[cfg(feature = "openapi")]
+    pub use schemars;
     pub use serde;
+
+    /// The schema of `T` as a generator's subschema (a `$ref` for types it keeps in its
+    /// definitions).
+    #[cfg(feature = "openapi")]
+    pub fn schema_of<T: schemars::JsonSchema>(
+        g: &mut schemars::SchemaGenerator,
+    ) -> schemars::Schema {
+        g.subschema_for::<T>()
+    }
+    /// The schema of `T` itself, never a `$ref` (an operation's arguments, which no other
+    /// schema refers to).
+    #[cfg(feature = "openapi")]
+    pub fn schema_inline<T: schemars::JsonSchema>(
+        g: &mut schemars::SchemaGenerator,
+    ) -> schemars::Schema {
+        T::json_schema(g)
+    }
 
     use crate::core::codec;
     use crate::core::status::Status;

@@ -20,6 +20,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct DivideByZero {
     pub dividend: f64,
 }
