@@ -37,6 +37,7 @@
 
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 pub use crate::core::service::{OperationSchemas, SchemaFn};
@@ -60,7 +61,8 @@ const ERROR_ANSWERS: &[(&str, &str, &str)] = &[
         "BadRequest",
         "The body does not decode into the operation's parameters, or a header is invalid \
          (`bad_request`); or the handler answered `invalid_argument`, `failed_precondition` or \
-         `out_of_range`.",
+         `out_of_range`; or the answer holds a number JSON cannot carry (infinity or NaN: \
+         `out_of_range`).",
     ),
     (
         "401",
@@ -155,15 +157,19 @@ pub(crate) fn document_value(services: &[&ServiceDescriptor]) -> Value {
         })
         .into_generator();
     let mut paths = Map::new();
+    // The bodies of the operations themselves (arguments, faults), by name: generators name
+    // their types after these.
+    let mut bodies = Map::new();
     for service in services {
         for op in service.operations {
             paths.insert(
                 format!("/{}/{}", service.name, op.name),
-                json!({ "post": operation(&mut gen, service.name, op) }),
+                json!({ "post": operation(&mut gen, &mut bodies, service.name, op) }),
             );
         }
     }
     let mut schemas = gen.take_definitions(true);
+    schemas.extend(bodies);
     schemas.insert("KeelError".into(), error_schema());
     let names: Vec<&str> = services.iter().map(|s| s.name).collect();
     let mut responses = Map::new();
@@ -233,19 +239,29 @@ pub(crate) fn document_value(services: &[&ServiceDescriptor]) -> Value {
     })
 }
 
-/// The `post` of one operation.
-fn operation(gen: &mut SchemaGenerator, service: &str, op: &OperationInfo) -> Value {
+/// The `post` of one operation; adds the schemas of its arguments and fault to `bodies`, as
+/// `{Service}_{operation}_args` and `{Service}_{operation}_fault`.
+fn operation(
+    gen: &mut SchemaGenerator,
+    bodies: &mut Map<String, Value>,
+    service: &str,
+    op: &OperationInfo,
+) -> Value {
     let schemas = op
         .schemas
         .expect("a contract compiled with the `openapi` feature describes its schemas");
     let mut args = (schemas.args)(gen).to_value();
     if let Some(object) = args.as_object_mut() {
-        object.insert("title".into(), format!("{service}_{}_args", op.name).into());
+        let description = format!("The parameters of `{service}.{}`, by name.", op.name);
+        object.insert("description".into(), description.into());
     }
     let args_required = args
         .get("required")
         .and_then(Value::as_array)
         .is_some_and(|r| !r.is_empty());
+    let args_name = format!("{service}_{}_args", op.name);
+    bodies.insert(args_name.clone(), args);
+    let args = json!({"$ref": format!("#/components/schemas/{args_name}")});
     let mut parameters = vec![json!({"$ref": "#/components/parameters/Deadline"})];
     let request = if op.stream_request {
         parameters.push(json!({
@@ -300,20 +316,25 @@ fn operation(gen: &mut SchemaGenerator, service: &str, op: &OperationInfo) -> Va
         );
     }
     if let Some(fault) = schemas.fault {
+        let fault_name = format!("{service}_{}_fault", op.name);
+        bodies.insert(
+            fault_name.clone(),
+            json!({
+                "description": format!("The typed fault of `{service}.{}`.", op.name),
+                "type": "object",
+                "required": ["code", "fault"],
+                "properties": {
+                    "code": {"const": "fault"},
+                    "fault": fault(gen).to_value(),
+                },
+            }),
+        );
         responses.insert(
             "422".into(),
             json!({
                 "description": "The operation's typed fault (`keel-status: fault`).",
                 "headers": {STATUS_HEADER: status_header},
-                "content": {JSON: {"schema": {
-                    "title": format!("{service}_{}_fault", op.name),
-                    "type": "object",
-                    "required": ["code", "fault"],
-                    "properties": {
-                        "code": {"const": "fault"},
-                        "fault": fault(gen).to_value(),
-                    },
-                }}},
+                "content": {JSON: {"schema": {"$ref": format!("#/components/schemas/{fault_name}")}}},
             }),
         );
     }
@@ -363,52 +384,80 @@ fn error_schema() -> Value {
 
 /// The JSON description of one contract that `GET /{Service}` answers: its operations with
 /// the JSON Schema of every parameter, return value and fault (`$ref`s point into `$defs`).
-pub(crate) fn description(service: &ServiceDescriptor) -> Value {
-    let mut gen = SchemaSettings::draft2020_12()
-        .with(|s| s.meta_schema = None)
-        .into_generator();
-    let stream = json!({"type": "string", "format": "binary"});
-    let operations: Vec<Value> = service
-        .operations
-        .iter()
-        .map(|op| {
-            let schemas = op
-                .schemas
-                .expect("a contract compiled with the `openapi` feature describes its schemas");
-            let args = (schemas.args)(&mut gen).to_value();
-            let params: Vec<Value> = op
-                .params
-                .iter()
-                .map(|p| {
-                    let ty = args
-                        .get("properties")
-                        .and_then(|props| props.get(p.name))
-                        .cloned()
-                        .unwrap_or_else(|| stream.clone());
-                    json!({"name": p.name, "type": ty})
-                })
-                .collect();
-            let returns = match schemas.returns {
-                Some(f) => f(&mut gen).to_value(),
-                None if op.one_way => json!({"type": "null"}),
-                None => stream.clone(),
-            };
-            let fault = schemas.fault.map(|f| f(&mut gen).to_value());
-            json!({
-                "name": op.name,
-                "params": params,
-                "returns": returns,
-                "fault": fault,
-                "one_way": op.one_way,
-                "streamed": op.streamed(),
+/// Members in the documented order: `service`, `operations`, `$defs`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Description {
+    service: &'static str,
+    operations: Vec<OperationDescription>,
+    #[serde(rename = "$defs")]
+    defs: Value,
+}
+
+#[derive(Debug, Serialize)]
+struct OperationDescription {
+    name: &'static str,
+    params: Vec<ParamDescription>,
+    returns: Value,
+    fault: Option<Value>,
+    one_way: bool,
+    streamed: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct ParamDescription {
+    name: &'static str,
+    #[serde(rename = "type")]
+    ty: Value,
+}
+
+impl Description {
+    /// The description of `service`.
+    pub(crate) fn of(service: &ServiceDescriptor) -> Description {
+        let mut gen = SchemaSettings::draft2020_12()
+            .with(|s| s.meta_schema = None)
+            .into_generator();
+        let stream = json!({"type": "string", "format": "binary"});
+        let operations = service
+            .operations
+            .iter()
+            .map(|op| {
+                let schemas = op
+                    .schemas
+                    .expect("a contract compiled with the `openapi` feature describes its schemas");
+                let args = (schemas.args)(&mut gen).to_value();
+                let params = op
+                    .params
+                    .iter()
+                    .map(|p| ParamDescription {
+                        name: p.name,
+                        ty: args
+                            .get("properties")
+                            .and_then(|props| props.get(p.name))
+                            .cloned()
+                            .map_or_else(|| stream.clone(), sorted),
+                    })
+                    .collect();
+                let returns = match schemas.returns {
+                    Some(f) => sorted(f(&mut gen).to_value()),
+                    None if op.one_way => json!({"type": "null"}),
+                    None => stream.clone(),
+                };
+                OperationDescription {
+                    name: op.name,
+                    params,
+                    returns,
+                    fault: schemas.fault.map(|f| sorted(f(&mut gen).to_value())),
+                    one_way: op.one_way,
+                    streamed: op.streamed(),
+                }
             })
-        })
-        .collect();
-    sorted(json!({
-        "service": service.name,
-        "operations": operations,
-        "$defs": gen.take_definitions(true),
-    }))
+            .collect();
+        Description {
+            service: service.name,
+            operations,
+            defs: sorted(Value::Object(gen.take_definitions(true))),
+        }
+    }
 }
 
 /// `value` with every object's members in sorted order, whatever order `serde_json`'s map

@@ -802,7 +802,7 @@ fn describe(conn: &ConnShared, service: &str) -> Response<Body> {
         return error(Status::new(StatusCode::UnknownService, msg), Format::Json);
     };
     #[cfg(feature = "openapi")]
-    let json = serde_json::to_vec(&crate::openapi::description(s.descriptor()));
+    let json = serde_json::to_vec(&crate::openapi::Description::of(s.descriptor()));
     #[cfg(not(feature = "openapi"))]
     let json = serde_json::to_vec(&Description::of(s.descriptor()));
     let json = json.expect("a description always serializes");
