@@ -114,6 +114,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
     let blocking = format_ident!("{}BlockingClient", trait_name);
     let k = quote!(::keel::__private);
     let descriptor_mod = format_ident!("__keel_{}", trait_name.to_string().to_lowercase());
+    let descriptor_static = format_ident!("__KEEL_DESCRIPTOR_{}", trait_name);
 
     // The trait as users implement it: attributes consumed, async fns made Send.
     let trait_methods = ops.iter().map(|op| {
@@ -214,7 +215,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             let docs = doc_text(&op.method.attrs);
             quote! {
                 .with_schemas(#k::OperationSchemas::new(
-                    #k::schema_inline::<#args>,
+                    #k::schema_inline::<#descriptor_mod::#args>,
                     #returns,
                     #fault,
                     #docs,
@@ -312,14 +313,21 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             }
             None => quote!(::core::option::Option::None),
         };
-        let target = quote!(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args, #upload);
+        let target =
+            quote!(&self.channel, &self.options, &#descriptor_static, #i, &__args, #upload);
         let (ret, call) = if op.one_way {
             (quote!(()), quote!(#k::call_one_way(#target).await))
         } else if let Some((t, e)) = &op.fallible {
             if op.stream_reply {
-                (quote!(#t), quote!(#k::call_stream_fallible::<_, #e>(#target).await))
+                (
+                    quote!(#t),
+                    quote!(#k::call_stream_fallible::<_, #e>(#target).await),
+                )
             } else {
-                (quote!(#t), quote!(#k::call_fallible::<_, #t, #e>(#target).await))
+                (
+                    quote!(#t),
+                    quote!(#k::call_fallible::<_, #t, #e>(#target).await),
+                )
             }
         } else if let Some(t) = &op.status_result {
             if op.stream_reply {
@@ -379,9 +387,15 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #[allow(unused_imports)]
             use super::*;
             #(#args_structs)*
-            pub(super) static __DESCRIPTOR: #k::ServiceDescriptor =
-                #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*]);
         }
+
+        // Beside the trait rather than in the module above: the schemas of return and fault
+        // types name them as the contract does, which a module's `use super::*` cannot do for
+        // types declared in a function body.
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        static #descriptor_static: #k::ServiceDescriptor =
+            #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*]);
 
         #[doc = #trait_doc_link]
         #vis struct #server<S> {
@@ -407,7 +421,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
 
         impl<S: #trait_name> #k::Service for #server<S> {
             fn descriptor(&self) -> &'static #k::ServiceDescriptor {
-                &#descriptor_mod::__DESCRIPTOR
+                &#descriptor_static
             }
             fn invoke(
                 &self,
@@ -420,7 +434,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 let _ = ctx;
                 match op {
                     #(#dispatch_arms)*
-                    _ => ::core::result::Result::Err(#k::unknown_operation(&#descriptor_mod::__DESCRIPTOR, op)),
+                    _ => ::core::result::Result::Err(#k::unknown_operation(&#descriptor_static, op)),
                 }
             }
         }
@@ -457,7 +471,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             /// The contract's description: its operations (and, with keel's `openapi`
             /// feature, their JSON Schema, for `keel::openapi::document`).
             #vis fn descriptor() -> &'static #k::ServiceDescriptor {
-                &#descriptor_mod::__DESCRIPTOR
+                &#descriptor_static
             }
             /// The channel this client calls over.
             #vis fn channel(&self) -> &::keel::Channel {

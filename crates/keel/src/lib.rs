@@ -10,7 +10,10 @@
 //! ```
 //! use serde::{Deserialize, Serialize};
 //!
-//! #[derive(Debug, Clone, Serialize, Deserialize)]
+//! // Every parameter, return and fault type also describes its JSON Schema, for the OpenAPI
+//! // document (the default feature `openapi`; see [`openapi`]).
+//! #[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
+//! #[schemars(crate = "keel::schemars")]
 //! pub struct DivideByZero;
 //!
 //! #[keel::contract]
@@ -161,7 +164,8 @@
 //!
 //! ```
 //! # use serde::{Deserialize, Serialize};
-//! # #[derive(Debug, Clone, Serialize, Deserialize)]
+//! # #[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
+//! # #[schemars(crate = "keel::schemars")]
 //! # pub struct DivideByZero;
 //! # #[keel::contract]
 //! # pub trait Calculator {
@@ -197,6 +201,13 @@
 //! # }
 //! # Ok::<(), keel::Error>(())
 //! ```
+//!
+//! Any language can call it from its OpenAPI 3.1 document: an `http://` endpoint serves the
+//! document of every contract it hosts at `GET /openapi.json`, and [`openapi::document`]
+//! writes it offline (to commit it and review its diff), with the JSON Schema of every
+//! parameter, return and fault type (feature `openapi`, on by default; those types then
+//! implement [`schemars::JsonSchema`], derived through `keel::schemars`). OpenAPI generators
+//! (openapi-python-client, openapi-typescript, ...) make clients from it.
 //!
 //! # Settings, and running inside your application
 //!
@@ -307,10 +318,13 @@
 //! - `CalculatorServer<S>`: wraps an implementation for [`HostBuilder::service`];
 //! - `CalculatorClient`: async methods returning `Result<T, keel::Error>`, plus `connect`,
 //!   `new(Channel)`, `with_deadline`, `with_metadata`, `with_reply_metadata`, `open`, `close`;
-//! - `CalculatorBlockingClient`: the same, blocking, for code without a runtime.
+//! - `CalculatorBlockingClient`: the same, blocking, for code without a runtime;
+//! - `CalculatorClient::descriptor()`: the contract's [`ServiceDescriptor`], for
+//!   [`openapi::document`].
 //!
 //! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
-//! owned serde types; no generics; `#[keel(one_way)]` operations return `()` (the host
+//! owned serde types (which, with the feature `openapi`, also implement
+//! `schemars::JsonSchema`, as return and fault types do); no generics; `#[keel(one_way)]` operations return `()` (the host
 //! acknowledges receipt, the caller gets no result); at most one [`ByteStream`] parameter, and
 //! none on a one-way operation.
 //!

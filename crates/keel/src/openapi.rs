@@ -37,7 +37,6 @@
 
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 pub use crate::core::service::{OperationSchemas, SchemaFn};
@@ -385,7 +384,8 @@ fn error_schema() -> Value {
 /// The JSON description of one contract that `GET /{Service}` answers: its operations with
 /// the JSON Schema of every parameter, return value and fault (`$ref`s point into `$defs`).
 /// Members in the documented order: `service`, `operations`, `$defs`.
-#[derive(Debug, Serialize)]
+#[cfg(feature = "http")]
+#[derive(Debug, serde::Serialize)]
 pub(crate) struct Description {
     service: &'static str,
     operations: Vec<OperationDescription>,
@@ -393,7 +393,8 @@ pub(crate) struct Description {
     defs: Value,
 }
 
-#[derive(Debug, Serialize)]
+#[cfg(feature = "http")]
+#[derive(Debug, serde::Serialize)]
 struct OperationDescription {
     name: &'static str,
     params: Vec<ParamDescription>,
@@ -403,13 +404,15 @@ struct OperationDescription {
     streamed: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[cfg(feature = "http")]
+#[derive(Debug, serde::Serialize)]
 struct ParamDescription {
     name: &'static str,
     #[serde(rename = "type")]
     ty: Value,
 }
 
+#[cfg(feature = "http")]
 impl Description {
     /// The description of `service`.
     pub(crate) fn of(service: &ServiceDescriptor) -> Description {

@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use crate::core::service::{Service, ServiceDescriptor};
+use crate::core::service::Service;
+#[cfg(feature = "openapi")]
+use crate::core::service::ServiceDescriptor;
 use crate::core::status::{Status, StatusCode};
 use metrics::{HostMetrics, OpMetrics};
 use throttle::Throttle;
@@ -218,6 +220,7 @@ impl Dispatcher {
     }
 
     /// The descriptors of the services hosted, sorted by name.
+    #[cfg(feature = "openapi")]
     pub(crate) fn descriptors(&self) -> Vec<&'static ServiceDescriptor> {
         let mut all: Vec<_> = self
             .services
