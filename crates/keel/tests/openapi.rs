@@ -11,16 +11,21 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
 #[schemars(crate = "keel::schemars")]
 pub struct Refused {
+    /// Why.
     pub reason: Reason,
 }
 
+/// Why a call was refused.
 #[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
 #[schemars(crate = "keel::schemars")]
 pub enum Reason {
+    /// No room.
     Full,
+    /// Not open.
     Closed,
 }
 
+/// A contract with every kind of operation.
 #[keel::contract]
 pub trait Store {
     /// Stores `value` under `key`.
@@ -30,9 +35,12 @@ pub trait Store {
         -> Result<u64, Refused>;
     /// Looks `key` up.
     async fn get(&self, key: String, ctx: Context) -> Result<Vec<u8>, Status>;
+    /// Marks `key` used.
     #[keel(one_way)]
     fn touch(&self, key: String);
+    /// Stores a stream.
     async fn upload(&self, name: String, data: ByteStream) -> u64;
+    /// Sends a stream back.
     async fn download(&self, name: String) -> Result<ByteStream, Refused>;
 }
 
@@ -112,12 +120,16 @@ fn an_operation_with_a_typed_fault() {
     );
     assert_eq!(
         doc["components"]["schemas"]["Refused"]["properties"]["reason"],
-        json!({"$ref": "#/components/schemas/Reason"})
+        json!({"$ref": "#/components/schemas/Reason", "description": "Why."})
     );
-    assert_eq!(
-        doc["components"]["schemas"]["Reason"]["enum"],
-        json!(["Full", "Closed"])
-    );
+    // Variants with doc comments: one `const` each, with its description.
+    let variants: Vec<&Value> = doc["components"]["schemas"]["Reason"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| &v["const"])
+        .collect();
+    assert_eq!(variants, [&json!("Full"), &json!("Closed")]);
     // The convention's other answers, shared.
     for (status, name) in [
         ("400", "BadRequest"),
@@ -197,14 +209,18 @@ fn the_document_is_stable_text() {
 /// contract is (parameter types must still be visible from the enclosing module, as the
 /// arguments' struct lives in a module of its own).
 #[test]
+// The generated client's methods are `pub` whatever the trait's visibility.
+#[allow(unreachable_pub)]
 fn a_contract_in_a_function_body() {
     #[derive(Debug, Serialize, Deserialize, keel::schemars::JsonSchema)]
     #[schemars(crate = "keel::schemars")]
     struct Local {
         n: i32,
     }
+    /// Declared here.
     #[keel::contract]
     trait Inner {
+        /// An operation.
         fn f(&self, n: i32) -> Result<Local, Local>;
     }
     let doc: Value =
