@@ -33,7 +33,8 @@
 //! Streamed operations (a `ByteStream` parameter or return value) are marked
 //! `"x-keel-streamed": true`; their streamed body is `application/octet-stream`, and a
 //! streamed request's other parameters travel as JSON in the `keel-args` header. One-way
-//! operations are marked `"x-keel-one-way": true`.
+//! operations are marked `"x-keel-one-way": true`, and `#[keel(idempotent)]` ones
+//! `"x-keel-idempotent": true` (a client may send them again after a failure).
 
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
@@ -362,6 +363,9 @@ fn operation(
     }
     if op.one_way {
         post.insert("x-keel-one-way".into(), true.into());
+    }
+    if op.idempotent {
+        post.insert("x-keel-idempotent".into(), true.into());
     }
     Value::Object(post)
 }

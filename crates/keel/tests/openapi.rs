@@ -34,6 +34,7 @@ pub trait Store {
     fn put(&self, key: String, value: Vec<u8>, #[keel(default)] ttl_s: u32)
         -> Result<u64, Refused>;
     /// Looks `key` up.
+    #[keel(idempotent)]
     async fn get(&self, key: String, ctx: Context) -> Result<Vec<u8>, Status>;
     /// Marks `key` used.
     #[keel(one_way)]
@@ -160,8 +161,10 @@ fn status_results_one_way_and_context() {
     assert_eq!(args["required"], json!(["key"]));
     assert!(get["responses"].get("422").is_none());
     assert!(get["responses"].get("404").is_some());
+    assert_eq!(get["x-keel-idempotent"], true);
     let touch = post(&doc, "touch");
     assert_eq!(touch["x-keel-one-way"], true);
+    assert!(touch.get("x-keel-idempotent").is_none());
     assert!(touch["responses"].get("200").is_none());
     assert!(touch["responses"]["202"].get("content").is_none());
 }
