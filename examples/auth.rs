@@ -7,6 +7,7 @@
 //! cargo run --release --example auth -- --connect tcp://127.0.0.1:7001 --token T
 //! curl -s http://127.0.0.1:7000/Accounts/whoami -H 'authorization: Bearer s3cret' --json '{}'
 //! curl -si http://127.0.0.1:7000/Accounts/get --json '{"id": 0}' -H 'authorization: Bearer s3cret'
+//! cargo run --example auth -- --openapi          # the contract's OpenAPI document
 //! ```
 //!
 //! The host accepts one token (default `s3cret`, see `--token`) for the user `demo`. A call
@@ -26,6 +27,9 @@ struct Cli {
     /// The token the host accepts (with --serve) or the client sends (with --connect)
     #[arg(long, default_value = DEFAULT_TOKEN)]
     token: String,
+    /// Print the contract's OpenAPI 3.1 document (examples/openapi/accounts.json) and exit
+    #[arg(long, conflicts_with_all = ["serve", "connect"])]
+    openapi: bool,
 }
 
 #[tokio::main]
@@ -38,6 +42,10 @@ async fn main() {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
+    if cli.openapi {
+        print!("{}", accounts::openapi());
+        return Ok(());
+    }
     match cli.mode.mode() {
         Mode::Serve(url) => {
             let builder = accounts::builder(&url, &cli.token);

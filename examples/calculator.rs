@@ -6,6 +6,7 @@
 //! cargo run --release --example calculator -- --connect tcp://127.0.0.1:7000
 //! cargo run --release --example calculator -- --serve http://127.0.0.1:7000  # HTTP + JSON
 //! python3 examples/clients/calculator.py http://127.0.0.1:7000
+//! cargo run --example calculator -- --openapi    # the contract's OpenAPI document
 //! ```
 
 use clap::Parser;
@@ -19,6 +20,9 @@ use keel_examples::{Mode, ModeArgs};
 struct Cli {
     #[command(flatten)]
     mode: ModeArgs,
+    /// Print the contract's OpenAPI 3.1 document (examples/openapi/calculator.json) and exit
+    #[arg(long, conflicts_with_all = ["serve", "connect"])]
+    openapi: bool,
 }
 
 fn main() {
@@ -30,6 +34,10 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
+    if cli.openapi {
+        print!("{}", calculator::openapi());
+        return Ok(());
+    }
     match cli.mode.mode() {
         Mode::Serve(url) => {
             let builder = calculator::builder(&url);

@@ -73,19 +73,22 @@ def main(argv):
     check("service", desc.get("service"), "Calculator")
     ops = {op["name"]: op for op in desc.get("operations", [])}
     check("operations", sorted(ops), ["add", "divide", "multiply", "subtract"])
+    # Types as JSON Schema; named types are `$ref`s into `$defs`.
+    number = {"type": "number", "format": "double"}
     check(
         "add",
         ops.get("add"),
         {
             "name": "add",
-            "params": [{"name": "a", "type": "f64"}, {"name": "b", "type": "f64"}],
-            "returns": "f64",
+            "params": [{"name": "a", "type": number}, {"name": "b", "type": number}],
+            "returns": number,
             "fault": None,
             "one_way": False,
             "streamed": False,
         },
     )
-    check("divide's fault", ops.get("divide", {}).get("fault"), "DivideByZero")
+    check("divide's fault", ops.get("divide", {}).get("fault"), {"$ref": "#/$defs/DivideByZero"})
+    check("DivideByZero", desc.get("$defs", {}).get("DivideByZero", {}).get("required"), ["dividend"])
 
     if failures:
         print(f"FAILED: {', '.join(failures)}")

@@ -15,7 +15,8 @@ pub const DEFAULT_TOKEN: &str = "s3cret";
 pub const DEMO_USER: &str = "demo";
 
 /// An account.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, keel::schemars::JsonSchema)]
+#[schemars(crate = "keel::schemars")]
 pub struct Account {
     /// Its id (never 0).
     pub id: u64,
@@ -123,4 +124,10 @@ impl keel::ClientInterceptor for SendToken {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(())
     }
+}
+
+/// The Accounts contract's OpenAPI 3.1 document, as a host serves it at `GET /openapi.json`
+/// (committed as `examples/openapi/accounts.json`).
+pub fn openapi() -> String {
+    keel::openapi::document(&[AccountsClient::descriptor()])
 }

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 /// The fault `divide` returns for a zero divisor.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, keel::schemars::JsonSchema)]
+#[schemars(crate = "keel::schemars")]
 pub struct DivideByZero {
     /// The dividend that could not be divided.
     pub dividend: f64,
@@ -61,4 +62,10 @@ pub fn builder(url: &str) -> keel::HostBuilder {
 /// curl and `clients/calculator.py` (see [`keel::http`]).
 pub fn http_host() -> Result<keel::Host, keel::Error> {
     host("http://127.0.0.1:0")
+}
+
+/// The Calculator's OpenAPI 3.1 document, as a host serves it at `GET /openapi.json`
+/// (committed as `examples/openapi/calculator.json`).
+pub fn openapi() -> String {
+    keel::openapi::document(&[CalculatorClient::descriptor()])
 }

@@ -116,6 +116,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
     let blocking = format_ident!("{}BlockingClient", trait_name);
     let k = quote!(::keel::__private);
     let descriptor_mod = format_ident!("__keel_{}", trait_name.to_string().to_lowercase());
+    let descriptor_static = format_ident!("__KEEL_DESCRIPTOR_{}", trait_name);
 
     // The trait as users implement it: attributes consumed, async fns made Send.
     let trait_methods = ops.iter().map(|op| {
@@ -160,10 +161,19 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             }
         });
         let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
+        let schema = if OPENAPI {
+            quote! {
+                #[derive(#k::schemars::JsonSchema)]
+                #[schemars(crate = "::keel::__private::schemars")]
+            }
+        } else {
+            quote!()
+        };
         quote! {
             #[doc = #doc]
             #[doc(hidden)]
             #[derive(#k::serde::Serialize, #k::serde::Deserialize)]
+            #schema
             #[serde(crate = "::keel::__private::serde")]
             #[allow(non_camel_case_types)]
             pub(super) struct #ident { #(#fields,)* }
@@ -190,6 +200,33 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
         let one_way = op.one_way;
         let blocking = !op.is_async;
         let idempotent = op.idempotent;
+        let schemas = if OPENAPI {
+            let args = args_ident(trait_name, &op.name);
+            let success = match (&op.fallible, &op.status_result) {
+                (Some((t, _)), _) | (None, Some(t)) => t,
+                (None, None) => &op.ret,
+            };
+            let returns = if op.one_way || op.stream_reply {
+                quote!(::core::option::Option::None)
+            } else {
+                quote!(::core::option::Option::Some(#k::schema_of::<#success>))
+            };
+            let fault = match &op.fallible {
+                Some((_, e)) => quote!(::core::option::Option::Some(#k::schema_of::<#e>)),
+                None => quote!(::core::option::Option::None),
+            };
+            let docs = doc_text(&op.method.attrs);
+            quote! {
+                .with_schemas(#k::OperationSchemas::new(
+                    #k::schema_inline::<#descriptor_mod::#args>,
+                    #returns,
+                    #fault,
+                    #docs,
+                ))
+            }
+        } else {
+            quote!()
+        };
         quote! {
             #k::OperationInfo::new(
                 #name,
@@ -202,6 +239,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 #stream_response,
             )
             .with_idempotent(#idempotent)
+            #schemas
         }
     });
 
@@ -280,14 +318,21 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             }
             None => quote!(::core::option::Option::None),
         };
-        let target = quote!(&self.channel, &self.options, &#descriptor_mod::__DESCRIPTOR, #i, &__args, #upload);
+        let target =
+            quote!(&self.channel, &self.options, &#descriptor_static, #i, &__args, #upload);
         let (ret, call) = if op.one_way {
             (quote!(()), quote!(#k::call_one_way(#target).await))
         } else if let Some((t, e)) = &op.fallible {
             if op.stream_reply {
-                (quote!(#t), quote!(#k::call_stream_fallible::<_, #e>(#target).await))
+                (
+                    quote!(#t),
+                    quote!(#k::call_stream_fallible::<_, #e>(#target).await),
+                )
             } else {
-                (quote!(#t), quote!(#k::call_fallible::<_, #t, #e>(#target).await))
+                (
+                    quote!(#t),
+                    quote!(#k::call_fallible::<_, #t, #e>(#target).await),
+                )
             }
         } else if let Some(t) = &op.status_result {
             if op.stream_reply {
@@ -347,9 +392,15 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #[allow(unused_imports)]
             use super::*;
             #(#args_structs)*
-            pub(super) static __DESCRIPTOR: #k::ServiceDescriptor =
-                #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*]);
         }
+
+        // Beside the trait rather than in the module above: the schemas of return and fault
+        // types name them as the contract does, which a module's `use super::*` cannot do for
+        // types declared in a function body.
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        static #descriptor_static: #k::ServiceDescriptor =
+            #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*]);
 
         #[doc = #trait_doc_link]
         #vis struct #server<S> {
@@ -375,7 +426,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
 
         impl<S: #trait_name> #k::Service for #server<S> {
             fn descriptor(&self) -> &'static #k::ServiceDescriptor {
-                &#descriptor_mod::__DESCRIPTOR
+                &#descriptor_static
             }
             fn invoke(
                 &self,
@@ -388,7 +439,7 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
                 let _ = ctx;
                 match op {
                     #(#dispatch_arms)*
-                    _ => ::core::result::Result::Err(#k::unknown_operation(&#descriptor_mod::__DESCRIPTOR, op)),
+                    _ => ::core::result::Result::Err(#k::unknown_operation(&#descriptor_static, op)),
                 }
             }
         }
@@ -421,6 +472,11 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             /// A copy of this client that stores each call's reply metadata in `slot`.
             #vis fn with_reply_metadata(&self, slot: &::keel::ReplyMetadata) -> Self {
                 Self { channel: self.channel.clone(), options: self.options.clone().with_reply_metadata(slot) }
+            }
+            /// The contract's description: its operations (and, with keel's `openapi`
+            /// feature, their JSON Schema, for `keel::openapi::document`).
+            #vis fn descriptor() -> &'static #k::ServiceDescriptor {
+                &#descriptor_static
             }
             /// The channel this client calls over.
             #vis fn channel(&self) -> &::keel::Channel {
@@ -479,6 +535,29 @@ fn expand(mut item: ItemTrait) -> syn::Result<TokenStream2> {
             #(#blocking_methods)*
         }
     })
+}
+
+/// Whether to generate the JSON Schema of each operation (keel's `openapi` feature).
+const OPENAPI: bool = cfg!(feature = "openapi");
+
+/// The text of the `///` comments in `attrs`, one line each, without the space after `///`.
+fn doc_text(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .map(|line| line.strip_prefix(' ').unwrap_or(&line).to_string())
+        .collect();
+    lines.join("\n").trim().to_string()
 }
 
 fn args_ident(trait_name: &Ident, op: &Ident) -> Ident {

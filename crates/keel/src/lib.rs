@@ -10,7 +10,10 @@
 //! ```
 //! use serde::{Deserialize, Serialize};
 //!
-//! #[derive(Debug, Clone, Serialize, Deserialize)]
+//! // Every parameter, return and fault type also describes its JSON Schema, for the OpenAPI
+//! // document (the default feature `openapi`; see [`openapi`]).
+//! #[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
+//! #[schemars(crate = "keel::schemars")]
 //! pub struct DivideByZero;
 //!
 //! #[keel::contract]
@@ -161,7 +164,8 @@
 //!
 //! ```
 //! # use serde::{Deserialize, Serialize};
-//! # #[derive(Debug, Clone, Serialize, Deserialize)]
+//! # #[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
+//! # #[schemars(crate = "keel::schemars")]
 //! # pub struct DivideByZero;
 //! # #[keel::contract]
 //! # pub trait Calculator {
@@ -197,6 +201,13 @@
 //! # }
 //! # Ok::<(), keel::Error>(())
 //! ```
+//!
+//! Any language can call it from its OpenAPI 3.1 document: an `http://` endpoint serves the
+//! document of every contract it hosts at `GET /openapi.json`, and [`openapi::document`]
+//! writes it offline (to commit it and review its diff), with the JSON Schema of every
+//! parameter, return and fault type (feature `openapi`, on by default; those types then
+//! implement [`schemars::JsonSchema`], derived through `keel::schemars`). OpenAPI generators
+//! (openapi-python-client, openapi-typescript, ...) make clients from it.
 //!
 //! # Settings, and running inside your application
 //!
@@ -346,10 +357,13 @@
 //! - `CalculatorServer<S>`: wraps an implementation for [`HostBuilder::service`];
 //! - `CalculatorClient`: async methods returning `Result<T, keel::Error>`, plus `connect`,
 //!   `new(Channel)`, `with_deadline`, `with_metadata`, `with_reply_metadata`, `open`, `close`;
-//! - `CalculatorBlockingClient`: the same, blocking, for code without a runtime.
+//! - `CalculatorBlockingClient`: the same, blocking, for code without a runtime;
+//! - `CalculatorClient::descriptor()`: the contract's [`ServiceDescriptor`], for
+//!   [`openapi::document`].
 //!
 //! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
-//! owned serde types; no generics; `#[keel(one_way)]` operations return `()` (the host
+//! owned serde types (which, with the feature `openapi`, also implement
+//! `schemars::JsonSchema`, as return and fault types do); no generics; `#[keel(one_way)]` operations return `()` (the host
 //! acknowledges receipt, the caller gets no result); at most one [`ByteStream`] parameter, and
 //! none on a one-way operation. `#[keel(idempotent)]` lets clients retry an operation (see
 //! "Dead connections and retries"; a call with a request stream is never retried).
@@ -407,6 +421,8 @@ mod client;
 mod core;
 mod dispatch;
 mod host;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 mod transport;
 
 /// The chunk type of a [`ByteStream`] (the `bytes` crate's, re-exported).
@@ -435,6 +451,13 @@ pub use crate::host::{
 #[cfg(feature = "tls")]
 pub use crate::transport::tls;
 
+/// The `schemars` crate (feature `openapi`), whose [`JsonSchema`](schemars::JsonSchema) every
+/// parameter, return and fault type of a contract implements for the OpenAPI document
+/// ([`openapi`]): derive it as `#[derive(keel::schemars::JsonSchema)]` with
+/// `#[schemars(crate = "keel::schemars")]`, without a dependency of your own on schemars.
+#[cfg(feature = "openapi")]
+pub use schemars;
+
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
 pub use keel_pool as pool;
 pub use keel_wire::{Keepalive, PingPolicy};
@@ -448,10 +471,31 @@ pub mod __private {
     pub use crate::core::codec::Format;
     pub use crate::core::compress::DecompressError;
     pub use crate::core::context::Context;
+    #[cfg(feature = "openapi")]
+    pub use crate::core::service::OperationSchemas;
     pub use crate::core::service::{
         Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };
+    #[cfg(feature = "openapi")]
+    pub use schemars;
     pub use serde;
+
+    /// The schema of `T` as a generator's subschema (a `$ref` for types it keeps in its
+    /// definitions).
+    #[cfg(feature = "openapi")]
+    pub fn schema_of<T: schemars::JsonSchema>(
+        g: &mut schemars::SchemaGenerator,
+    ) -> schemars::Schema {
+        g.subschema_for::<T>()
+    }
+    /// The schema of `T` itself, never a `$ref` (an operation's arguments, which no other
+    /// schema refers to).
+    #[cfg(feature = "openapi")]
+    pub fn schema_inline<T: schemars::JsonSchema>(
+        g: &mut schemars::SchemaGenerator,
+    ) -> schemars::Schema {
+        T::json_schema(g)
+    }
 
     use crate::core::codec;
     use crate::core::status::Status;

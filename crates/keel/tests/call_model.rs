@@ -18,6 +18,11 @@ use serde::{Deserialize, Serialize};
 
 /// What a handler saw of its call.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct Seen {
     pub service: String,
     pub operation: String,

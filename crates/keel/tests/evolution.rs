@@ -44,6 +44,11 @@ pub mod v1 {
     use serde::{Deserialize, Serialize};
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(
+        feature = "openapi",
+        derive(keel::schemars::JsonSchema),
+        schemars(crate = "keel::schemars")
+    )]
     pub struct Item {
         pub id: u64,
         pub name: String,
@@ -90,6 +95,11 @@ pub mod v2 {
     use serde::{Deserialize, Serialize};
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(
+        feature = "openapi",
+        derive(keel::schemars::JsonSchema),
+        schemars(crate = "keel::schemars")
+    )]
     pub struct Item {
         pub id: u64,
         pub name: String,

@@ -20,6 +20,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct DivideByZero {
     pub dividend: f64,
 }
@@ -263,6 +268,31 @@ async fn http1_and_h2c_share_one_port() {
     host.shutdown_async().await;
 }
 
+/// JSON has no infinity or NaN, and serde_json writes them as `null`: a reply holding one is
+/// answered 400 `out_of_range` over JSON rather than 200 `null` (which schemathesis found
+/// against the Calculator), while keel's own client (MessagePack) still receives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_finite_reply_is_out_of_range_over_json() {
+    let host = host();
+    let mut raw = Raw::connect(host.url(), false).await;
+    let a = raw
+        .post(
+            "/Calc/add",
+            r#"{"a": 1.7976931348623157e308, "b": 1e308}"#,
+            &[],
+        )
+        .await;
+    assert_eq!((a.status, a.keel_status()), (400, "out_of_range"));
+    assert_eq!(a.json()["code"], json!("out_of_range"));
+    assert!(a.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("JSON cannot carry"));
+    let client = CalcClient::connect(host.url()).await.unwrap();
+    assert_eq!(client.add(f64::MAX, 1e308).await.unwrap(), f64::INFINITY);
+    host.shutdown_async().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_error_answer_over_raw_json() {
     let host = host();
@@ -488,7 +518,10 @@ async fn describe_answers_the_contract_as_json() {
     let a = raw.get("/Calc").await;
     assert_eq!((a.status, a.keel_status()), (200, "ok"));
     assert_eq!(a.header("content-type"), Some("application/json"));
+    // Without the `openapi` feature, types as written in the Rust contract.
+    #[cfg(not(feature = "openapi"))]
     let f64_pair = json!([{"name": "a", "type": "f64"}, {"name": "b", "type": "f64"}]);
+    #[cfg(not(feature = "openapi"))]
     assert_eq!(
         a.json(),
         json!({
@@ -505,6 +538,38 @@ async fn describe_answers_the_contract_as_json() {
             ]
         })
     );
+    // With it, JSON Schema: a `$ref` into `$defs` for a named type.
+    #[cfg(feature = "openapi")]
+    {
+        let f64 = json!({"type": "number", "format": "double"});
+        let f64_pair = json!([{"name": "a", "type": f64}, {"name": "b", "type": f64}]);
+        assert_eq!(
+            a.json(),
+            json!({
+                "service": "Calc",
+                "operations": [
+                    {"name": "add", "params": f64_pair, "returns": f64, "fault": null,
+                     "one_way": false, "streamed": false},
+                    {"name": "divide", "params": f64_pair, "returns": f64,
+                     "fault": {"$ref": "#/$defs/DivideByZero"}, "one_way": false,
+                     "streamed": false},
+                    {"name": "note", "params": [{"name": "text", "type": {"type": "string"}}],
+                     "returns": {"type": "null"}, "fault": null, "one_way": true,
+                     "streamed": false},
+                    {"name": "bump", "params": [],
+                     "returns": {"type": "integer", "format": "uint64", "minimum": 0},
+                     "fault": null, "one_way": false, "streamed": false},
+                ],
+                "$defs": {
+                    "DivideByZero": {
+                        "type": "object",
+                        "properties": {"dividend": f64},
+                        "required": ["dividend"],
+                    },
+                },
+            })
+        );
+    }
     // Field order as documented.
     let text = std::str::from_utf8(&a.body).unwrap();
     assert!(text.starts_with(r#"{"service":"Calc","operations":[{"name":"add","params""#));

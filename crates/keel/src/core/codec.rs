@@ -146,8 +146,26 @@ pub(crate) fn decode_args<T: DeserializeOwned>(format: Format, body: &[u8]) -> R
     })
 }
 
+/// The status of a reply that holds a non-finite float (infinity or NaN), which JSON cannot
+/// carry (`serde_json` would write `null`): `out_of_range`, the caller's choice of format being
+/// what cannot carry it. `None` when `value` can be encoded in `format`.
+fn not_in_json<T: Serialize + ?Sized>(format: Format, value: &T, what: &str) -> Option<Status> {
+    (format == Format::Json && super::finite::has_non_finite(value)).then(|| {
+        Status::new(
+            StatusCode::OutOfRange,
+            format!(
+                "the {what} holds a non-finite number (infinity or NaN), which JSON cannot \
+                 carry; call with MessagePack (application/vnd.msgpack) to receive it"
+            ),
+        )
+    })
+}
+
 /// Encodes a handler's return value.
 pub(crate) fn encode_ok<T: Serialize>(format: Format, value: &T) -> Outcome {
+    if let Some(status) = not_in_json(format, value, "reply") {
+        return Err(status);
+    }
     encode(format, value)
         .map(Payload::Body)
         .map_err(|e| Status::new(StatusCode::Internal, format!("cannot encode reply: {e}")))
@@ -155,6 +173,9 @@ pub(crate) fn encode_ok<T: Serialize>(format: Format, value: &T) -> Outcome {
 
 /// Encodes a typed fault.
 fn encode_fault<E: Serialize>(format: Format, fault: &E) -> Status {
+    if let Some(status) = not_in_json(format, fault, "fault") {
+        return status;
+    }
     match encode(format, fault) {
         Ok(b) => Status::fault(b),
         Err(e) => Status::new(StatusCode::Internal, format!("cannot encode fault: {e}")),
@@ -198,6 +219,18 @@ pub(crate) fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_non_finite_float_is_out_of_range_in_json_only() {
+        let status = encode_ok(Format::Json, &f64::INFINITY).unwrap_err();
+        assert_eq!(status.code(), StatusCode::OutOfRange);
+        let fault: Result<(), (u8, f32)> = Err((1, f32::NAN));
+        let status = encode_fallible(Format::Json, &fault).unwrap_err();
+        assert_eq!(status.code(), StatusCode::OutOfRange);
+        assert!(encode_ok(Format::MsgPack, &f64::INFINITY).is_ok());
+        assert!(encode_ok(Format::Postcard, &f64::NAN).is_ok());
+        assert!(encode_ok(Format::Json, &f64::MAX).is_ok());
+    }
 
     #[test]
     fn msgpack_evolves_like_json_both_ways() {

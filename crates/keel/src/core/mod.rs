@@ -10,6 +10,7 @@
 //!   servers implement (the dispatch trait);
 //! - [`codec`]: how arguments, replies and faults are encoded;
 //! - [`depth`]: the nesting limit decoding keeps in every format;
+//! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
 //! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`).
 //!
@@ -20,6 +21,7 @@ pub(crate) mod compress;
 pub(crate) mod context;
 pub(crate) mod depth;
 pub(crate) mod error;
+pub(crate) mod finite;
 pub(crate) mod metadata;
 pub mod metrics;
 pub(crate) mod service;

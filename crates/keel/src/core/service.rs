@@ -60,6 +60,11 @@ pub struct OperationInfo {
     /// may send it again after a failure that leaves unknown whether it ran (see
     /// [`RetryPolicy`](crate::RetryPolicy)).
     pub idempotent: bool,
+    /// The JSON Schema of its parameters, return value and fault, and its documentation: what
+    /// the OpenAPI document ([`crate::openapi`]) is made of. Always `Some` for a contract
+    /// compiled with the `openapi` feature.
+    #[cfg(feature = "openapi")]
+    pub schemas: Option<OperationSchemas>,
 }
 
 impl OperationInfo {
@@ -86,6 +91,19 @@ impl OperationInfo {
             stream_request,
             stream_response,
             idempotent: false,
+            #[cfg(feature = "openapi")]
+            schemas: None,
+        }
+    }
+
+    /// This description with the operation's schemas (what generated code builds). Not a
+    /// public API.
+    #[cfg(feature = "openapi")]
+    #[doc(hidden)]
+    pub const fn with_schemas(self, schemas: OperationSchemas) -> Self {
+        OperationInfo {
+            schemas: Some(schemas),
+            ..self
         }
     }
 
@@ -100,6 +118,48 @@ impl OperationInfo {
     /// Whether either direction is streamed.
     pub fn streamed(&self) -> bool {
         self.stream_request || self.stream_response
+    }
+}
+
+/// Adds the JSON Schema of a type to a generator (a `$ref` for types kept in its definitions).
+#[cfg(feature = "openapi")]
+pub type SchemaFn = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+
+/// The JSON Schema of an operation's parameters, return value and fault, as functions that add
+/// them to a [`schemars::SchemaGenerator`] (from `#[keel::contract]` with the `openapi`
+/// feature; see [`crate::openapi`]).
+#[cfg(feature = "openapi")]
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct OperationSchemas {
+    /// The JSON body of a call: an object with one member per parameter (the `ByteStream`
+    /// and `Context` parameters are not in it).
+    pub args: SchemaFn,
+    /// The JSON body of a success: the return value (`T` of `Result<T, _>`); `None` when it is
+    /// a `ByteStream` or the operation is one-way.
+    pub returns: Option<SchemaFn>,
+    /// The typed fault (`E` of `Result<T, E>`), if the operation has one.
+    pub fault: Option<SchemaFn>,
+    /// The operation's documentation (its doc comment), or `""`.
+    pub docs: &'static str,
+}
+
+#[cfg(feature = "openapi")]
+impl OperationSchemas {
+    /// An operation's schemas (what generated code builds). Not a public API.
+    #[doc(hidden)]
+    pub const fn new(
+        args: SchemaFn,
+        returns: Option<SchemaFn>,
+        fault: Option<SchemaFn>,
+        docs: &'static str,
+    ) -> Self {
+        OperationSchemas {
+            args,
+            returns,
+            fault,
+            docs,
+        }
     }
 }
 

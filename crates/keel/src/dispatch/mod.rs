@@ -32,6 +32,8 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use crate::core::service::Service;
+#[cfg(feature = "openapi")]
+use crate::core::service::ServiceDescriptor;
 use crate::core::status::{Status, StatusCode};
 use metrics::{HostMetrics, OpMetrics};
 use throttle::Throttle;
@@ -215,6 +217,18 @@ impl Dispatcher {
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn service(&self, name: &str) -> Option<&Arc<dyn Service>> {
         self.services.get(name).map(|s| &s.service)
+    }
+
+    /// The descriptors of the services hosted, sorted by name.
+    #[cfg(feature = "openapi")]
+    pub(crate) fn descriptors(&self) -> Vec<&'static ServiceDescriptor> {
+        let mut all: Vec<_> = self
+            .services
+            .values()
+            .map(|s| s.service.descriptor())
+            .collect();
+        all.sort_by_key(|d| d.name);
+        all
     }
 
     /// The service called `name` with its operations' metric handles.

@@ -130,6 +130,13 @@ impl Host {
         self.admin_url.as_deref()
     }
 
+    /// The OpenAPI 3.1 document of the contracts this host serves, as its `http://` endpoints
+    /// answer `GET /openapi.json` (see [`openapi::document`](crate::openapi::document)).
+    #[cfg(feature = "openapi")]
+    pub fn openapi(&self) -> String {
+        crate::openapi::document(&self.dispatcher.descriptors())
+    }
+
     /// Whether the host reports itself ready (`GET /readyz`): true until a shutdown begins.
     pub fn is_ready(&self) -> bool {
         self.dispatcher.is_ready()

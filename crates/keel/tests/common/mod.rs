@@ -64,9 +64,19 @@ fn pattern_stream(n: u64, chunk: u32) -> ByteStream {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct Negative(pub i64);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct ThreadInfo {
     pub name: String,
     pub in_runtime: bool,

@@ -2,8 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Raised when dividing by zero.
+/// Raised when dividing by zero. With the `openapi` feature, contract types describe their JSON
+/// Schema too.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct DivideByZero;
 
 /// A calculator service.

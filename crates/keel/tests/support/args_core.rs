@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
 
 /// A nested struct, as an order from a shop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct Order {
     pub id: u64,
     pub customer: Customer,
@@ -32,6 +37,11 @@ pub struct Order {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct Customer {
     pub name: String,
     pub email: Option<String>,
@@ -39,6 +49,11 @@ pub struct Customer {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub struct Line {
     pub sku: String,
     pub quantity: u32,
@@ -47,6 +62,11 @@ pub struct Line {
 
 /// A field-less enum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub enum State {
     Open,
     Paid,
@@ -55,6 +75,11 @@ pub enum State {
 
 /// An enum of every variant kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub enum Shape {
     Point,
     Circle(f64),
@@ -65,6 +90,11 @@ pub enum Shape {
 
 /// A recursive type: a tree as deep as the body allows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 pub enum Tree {
     Leaf(i64),
     Node(Vec<Tree>),

@@ -32,7 +32,9 @@ use crate::bindings::ServerSettings;
 use crate::core::codec::Format;
 use crate::core::compress::{self, Compression};
 use crate::core::metadata::Metadata;
-use crate::core::service::{Payload, ServiceDescriptor};
+use crate::core::service::Payload;
+#[cfg(not(feature = "openapi"))]
+use crate::core::service::ServiceDescriptor;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
@@ -489,6 +491,14 @@ pub(super) async fn handle<B: Received>(ctx: &Ctx, req: Request<B>) -> Response<
     let path = req.uri().path().to_string();
     let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
     let mut response = match (segments.next(), segments.next(), segments.next()) {
+        #[cfg(feature = "openapi")]
+        (Some("openapi.json"), None, _) => {
+            if req.method() == Method::GET {
+                openapi(conn)
+            } else {
+                wrong_method(req.method(), &path, Method::GET)
+            }
+        }
         (Some(service), None, _) if !service.is_empty() => {
             if req.method() == Method::GET {
                 describe(conn, service)
@@ -799,20 +809,37 @@ fn describe(conn: &ConnShared, service: &str) -> Response<Body> {
         let msg = format!("no service `{service}` on this host");
         return error(Status::new(StatusCode::UnknownService, msg), Format::Json);
     };
-    let json = serde_json::to_vec(&Description::of(s.descriptor()))
-        .expect("a description always serializes");
+    #[cfg(feature = "openapi")]
+    let json = serde_json::to_vec(&crate::openapi::Description::of(s.descriptor()));
+    #[cfg(not(feature = "openapi"))]
+    let json = serde_json::to_vec(&Description::of(s.descriptor()));
+    let json = json.expect("a description always serializes");
     let mut response = Response::new(body::full(Bytes::from(json)));
     set_content_type(&mut response, JSON_CONTENT_TYPE);
     set_status_header(&mut response, StatusCode::Ok);
     response
 }
 
+/// `GET /openapi.json`: the OpenAPI document of every contract the host serves.
+#[cfg(feature = "openapi")]
+fn openapi(conn: &ConnShared) -> Response<Body> {
+    let json = crate::openapi::document(&conn.dispatcher.descriptors());
+    let mut response = Response::new(body::full(Bytes::from(json)));
+    set_content_type(&mut response, JSON_CONTENT_TYPE);
+    set_status_header(&mut response, StatusCode::Ok);
+    response
+}
+
+/// The description without JSON Schema (without the `openapi` feature): types as written in
+/// the Rust contract.
+#[cfg(not(feature = "openapi"))]
 #[derive(Serialize)]
 struct Description {
     service: &'static str,
     operations: Vec<OperationDescription>,
 }
 
+#[cfg(not(feature = "openapi"))]
 #[derive(Serialize)]
 struct OperationDescription {
     name: &'static str,
@@ -823,6 +850,7 @@ struct OperationDescription {
     streamed: bool,
 }
 
+#[cfg(not(feature = "openapi"))]
 #[derive(Serialize)]
 struct ParamDescription {
     name: &'static str,
@@ -830,6 +858,7 @@ struct ParamDescription {
     ty: &'static str,
 }
 
+#[cfg(not(feature = "openapi"))]
 impl Description {
     fn of(desc: &'static ServiceDescriptor) -> Description {
         Description {
