@@ -12,7 +12,8 @@
 //! - **Balancing.** Power of two choices: two members drawn at random, the call goes to the one
 //!   with fewer calls in flight.
 //! - **Ejection.** A member whose connection could not be made or broke (a connect error, a
-//!   lost connection, or `Unavailable` from a dead-connection verdict) is left out for 1 s,
+//!   lost connection, or `Unavailable` from a dead-connection verdict), or that answered
+//!   `ShuttingDown` (it is draining), is left out for 1 s,
 //!   doubling with each ejection in a row up to 30 s, with ±20 % jitter: that is also how
 //!   reconnects to a host that is down back off. A call it answers clears its record. If every
 //!   member is ejected, all are used again (a channel never refuses to try).
@@ -308,15 +309,19 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Whether an answer says the member's connection failed: `Some(true)` if it could not be
-/// made, `Some(false)` if it broke or was found dead.
+/// Whether an answer says the member should be left out for a while: `Some(true)` if its
+/// connection could not be made, `Some(false)` if it broke, was found dead, or the host is
+/// shutting down (so that the next calls go to the others before DNS drops it).
 fn failure(answer: &Answer) -> Option<bool> {
     match answer {
         Err(e) => match e.kind() {
             Kind::Connect => Some(true),
-            Kind::Connection | Kind::Status(StatusCode::Unavailable) => Some(false),
+            Kind::Connection
+            | Kind::Status(StatusCode::Unavailable)
+            | Kind::Status(StatusCode::ShuttingDown) => Some(false),
             _ => None,
         },
+        Ok(Err(status)) if status.code() == StatusCode::ShuttingDown => Some(false),
         Ok(_) => None,
     }
 }
