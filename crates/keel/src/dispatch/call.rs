@@ -318,7 +318,21 @@ impl Call {
                     self.metrics.handler.record(secs(started.elapsed()));
                     self.finish(outcome);
                 };
-                let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));
+                // Polled once here first: a handler that completes without waiting (most do)
+                // answers at once, in the reader's batch (its reply is written with the
+                // batch's others), without a task of its own. Only one that waits is spawned;
+                // its next poll registers the task's waker, as a future's every poll does.
+                let mut task = Box::pin(task.instrument(span));
+                let waker = std::task::Waker::noop();
+                let mut cx = std::task::Context::from_waker(waker);
+                match catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(&mut cx))) {
+                    Ok(Poll::Ready(())) => return,
+                    Ok(Poll::Pending) => {}
+                    // Only keel's own code runs unguarded here (the handler's panics are
+                    // answered inside); the call was dropped, counted as cancelled.
+                    Err(_) => return log::error!("a call's completion panicked"),
+                }
+                let handle = tokio::runtime::Handle::current().spawn(task);
                 *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle.abort_handle());
             }
         }

@@ -5,6 +5,10 @@
 //! would block does a flusher task take over and wait for it. Handing every frame to a writer
 //! task instead costs one more thread wake per frame, and after an idle period each wake is
 //! expensive (keel-lab's `idle` experiment measures it).
+//!
+//! A reader that has just read a batch of requests corks the sink ([`Sink::cork`]) while it
+//! handles them, and uncorks it before it waits again: the replies produced meanwhile (by
+//! handlers that completed at once, or by other threads) leave in one write, not one each.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +58,8 @@ struct State {
     codec: Codec,
     /// Bytes queued since the start (see [`Sink::queued_bytes`]).
     queued: u64,
+    /// Frames are queued, not written, until [`Sink::uncork`].
+    corked: bool,
     /// No more frames accepted.
     closing: bool,
     /// The flusher has shut the writer down, or writing failed.
@@ -94,6 +100,7 @@ impl Sink {
                 unflushed: false,
                 codec,
                 queued: 0,
+                corked: false,
                 closing: false,
                 closed: false,
             }),
@@ -113,8 +120,26 @@ impl Sink {
     pub(crate) fn send(&self, frame: &Frame) -> Result<(), SendError> {
         let mut st = self.lock();
         Self::encode(&mut st, frame)?;
-        self.write_now(&mut st);
+        if !st.corked {
+            self.write_now(&mut st);
+        }
         Ok(())
+    }
+
+    /// Holds what is sent from now on until [`Sink::uncork`] (see the module docs). Whoever
+    /// corks must uncork before waiting for anything.
+    pub(crate) fn cork(&self) {
+        self.lock().corked = true;
+    }
+
+    /// Writes what was held since [`Sink::cork`], as far as the socket takes it, and writes
+    /// through again.
+    pub(crate) fn uncork(&self) {
+        let mut st = self.lock();
+        st.corked = false;
+        if !st.buf.is_empty() {
+            self.write_now(&mut st);
+        }
     }
 
     /// Queues `frame` without writing it: for callers holding a lock of their own, who then
@@ -126,7 +151,7 @@ impl Sink {
     /// Writes what is queued, as far as the socket takes it without waiting.
     pub(crate) fn push(&self) {
         let mut st = self.lock();
-        if !st.buf.is_empty() {
+        if !st.buf.is_empty() && !st.corked {
             self.write_now(&mut st);
         }
     }

@@ -453,6 +453,8 @@ async fn read_loop(
     }
     // When the bytes being decoded were read: what the core takes as the frames' arrival.
     let mut read_at = Instant::now();
+    // Replies handed to their callers since the last read.
+    let mut answered = 0usize;
     let reason = loop {
         match codec.decode(&mut buf) {
             Ok(Some(frame)) => match wire.handle(frame, read_at) {
@@ -501,6 +503,7 @@ async fn read_loop(
                     };
                     // Nobody waiting: the caller gave up as the reply arrived; drop it.
                     let _ = slot.send(Delivery::Answer(Ok(result)));
+                    answered += 1;
                     continue;
                 }
                 // GoAway: the host answers the calls up to its `last_call_id` and then closes;
@@ -530,6 +533,16 @@ async fn read_loop(
             }
             Err(e) => break format!("protocol error from the host: {e}"),
         }
+        // Several callers were just answered: under load each sends its next call at once.
+        // Let them run first (one yield, no thread woken) with the sink corked, so their
+        // requests leave in one write instead of one each. A lone reply skips this: its
+        // caller's next request goes out the moment it is made.
+        if answered > 1 {
+            wire.sink().cork();
+            tokio::task::yield_now().await;
+            wire.sink().uncork();
+        }
+        answered = 0;
         match rd.read_buf(&mut buf).await {
             Ok(0) => break "connection closed by the host".to_string(),
             Ok(_) => read_at = Instant::now(),

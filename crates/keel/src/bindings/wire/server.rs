@@ -317,6 +317,7 @@ async fn read_loop(
             {
                 let deadline = *frame_deadline
                     .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
+                wire.sink().uncork();
                 match limits.budget.reserve(size, deadline).await {
                     Some(r) => reserved = Some((size, r)),
                     None => return timed_out("no room to receive this frame in time"),
@@ -422,6 +423,8 @@ async fn read_loop(
                 return;
             }
         }
+        // What the batch just read produced leaves in one write.
+        wire.sink().uncork();
         // Backpressure: while the peer leaves too much of our output unread (replies, pongs),
         // read nothing more from it; if it does not read within the frame timeout, close.
         if wire.sink().unsent() > limits.max_unsent_bytes {
@@ -447,5 +450,8 @@ async fn read_loop(
             Ok(0) | Err(_) => return,
             Ok(_) => read_at = Instant::now(),
         }
+        // Replies to what was just read wait for the rest of the batch (uncorked above,
+        // before the reader waits again).
+        wire.sink().cork();
     }
 }
