@@ -95,7 +95,9 @@ impl Sink {
         let sink = Arc::new(Sink {
             state: Mutex::new(State {
                 writer: Some(writer),
-                buf: BytesMut::with_capacity(8 * 1024),
+                // Grown by the first frames, and kept: an idle connection holds no send
+                // buffer it never used (8 KiB each, most of an idle connection's memory).
+                buf: BytesMut::new(),
                 in_flight: 0,
                 unflushed: false,
                 codec,
