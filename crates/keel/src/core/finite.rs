@@ -170,48 +170,30 @@ impl ser::Serializer for &mut Finder {
     }
 }
 
-impl ser::SerializeSeq for &mut Finder {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
+/// The compound serializers only walk into what they are given: `$method` for each element or
+/// field (`$name` when the field is named), then `end`.
+macro_rules! walk_into {
+    ($($kind:ident :: $method:ident $(, $name:ty)?;)*) => {$(
+        impl ser::$kind for &mut Finder {
+            type Ok = ();
+            type Error = Stop;
+            fn $method<T: Serialize + ?Sized>(&mut self, $(_: $name,)? value: &T) -> Done {
+                value.serialize(&mut **self)
+            }
+            fn end(self) -> Done {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for &mut Finder {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleStruct for &mut Finder {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for &mut Finder {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
+walk_into! {
+    SerializeSeq::serialize_element;
+    SerializeTuple::serialize_element;
+    SerializeTupleStruct::serialize_field;
+    SerializeTupleVariant::serialize_field;
+    SerializeStruct::serialize_field, &'static str;
+    SerializeStructVariant::serialize_field, &'static str;
 }
 
 impl ser::SerializeMap for &mut Finder {
@@ -221,28 +203,6 @@ impl ser::SerializeMap for &mut Finder {
         key.serialize(&mut **self)
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStruct for &mut Finder {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Done {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStructVariant for &mut Finder {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Done {
         value.serialize(&mut **self)
     }
     fn end(self) -> Done {
