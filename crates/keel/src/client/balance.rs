@@ -100,6 +100,11 @@ impl Balancer {
     /// Resolves every target and updates the members; keeps the old ones if nothing resolves.
     async fn resolve(&self) -> Result<(), Error> {
         let _one = self.resolving.lock().await;
+        self.resolve_locked().await
+    }
+
+    /// [`Balancer::resolve`], for a caller holding `resolving`.
+    async fn resolve_locked(&self) -> Result<(), Error> {
         *self.resolved_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         // Each address, with the URL it came from.
         let mut found: Vec<(Endpoint, &Endpoint)> = Vec::new();
@@ -180,11 +185,19 @@ impl Balancer {
     async fn fresh_members(self: &Arc<Self>) -> Result<Arc<Vec<Arc<Member>>>, Error> {
         let resolved_at = *self.resolved_at.lock().unwrap_or_else(|e| e.into_inner());
         match resolved_at {
-            None => {
-                self.resolve().await?;
-            }
             Some(at) if at.elapsed() >= self.resolve_interval => self.resolve_soon(),
             Some(_) => {}
+            None => {}
+        }
+        let members = self.members();
+        if !members.is_empty() {
+            return Ok(members);
+        }
+        // No member yet (the first calls, or every resolution so far failed): resolve now,
+        // once for all the calls waiting here.
+        let _one = self.resolving.lock().await;
+        if self.members().is_empty() {
+            self.resolve_locked().await?;
         }
         Ok(self.members())
     }
