@@ -141,6 +141,10 @@ impl Sink {
         st.corked = false;
         if !st.buf.is_empty() {
             self.write_now(&mut st);
+            // While corked the queue could pass a producer's bound with the writer idle; a
+            // producer waiting on that bound (`wait_below`) hears of the write here, as it
+            // hears of the flusher's.
+            self.progress.notify_waiters();
         }
     }
 
