@@ -158,6 +158,9 @@ impl Builder {
             name: self.thread_name.clone(),
             hook: self.hook.clone(),
             max_helpers: cpus.saturating_sub(1).max(1),
+            // One worker per core on its way to the queue: enough to keep the cores busy
+            // while the chain wakes the rest (see `core`'s docs).
+            max_waking: cpus.max(1),
         });
         let pool = Pool { inner };
         // On error, dropping `pool` shuts down whatever was started.

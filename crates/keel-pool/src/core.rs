@@ -5,9 +5,18 @@
 //!
 //! Ownership protocol for idle workers: a worker parks by pushing its `Parker` on the idle stack
 //! (under the state lock). Whoever pops it off the stack owns that worker's next wake-up and must
-//! deliver a `Slot::Job` or `Slot::Exit` to it (after releasing the state lock). A worker whose
-//! keep-alive expires retires only if it can still find itself on the stack; otherwise a delivery
-//! is in flight and it waits for it.
+//! deliver a `Slot::Wake` to it (after releasing the state lock). A worker whose keep-alive
+//! expires retires only if it can still find itself on the stack; otherwise a delivery is in
+//! flight and it waits for it.
+//!
+//! Wake-ups are chained: tasks always go through the queue, and at most `max_waking` workers are
+//! on their way from the idle stack at any moment (`State::waking`). A woken worker takes one
+//! task and, if more wait and workers are idle, wakes the next before running it; a worker that
+//! finishes a task takes the next queued one without parking. So a batch of short tasks costs a
+//! wake-up or two, not one each, and a batch of long ones still starts every task within one
+//! wake-up latency per task (the chain), while the spawner creates threads for the tasks the
+//! idle workers cannot cover. Invariant: while the queue is non-empty and a worker is idle,
+//! `waking > 0`, so some woken worker will carry the chain on.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -69,12 +78,14 @@ pub(crate) struct Config {
     pub(crate) hook: Option<SpawnHook>,
     /// How many new workers may help the spawner create threads at once.
     pub(crate) max_helpers: usize,
+    /// How many idle workers may be on their way to the queue at once (see the module docs).
+    pub(crate) max_waking: usize,
 }
 
 enum Slot {
     Empty,
-    Job(Job),
-    Exit,
+    /// Look at the queue (and leave if the pool is closed and it is empty).
+    Wake,
 }
 
 /// One worker's parking place: the idle stack holds these, most recently idle on top.
@@ -95,6 +106,8 @@ struct State {
     queue: VecDeque<Job>,
     /// LIFO: the most recently idle worker is woken first, so cold ones age out.
     idle: Vec<Arc<Parker>>,
+    /// Workers taken off `idle` and woken that have not looked at the queue yet.
+    waking: usize,
     threads: usize,
     /// Threads on their way: counted by whoever decided to create them, uncounted when they
     /// register (or when creation fails).
@@ -121,8 +134,8 @@ struct State {
 
 impl State {
     /// How many more threads should be created right now: one per queued task not already
-    /// covered by a thread on its way, plus any shortfall below the floor, within the cap.
-    /// (When the queue is non-empty no worker is idle, so `i` is 0 here.)
+    /// covered by a thread on its way (being created, being woken, or idle and about to be woken
+    /// by the chain), plus any shortfall below the floor, within the cap.
     fn need(&self, cfg: &Config) -> usize {
         if self.phase == Phase::Stopping {
             return 0;
@@ -133,7 +146,8 @@ impl State {
             Phase::Open => cfg.min_threads.saturating_sub(have),
             _ => 0,
         };
-        let demand = self.queue.len().saturating_sub(self.starting);
+        let covered = self.starting + self.waking + self.idle.len();
+        let demand = self.queue.len().saturating_sub(covered);
         demand.max(floor).min(cap)
     }
 }
@@ -169,6 +183,7 @@ impl Inner {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 idle: Vec::new(),
+                waking: 0,
                 threads: 0,
                 starting: 0,
                 debt: 0,
@@ -244,26 +259,37 @@ impl Inner {
         Ok(())
     }
 
-    /// Queues a task, or hands it straight to the most recently idle worker. Never creates a
-    /// thread: at most it wakes the spawner.
+    /// Queues a task and wakes the most recently idle worker, unless `max_waking` are on their
+    /// way already (one of them will wake the next). Never creates a thread: at most it wakes
+    /// the spawner.
     pub(crate) fn submit<T: Runnable + 'static>(&self, task: Box<T>) -> Result<(), Box<T>> {
         let enqueued = Instant::now();
         let mut st = self.state();
         if st.phase != Phase::Open {
             return Err(task);
         }
-        let job = Job { task, enqueued };
-        if let Some(parker) = st.idle.pop() {
+        st.queue.push_back(Job { task, enqueued });
+        if let Some(parker) = self.take_idle(&mut st) {
             drop(st);
-            parker.deliver(Slot::Job(job));
+            parker.deliver(Slot::Wake);
             return Ok(());
         }
-        st.queue.push_back(job);
         if st.spawner_parked && st.need(&self.cfg) > 0 {
             st.spawner_parked = false;
             self.spawner_cv.notify_one();
         }
         Ok(())
+    }
+
+    /// An idle worker to wake for the queued work, if one is idle and fewer than `max_waking`
+    /// are on their way. The caller delivers `Slot::Wake` to it after releasing the lock.
+    fn take_idle(&self, st: &mut State) -> Option<Arc<Parker>> {
+        if st.queue.is_empty() || st.waking >= self.cfg.max_waking {
+            return None;
+        }
+        let parker = st.idle.pop()?;
+        st.waking += 1;
+        Some(parker)
     }
 
     pub(crate) fn metrics(&self) -> Metrics {
@@ -465,17 +491,22 @@ impl Inner {
                     st.idle.push(parker.clone());
                     self.notify_lifecycle(&st);
                     drop(st);
-                    match self.park(&parker) {
-                        Wake::Job(job) => job,
-                        Wake::Exit => {
-                            st = self.state();
-                            break;
-                        }
-                        Wake::Retired => {
-                            guard.clean = true;
-                            return;
-                        }
+                    if let Park::Retired = self.park(&parker) {
+                        guard.clean = true;
+                        return;
                     }
+                    // Woken: carry the chain on before running anything (our task may block).
+                    st = self.state();
+                    st.waking -= 1;
+                    let Some(job) = st.queue.pop_front() else {
+                        continue; // Someone else took it; park again (or leave if closed).
+                    };
+                    let next = self.take_idle(&mut st);
+                    drop(st);
+                    if let Some(next) = next {
+                        next.deliver(Slot::Wake);
+                    }
+                    job
                 }
             };
             let panicked = self.run(job);
@@ -489,16 +520,14 @@ impl Inner {
         guard.clean = true;
     }
 
-    /// Waits for a delivery, or retires after `keep_alive` idle if above the floor.
-    fn park(&self, parker: &Arc<Parker>) -> Wake {
+    /// Waits for a wake-up, or retires after `keep_alive` idle if above the floor.
+    fn park(&self, parker: &Arc<Parker>) -> Park {
         let keep_alive = self.cfg.keep_alive;
         let mut slot = lock(&parker.slot);
         let mut deadline = Instant::now().checked_add(keep_alive);
         loop {
-            match mem::replace(&mut *slot, Slot::Empty) {
-                Slot::Job(job) => return Wake::Job(job),
-                Slot::Exit => return Wake::Exit,
-                Slot::Empty => {}
+            if let Slot::Wake = mem::replace(&mut *slot, Slot::Empty) {
+                return Park::Woken;
             }
             let Some(until) = deadline else {
                 slot = parker.cv.wait(slot).unwrap_or_else(PoisonError::into_inner);
@@ -522,7 +551,7 @@ impl Inner {
                     st.threads -= 1;
                     st.retired_total += 1;
                     self.notify_lifecycle(&st);
-                    return Wake::Retired;
+                    return Park::Retired;
                 }
                 // Part of the floor: stay.
                 Some(_) => deadline = now.checked_add(keep_alive),
@@ -547,11 +576,13 @@ impl Inner {
         } else {
             VecDeque::new()
         };
+        // Every idle worker is woken: each runs what is still queued (`Draining`), then leaves.
         let idle = mem::take(&mut st.idle);
+        st.waking += idle.len();
         self.poke_spawner(&mut st);
         drop(st);
         for parker in idle {
-            parker.deliver(Slot::Exit);
+            parker.deliver(Slot::Wake);
         }
         dropped
     }
@@ -599,9 +630,9 @@ impl Inner {
     }
 }
 
-enum Wake {
-    Job(Job),
-    Exit,
+enum Park {
+    /// Delivered `Slot::Wake`: counted in `State::waking` until it looks at the queue.
+    Woken,
     Retired,
 }
 

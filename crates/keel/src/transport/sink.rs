@@ -6,6 +6,12 @@
 //! task instead costs one more thread wake per frame, and after an idle period each wake is
 //! expensive (keel-lab's `idle` experiment measures it).
 //!
+//! One thread writes at a time, outside the lock: it takes the writer and the queued bytes,
+//! writes, and then writes whatever was queued meanwhile. A thread that finds the writer taken
+//! only queues its frame and returns, so replies produced together on several threads (pool
+//! threads answering a batch) leave together, and no thread sleeps on the lock while another
+//! is in a system call.
+//!
 //! A reader that has just read a batch of requests corks the sink ([`Sink::cork`]) while it
 //! handles them, and uncorks it before it waits again: the replies produced meanwhile (by
 //! handlers that completed at once, or by other threads) leave in one write, not one each.
@@ -45,12 +51,13 @@ pub(crate) struct Sink {
 }
 
 struct State {
-    /// `None` while the flusher owns the writer (waiting for the socket).
+    /// `None` while a sender writes (see [`Sink::write_out`]) or the flusher owns the writer
+    /// (waiting for the socket).
     writer: Option<Writer>,
     /// Encoded frames not yet written. Bounded in practice by calls in flight times the message
     /// limit, as every queued frame belongs to a call in flight.
     buf: BytesMut,
-    /// Bytes the flusher took from `buf` and is writing now.
+    /// Bytes the writer's holder took from `buf` and is writing now.
     in_flight: usize,
     /// Bytes the writer took but could not flush yet (TLS buffers them): the flusher must
     /// flush even when `buf` is empty.
@@ -123,7 +130,7 @@ impl Sink {
         let mut st = self.lock();
         Self::encode(&mut st, frame)?;
         if !st.corked {
-            self.write_now(&mut st);
+            self.write_out(st);
         }
         Ok(())
     }
@@ -140,11 +147,7 @@ impl Sink {
         let mut st = self.lock();
         st.corked = false;
         if !st.buf.is_empty() {
-            self.write_now(&mut st);
-            // While corked the queue could pass a producer's bound with the writer idle; a
-            // producer waiting on that bound (`wait_below`) hears of the write here, as it
-            // hears of the flusher's.
-            self.progress.notify_waiters();
+            self.write_out(st);
         }
     }
 
@@ -156,9 +159,9 @@ impl Sink {
 
     /// Writes what is queued, as far as the socket takes it without waiting.
     pub(crate) fn push(&self) {
-        let mut st = self.lock();
+        let st = self.lock();
         if !st.buf.is_empty() && !st.corked {
-            self.write_now(&mut st);
+            self.write_out(st);
         }
     }
 
@@ -227,23 +230,60 @@ impl Sink {
         }
     }
 
-    /// Writes buffered bytes without waiting; hands over to the flusher if the socket is full.
-    fn write_now(&self, st: &mut State) {
-        let State { writer, buf, .. } = st;
-        let Some(w) = writer.as_mut() else {
-            return; // The flusher owns the writer and will see the new bytes.
-        };
-        match try_write(w, buf, &self.written) {
-            Progress::Done => {}
-            Progress::WouldBlock => {
-                st.unflushed = true;
-                self.flusher.notify_one();
+    /// Writes the queued bytes without waiting, outside the lock, then what was queued
+    /// meanwhile, until none is left; hands over to the flusher if the socket is full. Returns
+    /// at once if another thread holds the writer: that one writes these bytes too.
+    fn write_out<'a>(&'a self, mut st: MutexGuard<'a, State>) {
+        let mut wrote = false;
+        loop {
+            if st.buf.is_empty() || st.corked {
+                break;
             }
-            Progress::Failed => {
-                st.closed = true;
-                st.buf.clear();
-                self.flusher.notify_one();
+            let Some(mut w) = st.writer.take() else {
+                break; // A sender or the flusher holds the writer and will see the new bytes.
+            };
+            let mut chunk = st.buf.split();
+            st.in_flight = chunk.len();
+            drop(st);
+            let progress = try_write(&mut w, &mut chunk, &self.written);
+            st = self.lock();
+            st.in_flight = 0;
+            st.writer = Some(w);
+            wrote = true;
+            match progress {
+                Progress::Done => {
+                    if st.buf.is_empty() {
+                        // Reuse the chunk's allocation for the next frames.
+                        chunk.clear();
+                        st.buf.unsplit(chunk);
+                    }
+                }
+                Progress::WouldBlock => {
+                    // What the socket did not take goes first, before what was queued since.
+                    chunk.unsplit(st.buf.split());
+                    st.buf = chunk;
+                    st.unflushed = true;
+                    self.flusher.notify_one();
+                    break;
+                }
+                Progress::Failed => {
+                    st.closed = true;
+                    st.buf.clear();
+                    self.flusher.notify_one();
+                    break;
+                }
             }
+        }
+        // A close requested while we held the writer is the flusher's to perform (it found
+        // the writer gone and left it to us).
+        if st.closing && st.writer.is_some() {
+            self.flusher.notify_one();
+        }
+        drop(st);
+        if wrote {
+            // A producer waiting for the queue to shrink (`wait_below`) hears of every write:
+            // while corked, the queue can pass its bound with the socket idle.
+            self.progress.notify_waiters();
         }
     }
 }

@@ -12,21 +12,29 @@ use tokio::task::AbortHandle;
 /// body it sends. hyper's driver future only hands requests over to them, so ending the driver
 /// would leave the connection and its calls running; closing a connection ends these too.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Tasks(Arc<Mutex<Vec<AbortHandle>>>);
+pub(super) struct Tasks(Arc<Mutex<TaskList>>);
+
+#[derive(Debug, Default)]
+struct TaskList {
+    tasks: Vec<AbortHandle>,
+    /// Ended tasks are forgotten when the list reaches this length (amortised: checking every
+    /// task on every spawn touched each task's header, a cache miss apiece, per request).
+    prune_at: usize,
+}
 
 impl Tasks {
-    fn lock(&self) -> MutexGuard<'_, Vec<AbortHandle>> {
+    fn lock(&self) -> MutexGuard<'_, TaskList> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn abort_all(&self) {
-        for task in std::mem::take(&mut *self.lock()) {
+        for task in std::mem::take(&mut self.lock().tasks) {
             task.abort();
         }
     }
 
     fn is_done(&self) -> bool {
-        self.lock().iter().all(AbortHandle::is_finished)
+        self.lock().tasks.iter().all(AbortHandle::is_finished)
     }
 }
 
@@ -36,10 +44,13 @@ where
 {
     fn execute(&self, fut: F) {
         let task = tokio::spawn(fut);
-        let mut tasks = self.lock();
-        // One task per request body: forget those that ended.
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(task.abort_handle());
+        let mut list = self.lock();
+        // One task per request: forget those that ended, now and then.
+        if list.tasks.len() >= list.prune_at {
+            list.tasks.retain(|t| !t.is_finished());
+            list.prune_at = (list.tasks.len() * 2).max(64);
+        }
+        list.tasks.push(task.abort_handle());
     }
 }
 
