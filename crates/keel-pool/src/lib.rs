@@ -42,11 +42,17 @@
 //! There is no ramp-up controller and no hill climbing: keel knows which operations block (the
 //! contract says so), so when work waits the right answer is always "a thread for it, now".
 //!
-//! * **Injection.** When `k` tasks wait and `i` threads are idle, `min(k, i)` idle threads are
-//!   woken at once and `k − i` threads are created at once, up to `max_threads`. `spawn` only
-//!   locks, pushes (or hands the task straight to an idle thread) and notifies; threads are
-//!   created by a dedicated spawner thread, never on the submitting thread and never while a
-//!   lock is held.
+//! * **Injection.** When `k` tasks wait and `i` threads are idle, `min(k, i)` idle threads take
+//!   them and `k − i` threads are created at once, up to `max_threads`. `spawn` only locks,
+//!   pushes and wakes an idle thread; threads are created by a dedicated spawner thread, never on
+//!   the submitting thread and never while a lock is held.
+//! * **Chained wake-ups.** At most one idle thread per core is on its way to the queue at a
+//!   time. A woken thread takes a task and, if more wait, wakes the next idle thread before it
+//!   runs its own; a thread that finishes a task takes the next one without parking. A batch of
+//!   short tasks therefore costs a wake-up or two instead of one per task (keel's sync
+//!   operations: 95k → 135–167k calls/s in `keel-lab peers`), while a batch of long ones still
+//!   has every task started within one wake-up per task, as the chain passes through the idle
+//!   threads and the spawner creates the rest.
 //! * **Warm floor, LIFO.** The `min_threads` floor never retires. Idle threads park on a stack
 //!   and the most recently idle one is woken first, so cold threads age out: each retires after
 //!   `keep_alive` of its own idle time, using a timed condvar wait (no timer thread).

@@ -55,6 +55,22 @@ fn injection_runs_every_waiting_task_at_once() {
 }
 
 #[test]
+fn the_chain_of_wake_ups_reaches_every_idle_thread() {
+    // 20 idle threads, 20 tasks that only finish when all 20 run at once: the chain (at most
+    // one thread per core on its way at a time) must wake all of them, and no thread may be
+    // created for tasks an idle thread was about to take.
+    let p = pool(20, 64, Duration::from_secs(60));
+    let latch = Latch::new();
+    let _release = latch.release_on_drop();
+    spawn_blockers(&p, &latch, 20);
+    wait_for("20 tasks running at once", || latch.running() == 20);
+    let m = p.metrics();
+    assert_eq!((m.threads, m.created_total, m.queued), (20, 20, 0), "{m:?}");
+    latch.release();
+    wait_for("all done", || p.metrics().completed_total == 20);
+}
+
+#[test]
 fn threads_are_never_created_on_the_submitting_thread() {
     let creators = Arc::new(Mutex::new(Vec::new()));
     let armed = Arc::new(AtomicBool::new(false));

@@ -78,20 +78,24 @@ impl Counter {
                     let up = async move {
                         let mut buf = vec![0u8; 64 * 1024];
                         while let Ok(n) = ri.read(&mut buf).await {
+                            // Counted before it is passed on: once the peer has it, the
+                            // count has it too.
+                            c1.fetch_add(n as u64, Ordering::Relaxed);
                             if n == 0 || wo.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
-                            c1.fetch_add(n as u64, Ordering::Relaxed);
                         }
                         let _ = wo.shutdown().await;
                     };
                     let down = async move {
                         let mut buf = vec![0u8; 64 * 1024];
                         while let Ok(n) = ro.read(&mut buf).await {
+                            // Counted before it is passed on: once the peer has it, the
+                            // count has it too.
+                            counted.fetch_add(n as u64, Ordering::Relaxed);
                             if n == 0 || wi.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
-                            counted.fetch_add(n as u64, Ordering::Relaxed);
                         }
                         let _ = wi.shutdown().await;
                     };

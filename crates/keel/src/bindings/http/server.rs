@@ -16,7 +16,7 @@ use ::http::header::{
 };
 use ::http::{Method, Request, Response, Version};
 use bytes::Bytes;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -187,7 +187,8 @@ pub(crate) async fn serve(
     // Not hyper's header read timeout: it also runs while a keep-alive connection waits for
     // its next request, and would close idle connections keel keeps for the client's life.
     // `HeadWatch` times only a head that has started arriving.
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let streams = Deferred::default();
+    let mut builder = auto::Builder::new(streams.clone());
     // At least as many streams as calls: a stream over the call limit is answered Busy. A
     // floor of 128 keeps a small throttle's Busy answers visible to HTTP/2 clients rather than
     // queueing them behind the stream limit.
@@ -240,7 +241,7 @@ pub(crate) async fn serve(
             Stop::Closing => true,
         };
         tokio::select! {
-            _ = serving.as_mut() => break,
+            _ = std::future::poll_fn(|cx| drive(serving.as_mut(), &streams, cx)) => break,
             _ = stopped.wait_for(must_stop), if !stopping => {
                 stopping = true;
                 serving.as_mut().graceful_shutdown();
@@ -272,6 +273,73 @@ pub(crate) async fn serve(
     }
     ctx.abandon();
     dispatcher.unregister(ctx.conn.id);
+}
+
+/// A future hyper hands over to run beside the connection (an HTTP/2 request's).
+type StreamFuture = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The executor of one connection's HTTP/2 request futures. hyper hands each over while it
+/// reads the connection's frames; they wait here until the connection has read all it could
+/// (by then a request's body has usually arrived with its head), and are then polled once each,
+/// in the connection's task ([`drive`]). Only one that has to wait is spawned. A call whose
+/// handler completes at once (an `async fn` that does not wait) is answered without a task of
+/// its own, and the answers of a batch leave together, in the connection's next write, instead
+/// of one write each. A spawned future's next poll registers its task's waker, as every poll of
+/// a future does (the same as `dispatch`'s first poll of a handler).
+#[derive(Clone, Default)]
+struct Deferred(Arc<Mutex<Vec<StreamFuture>>>);
+
+impl<F> hyper::rt::Executor<F> for Deferred
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::pin(fut));
+    }
+}
+
+impl Deferred {
+    /// Polls each future handed over since the last time once, and spawns those that must
+    /// wait. False if there were none.
+    fn run(&self) -> bool {
+        let batch = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.is_empty() {
+            return false;
+        }
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        for mut fut in batch {
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fut.as_mut().poll(&mut cx)
+            }));
+            match polled {
+                Ok(Poll::Ready(())) => {}
+                Ok(Poll::Pending) => {
+                    tokio::spawn(fut);
+                }
+                // As a spawned task's panic would: the request's stream is dropped (reset).
+                Err(_) => log::error!("an HTTP/2 request's future panicked"),
+            }
+        }
+        true
+    }
+}
+
+/// Polls the connection, then runs what it handed to `streams`, then polls it again so that
+/// their answers are written now, until nothing new is handed over.
+fn drive<C: std::future::Future>(
+    mut conn: Pin<&mut C>,
+    streams: &Deferred,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<C::Output> {
+    loop {
+        let polled = conn.as_mut().poll(cx);
+        if !streams.run() || polled.is_ready() {
+            return polled;
+        }
+    }
 }
 
 /// Follows an HTTP connection's bytes: the request head an HTTP/1.1 connection is receiving,
