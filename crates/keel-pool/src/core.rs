@@ -281,6 +281,42 @@ impl Inner {
         Ok(())
     }
 
+    /// Queues every task of `tasks` under one lock, then wakes as many idle workers as may be
+    /// on their way at once (they wake the rest by the chain). `Err` with all of them if the
+    /// pool is closed.
+    pub(crate) fn submit_many<T: Runnable + 'static>(
+        &self,
+        tasks: Vec<Box<T>>,
+    ) -> Result<(), Vec<Box<T>>> {
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let enqueued = Instant::now();
+        let mut st = self.state();
+        if st.phase != Phase::Open {
+            return Err(tasks);
+        }
+        for task in tasks {
+            st.queue.push_back(Job {
+                task: task as Box<dyn Runnable>,
+                enqueued,
+            });
+        }
+        let mut woken = Vec::new();
+        while let Some(parker) = self.take_idle(&mut st) {
+            woken.push(parker);
+        }
+        if st.spawner_parked && st.need(&self.cfg) > 0 {
+            st.spawner_parked = false;
+            self.spawner_cv.notify_one();
+        }
+        drop(st);
+        for parker in woken {
+            parker.deliver(Slot::Wake);
+        }
+        Ok(())
+    }
+
     /// An idle worker to wake for the queued work, if one is idle and fewer than `max_waking`
     /// are on their way. The caller delivers `Slot::Wake` to it after releasing the lock.
     fn take_idle(&self, st: &mut State) -> Option<Arc<Parker>> {

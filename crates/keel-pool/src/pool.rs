@@ -34,6 +34,24 @@ impl Pool {
             .map_err(|task| PoolClosed(task.0))
     }
 
+    /// Runs every closure of `tasks` on the pool: queued under one lock, with one wake-up per
+    /// core rather than one per task (the woken threads wake the rest as they take them, see
+    /// the [crate docs](crate)). For a caller that has several tasks ready at once, such as a
+    /// connection's reader that decoded a batch of requests.
+    ///
+    /// # Errors
+    /// [`PoolClosed`] with all of `tasks` inside if the pool has been shut down; none was
+    /// queued.
+    pub fn spawn_batch<F: FnOnce() + Send + 'static>(
+        &self,
+        tasks: Vec<F>,
+    ) -> Result<(), PoolClosed<Vec<F>>> {
+        let boxed = tasks.into_iter().map(|f| Box::new(Plain(f))).collect();
+        self.inner
+            .submit_many(boxed)
+            .map_err(|tasks| PoolClosed(tasks.into_iter().map(|t| t.0).collect()))
+    }
+
     /// Runs `f` on the pool and returns a handle to its result, which can be awaited (from any
     /// async runtime) or [`join`](JoinHandle::join)ed.
     ///

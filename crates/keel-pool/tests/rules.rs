@@ -383,3 +383,52 @@ fn a_detached_handle_still_runs_its_task() {
     drop(p.spawn_handle(move || r.store(true, Ordering::SeqCst)));
     wait_for("ran", || ran.load(Ordering::SeqCst));
 }
+
+#[test]
+fn a_batch_runs_every_task_at_once_like_single_spawns() {
+    // 2 idle threads and a batch of 30 tasks that only finish when all 30 run at the same
+    // time: the batch is queued together, the idle threads take what they can and the
+    // spawner creates exactly the rest.
+    let p = pool(2, 64, Duration::from_secs(60));
+    let latch = Latch::new();
+    let _release = latch.release_on_drop();
+    let tasks: Vec<_> = (0..30)
+        .map(|_| {
+            let l = latch.clone();
+            move || l.enter()
+        })
+        .collect();
+    p.spawn_batch(tasks).ok().unwrap();
+    wait_for("30 tasks running at once", || latch.running() == 30);
+    let m = p.metrics();
+    assert_eq!((m.threads, m.created_total, m.queued), (30, 30, 0), "{m:?}");
+    latch.release();
+    wait_for("all done", || p.metrics().completed_total == 30);
+    // An empty batch is nothing to do.
+    p.spawn_batch(Vec::<fn()>::new()).ok().unwrap();
+}
+
+#[test]
+fn a_batch_for_a_closed_pool_comes_back_whole() {
+    let p = pool(1, 4, Duration::from_secs(60));
+    assert!(p.shutdown(Duration::from_secs(5)));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let r = ran.clone();
+            move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .collect();
+    let refused = p.spawn_batch(tasks).unwrap_err().0;
+    assert_eq!(refused.len(), 3);
+    for task in refused {
+        task();
+    }
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        3,
+        "the caller can still run them"
+    );
+}

@@ -269,10 +269,9 @@ impl Call {
     fn start(self, invocation: Invocation, permit: tokio::sync::OwnedSemaphorePermit) {
         match invocation {
             Invocation::Blocking(job) => {
-                let pool = self.conn.dispatcher.pool.clone();
                 let (conn, call_id, one_way) = (self.conn.clone(), self.call_id, self.one_way);
                 let handed = Instant::now();
-                let submitted = pool.spawn(move || {
+                let run = Box::new(move || {
                     let _permit = permit;
                     let started = Instant::now();
                     let wait = secs(started.saturating_duration_since(handed));
@@ -289,11 +288,7 @@ impl Call {
                     self.metrics.handler.record(secs(started.elapsed()));
                     self.finish(outcome);
                 });
-                if submitted.is_err() {
-                    // The pool closes only at the end of shutdown; answer rather than vanish.
-                    let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
-                    conn.finish(call_id, one_way, Err(status));
-                }
+                conn.run_blocking(call_id, one_way, run);
             }
             Invocation::Async(fut) => {
                 let ctl = self.ctl.clone();

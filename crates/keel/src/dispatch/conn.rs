@@ -119,8 +119,32 @@ pub(crate) struct ConnShared {
     aged_at: AtomicU64,
     /// Told GoAway, for any reason.
     told_go_away: AtomicBool,
+    /// Blocking calls started while the reader handles a batch (see
+    /// [`ConnShared::hold_blocking`]).
+    held: Mutex<Held>,
     pub(crate) info: ConnInfo,
     pub(crate) dispatcher: Arc<Dispatcher>,
+}
+
+/// A blocking call's job, ready for keel-pool.
+pub(crate) type BlockingJob = Box<dyn FnOnce() + Send>;
+
+/// Blocking calls waiting to be handed to the pool together.
+#[derive(Default)]
+struct Held {
+    holding: bool,
+    jobs: Vec<BlockingJob>,
+    /// Each job's call id and one-way flag, to answer it if the pool refuses it.
+    calls: Vec<(u64, bool)>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("holding", &self.holding)
+            .field("jobs", &self.jobs.len())
+            .finish()
+    }
 }
 
 impl ConnShared {
@@ -140,6 +164,7 @@ impl ConnShared {
             closing: AtomicBool::new(false),
             aged_at: AtomicU64::new(0),
             told_go_away: AtomicBool::new(false),
+            held: Mutex::new(Held::default()),
             info,
             dispatcher,
         }
@@ -213,6 +238,64 @@ impl ConnShared {
         // says; its activity is stamped when the call ends.
         arrival.tracked();
         Ok(ctl)
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// From now until [`release_blocking`](ConnShared::release_blocking), blocking calls that
+    /// start are held here instead of being handed to the pool one by one. A reader holds them
+    /// while it handles the requests of one read: handing them over together costs the pool a
+    /// wake-up or two, where one at a time, each woke a thread that found the queue empty again
+    /// by the time the reader had decoded the next request. Whoever holds must release before
+    /// waiting for anything.
+    pub(crate) fn hold_blocking(&self) {
+        self.held().holding = true;
+    }
+
+    /// Hands the blocking calls held since [`hold_blocking`](ConnShared::hold_blocking) to the
+    /// pool, together, and stops holding.
+    pub(crate) fn release_blocking(&self) {
+        let (jobs, calls) = {
+            let mut held = self.held();
+            held.holding = false;
+            if held.jobs.is_empty() {
+                return;
+            }
+            (
+                std::mem::take(&mut held.jobs),
+                std::mem::take(&mut held.calls),
+            )
+        };
+        if let Err(refused) = self.dispatcher.pool.spawn_batch(jobs) {
+            drop(refused);
+            for (call_id, one_way) in calls {
+                self.refuse_blocking(call_id, one_way);
+            }
+        }
+    }
+
+    /// Runs a blocking call's job on the pool, or holds it (see
+    /// [`hold_blocking`](ConnShared::hold_blocking)).
+    pub(crate) fn run_blocking(&self, call_id: u64, one_way: bool, job: BlockingJob) {
+        {
+            let mut held = self.held();
+            if held.holding {
+                held.jobs.push(job);
+                held.calls.push((call_id, one_way));
+                return;
+            }
+        }
+        if self.dispatcher.pool.spawn(job).is_err() {
+            self.refuse_blocking(call_id, one_way);
+        }
+    }
+
+    /// The pool closes only at the end of shutdown; answer rather than vanish.
+    fn refuse_blocking(&self, call_id: u64, one_way: bool) {
+        let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
+        self.finish(call_id, one_way, Err(status));
     }
 
     /// Answers a tracked call, unless someone else (cancel, drain) already did, with the

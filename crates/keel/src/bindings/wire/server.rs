@@ -290,6 +290,15 @@ struct ReadLimits {
 /// first buffer); larger ones are, from when their length is known until they are whole.
 const UNCOUNTED_FRAME: usize = 64 * 1024;
 
+/// Hands a connection's held blocking calls to the pool when dropped.
+struct ReleaseBlocking<'a>(&'a ConnShared);
+
+impl Drop for ReleaseBlocking<'_> {
+    fn drop(&mut self) {
+        self.0.release_blocking();
+    }
+}
+
 async fn read_loop(
     mut rd: ReadHalf<Box<dyn Io>>,
     mut buf: BytesMut,
@@ -307,6 +316,8 @@ async fn read_loop(
         conn.dispatcher.timed_out(conn.info.binding);
         conn.shut(why);
     };
+    // However the loop ends, blocking calls it held are handed over (they are answered).
+    let _release = ReleaseBlocking(&conn);
     loop {
         // A large frame's memory is reserved from the budgets before the codec makes room for
         // it (decoding a partial frame allocates its whole size) and before the rest is read.
@@ -317,6 +328,7 @@ async fn read_loop(
             {
                 let deadline = *frame_deadline
                     .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
+                conn.release_blocking();
                 wire.sink().uncork();
                 match limits.budget.reserve(size, deadline).await {
                     Some(r) => reserved = Some((size, r)),
@@ -423,7 +435,9 @@ async fn read_loop(
                 return;
             }
         }
-        // What the batch just read produced leaves in one write.
+        // The batch's blocking calls go to the pool together, and what the batch produced
+        // leaves in one write.
+        conn.release_blocking();
         wire.sink().uncork();
         // Backpressure: while the peer leaves too much of our output unread (replies, pongs),
         // read nothing more from it; if it does not read within the frame timeout, close.
@@ -450,8 +464,10 @@ async fn read_loop(
             Ok(0) | Err(_) => return,
             Ok(_) => read_at = Instant::now(),
         }
-        // Replies to what was just read wait for the rest of the batch (uncorked above,
-        // before the reader waits again).
+        // Replies to what was just read wait for the rest of the batch, and its blocking
+        // calls are handed to the pool together (both released above, before the reader
+        // waits again).
         wire.sink().cork();
+        conn.hold_blocking();
     }
 }
