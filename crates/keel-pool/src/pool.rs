@@ -19,8 +19,9 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Runs `f` on the pool. Never blocks on thread creation: it locks the queue, hands `f` to
-    /// the most recently idle thread (or queues it and wakes the spawner), and returns.
+    /// Runs `f` on the pool. Never blocks on thread creation: it locks the queue, queues `f`,
+    /// wakes the most recently idle thread unless one per core is already on its way (or wakes
+    /// the spawner), and returns.
     ///
     /// A panic in `f` is caught and counted in [`Metrics::panicked_total`]; use
     /// [`Pool::spawn_handle`] to observe it.
