@@ -271,6 +271,9 @@ pub(crate) async fn serve(
             }
         }
     }
+    // `drive` runs what the connection handed over before it returns; nothing should be left,
+    // but a request handed over after all is run (or spawned) rather than dropped unanswered.
+    streams.run();
     ctx.abandon();
     dispatcher.unregister(ctx.conn.id);
 }
