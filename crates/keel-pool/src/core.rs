@@ -282,45 +282,43 @@ impl Inner {
     }
 
     /// Queues every task of `tasks` under one lock, then wakes as many idle workers as may be
-    /// on their way at once (they wake the rest by the chain). `Err` with all of them if the
-    /// pool is closed.
-    pub(crate) fn submit_many<T: Runnable + 'static>(
-        &self,
-        tasks: Vec<Box<T>>,
-    ) -> Result<(), Vec<Box<T>>> {
-        if tasks.is_empty() {
-            return Ok(());
-        }
+    /// on their way at once (they wake the rest by the chain). If the pool is closed, nothing is
+    /// queued and `tasks` comes back untouched.
+    pub(crate) fn submit_jobs<I>(&self, tasks: I) -> Result<(), I>
+    where
+        I: Iterator<Item = Box<dyn Runnable>>,
+    {
         let enqueued = Instant::now();
         let mut st = self.state();
         if st.phase != Phase::Open {
             return Err(tasks);
         }
-        for task in tasks {
-            st.queue.push_back(Job {
-                task: task as Box<dyn Runnable>,
-                enqueued,
-            });
-        }
-        let mut woken = Vec::new();
-        while let Some(parker) = self.take_idle(&mut st) {
-            woken.push(parker);
+        st.queue.extend(tasks.map(|task| Job { task, enqueued }));
+        // At most `max_waking` (one per core): no allocation for the list.
+        let first = self.take_idle(&mut st);
+        let second = first.as_ref().and_then(|_| self.take_idle(&mut st));
+        let mut more = Vec::new();
+        if second.is_some() {
+            while let Some(parker) = self.take_idle(&mut st) {
+                more.push(parker);
+            }
         }
         if st.spawner_parked && st.need(&self.cfg) > 0 {
             st.spawner_parked = false;
             self.spawner_cv.notify_one();
         }
         drop(st);
-        for parker in woken {
+        for parker in first.into_iter().chain(second).chain(more) {
             parker.deliver(Slot::Wake);
         }
         Ok(())
     }
 
-    /// An idle worker to wake for the queued work, if one is idle and fewer than `max_waking`
-    /// are on their way. The caller delivers `Slot::Wake` to it after releasing the lock.
+    /// An idle worker to wake for the queued work, if more tasks wait than workers are on
+    /// their way, one is idle, and fewer than `max_waking` are on their way. The caller delivers
+    /// `Slot::Wake` to it after releasing the lock.
     fn take_idle(&self, st: &mut State) -> Option<Arc<Parker>> {
-        if st.queue.is_empty() || st.waking >= self.cfg.max_waking {
+        if st.queue.len() <= st.waking || st.waking >= self.cfg.max_waking {
             return None;
         }
         let parker = st.idle.pop()?;

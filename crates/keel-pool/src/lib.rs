@@ -79,7 +79,7 @@ pub use builder::{
 };
 pub use handle::{JoinError, JoinHandle};
 pub use metrics::{Metrics, QueueWait};
-pub use pool::Pool;
+pub use pool::{Pool, Task};
 
 /// Returned by [`Pool::spawn`] after the pool has shut down; holds the closure, so the caller
 /// can run it elsewhere.

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::{Inner, Phase, Plain};
+use crate::core::{Inner, Phase, Plain, Runnable};
 use crate::handle::WithHandle;
 use crate::{JoinHandle, Metrics, PoolClosed};
 
@@ -35,22 +35,30 @@ impl Pool {
             .map_err(|task| PoolClosed(task.0))
     }
 
-    /// Runs every closure of `tasks` on the pool: queued under one lock, with one wake-up per
-    /// core rather than one per task (the woken threads wake the rest as they take them, see
-    /// the [crate docs](crate)). For a caller that has several tasks ready at once, such as a
-    /// connection's reader that decoded a batch of requests.
+    /// Runs a [`Task`] on the pool, as [`spawn`](Pool::spawn) runs a closure.
     ///
     /// # Errors
-    /// [`PoolClosed`] with all of `tasks` inside if the pool has been shut down; none was
-    /// queued.
-    pub fn spawn_batch<F: FnOnce() + Send + 'static>(
-        &self,
-        tasks: Vec<F>,
-    ) -> Result<(), PoolClosed<Vec<F>>> {
-        let boxed = tasks.into_iter().map(|f| Box::new(Plain(f))).collect();
+    /// [`PoolClosed`] with the task inside if the pool has been shut down.
+    pub fn spawn_task(&self, task: Task) -> Result<(), PoolClosed<Task>> {
         self.inner
-            .submit_many(boxed)
-            .map_err(|tasks| PoolClosed(tasks.into_iter().map(|t| t.0).collect()))
+            .submit_jobs(std::iter::once(task.0))
+            .map_err(|mut rest| PoolClosed(Task(rest.next().expect("the task came back"))))
+    }
+
+    /// Runs every task of `tasks` on the pool: queued under one lock, with at most one wake-up
+    /// per core rather than one per task (the woken threads wake the rest as they take them,
+    /// see the [crate docs](crate)). For a caller that has several tasks ready at once, such as
+    /// a connection's reader that decoded a batch of requests.
+    ///
+    /// # Errors
+    /// [`PoolClosed`] with every task inside if the pool has been shut down; none was queued.
+    pub fn spawn_batch<I>(&self, tasks: I) -> Result<(), PoolClosed<Vec<Task>>>
+    where
+        I: IntoIterator<Item = Task>,
+    {
+        self.inner
+            .submit_jobs(tasks.into_iter().map(|t| t.0))
+            .map_err(|rest| PoolClosed(rest.map(Task).collect()))
     }
 
     /// Runs `f` on the pool and returns a handle to its result, which can be awaited (from any
@@ -107,6 +115,30 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.inner.close(Phase::Draining);
         self.inner.wait_exit(None);
+    }
+}
+
+/// A closure boxed for the pool once, ahead of time: for callers that hold tasks for a while
+/// before handing them over (see [`Pool::spawn_batch`]) without boxing them a second time.
+pub struct Task(Box<dyn Runnable>);
+
+impl Task {
+    /// Boxes `f` for [`Pool::spawn_task`] or [`Pool::spawn_batch`]. Run there, a panic in `f`
+    /// is caught and counted in [`Metrics::panicked_total`], as with [`Pool::spawn`].
+    pub fn new<F: FnOnce() + Send + 'static>(f: F) -> Task {
+        Task(Box::new(Plain(f)))
+    }
+
+    /// Runs the task here, on the calling thread (say, after the pool refused it). A panic in
+    /// it unwinds into the caller.
+    pub fn run(self) {
+        self.0.run();
+    }
+}
+
+impl fmt::Debug for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Task(..)")
     }
 }
 

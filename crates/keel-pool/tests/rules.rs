@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{wait_for, Latch};
-use keel_pool::{JoinError, Pool};
+use keel_pool::{JoinError, Pool, Task};
 
 fn pool(min: usize, max: usize, keep_alive: Duration) -> Pool {
     Pool::builder()
@@ -392,20 +392,23 @@ fn a_batch_runs_every_task_at_once_like_single_spawns() {
     let p = pool(2, 64, Duration::from_secs(60));
     let latch = Latch::new();
     let _release = latch.release_on_drop();
-    let tasks: Vec<_> = (0..30)
-        .map(|_| {
-            let l = latch.clone();
-            move || l.enter()
-        })
-        .collect();
-    p.spawn_batch(tasks).ok().unwrap();
+    let tasks = (0..30).map(|_| {
+        let l = latch.clone();
+        Task::new(move || l.enter())
+    });
+    p.spawn_batch(tasks).unwrap();
     wait_for("30 tasks running at once", || latch.running() == 30);
     let m = p.metrics();
     assert_eq!((m.threads, m.created_total, m.queued), (30, 30, 0), "{m:?}");
     latch.release();
     wait_for("all done", || p.metrics().completed_total == 30);
-    // An empty batch is nothing to do.
-    p.spawn_batch(Vec::<fn()>::new()).ok().unwrap();
+    // An empty batch is nothing to do; a single task goes as `spawn` would.
+    p.spawn_batch(std::iter::empty()).unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    p.spawn_task(Task::new(move || r.store(true, Ordering::SeqCst)))
+        .unwrap();
+    wait_for("the single task ran", || ran.load(Ordering::SeqCst));
 }
 
 #[test]
@@ -413,22 +416,25 @@ fn a_batch_for_a_closed_pool_comes_back_whole() {
     let p = pool(1, 4, Duration::from_secs(60));
     assert!(p.shutdown(Duration::from_secs(5)));
     let ran = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..3)
-        .map(|_| {
-            let r = ran.clone();
-            move || {
-                r.fetch_add(1, Ordering::SeqCst);
-            }
+    let tasks = (0..3).map(|_| {
+        let r = ran.clone();
+        Task::new(move || {
+            r.fetch_add(1, Ordering::SeqCst);
         })
-        .collect();
+    });
     let refused = p.spawn_batch(tasks).unwrap_err().0;
     assert_eq!(refused.len(), 3);
     for task in refused {
-        task();
+        task.run();
     }
+    let r = ran.clone();
+    let single = Task::new(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    p.spawn_task(single).unwrap_err().0.run();
     assert_eq!(
         ran.load(Ordering::SeqCst),
-        3,
+        4,
         "the caller can still run them"
     );
 }

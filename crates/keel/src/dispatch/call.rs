@@ -271,7 +271,7 @@ impl Call {
             Invocation::Blocking(job) => {
                 let (conn, call_id, one_way) = (self.conn.clone(), self.call_id, self.one_way);
                 let handed = Instant::now();
-                let run = Box::new(move || {
+                let run = keel_pool::Task::new(move || {
                     let _permit = permit;
                     let started = Instant::now();
                     let wait = secs(started.saturating_duration_since(handed));

@@ -126,14 +126,11 @@ pub(crate) struct ConnShared {
     pub(crate) dispatcher: Arc<Dispatcher>,
 }
 
-/// A blocking call's job, ready for keel-pool.
-pub(crate) type BlockingJob = Box<dyn FnOnce() + Send>;
-
 /// Blocking calls waiting to be handed to the pool together.
 #[derive(Default)]
 struct Held {
     holding: bool,
-    jobs: Vec<BlockingJob>,
+    jobs: Vec<keel_pool::Task>,
     /// Each job's call id and one-way flag, to answer it if the pool refuses it.
     calls: Vec<(u64, bool)>,
 }
@@ -255,30 +252,38 @@ impl ConnShared {
     }
 
     /// Hands the blocking calls held since [`hold_blocking`](ConnShared::hold_blocking) to the
-    /// pool, together, and stops holding.
+    /// pool, together, and stops holding. (The lists keep their capacity: no allocation per
+    /// batch. The pool's lock is taken inside this one; the pool never calls back in.)
     pub(crate) fn release_blocking(&self) {
-        let (jobs, calls) = {
-            let mut held = self.held();
-            held.holding = false;
-            if held.jobs.is_empty() {
-                return;
+        let mut held = self.held();
+        held.holding = false;
+        let refused = match held.jobs.len() {
+            0 => return,
+            1 => {
+                let job = held.jobs.pop().expect("one job");
+                self.dispatcher.pool.spawn_task(job).is_err()
             }
-            (
-                std::mem::take(&mut held.jobs),
-                std::mem::take(&mut held.calls),
-            )
+            _ => self
+                .dispatcher
+                .pool
+                .spawn_batch(held.jobs.drain(..))
+                .is_err(),
         };
-        if let Err(refused) = self.dispatcher.pool.spawn_batch(jobs) {
-            drop(refused);
-            for (call_id, one_way) in calls {
-                self.refuse_blocking(call_id, one_way);
-            }
+        held.jobs.clear();
+        if !refused {
+            held.calls.clear();
+            return;
+        }
+        let calls = std::mem::take(&mut held.calls);
+        drop(held);
+        for (call_id, one_way) in calls {
+            self.refuse_blocking(call_id, one_way);
         }
     }
 
     /// Runs a blocking call's job on the pool, or holds it (see
     /// [`hold_blocking`](ConnShared::hold_blocking)).
-    pub(crate) fn run_blocking(&self, call_id: u64, one_way: bool, job: BlockingJob) {
+    pub(crate) fn run_blocking(&self, call_id: u64, one_way: bool, job: keel_pool::Task) {
         {
             let mut held = self.held();
             if held.holding {
@@ -287,7 +292,7 @@ impl ConnShared {
                 return;
             }
         }
-        if self.dispatcher.pool.spawn(job).is_err() {
+        if self.dispatcher.pool.spawn_task(job).is_err() {
             self.refuse_blocking(call_id, one_way);
         }
     }
