@@ -259,8 +259,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Queues a task and wakes the most recently idle worker, unless `max_waking` are on their
-    /// way already (one of them will wake the next). Never creates a thread: at most it wakes
+    /// Queues a task and wakes the most recently idle worker, unless enough are on their way
+    /// already (one of them will wake the next). Never creates a thread: at most it wakes
     /// the spawner.
     pub(crate) fn submit<T: Runnable + 'static>(&self, task: Box<T>) -> Result<(), Box<T>> {
         let enqueued = Instant::now();
@@ -269,15 +269,7 @@ impl Inner {
             return Err(task);
         }
         st.queue.push_back(Job { task, enqueued });
-        if let Some(parker) = self.take_idle(&mut st) {
-            drop(st);
-            parker.deliver(Slot::Wake);
-            return Ok(());
-        }
-        if st.spawner_parked && st.need(&self.cfg) > 0 {
-            st.spawner_parked = false;
-            self.spawner_cv.notify_one();
-        }
+        self.wake_for_queue(st);
         Ok(())
     }
 
@@ -294,7 +286,15 @@ impl Inner {
             return Err(tasks);
         }
         st.queue.extend(tasks.map(|task| Job { task, enqueued }));
-        // At most `max_waking` (one per core): no allocation for the list.
+        self.wake_for_queue(st);
+        Ok(())
+    }
+
+    /// After tasks were queued: wakes as many idle workers as may be on their way at once
+    /// (`take_idle`), and the spawner if threads are needed beyond those; the wake-ups are
+    /// delivered after the lock is released.
+    fn wake_for_queue(&self, mut st: MutexGuard<'_, State>) {
+        // At most `max_waking` (one per core); one or two without allocating a list.
         let first = self.take_idle(&mut st);
         let second = first.as_ref().and_then(|_| self.take_idle(&mut st));
         let mut more = Vec::new();
@@ -311,7 +311,6 @@ impl Inner {
         for parker in first.into_iter().chain(second).chain(more) {
             parker.deliver(Slot::Wake);
         }
-        Ok(())
     }
 
     /// An idle worker to wake for the queued work, if more tasks wait than workers are on

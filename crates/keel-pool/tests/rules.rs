@@ -38,20 +38,34 @@ fn build_starts_the_floor_parked() {
     assert_eq!(m.created_total, 3);
 }
 
+/// Submits `n` tasks through `submit` that only finish when all `n` run at the same time, and
+/// checks they did, with exactly `n` threads created in all and nothing left queued; then lets
+/// them finish.
+fn all_run_at_once(p: &Pool, n: usize, submit: impl FnOnce(&Arc<Latch>)) {
+    let latch = Latch::new();
+    let _release = latch.release_on_drop();
+    submit(&latch);
+    wait_for(&format!("{n} tasks running at once"), || {
+        latch.running() == n
+    });
+    let m = p.metrics();
+    let n = n as u64;
+    assert_eq!(
+        (m.threads as u64, m.created_total, m.queued),
+        (n, n, 0),
+        "{m:?}"
+    );
+    latch.release();
+    wait_for("all done", || p.metrics().completed_total == n);
+}
+
 #[test]
 fn injection_runs_every_waiting_task_at_once() {
     // 50 tasks that only finish when all 50 run at the same time: passes only if the pool
     // creates one thread per waiting task (2 idle are woken, 48 created).
-    let p = pool(2, 64, Duration::from_secs(60));
-    let latch = Latch::new();
-    let _release = latch.release_on_drop();
-    spawn_blockers(&p, &latch, 50);
-    wait_for("50 tasks running at once", || latch.running() == 50);
-    let m = p.metrics();
     // Exactly k − i new threads: 2 idle woken, 48 created, none wasted.
-    assert_eq!((m.threads, m.created_total, m.queued), (50, 50, 0), "{m:?}");
-    latch.release();
-    wait_for("all done", || p.metrics().completed_total == 50);
+    let p = pool(2, 64, Duration::from_secs(60));
+    all_run_at_once(&p, 50, |latch| spawn_blockers(&p, latch, 50));
 }
 
 #[test]
@@ -60,14 +74,7 @@ fn the_chain_of_wake_ups_reaches_every_idle_thread() {
     // one thread per core on its way at a time) must wake all of them, and no thread may be
     // created for tasks an idle thread was about to take.
     let p = pool(20, 64, Duration::from_secs(60));
-    let latch = Latch::new();
-    let _release = latch.release_on_drop();
-    spawn_blockers(&p, &latch, 20);
-    wait_for("20 tasks running at once", || latch.running() == 20);
-    let m = p.metrics();
-    assert_eq!((m.threads, m.created_total, m.queued), (20, 20, 0), "{m:?}");
-    latch.release();
-    wait_for("all done", || p.metrics().completed_total == 20);
+    all_run_at_once(&p, 20, |latch| spawn_blockers(&p, latch, 20));
 }
 
 #[test]
@@ -390,18 +397,13 @@ fn a_batch_runs_every_task_at_once_like_single_spawns() {
     // time: the batch is queued together, the idle threads take what they can and the
     // spawner creates exactly the rest.
     let p = pool(2, 64, Duration::from_secs(60));
-    let latch = Latch::new();
-    let _release = latch.release_on_drop();
-    let tasks = (0..30).map(|_| {
-        let l = latch.clone();
-        Task::new(move || l.enter())
+    all_run_at_once(&p, 30, |latch| {
+        let tasks = (0..30).map(|_| {
+            let l = latch.clone();
+            Task::new(move || l.enter())
+        });
+        p.spawn_batch(tasks).unwrap();
     });
-    p.spawn_batch(tasks).unwrap();
-    wait_for("30 tasks running at once", || latch.running() == 30);
-    let m = p.metrics();
-    assert_eq!((m.threads, m.created_total, m.queued), (30, 30, 0), "{m:?}");
-    latch.release();
-    wait_for("all done", || p.metrics().completed_total == 30);
     // An empty batch is nothing to do; a single task goes as `spawn` would.
     p.spawn_batch(std::iter::empty()).unwrap();
     let ran = Arc::new(AtomicBool::new(false));

@@ -15,6 +15,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
 use super::conn::{CallCtl, ConnShared};
@@ -317,19 +318,34 @@ impl Call {
                 // answers at once, in the reader's batch (its reply is written with the
                 // batch's others), without a task of its own. Only one that waits is spawned;
                 // its next poll registers the task's waker, as a future's every poll does.
-                let mut task = Box::pin(task.instrument(span));
-                let waker = std::task::Waker::noop();
-                let mut cx = std::task::Context::from_waker(waker);
-                match catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(&mut cx))) {
-                    Ok(Poll::Ready(())) => return,
-                    Ok(Poll::Pending) => {}
-                    // Only keel's own code runs unguarded here (the handler's panics are
-                    // answered inside); the call was dropped, counted as cancelled.
-                    Err(_) => return log::error!("a call's completion panicked"),
+                // (Only keel's own code runs unguarded there: the handler's panics are
+                // answered inside; a panic drops the call, counted as cancelled.)
+                let task = Box::pin(task.instrument(span));
+                if let Some(handle) = poll_once_then_spawn(task, "a call's completion") {
+                    *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
                 }
-                let handle = tokio::runtime::Handle::current().spawn(task);
-                *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle.abort_handle());
             }
+        }
+    }
+}
+
+/// Polls `fut` once, here, with a waker that does nothing; spawns it on the current runtime
+/// only if it is still pending, and returns the spawned task's abort handle. Its next poll, in
+/// the task, registers the task's waker, as every poll of a future does. A panic in that first
+/// poll drops `fut` and is logged as `what` panicking, as a spawned task's would be. Used for
+/// work that usually completes at once: an async handler's call (above), and an HTTP/2
+/// request's future (the HTTP binding).
+pub(crate) fn poll_once_then_spawn<F>(mut fut: Pin<Box<F>>, what: &str) -> Option<AbortHandle>
+where
+    F: Future<Output = ()> + Send + ?Sized + 'static,
+{
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
+        Ok(Poll::Ready(())) => None,
+        Ok(Poll::Pending) => Some(tokio::runtime::Handle::current().spawn(fut).abort_handle()),
+        Err(_) => {
+            log::error!("{what} panicked");
+            None
         }
     }
 }

@@ -269,7 +269,6 @@ impl ConnShared {
                 .spawn_batch(held.jobs.drain(..))
                 .is_err(),
         };
-        held.jobs.clear();
         if !refused {
             held.calls.clear();
             return;

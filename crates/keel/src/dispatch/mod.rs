@@ -16,7 +16,7 @@ mod throttle;
 mod watchdog;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
-pub(crate) use call::{dispatch, Incoming};
+pub(crate) use call::{dispatch, poll_once_then_spawn, Incoming};
 pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;

@@ -38,7 +38,8 @@ use crate::core::service::ServiceDescriptor;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
-    dispatch, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget, Responder,
+    dispatch, poll_once_then_spawn, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming,
+    ReceiveBudget, Responder,
 };
 use crate::transport::{Connected, Io};
 
@@ -312,19 +313,9 @@ impl Deferred {
         if batch.is_empty() {
             return false;
         }
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        for mut fut in batch {
-            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                fut.as_mut().poll(&mut cx)
-            }));
-            match polled {
-                Ok(Poll::Ready(())) => {}
-                Ok(Poll::Pending) => {
-                    tokio::spawn(fut);
-                }
-                // As a spawned task's panic would: the request's stream is dropped (reset).
-                Err(_) => log::error!("an HTTP/2 request's future panicked"),
-            }
+        for fut in batch {
+            // As a spawned task's panic would, one here drops the request's stream (a reset).
+            poll_once_then_spawn(fut, "an HTTP/2 request's future");
         }
         true
     }

@@ -328,8 +328,7 @@ async fn read_loop(
             {
                 let deadline = *frame_deadline
                     .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
-                conn.release_blocking();
-                wire.sink().uncork();
+                end_batch(&conn, &wire);
                 match limits.budget.reserve(size, deadline).await {
                     Some(r) => reserved = Some((size, r)),
                     None => return timed_out("no room to receive this frame in time"),
@@ -435,10 +434,7 @@ async fn read_loop(
                 return;
             }
         }
-        // The batch's blocking calls go to the pool together, and what the batch produced
-        // leaves in one write.
-        conn.release_blocking();
-        wire.sink().uncork();
+        end_batch(&conn, &wire);
         // Backpressure: while the peer leaves too much of our output unread (replies, pongs),
         // read nothing more from it; if it does not read within the frame timeout, close.
         if wire.sink().unsent() > limits.max_unsent_bytes {
@@ -464,10 +460,21 @@ async fn read_loop(
             Ok(0) | Err(_) => return,
             Ok(_) => read_at = Instant::now(),
         }
-        // Replies to what was just read wait for the rest of the batch, and its blocking
-        // calls are handed to the pool together (both released above, before the reader
-        // waits again).
-        wire.sink().cork();
-        conn.hold_blocking();
+        // Released above (`end_batch`), before the reader waits again.
+        start_batch(&conn, &wire);
     }
+}
+
+/// What the reader does after a read: replies wait for the rest of the batch (`Sink::cork`),
+/// and its blocking calls are handed to the pool together (`ConnShared::hold_blocking`).
+fn start_batch(conn: &ConnShared, wire: &WireConn<()>) {
+    wire.sink().cork();
+    conn.hold_blocking();
+}
+
+/// What the reader does before it waits for anything: the batch's blocking calls go to the
+/// pool together, and what the batch produced leaves in one write.
+fn end_batch(conn: &ConnShared, wire: &WireConn<()>) {
+    conn.release_blocking();
+    wire.sink().uncork();
 }
