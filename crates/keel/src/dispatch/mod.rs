@@ -16,7 +16,9 @@ mod throttle;
 mod watchdog;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
-pub(crate) use call::{dispatch, poll_once_then_spawn, Incoming};
+#[cfg(feature = "http")]
+pub(crate) use call::poll_once_then_spawn;
+pub(crate) use call::{dispatch, Incoming};
 pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
