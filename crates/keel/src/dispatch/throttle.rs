@@ -49,7 +49,7 @@ pub(crate) struct Throttle {
 pub(crate) enum Admission {
     /// Run now; the permit frees the slot when dropped.
     Now(OwnedSemaphorePermit),
-    /// Wait with [`Throttle::wait`]; a queue place is reserved.
+    /// Wait with [`QueuePlace::wait`]; a queue place is reserved.
     Queued(QueuePlace),
     /// Queue full.
     Busy,

@@ -1,7 +1,7 @@
 //! The client side: [`HttpClient`] carries a [`Channel`](crate::Channel)'s calls as HTTP
-//! requests. HTTP/1.1: a pool of keep-alive connections, one call at a time each, at most
-//! `http_max_connections`. HTTP/2: one multiplexed connection, reconnected on the next call
-//! after it fails.
+//! requests. HTTP/1.1 (hyper): a pool of keep-alive connections, one call at a time each, at
+//! most `http_max_connections`. HTTP/2 (the `h2` crate, see [`super::h2conn`]): one
+//! multiplexed connection, reconnected on the next call after it fails.
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -9,17 +9,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ::http::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
+    CONTENT_TYPE, HOST,
 };
 use ::http::{Method, Request, Response, Uri};
 use bytes::Bytes;
-use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::body::{self, Body, ReadError};
+use super::body::{self, Body, ReadError, Received};
 use super::conns::{Registry, Tasks};
+use super::h2conn::{self, RecvBody, RequestBody};
 use super::{
     details_decode, metadata_from_headers, metadata_to_headers, ARGS_HEADER, DEADLINE_HEADER,
     DETAILS_HEADER, MSGPACK_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
@@ -78,8 +79,10 @@ struct H1Conn {
 
 #[derive(Clone)]
 struct H2Conn {
-    sender: http2::SendRequest<Body>,
+    sender: h2::client::SendRequest<Bytes>,
     id: u64,
+    /// The connection's upload tasks, ended with it.
+    tasks: Tasks,
 }
 
 /// A freshly opened connection.
@@ -97,6 +100,9 @@ enum Sent {
     /// earlier stream, or REFUSED_STREAM; any version: 503 marked `keel-unprocessed`): send
     /// it again on a new connection.
     Unprocessed,
+    /// HTTP/2: the request was never sent (the connection had closed or was going away): send
+    /// it again on a new connection.
+    Unsent,
 }
 
 /// How many times a request the connection gave back unsent is tried on a fresh connection;
@@ -160,17 +166,18 @@ impl HttpClient {
     /// flow-control windows) are in force before the first call: until they arrive a client
     /// may send only HTTP/2's default 64 KiB on a stream, and a first large upload would stall
     /// for a round trip. (`OPTIONS /` asks nothing of the host; any answer will do.)
-    async fn settle_h2(&self, mut conn: H2Conn) -> Result<(), Error> {
+    async fn settle_h2(&self, conn: H2Conn) -> Result<(), Error> {
         let authority = self.endpoint.authority().unwrap_or_default();
         let uri = format!("{}://{authority}/", self.endpoint.scheme());
         let request = Request::builder()
             .method(Method::OPTIONS)
             .uri(uri)
-            .body(body::empty())
+            .body(())
             .map_err(|e| Error::new(Kind::Config, format!("{}: {e}", self.endpoint)))?;
         let answered = async {
-            conn.sender.ready().await?;
-            conn.sender.send_request(request).await
+            let mut sender = conn.sender.ready().await?;
+            let (response, _) = sender.send_request(request, true)?;
+            response.await
         };
         match tokio::time::timeout(self.config.connect_timeout, answered).await {
             Ok(Ok(_)) => Ok(()),
@@ -209,9 +216,10 @@ impl HttpClient {
         let work = async {
             let mut fresh = false;
             let mut refused = 0;
+            let mut unsent = 0;
             loop {
                 let proto = self.proto();
-                let (request, returned) = self.request(
+                let (request, body, returned) = self.request(
                     proto,
                     (service, operation),
                     (&metadata, compression, accepts_compressed),
@@ -220,12 +228,27 @@ impl HttpClient {
                     deadline,
                 )?;
                 let sent = match proto {
-                    Proto::H1 => self.send_h1(request, download, fresh).await,
-                    Proto::H2 => self.send_h2(request, download).await,
+                    Proto::H1 => {
+                        let request = request.map(|()| body.into_body());
+                        self.send_h1(request, download, fresh).await
+                    }
+                    Proto::H2 => self.send_h2(request, body, download).await,
                 };
                 match sent {
                     Sent::Done(result) => return result,
                     Sent::Switch => {}
+                    Sent::Unsent => {
+                        unsent += 1;
+                        if unsent == ATTEMPTS {
+                            return Err(Error::new(
+                                Kind::Connection,
+                                format!(
+                                    "{}: the connection closed before the request was sent",
+                                    self.endpoint
+                                ),
+                            ));
+                        }
+                    }
                     Sent::Unprocessed => {
                         refused += 1;
                         if refused == ATTEMPTS {
@@ -340,51 +363,55 @@ impl HttpClient {
         )))
     }
 
-    /// A call over the HTTP/2 connection.
-    async fn send_h2(&self, mut request: Request<Body>, download: bool) -> Sent {
-        for attempt in 1..=ATTEMPTS {
-            let mut conn = match self.h2_conn().await {
-                Ok(Some(c)) => c,
-                Ok(None) => return Sent::Switch,
-                Err(e) => return Sent::Done(Err(e)),
-            };
-            if conn.sender.ready().await.is_err() {
-                self.forget_h2(conn.id);
-                continue;
-            }
-            // Dropping this future (deadline, caller gone) resets the stream: the host stops
-            // the call. The connection carries on.
-            match conn.sender.try_send_request(request).await {
-                Ok(response) if unprocessed(&response) => {
-                    // Its streams in flight finish; new calls go to a new connection.
-                    self.forget_h2(conn.id);
-                    return Sent::Unprocessed;
+    /// A call over the HTTP/2 connection: the caller's task opens the stream, sends a
+    /// buffered body and awaits the answer (see [`super::h2conn`]).
+    ///
+    /// Dropping this future (deadline, caller gone) resets the stream: the host stops the
+    /// call. The connection carries on.
+    async fn send_h2(&self, request: Request<()>, body: RequestBody, download: bool) -> Sent {
+        let conn = match self.h2_conn().await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Sent::Switch,
+            Err(e) => return Sent::Done(Err(e)),
+        };
+        let id = conn.id;
+        let Ok(mut sender) = conn.sender.ready().await else {
+            // Closed, or the host said GOAWAY: new calls go to a new connection.
+            self.forget_h2(id);
+            return Sent::Unsent;
+        };
+        let tasks = conn.tasks;
+        let (response, upload) =
+            match h2conn::send(&mut sender, request, body, |pipe| tasks.spawn(pipe)) {
+                Ok(sent) => sent,
+                Err(e) if e.is_io() || e.is_go_away() || e.is_reset() => {
+                    self.forget_h2(id);
+                    return Sent::Unsent;
                 }
-                Ok(response) => return Sent::Done(self.answer(response, download, None).await.0),
-                Err(mut e) => match e.take_message() {
-                    // Never sent (the host said GOAWAY, or the connection just closed).
-                    Some(unsent) if attempt < ATTEMPTS => {
-                        self.forget_h2(conn.id);
-                        request = unsent;
-                    }
-                    _ => {
-                        let e = e.into_error();
-                        if refused_unprocessed(&e) {
-                            self.forget_h2(conn.id);
-                            return Sent::Unprocessed;
-                        }
-                        return Sent::Done(Err(self.broken(e)));
-                    }
-                },
+                Err(e) => return Sent::Done(Err(self.broken(e))),
+            };
+        match response.await {
+            Ok(response) if unprocessed(&response) => {
+                // Its streams in flight finish; new calls go to a new connection.
+                self.forget_h2(id);
+                Sent::Unprocessed
             }
+            Ok(response) => {
+                let (parts, stream) = response.into_parts();
+                let declared = parts
+                    .headers
+                    .get(CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok());
+                let response = Response::from_parts(parts, RecvBody::new(stream, declared, upload));
+                Sent::Done(self.answer(response, download, None).await.0)
+            }
+            Err(e) if h2conn::refused_unprocessed(&e) => {
+                self.forget_h2(id);
+                Sent::Unprocessed
+            }
+            Err(e) => Sent::Done(Err(self.broken(e))),
         }
-        Sent::Done(Err(Error::new(
-            Kind::Connection,
-            format!(
-                "{}: the connection closed before the request was sent",
-                self.endpoint
-            ),
-        )))
     }
 
     /// The live HTTP/2 connection, connecting if there is none; `None` if ALPN chose HTTP/1.1.
@@ -411,9 +438,7 @@ impl HttpClient {
 
     fn current_h2(&self) -> Option<H2Conn> {
         let slot = self.h2.lock().unwrap_or_else(|e| e.into_inner());
-        slot.as_ref()
-            .filter(|c| !c.sender.is_closed() && self.conns.is_open(c.id))
-            .cloned()
+        slot.as_ref().filter(|c| self.conns.is_open(c.id)).cloned()
     }
 
     /// Stops using HTTP/2 connection `id` for new calls; streams in flight on it finish.
@@ -469,9 +494,12 @@ impl HttpClient {
         let connect_err = |e: std::io::Error| {
             Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
         };
-        let handshake_err = |e: hyper::Error| {
+        fn handshake_err<E>(endpoint: &Endpoint, e: E) -> Error
+        where
+            E: std::error::Error + Send + Sync + 'static,
+        {
             Error::new(Kind::Connect, format!("{endpoint}: HTTP handshake: {e}")).with_source(e)
-        };
+        }
         let connect = async {
             let raw = endpoint.connect_raw().await.map_err(connect_err)?;
             let alpn: &[&[u8]] = match self.config.http_version {
@@ -495,35 +523,29 @@ impl HttpClient {
                     ),
                 ));
             }
-            let io = TokioIo::new(connected.io);
             Ok(match proto {
                 Proto::H1 => {
                     let (sender, driver) = http1::Builder::new()
-                        .handshake(io)
+                        .handshake(TokioIo::new(connected.io))
                         .await
-                        .map_err(handshake_err)?;
+                        .map_err(|e| handshake_err(endpoint, e))?;
                     let id = self.conns.spawn(driver, None);
                     Established::H1(H1Conn { sender, id })
                 }
                 Proto::H2 => {
+                    let io = h2conn::Counted::new(connected.io);
+                    let read = io.read.clone();
+                    let (sender, driver) = h2conn::builder()
+                        .handshake::<_, Bytes>(io)
+                        .await
+                        .map_err(|e| handshake_err(endpoint, e))?;
                     let tasks = Tasks::default();
-                    let mut builder = http2::Builder::new(tasks.clone());
-                    builder
-                        .initial_stream_window_size(super::H2_STREAM_WINDOW)
-                        .initial_connection_window_size(super::H2_CONNECTION_WINDOW)
-                        .timer(TokioTimer::new());
-                    // HTTP/2 PINGs after the keepalive interval without a frame received;
-                    // no answer within the timeout closes the connection (its calls fail as
-                    // a lost connection; the next call reconnects).
-                    if let Some(k) = self.config.keepalive {
-                        builder
-                            .keep_alive_interval(k.interval)
-                            .keep_alive_timeout(k.timeout)
-                            .keep_alive_while_idle(true);
-                    }
-                    let (sender, driver) = builder.handshake(io).await.map_err(handshake_err)?;
-                    let id = self.conns.spawn(driver, Some(tasks));
-                    Established::H2(H2Conn { sender, id })
+                    // HTTP/2 PINGs after a keepalive interval without a byte from the host; no
+                    // answer within the timeout closes the connection (its calls fail as a
+                    // lost connection; the next call reconnects).
+                    let driver = h2conn::drive(driver, read, self.config.keepalive);
+                    let id = self.conns.spawn(driver, Some(tasks.clone()));
+                    Established::H2(H2Conn { sender, id, tasks })
                 }
             })
         };
@@ -542,7 +564,7 @@ impl HttpClient {
     /// `POST /{service}/{operation}` with a postcard body and the remaining deadline; or, for a
     /// streamed upload, the stream as the body and the other arguments (`body`) in the
     /// `keel-args` header, and where the stream comes back if the request is dropped before a
-    /// chunk of it was taken.
+    /// chunk of it was taken. The request's head, its body, and that.
     fn request(
         &self,
         proto: Proto,
@@ -551,7 +573,7 @@ impl HttpClient {
         body: &Bytes,
         upload: Option<ByteStream>,
         deadline: Instant,
-    ) -> Result<(Request<Body>, Option<Returned>), Error> {
+    ) -> Result<(Request<()>, RequestBody, Option<Returned>), Error> {
         let authority = self.endpoint.authority().unwrap_or_default();
         let path = format!("/{service}/{operation}");
         // HTTP/2 carries scheme and authority as pseudo-headers; HTTP/1.1 the Host header.
@@ -585,7 +607,7 @@ impl HttpClient {
                     .header(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE))
                     .header(ARGS_HEADER, super::args_encode(body));
                 let (body, returned) = body::replayable(stream);
-                (body, Some(returned))
+                (RequestBody::Stream(body), Some(returned))
             }
             None => {
                 builder =
@@ -593,21 +615,26 @@ impl HttpClient {
                 if let Some(codec) = compression {
                     builder = builder.header(CONTENT_ENCODING, codec.as_str());
                 }
-                (body::full(body.clone()), None)
+                // hyper adds it on HTTP/1.1; on HTTP/2 it lets the host refuse an oversized
+                // body before reading it.
+                if proto == Proto::H2 {
+                    builder = builder.header(CONTENT_LENGTH, body.len());
+                }
+                (RequestBody::Full(body.clone()), None)
             }
         };
-        let request = builder.body(body).map_err(|e| {
+        let request = builder.body(()).map_err(|e| {
             Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
         })?;
-        Ok((request, returned))
+        Ok((request, body, returned))
     }
 
     /// Reads an answer; also says whether its HTTP/1.1 connection (`lease`) can carry another
     /// call now. A streamed answer takes the lease along: the connection returns to the pool
     /// when the stream was read to its end (or drained after an early stop).
-    async fn answer(
+    async fn answer<B: Received>(
         &self,
-        response: Response<Incoming>,
+        response: Response<B>,
         download: bool,
         lease: Option<&mut Lease>,
     ) -> (Answer, bool) {
@@ -738,7 +765,7 @@ impl HttpClient {
         (result, !closing)
     }
 
-    fn broken(&self, e: hyper::Error) -> Error {
+    fn broken<E: std::error::Error + Send + Sync + 'static>(&self, e: E) -> Error {
         Error::new(Kind::Connection, format!("{}: {e}", self.endpoint)).with_source(e)
     }
 }
@@ -761,27 +788,12 @@ type Returned = tokio::sync::oneshot::Receiver<Option<ByteStream>>;
 
 /// Whether an answer says the host did not process the call because it is going away (503
 /// with `keel-unprocessed: 1`).
-fn unprocessed(response: &Response<Incoming>) -> bool {
+fn unprocessed<B>(response: &Response<B>) -> bool {
     response.status() == ::http::StatusCode::SERVICE_UNAVAILABLE
         && response
             .headers()
             .get(UNPROCESSED_HEADER)
             .is_some_and(|v| v.as_bytes() == b"1")
-}
-
-/// Whether an HTTP/2 request failed because the host refused it unprocessed: its stream is
-/// above the last one a GOAWAY from the host named, or the host reset it with REFUSED_STREAM.
-/// Either way the host did nothing with it (RFC 9113 §6.8, §8.7), and it may be sent again.
-fn refused_unprocessed(e: &hyper::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if let Some(h2) = err.downcast_ref::<h2::Error>() {
-            return h2.is_remote()
-                && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM));
-        }
-        source = err.source();
-    }
-    false
 }
 
 impl ClientTransport for HttpClient {

@@ -8,9 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::task::AbortHandle;
 
-/// The tasks hyper spawns for one HTTP/2 connection: the connection itself, and one per request
-/// body it sends. hyper's driver future only hands requests over to them, so ending the driver
-/// would leave the connection and its calls running; closing a connection ends these too.
+/// The tasks of one HTTP/2 connection besides its driver: one per streamed upload in flight.
+/// Closing a connection ends these too.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Tasks(Arc<Mutex<TaskList>>);
 
@@ -38,14 +37,15 @@ impl Tasks {
     }
 }
 
-impl<F> hyper::rt::Executor<F> for Tasks
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    fn execute(&self, fut: F) {
+impl Tasks {
+    /// Runs `fut` in a task of its own, ended with the connection.
+    pub(super) fn spawn<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
         let task = tokio::spawn(fut);
         let mut list = self.lock();
-        // One task per request: forget those that ended, now and then.
+        // One task per streamed upload: forget those that ended, now and then.
         if list.tasks.len() >= list.prune_at {
             list.tasks.retain(|t| !t.is_finished());
             list.prune_at = (list.tasks.len() * 2).max(64);
@@ -54,7 +54,7 @@ where
     }
 }
 
-/// One open connection: its driver's task, and for HTTP/2 the tasks hyper spawned for it.
+/// One open connection: its driver's task, and for HTTP/2 its upload tasks.
 #[derive(Debug)]
 struct Conn {
     driver: AbortHandle,
@@ -105,8 +105,8 @@ impl Registry {
         self.lingering.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs a connection's driver in a task of its own; `tasks` are those hyper spawned for
-    /// it (HTTP/2). Returns the connection's id.
+    /// Runs a connection's driver in a task of its own; `tasks` are its other tasks
+    /// (HTTP/2's uploads). Returns the connection's id.
     pub(super) fn spawn<F>(self: &Arc<Self>, driver: F, tasks: Option<Tasks>) -> u64
     where
         F: Future + Send + 'static,
@@ -127,7 +127,7 @@ impl Registry {
         id
     }
 
-    /// Connection `id`'s driver ended: the connection takes no more requests; what hyper still
+    /// Connection `id`'s driver ended: the connection takes no more requests; what still
     /// runs for it (streams in flight) lingers until it ends, or `kill_all`.
     fn driver_ended(&self, id: u64) {
         if let Some(Conn {

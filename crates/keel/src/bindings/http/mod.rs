@@ -9,6 +9,7 @@ mod body;
 pub(crate) mod client;
 mod conns;
 mod cors;
+mod h2conn;
 pub(crate) mod server;
 mod service;
 
