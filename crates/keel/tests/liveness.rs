@@ -284,7 +284,7 @@ async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
     assert_eq!(proxy.accepted(), 2);
 }
 
-/// HTTP/2 pings too (hyper's keepalive, with the channel's settings): a silently dropped
+/// HTTP/2 pings too (the client's keepalive, with the channel's settings): a silently dropped
 /// connection is closed and the next call opens a new one.
 #[cfg(feature = "http")]
 #[tokio::test]
