@@ -49,6 +49,54 @@ async fn streamed_upload(b: Binding) {
     host.shutdown_async().await;
 }
 
+/// A streamed upload whose call ends stops: the client takes no more chunks from the caller's
+/// stream and drops it, so the producer feeding it learns the receiver is gone, and the
+/// connection carries the next call. Both ways a call ends early: its deadline passes (the host
+/// knows the deadline too), and the caller drops it (only the client knows).
+async fn an_upload_whose_call_ends_stops_being_sent(b: Binding) {
+    let host = b.host();
+    let c = b.client(&host).await;
+    let endless = || {
+        let (tx, rx) = ByteStream::channel(2);
+        let producer = tokio::spawn(async move {
+            let mut sent = 0u64;
+            while tx.send(vec![7u8; 16 * 1024]).await.is_ok() {
+                sent += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            sent
+        });
+        (rx, producer)
+    };
+    let stopped = |producer: tokio::task::JoinHandle<u64>| async move {
+        let sent = tokio::time::timeout(Duration::from_secs(10), producer)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{b:?}: the upload was still read 10 s after its call ended")
+            })
+            .unwrap();
+        assert!(sent > 0, "{b:?}");
+    };
+
+    let (rx, producer) = endless();
+    let short = c.with_deadline(Duration::from_millis(300));
+    let err = short.upload("endless".into(), rx).await.unwrap_err();
+    assert!(err.is_timeout(), "{b:?}: {err}");
+    stopped(producer).await;
+
+    let (rx, producer) = endless();
+    let call = tokio::spawn({
+        let c = c.clone();
+        async move { c.upload("dropped".into(), rx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    call.abort();
+    stopped(producer).await;
+
+    assert_eq!(c.echo("after".into()).await.unwrap(), "after");
+    host.shutdown_async().await;
+}
+
 async fn streamed_download(b: Binding) {
     let host = b.host();
     let c = b.client(&host).await;
@@ -216,6 +264,10 @@ macro_rules! binding_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn streamed_upload() {
             super::streamed_upload($b).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn an_upload_whose_call_ends_stops_being_sent() {
+            super::an_upload_whose_call_ends_stops_being_sent($b).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn streamed_download() {
