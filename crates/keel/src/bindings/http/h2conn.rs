@@ -8,9 +8,9 @@
 //! ([`pipe`]), since it must flow while the caller reads the answer.
 //!
 //! What hyper did for keel and this module now does: the connection's settings (windows,
-//! header list size, send buffer), keepalive pings ([`drive`], [`Counted`]), and cancellation: a call
-//! dropped before its answer ends resets its stream (h2 does so when the last handle to a
-//! stream goes; the upload's task is told by [`UploadGuard`]).
+//! header list size, send buffer), keepalive pings ([`drive`], [`Counted`]), and cancellation:
+//! a call dropped before its answer ends resets its stream (h2 does so when the last handle to
+//! a stream goes; the upload's task is told by [`UploadGuard`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,11 +22,11 @@ use bytes::Bytes;
 use h2::client::{Connection, SendRequest};
 use h2::{Ping, RecvStream, SendStream};
 use http_body::{Body as _, Frame, SizeHint};
+use keel_wire::Keepalive;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
 use super::body::Body;
-use keel_wire::Keepalive;
 
 /// HTTP/2's connection settings as keel's client sends them. The windows are keel's (large,
 /// so a call's body is not held up by WINDOW_UPDATEs); the rest are the defaults keel's client
