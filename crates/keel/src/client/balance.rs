@@ -18,12 +18,11 @@
 //!   reconnects to a host that is down back off. A call it answers clears its record. If every
 //!   member is ejected, all are used again (a channel never refuses to try).
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use super::retry::{random, unit};
 use crate::bindings::{
     self, Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing,
 };
@@ -355,16 +354,6 @@ async fn expand(target: &Endpoint) -> Result<Vec<Endpoint>, Error> {
         }
     }
     Ok(out)
-}
-
-fn random() -> u64 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(0);
-    h.finish()
-}
-
-fn unit(r: u64) -> f64 {
-    (r >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The balancer as a channel's transport.

@@ -105,12 +105,22 @@ impl RetryPolicy {
     }
 }
 
-/// A number in [0, 1), different on each call (std's per-hasher random keys; no RNG needed
-/// for jitter).
-fn unit_random() -> f64 {
+/// A random `u64`, different on each call: std's per-hasher random keys, which is all the
+/// randomness jitter and the balancer's picks need (no RNG crate).
+pub(super) fn random() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0);
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+    h.finish()
+}
+
+/// `r` as a number in [0, 1).
+pub(super) fn unit(r: u64) -> f64 {
+    (r >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A number in [0, 1), different on each call.
+fn unit_random() -> f64 {
+    unit(random())
 }
 
 /// Whether an answer is worth a retry for an idempotent call, and the least wait the host
