@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --release --example callbench                          # tcp, 64 in flight, 5 s
 //! cargo run --release --example callbench -- --inflight 1 --metadata 5 --json
+//! cargo run --release --example callbench -- --inflight 1 --async-op
 //! cargo run --release --example callbench -- --payload 65536 --compression zstd
 //! cargo run --release --example callbench -- --url http://127.0.0.1:0 --seconds 3
 //! ```
@@ -43,6 +44,10 @@ struct Cli {
     /// Echo this many bytes of JSON-like text each way instead of `add(1, 2)`
     #[arg(long, default_value_t = 0)]
     payload: usize,
+    /// Call `multiply` (an `async fn` operation, run on the host's runtime) instead of `add`
+    /// (a `fn` operation, run on a keel-pool thread)
+    #[arg(long)]
+    async_op: bool,
     /// Compress requests and ask for compressed replies: zstd or gzip
     #[arg(long)]
     compression: Option<String>,
@@ -139,6 +144,7 @@ async fn measure(cli: &Cli, url: &str) -> (f64, f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let counting = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicU64::new(0));
+    let async_op = cli.async_op;
     let mut tasks = Vec::new();
     for _ in 0..cli.inflight {
         let (client, wan, text, stop, counting, calls) = (
@@ -153,7 +159,10 @@ async fn measure(cli: &Cli, url: &str) -> (f64, f64, f64) {
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                if text.is_empty() {
+                if text.is_empty() && async_op {
+                    let v = client.multiply(1.0, 2.0).await.expect("call");
+                    assert_eq!(v, 2.0);
+                } else if text.is_empty() {
                     let v = client.add(1.0, 2.0).await.expect("call");
                     assert_eq!(v, 3.0);
                 } else {
