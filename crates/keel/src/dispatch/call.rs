@@ -231,7 +231,12 @@ struct Call {
 }
 
 impl Call {
-    fn finish(mut self, outcome: Outcome) {
+    fn finish(self, outcome: Outcome) {
+        self.finish_at(outcome, Instant::now());
+    }
+
+    /// [`finish`](Call::finish) with the clock already read at `ended`.
+    fn finish_at(mut self, outcome: Outcome, ended: Instant) {
         let code = outcome
             .as_ref()
             .map_or_else(|s| s.code(), |_| StatusCode::Ok);
@@ -241,8 +246,9 @@ impl Call {
         }
         self.answered = true;
         self.metrics.answered(code);
-        self.metrics.total.record(secs(self.received.elapsed()));
-        self.conn.finish(self.call_id, self.one_way, outcome);
+        let total = ended.saturating_duration_since(self.received);
+        self.metrics.total.record(secs(total));
+        self.conn.finish(self.call_id, self.one_way, outcome, ended);
     }
 
     /// The interceptors' `after`, once.
@@ -256,13 +262,13 @@ impl Call {
         }
     }
 
-    /// `Some(status)` if the call must not start: cancelled, or its deadline passed.
-    fn refuse_start(&self) -> Option<Status> {
+    /// `Some(status)` if the call must not start at `now`: cancelled, or its deadline passed.
+    fn refuse_start(&self, now: Instant) -> Option<Status> {
         if self.ctx.is_cancelled() {
             return Some(Status::new(StatusCode::Cancelled, "cancelled"));
         }
         match self.deadline {
-            Some(d) if Instant::now() >= d => Some(deadline_status()),
+            Some(d) if now >= d => Some(deadline_status()),
             _ => None,
         }
     }
@@ -278,16 +284,18 @@ impl Call {
                     let wait = secs(started.saturating_duration_since(handed));
                     self.metrics.pool_wait.record(wait);
                     self.conn.dispatcher.metrics.pool_queue_wait.record(wait);
-                    if let Some(status) = self.refuse_start() {
-                        return self.finish(Err(status));
+                    if let Some(status) = self.refuse_start(started) {
+                        return self.finish_at(Err(status), started);
                     }
                     let outcome = self
                         .ctx
                         .span()
                         .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
                         .unwrap_or_else(|p| Err(panic_status(&p)));
-                    self.metrics.handler.record(secs(started.elapsed()));
-                    self.finish(outcome);
+                    let ended = Instant::now();
+                    let ran = ended.saturating_duration_since(started);
+                    self.metrics.handler.record(secs(ran));
+                    self.finish_at(outcome, ended);
                 });
                 conn.run_blocking(call_id, one_way, run);
             }
@@ -296,23 +304,18 @@ impl Call {
                 let span = self.ctx.span().clone();
                 let task = async move {
                     let _permit = permit;
-                    if let Some(status) = self.refuse_start() {
-                        return self.finish(Err(status));
+                    // The clock is read twice per call here: at the start and at the end
+                    // (which also stamps the total and the connection's activity).
+                    let started = Instant::now();
+                    if let Some(status) = self.refuse_start(started) {
+                        return self.finish_at(Err(status), started);
                     }
                     let run = Watched::new(CatchUnwind(fut), self.metrics.watch);
-                    let started = Instant::now();
-                    let outcome = match self.deadline {
-                        Some(d) => match tokio::time::timeout_at(d.into(), run).await {
-                            Ok(o) => o,
-                            Err(_) => Err(Status::new(
-                                StatusCode::DeadlineExceeded,
-                                "deadline passed while the operation ran",
-                            )),
-                        },
-                        None => run.await,
-                    };
-                    self.metrics.handler.record(secs(started.elapsed()));
-                    self.finish(outcome);
+                    let outcome = Deadline::new(run, self.deadline).await;
+                    let ended = Instant::now();
+                    let ran = ended.saturating_duration_since(started);
+                    self.metrics.handler.record(secs(ran));
+                    self.finish_at(outcome, ended);
                 };
                 // Polled once here first: a handler that completes without waiting (most do)
                 // answers at once, in the reader's batch (its reply is written with the
@@ -325,6 +328,49 @@ impl Call {
                     *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
                 }
             }
+        }
+    }
+}
+
+/// An async handler's future cut off at the call's deadline, answering `DeadlineExceeded`
+/// then. The timer is set only when a poll leaves the handler pending: one that completes at
+/// its first poll (most do) costs no timer at all.
+struct Deadline<F> {
+    fut: F,
+    deadline: Option<Instant>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<F> Deadline<F> {
+    fn new(fut: F, deadline: Option<Instant>) -> Deadline<F> {
+        Deadline {
+            fut,
+            deadline,
+            timer: None,
+        }
+    }
+}
+
+impl<F: Future<Output = Outcome> + Unpin> Future for Deadline<F> {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Outcome> {
+        let this = &mut *self;
+        if let Poll::Ready(outcome) = Pin::new(&mut this.fut).poll(cx) {
+            return Poll::Ready(outcome);
+        }
+        let Some(deadline) = this.deadline else {
+            return Poll::Pending;
+        };
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(Status::new(
+                StatusCode::DeadlineExceeded,
+                "deadline passed while the operation ran",
+            ))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! whoever removes it from `calls` (the handler finishing, a cancel, or the drain timeout) owns
 //! the answer.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -103,12 +104,16 @@ impl ConnInfo {
     }
 }
 
+/// A connection's calls in flight by call id. foldhash, not SipHash: the map is hashed two times
+/// per call, and its size is bounded by the connection's call limit.
+type CallMap = HashMap<u64, Arc<CallCtl>, foldhash::fast::RandomState>;
+
 /// One connection's calls in flight and its way to answer them.
 #[derive(Debug)]
 pub(crate) struct ConnShared {
     pub(crate) id: u64,
     out: Box<dyn Responder>,
-    calls: Mutex<HashMap<u64, Arc<CallCtl>>>,
+    calls: Mutex<CallMap>,
     /// Calls it may have in flight at once.
     max_calls: usize,
     /// When a call last started or ended, in ms since the dispatcher started.
@@ -155,7 +160,7 @@ impl ConnShared {
         ConnShared {
             id: info.id,
             out,
-            calls: Mutex::new(HashMap::new()),
+            calls: Mutex::new(CallMap::default()),
             max_calls,
             last_active: AtomicU64::new(dispatcher.now_ms()),
             closing: AtomicBool::new(false),
@@ -168,8 +173,13 @@ impl ConnShared {
     }
 
     fn touch(&self) {
+        self.touch_at(Instant::now());
+    }
+
+    /// [`touch`](ConnShared::touch) with the clock already read at `at`.
+    fn touch_at(&self, at: Instant) {
         self.last_active
-            .store(self.dispatcher.now_ms(), Ordering::Relaxed);
+            .store(self.dispatcher.ms_at(at), Ordering::Relaxed);
     }
 
     /// How long (ms) the connection has had no call in flight; `None` while it has one.
@@ -196,7 +206,7 @@ impl ConnShared {
         true
     }
 
-    fn calls(&self) -> MutexGuard<'_, HashMap<u64, Arc<CallCtl>>> {
+    fn calls(&self) -> MutexGuard<'_, CallMap> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -217,19 +227,24 @@ impl ConnShared {
         let limit = self.max_calls;
         {
             let mut calls = self.calls();
-            if calls.contains_key(&call_id) {
-                return Err(Status::new(
-                    StatusCode::BadRequest,
-                    format!("call id {call_id} is already in flight on this connection"),
-                ));
+            let at_limit = calls.len() >= limit;
+            match calls.entry(call_id) {
+                Entry::Occupied(_) => {
+                    return Err(Status::new(
+                        StatusCode::BadRequest,
+                        format!("call id {call_id} is already in flight on this connection"),
+                    ))
+                }
+                Entry::Vacant(_) if at_limit => {
+                    return Err(Status::new(
+                        StatusCode::Busy,
+                        format!("this connection already has {limit} calls in flight"),
+                    ))
+                }
+                Entry::Vacant(place) => {
+                    place.insert(ctl.clone());
+                }
             }
-            if calls.len() >= limit {
-                return Err(Status::new(
-                    StatusCode::Busy,
-                    format!("this connection already has {limit} calls in flight"),
-                ));
-            }
-            calls.insert(call_id, ctl.clone());
         }
         // No `touch` here: a connection with a call in flight is not idle whatever the clock
         // says; its activity is stamped when the call ends.
@@ -299,15 +314,16 @@ impl ConnShared {
     /// The pool closes only at the end of shutdown; answer rather than vanish.
     fn refuse_blocking(&self, call_id: u64, one_way: bool) {
         let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
-        self.finish(call_id, one_way, Err(status));
+        self.finish(call_id, one_way, Err(status), Instant::now());
     }
 
     /// Answers a tracked call, unless someone else (cancel, drain) already did, with the
-    /// reply metadata its context collected (and its status's, for a failure).
-    pub(crate) fn finish(&self, call_id: u64, one_way: bool, mut outcome: Outcome) {
+    /// reply metadata its context collected (and its status's, for a failure). `ended` is
+    /// when the call ended (the connection's last activity).
+    pub(crate) fn finish(&self, call_id: u64, one_way: bool, mut outcome: Outcome, ended: Instant) {
         let removed = self.calls().remove(&call_id);
         if let Some(ctl) = removed {
-            self.touch();
+            self.touch_at(ended);
             // The call is over: whatever still watches its context (a task the handler
             // spawned, a handler that outlived its deadline) hears it, as in gRPC.
             ctl.ctx.cancel();

@@ -146,28 +146,29 @@ impl<F: Future + Unpin> Future for Watched<F> {
         let Some(op) = self.op else {
             return Pin::new(&mut self.fut).poll(cx);
         };
-        let Ok(slot) = SLOT.try_with(Arc::clone) else {
-            // The thread is shutting down: poll unwatched.
-            return Pin::new(&mut self.fut).poll(cx);
-        };
-        let w = watchdog();
-        // A watched poll inside another (a nested runtime) restores the outer one after.
-        let outer = (
-            slot.started.load(Ordering::Relaxed),
-            slot.op.load(Ordering::Relaxed),
-        );
-        slot.op.store(op, Ordering::Relaxed);
-        slot.started
-            .store(w.tick.load(Ordering::Relaxed), Ordering::SeqCst);
-        if w.parked.load(Ordering::SeqCst) && w.parked.swap(false, Ordering::SeqCst) {
-            if let Some(t) = w.thread.get() {
-                t.unpark();
+        let fut = &mut self.fut;
+        let watched = SLOT.try_with(|slot| {
+            let w = watchdog();
+            // A watched poll inside another (a nested runtime) restores the outer one after.
+            let outer = (
+                slot.started.load(Ordering::Relaxed),
+                slot.op.load(Ordering::Relaxed),
+            );
+            slot.op.store(op, Ordering::Relaxed);
+            slot.started
+                .store(w.tick.load(Ordering::Relaxed), Ordering::SeqCst);
+            if w.parked.load(Ordering::SeqCst) && w.parked.swap(false, Ordering::SeqCst) {
+                if let Some(t) = w.thread.get() {
+                    t.unpark();
+                }
             }
-        }
-        let out = Pin::new(&mut self.fut).poll(cx);
-        slot.op.store(outer.1, Ordering::Relaxed);
-        slot.started.store(outer.0, Ordering::Release);
-        out
+            let out = Pin::new(&mut *fut).poll(cx);
+            slot.op.store(outer.1, Ordering::Relaxed);
+            slot.started.store(outer.0, Ordering::Release);
+            out
+        });
+        // Err: the thread is shutting down (its slot is gone); poll unwatched.
+        watched.unwrap_or_else(|_| Pin::new(&mut self.fut).poll(cx))
     }
 }
 

@@ -399,7 +399,8 @@ async fn read_loop(
                             stream,
                             arrival,
                         };
-                        dispatch(&conn, incoming, Instant::now());
+                        // Arrived when it was read: one clock read per read, not per call.
+                        dispatch(&conn, incoming, read_at);
                     }
                     // Its streams are stopped already; the call itself is dispatch's.
                     Ok((Some(Event::Cancel { call_id }), _)) => conn.cancel(call_id),
