@@ -1,5 +1,7 @@
 //! Frame types. See the crate docs and `PROTOCOL.md` for the byte layout.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 /// One unit on a keel connection after the handshake.
@@ -54,9 +56,12 @@ pub struct Request {
     /// Relative, so the two sides' clocks never need to agree.
     pub deadline_us: u64,
     /// Service (contract) name, e.g. `Calculator`.
-    pub service: String,
+    ///
+    /// A `Cow` so that a caller with a `&'static str` (a generated client) builds a request
+    /// without allocating; a decoded name is owned.
+    pub service: Cow<'static, str>,
     /// Operation name, e.g. `add`.
-    pub operation: String,
+    pub operation: Cow<'static, str>,
     /// The call's metadata, as an encoded block (see [`metadata`](crate::metadata)); empty for
     /// none. Version 2 and later; a version-1 codec neither sends nor receives it.
     pub metadata: Bytes,

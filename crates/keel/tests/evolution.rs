@@ -427,7 +427,7 @@ fn future_wire_host() -> (String, std::thread::JoinHandle<Vec<String>>) {
             let mut out = BytesMut::new();
             match frame {
                 Frame::Request(req) if asked.is_empty() => {
-                    asked.push(req.operation.clone());
+                    asked.push(req.operation.to_string());
                     let mut metadata = BytesMut::new();
                     keel_wire::metadata::push(&mut metadata, "x-new-key", b"kept").unwrap();
                     let reply = Reply {
@@ -444,7 +444,7 @@ fn future_wire_host() -> (String, std::thread::JoinHandle<Vec<String>>) {
                     out[13] = 200;
                 }
                 Frame::Request(req) => {
-                    asked.push(req.operation.clone());
+                    asked.push(req.operation.to_string());
                     let item = v1::Item {
                         id: 2,
                         name: "item 2".into(),

@@ -27,8 +27,8 @@ fn every_frame() -> Vec<Frame> {
             call_id: u64::MAX,
             flags: RequestFlags::default(),
             deadline_us: 0,
-            service: String::new(),
-            operation: "é".repeat(127),
+            service: Default::default(),
+            operation: "é".repeat(127).into(),
             metadata: Bytes::new(),
             compression: 0,
             body: Bytes::new(),
@@ -624,8 +624,8 @@ fn frame_limit_boundary() {
         call_id: 3,
         flags: RequestFlags::default(),
         deadline_us: 0,
-        service: "s".repeat(MAX_NAME_LEN),
-        operation: "o".repeat(MAX_NAME_LEN),
+        service: "s".repeat(MAX_NAME_LEN).into(),
+        operation: "o".repeat(MAX_NAME_LEN).into(),
         metadata: md.freeze(),
         compression: 1,
         body: Bytes::from(vec![1; max as usize]),
@@ -692,7 +692,7 @@ fn encode_refuses_long_names() {
     let Frame::Request(mut req) = request(1, b"") else {
         unreachable!()
     };
-    req.service = "s".repeat(256);
+    req.service = "s".repeat(256).into();
     let err = c
         .encode(&Frame::Request(req.clone()), &mut dst)
         .unwrap_err();
@@ -705,7 +705,7 @@ fn encode_refuses_long_names() {
     );
     assert!(!err.is_fatal());
     req.service = "s".into();
-    req.operation = "ö".repeat(128);
+    req.operation = "ö".repeat(128).into();
     assert!(matches!(
         c.encode(&Frame::Request(req), &mut dst),
         Err(WireError::NameTooLong {
@@ -850,8 +850,8 @@ fn stream_frames_layout() {
             accepts_compressed: false,
         },
         deadline_us: 0,
-        service: String::new(),
-        operation: String::new(),
+        service: Default::default(),
+        operation: Default::default(),
         metadata: Bytes::new(),
         compression: 0,
         body: Bytes::new(),

@@ -160,8 +160,9 @@ pub struct Connection<C> {
     /// The credit the peer lets our new streams start with (raised by its WindowUpdates on
     /// call 0).
     outbound_initial: u32,
-    /// Client: calls waiting for their reply.
-    calls: HashMap<u64, Pending<C>>,
+    /// Client: calls waiting for their reply, by the ids this side chose (foldhash: cheaper
+    /// than SipHash, and no peer picks the keys).
+    calls: HashMap<u64, Pending<C>, foldhash::fast::RandomState>,
     /// Client: the id the next call gets.
     next_call_id: u64,
     /// Host: the highest call id received.
@@ -228,7 +229,7 @@ impl<C> Connection<C> {
                 max: inbound.max.max(inbound.initial),
             },
             outbound_initial: DEFAULT_INITIAL_WINDOW,
-            calls: HashMap::new(),
+            calls: HashMap::default(),
             next_call_id: 1,
             last_call_id: 0,
             inbound: HashMap::new(),

@@ -571,7 +571,7 @@ impl Channel {
         );
         let started = Instant::now();
         let answer = self
-            .call_inner(call, options)
+            .call_inner(call, options, started)
             .instrument(span.clone())
             .await;
         let code = match &answer {
@@ -591,9 +591,15 @@ impl Channel {
         answer
     }
 
-    async fn call_inner(&self, mut call: Outgoing, options: &CallOptions) -> Answer {
+    /// [`call`](Channel::call) without its span and metrics; the call started at `started`.
+    async fn call_inner(
+        &self,
+        mut call: Outgoing,
+        options: &CallOptions,
+        started: Instant,
+    ) -> Answer {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let deadline = Instant::now() + options.deadline.unwrap_or(self.inner.config.deadline);
+        let deadline = started + options.deadline.unwrap_or(self.inner.config.deadline);
         let defaults = &self.inner.config.metadata;
         call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
             (true, _) => options.metadata.clone(),

@@ -216,8 +216,8 @@ impl Conn {
                 },
                 // Round up so a sub-microsecond remainder is not read as "no deadline".
                 deadline_us: (remaining.as_micros() as u64).max(1),
-                service: service.to_string(),
-                operation: operation.to_string(),
+                service: service.into(),
+                operation: operation.into(),
                 metadata: metadata_block.clone(),
                 compression: call
                     .compression

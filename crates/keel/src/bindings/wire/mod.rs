@@ -90,15 +90,26 @@ impl WireClient {
         Ok(conn)
     }
 
+    /// [`conn`](WireClient::conn), failing with a timeout at `deadline`.
+    async fn conn_by(&self, deadline: Instant) -> Result<Arc<Conn>, Error> {
+        match tokio::time::timeout_at(deadline.into(), self.conn()).await {
+            Ok(conn) => conn,
+            Err(_) => Err(Error::new(
+                Kind::Timeout,
+                "deadline passed while connecting",
+            )),
+        }
+    }
+
     async fn call_inner(&self, mut call: Outgoing, deadline: Instant) -> Answer {
         for _ in 0..GOAWAY_ATTEMPTS {
-            let conn = match tokio::time::timeout_at(deadline.into(), self.conn()).await {
-                Ok(conn) => conn?,
-                Err(_) => {
-                    return Err(Error::new(
-                        Kind::Timeout,
-                        "deadline passed while connecting",
-                    ))
+            // Connected (the common case): no timer to set up. Connecting is boxed: its state
+            // is large (~2 KB), and every call's future would otherwise carry it.
+            let conn = match self.current() {
+                Some(conn) => conn,
+                None => {
+                    let connecting = Box::pin(self.conn_by(deadline));
+                    connecting.await?
                 }
             };
             // The host said GoAway before processing the call: it goes to a new connection
