@@ -184,7 +184,7 @@ pub(super) fn send(
             // The task watches its end of the channel close: the guard's end dropped.
             let (watch, guard) = oneshot::channel();
             spawn(Box::pin(pipe(body, stream, watch)));
-            Ok((response, Some(UploadGuard(guard))))
+            Ok((response, Some(UploadGuard { _watched: guard })))
         }
     }
 }
@@ -209,7 +209,10 @@ impl RequestBody {
 
 /// Keeps a streamed upload going; dropped, the upload stops and its stream is reset.
 #[derive(Debug)]
-pub(super) struct UploadGuard(#[allow(dead_code)] oneshot::Receiver<()>);
+pub(super) struct UploadGuard {
+    /// Never read: dropping it closes the channel, which is what the task watches.
+    _watched: oneshot::Receiver<()>,
+}
 
 /// Sends `body`'s chunks on `stream` as the stream's window allows, until the body ends, the
 /// host resets the stream, or the guard is dropped (the stream is then reset with CANCEL).
