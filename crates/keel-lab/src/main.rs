@@ -179,6 +179,10 @@ enum Command {
     /// A server of one `peers` system (prints its address, serves until stdin closes).
     #[command(hide = true)]
     PeersServe(peers::serve::ServeArgs),
+    /// The latency workload of `peers` alone, against a running `peers-serve` (for profiling
+    /// one side: run it and the server under callgrind or perf).
+    #[command(hide = true)]
+    PeersLatency(peers::serve::LatencyArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -329,6 +333,14 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             peers::serve::serve(a)?;
             Ok(true)
         }
+        Command::PeersLatency(a) => {
+            let l = peers::measure::latency(a.system, &a.addr, a.warmup, a.calls)?;
+            println!(
+                "{} calls: p50 {} µs, p99 {} µs, p99.9 {} µs",
+                l.calls, l.p50_us, l.p99_us, l.p999_us
+            );
+            Ok(true)
+        }
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -434,6 +446,24 @@ mod tests {
             matches!(cli.command, Command::PeersServe(ref s) if s.system == peers::System::Tonic)
         );
         assert!(Cli::try_parse_from(["keel-lab", "peers", "--systems", "grpc-web"]).is_err());
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "peers-latency",
+            "--system",
+            "keel-tcp-async",
+            "--addr",
+            "tcp://127.0.0.1:1",
+            "--calls",
+            "5",
+        ])
+        .unwrap();
+        let Command::PeersLatency(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(
+            (a.system, a.warmup, a.calls),
+            (peers::System::KeelTcpAsync, 2_000, 5)
+        );
     }
 
     #[test]

@@ -16,6 +16,23 @@ pub(crate) struct ServeArgs {
     pub(crate) system: System,
 }
 
+/// Flags of `keel-lab peers-latency`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct LatencyArgs {
+    /// The system `addr` serves.
+    #[arg(long, value_enum)]
+    pub(crate) system: System,
+    /// What `peers-serve` printed after `listening on`.
+    #[arg(long)]
+    pub(crate) addr: String,
+    /// Untimed calls first.
+    #[arg(long, default_value_t = 2_000)]
+    pub(crate) warmup: usize,
+    /// Timed calls.
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) calls: usize,
+}
+
 /// `keel-lab peers-serve`: prints `listening on ADDR` (a URL for keel, `host:port` for the
 /// others) and serves until stdin closes.
 pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<()> {
