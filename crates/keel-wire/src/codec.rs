@@ -523,23 +523,25 @@ impl Codec {
                 }
                 let len = self.check_len(Some(req.call_id), header, req.body.len())?;
                 dst.reserve(LEN_PREFIX_SIZE + len);
-                dst.put_u32_le(len as u32);
-                dst.put_u8(TYPE_REQUEST);
-                dst.put_u64_le(req.call_id);
-                dst.put_u8(bits);
-                dst.put_u64_le(req.deadline_us);
-                dst.put_u8(req.service.len() as u8);
-                dst.put_slice(req.service.as_bytes());
-                dst.put_u8(req.operation.len() as u8);
-                dst.put_slice(req.operation.as_bytes());
+                let mut head = Head::new(dst, LEN_PREFIX_SIZE + header);
+                head.u32(len as u32);
+                head.u8(TYPE_REQUEST);
+                head.u64(req.call_id);
+                head.u8(bits);
+                head.u64(req.deadline_us);
+                head.u8(req.service.len() as u8);
+                head.bytes(req.service.as_bytes());
+                head.u8(req.operation.len() as u8);
+                head.bytes(req.operation.as_bytes());
                 if !md.is_empty() {
-                    dst.put_u16_le(md.len() as u16);
-                    dst.put_slice(md);
+                    head.u16(md.len() as u16);
+                    head.bytes(md);
                 }
                 if req.compression != 0 {
-                    dst.put_u8(req.compression);
+                    head.u8(req.compression);
                 }
-                dst.put_slice(&req.body);
+                head.done();
+                dst.extend_from_slice(&req.body);
             }
             Frame::Reply(rep) => self.encode_reply(rep, dst)?,
             Frame::Cancel(c) => put_u64_frame(dst, TYPE_CANCEL, c.call_id),
@@ -631,23 +633,25 @@ impl Codec {
         }
         let len = self.check_len(Some(rep.call_id), header, rep.body.len())?;
         dst.reserve(LEN_PREFIX_SIZE + len);
-        dst.put_u32_le(len as u32);
-        dst.put_u8(TYPE_REPLY);
-        dst.put_u64_le(rep.call_id);
-        dst.put_u8(rep.status as u8);
-        dst.put_u8(bits);
+        let mut head = Head::new(dst, LEN_PREFIX_SIZE + header);
+        head.u32(len as u32);
+        head.u8(TYPE_REPLY);
+        head.u64(rep.call_id);
+        head.u8(rep.status as u8);
+        head.u8(bits);
         if !rep.metadata.is_empty() {
-            dst.put_u16_le(rep.metadata.len() as u16);
-            dst.put_slice(&rep.metadata);
+            head.u16(rep.metadata.len() as u16);
+            head.bytes(&rep.metadata);
         }
         if rep.compression != 0 {
-            dst.put_u8(rep.compression);
+            head.u8(rep.compression);
         }
         if !rep.details.is_empty() {
-            dst.put_u32_le(rep.details.len() as u32);
-            dst.put_slice(&rep.details);
+            head.u32(rep.details.len() as u32);
+            head.bytes(&rep.details);
         }
-        dst.put_slice(&rep.body);
+        head.done();
+        dst.extend_from_slice(&rep.body);
         Ok(())
     }
 
@@ -700,6 +704,53 @@ fn check_name(field: &'static str, name: &str) -> Result<(), WireError> {
         });
     }
     Ok(())
+}
+
+/// A frame's head (everything before its body), written field by field into bytes appended
+/// to the buffer at once: one length check and one copy per field of known size, where
+/// `BufMut`'s `put_*` each check and copy on their own.
+struct Head<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl<'a> Head<'a> {
+    /// The next `len` bytes of `dst` (appended, zeroed), to be filled exactly.
+    fn new(dst: &'a mut BytesMut, len: usize) -> Head<'a> {
+        let start = dst.len();
+        dst.resize(start + len, 0);
+        Head {
+            buf: &mut dst[start..],
+            at: 0,
+        }
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+
+    fn u8(&mut self, v: u8) {
+        self.buf[self.at] = v;
+        self.at += 1;
+    }
+
+    fn u16(&mut self, v: u16) {
+        self.bytes(&v.to_le_bytes());
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+
+    /// Every byte was written (the head's length was computed right).
+    fn done(self) {
+        debug_assert_eq!(self.at, self.buf.len(), "frame head length");
+    }
 }
 
 fn put_u64_frame(dst: &mut BytesMut, ty: u8, v: u64) {
