@@ -360,6 +360,32 @@ fn cancel_call_tells_the_host_once() {
 }
 
 #[test]
+fn calls_cancelled_together_are_told_to_the_host_oldest_first() {
+    let mut c = client();
+    let ids: Vec<u64> = ["a1", "b", "a2", "c", "a3"]
+        .into_iter()
+        .map(|name| c.start_call(name, false, name == "a2").unwrap())
+        .collect();
+    let mut pending: Vec<(u64, &str)> = c.pending().map(|(id, s)| (id, *s)).collect();
+    pending.sort_unstable();
+    assert_eq!(pending.len(), 5);
+    assert_eq!(pending[2], (ids[2], "a2"));
+    assert!(c.is_pending(ids[1]) && !c.is_pending(ids[4] + 1));
+    let gone = c.cancel_calls_where(|name| name.starts_with('a'));
+    assert_eq!(gone, [(ids[0], "a1"), (ids[2], "a2"), (ids[4], "a3")]);
+    // The upload of a2 stopped with its call.
+    assert_eq!(c.send_credit(ids[2]), None);
+    assert_eq!(
+        drain(&mut c),
+        [ids[0], ids[2], ids[4]].map(|call_id| Frame::Cancel(Cancel { call_id }))
+    );
+    assert_eq!(c.pending_calls(), 2);
+    assert!(!c.is_pending(ids[0]));
+    assert_eq!(c.cancel_calls_where(|_| false), []);
+    assert_eq!(drain(&mut c), []);
+}
+
+#[test]
 fn cancelling_an_answered_call_stops_its_upload_quietly() {
     let now = Instant::now();
     let mut c = client();

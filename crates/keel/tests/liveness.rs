@@ -315,3 +315,72 @@ async fn http2_pings_find_a_silent_drop_too() {
     assert_eq!(client.echo("after".into()).await.unwrap(), "after");
     assert_eq!(proxy.accepted(), 2);
 }
+
+/// A channel to `url` with keepalive off: only a call's deadline can end its wait.
+fn without_keepalive(url: &str) -> (Channel, ProbeClient) {
+    let channel = Channel::builder(url).keepalive(None).build().unwrap();
+    (channel.clone(), ProbeClient::new(channel))
+}
+
+/// A host that never answers (its path blackholed, keepalive off): the call fails as a timeout
+/// at its deadline, by the connection's own timer, and the connection stays usable for the
+/// host's answers to later calls on a new path.
+#[tokio::test]
+async fn a_call_nobody_answers_times_out_at_its_deadline() {
+    let host = host();
+    let proxy = Blackhole::start(host.url()).await;
+    let (_channel, client) = without_keepalive(&proxy.url());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    proxy.blackhole_existing();
+    for deadline in [Duration::from_millis(200), Duration::from_millis(400)] {
+        let start = Instant::now();
+        let err = client
+            .with_deadline(deadline)
+            .echo("lost".into())
+            .await
+            .unwrap_err();
+        let took = start.elapsed();
+        assert!(err.is_timeout(), "{err}");
+        assert!(
+            took >= deadline,
+            "timed out after {took:?}, before {deadline:?}"
+        );
+        assert!(
+            took < deadline + Duration::from_secs(2),
+            "timed out after {took:?} for a deadline of {deadline:?}"
+        );
+    }
+}
+
+/// One timer serves a connection's calls: a call with a short deadline, started while one with
+/// a long deadline waits, still times out at its own deadline, and the long one keeps waiting.
+#[tokio::test]
+async fn a_short_deadline_behind_a_long_one_fires_on_time() {
+    let host = host();
+    let proxy = Blackhole::start(host.url()).await;
+    let (_channel, client) = without_keepalive(&proxy.url());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    proxy.blackhole_existing();
+    let long = tokio::spawn({
+        let client = client.with_deadline(Duration::from_secs(60));
+        async move { client.echo("long".into()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    let err = client
+        .with_deadline(Duration::from_millis(300))
+        .echo("short".into())
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(err.is_timeout(), "{err}");
+    assert!(
+        took < Duration::from_secs(3),
+        "the short call timed out after {took:?}"
+    );
+    assert!(
+        !long.is_finished(),
+        "the long call ended with the short one"
+    );
+    long.abort();
+}

@@ -309,6 +309,32 @@ impl<C> Connection<C> {
         Some(pending.slot)
     }
 
+    /// Client: cancels every pending call `expired` picks (a deadline that passed, say), as
+    /// [`cancel_call`](Self::cancel_call) does each: its outbound stream stops and a Cancel is
+    /// queued. Returns them with their slots, oldest first.
+    pub fn cancel_calls_where(&mut self, mut expired: impl FnMut(&C) -> bool) -> Vec<(u64, C)> {
+        let mut ids: Vec<u64> = self
+            .calls
+            .iter()
+            .filter(|(_, p)| expired(&p.slot))
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids.into_iter()
+            .filter_map(|id| self.cancel_call(id).map(|slot| (id, slot)))
+            .collect()
+    }
+
+    /// Client: whether `call_id` waits for its reply.
+    pub fn is_pending(&self, call_id: u64) -> bool {
+        self.calls.contains_key(&call_id)
+    }
+
+    /// Client: the calls waiting for their reply, with their slots, in no particular order.
+    pub fn pending(&self) -> impl Iterator<Item = (u64, &C)> + '_ {
+        self.calls.iter().map(|(&id, p)| (id, &p.slot))
+    }
+
     /// Client: removes a pending call without telling the peer, for instance because its
     /// request could not be sent. Its outbound stream, if `start_call` registered one, goes
     /// with it. Returns the slot; `None` if the call was not pending.

@@ -1,45 +1,32 @@
-//! One client connection: a reader task that hands frames to the connection's state
-//! ([`WireConn`]) and routes replies to waiting calls; requests are written by the calling
-//! thread (see [`Sink`]).
+//! One client connection: the write side (requests are written by the calling thread, see
+//! [`Sink`]), the call path, and the connection's tasks. How replies are read and reach their
+//! calls is in the [`read`](super::read) module.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use keel_wire::{
-    CallRejected, Codec, Event, Frame, Hello, HelloReply, Limits, Request, RequestFlags, Side,
-};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
+use keel_wire::{CallRejected, Codec, Frame, Hello, Limits, Request, RequestFlags, Side};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
-use super::conn::{NotSent, WireConn};
-use crate::bindings::{Answer, ClientSettings, Outgoing, Replied};
+use super::conn::{NotSent, Sent, WireConn};
+use super::read::{fail_all_with, Delivery, Handshake, ReadSide, Reading, ReplySlot};
+use crate::bindings::{Answer, ClientSettings, Outgoing};
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
-use crate::core::metadata::Metadata;
-use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::transport::sink::{SendError, Sink};
-use crate::transport::{Endpoint, Io};
-
-/// What a waiting call receives.
-type ReplySlot = oneshot::Sender<Delivery>;
-
-/// What a waiting call receives: its answer, or word that the host will not process it.
-#[derive(Debug)]
-enum Delivery {
-    Answer(Answer),
-    /// The host's GoAway named a `last_call_id` below the call's id: the host did not and will
-    /// not process it, so it may be sent again on another connection.
-    Unprocessed,
-}
+use crate::transport::Endpoint;
 
 /// One connection of a client.
 #[derive(Debug)]
 pub(crate) struct Conn {
     wire: Arc<WireConn<ReplySlot>>,
+    /// The read side: the reader task's, or the one call in flight's.
+    reading: Arc<Reading>,
     /// The runtime the connection's tasks (and upload pumps) run on.
     runtime: tokio::runtime::Handle,
     /// Largest request body the host accepts (from its handshake reply; the default until it
@@ -47,7 +34,7 @@ pub(crate) struct Conn {
     peer_max_message: Arc<AtomicU32>,
     /// The handshake's outcome, once the host answered it.
     handshaken: watch::Receiver<Option<Result<(), (Kind, String)>>>,
-    /// The reader, the flusher and the keepalive timer.
+    /// The reader, the flusher and the timer (deadlines, keepalive).
     tasks: [AbortHandle; 3],
 }
 
@@ -108,32 +95,34 @@ impl Conn {
         if let Some(keepalive) = config.keepalive {
             wire.set_keepalive(keepalive);
         }
-        let reader = tokio::spawn(read_loop(
+        let reading = Arc::new(Reading::new(ReadSide::new(
             rd,
             buf,
             Codec::new(Limits::with_max_message_size(config.max_message_size)),
-            wire.clone(),
             Handshake {
                 endpoint: endpoint.clone(),
                 sent: hello_sent,
                 peer_max_message: peer_max_message.clone(),
                 done: handshake,
             },
-        ));
-        let keepalive = tokio::spawn(watch_liveness(
+        )));
+        let reader = tokio::spawn(reading.clone().run(wire.clone()));
+        let timers = tokio::spawn(run_timers(
             wire.clone(),
+            reading.clone(),
             endpoint.clone(),
             reader.abort_handle(),
         ));
         Ok(Conn {
             wire,
+            reading,
             runtime: tokio::runtime::Handle::current(),
             peer_max_message,
             handshaken,
             tasks: [
                 reader.abort_handle(),
                 flusher.abort_handle(),
-                keepalive.abort_handle(),
+                timers.abort_handle(),
             ],
         })
     }
@@ -203,7 +192,7 @@ impl Conn {
         // The call stays whole (to be given back) but for its stream, which goes to the pump.
         let upload = call.upload.take();
         let (service, operation) = (call.service, call.operation);
-        let (slot, reply) = oneshot::channel();
+        let (slot, cell) = ReplySlot::new(deadline);
         let now = Instant::now();
         let remaining = deadline.saturating_duration_since(now);
         let request = |call_id| {
@@ -232,7 +221,16 @@ impl Conn {
                 .wire
                 .send_call(slot, call.download, upload.is_some(), now, request)
             {
-                Ok(sent) => sent,
+                Ok(Sent {
+                    call_id,
+                    upload,
+                    socket_to_task,
+                }) => {
+                    if socket_to_task {
+                        self.reading.give_to_task(&self.wire);
+                    }
+                    (call_id, upload)
+                }
                 Err(NotSent::Rejected(CallRejected::GoingAway)) => {
                     call.upload = upload;
                     return Err(call);
@@ -253,6 +251,7 @@ impl Conn {
         // From here on, a dropped future (the caller gave up) must unregister and tell the host.
         let mut guard = CallGuard {
             wire: &self.wire,
+            reading: &self.reading,
             call_id,
             armed: true,
         };
@@ -274,11 +273,14 @@ impl Conn {
                 format!("{service}.{operation}: no reply before the deadline"),
             ))
         };
-        let outcome = tokio::time::timeout_at(deadline.into(), reply).await;
+        // No timer of its own: the connection's timer answers it `TimedOut` at its deadline.
+        let outcome = self.reading.answer(&self.wire, call_id, &cell).await;
         guard.armed = false;
         let result = match outcome {
-            Ok(Ok(Delivery::Answer(result))) => result,
-            Ok(Ok(Delivery::Unprocessed)) => {
+            Delivery::Answer(result) => result,
+            Delivery::TimedOut => timed_out(),
+            Delivery::Closed => Err(Error::new(Kind::Connection, "connection closed")),
+            Delivery::Unprocessed => {
                 let upload = match upload_back {
                     None => None,
                     Some(returned) => {
@@ -301,11 +303,6 @@ impl Conn {
                 call.upload = upload;
                 return Err(call);
             }
-            Ok(Err(_)) => Err(Error::new(Kind::Connection, "connection closed")),
-            Err(_) => {
-                self.wire.cancel_call(call_id);
-                timed_out()
-            }
         };
         Ok(result)
     }
@@ -317,9 +314,11 @@ impl Drop for Conn {
     }
 }
 
-/// Cancels a call whose future is dropped before its reply arrived.
+/// Cancels a call whose future is dropped before its reply arrived (and gives the socket back
+/// to the reader task if the call was reading it).
 struct CallGuard<'a> {
-    wire: &'a WireConn<ReplySlot>,
+    wire: &'a Arc<WireConn<ReplySlot>>,
+    reading: &'a Reading,
     call_id: u64,
     armed: bool,
 }
@@ -328,6 +327,7 @@ impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.wire.cancel_call(self.call_id);
+            self.reading.release(self.wire, self.call_id);
         }
     }
 }
@@ -337,19 +337,25 @@ fn fail_all(wire: &WireConn<ReplySlot>, reason: &str) {
     fail_all_with(wire, Kind::Connection, reason);
 }
 
-/// Closes the connection's state and fails every waiting call with an error of `kind`.
-fn fail_all_with(wire: &WireConn<ReplySlot>, kind: Kind, reason: &str) {
-    for (_, slot) in wire.close(reason) {
-        let _ = slot.send(Delivery::Answer(Err(Error::new(kind, reason.to_string()))));
-    }
-}
-
-/// Runs the connection's keepalive timer (if keepalive is on). A host that answers nothing
-/// within the timeout after a ping is gone, or the path to it is: the connection closes, its
-/// calls fail `Unavailable` at once (not at their deadlines), and the channel's next call opens
-/// a new connection.
-async fn watch_liveness(wire: Arc<WireConn<ReplySlot>>, endpoint: Endpoint, reader: AbortHandle) {
-    let Some(dead) = wire.clone().keepalive().await else {
+/// Runs the connection's timer: calls past their deadline are answered `TimedOut`, and with
+/// keepalive on, a host that answers nothing within the timeout after a ping is gone, or the
+/// path to it is: the connection closes, its calls fail `Unavailable` at once (not at their
+/// deadlines), and the channel's next call opens a new connection.
+async fn run_timers(
+    wire: Arc<WireConn<ReplySlot>>,
+    reading: Arc<Reading>,
+    endpoint: Endpoint,
+    reader: AbortHandle,
+) {
+    let timed_out = |expired: Vec<(u64, ReplySlot)>| {
+        for (_, slot) in expired {
+            slot.send(Delivery::TimedOut);
+        }
+    };
+    // A call that reads the socket for itself but is not polled (its future kept, not
+    // dropped) must not make a live host look silent: the task reads before the verdict.
+    let reclaim = || reading.reclaim(&wire);
+    let Some(dead) = wire.clone().run_timers(timed_out, reclaim).await else {
         return;
     };
     reader.abort();
@@ -357,197 +363,4 @@ async fn watch_liveness(wire: Arc<WireConn<ReplySlot>>, endpoint: Endpoint, read
     log::debug!("{reason}");
     fail_all_with(&wire, Kind::Status(StatusCode::Unavailable), &reason);
     wire.sink().close();
-}
-
-/// What the reader needs to finish the handshake.
-struct Handshake {
-    endpoint: Endpoint,
-    /// When the Hello went out: the reply gives the first round-trip sample.
-    sent: Instant,
-    peer_max_message: Arc<AtomicU32>,
-    done: watch::Sender<Option<Result<(), (Kind, String)>>>,
-}
-
-impl Handshake {
-    /// Reads the HelloReply. Accepted: the host's limits apply from now on. Refused (or not a
-    /// keel host): the error, for `Conn::handshake` and the calls already sent.
-    async fn complete(
-        self,
-        rd: &mut ReadHalf<Box<dyn Io>>,
-        buf: &mut BytesMut,
-        wire: &WireConn<ReplySlot>,
-    ) -> Result<(), (Kind, String)> {
-        let endpoint = &self.endpoint;
-        let outcome = loop {
-            match keel_wire::decode_hello_reply(buf) {
-                Ok(Some(r)) => break Ok(r),
-                Ok(None) => {}
-                Err(_) if crate::transport::looks_like_tls(buf) => {
-                    break Err((
-                        Kind::Connect,
-                        format!(
-                            "{endpoint}: the host answered with TLS; connect with a tcps:// URL \
-                             and TLS settings"
-                        ),
-                    ))
-                }
-                Err(e) => break Err((Kind::Protocol, format!("{endpoint}: bad handshake: {e}"))),
-            }
-            match rd.read_buf(buf).await {
-                Ok(0) => {
-                    break Err((
-                        Kind::Connect,
-                        format!("{endpoint}: closed during the handshake"),
-                    ))
-                }
-                Ok(_) => {}
-                Err(e) => break Err((Kind::Connect, format!("{endpoint}: {e}"))),
-            }
-        };
-        let outcome = match outcome {
-            Ok(HelloReply::Accept { version, .. }) if version < keel_wire::VERSION => Err((
-                Kind::Protocol,
-                format!(
-                    "{endpoint} speaks protocol version {version}; this client needs version {} \
-                     (upgrade the host first: hosts serve clients of every older version)",
-                    keel_wire::VERSION
-                ),
-            )),
-            Ok(HelloReply::Accept {
-                max_message_size, ..
-            }) => {
-                self.peer_max_message
-                    .store(max_message_size, Ordering::Release);
-                wire.set_peer_max_message(max_message_size);
-                // The handshake was one round trip: the first estimate windows grow against.
-                wire.set_rtt(self.sent.elapsed());
-                Ok(())
-            }
-            Ok(HelloReply::Reject {
-                supported_version,
-                reason,
-            }) => Err((
-                Kind::Protocol,
-                format!(
-                    "{endpoint} refused the handshake (it speaks version {supported_version}, \
-                     this client {}): {reason}",
-                    keel_wire::VERSION
-                ),
-            )),
-            Err(e) => Err(e),
-        };
-        self.done.send_replace(Some(outcome.clone()));
-        outcome
-    }
-}
-
-async fn read_loop(
-    mut rd: ReadHalf<Box<dyn Io>>,
-    mut buf: BytesMut,
-    mut codec: Codec,
-    wire: Arc<WireConn<ReplySlot>>,
-    handshake: Handshake,
-) {
-    if let Err((kind, reason)) = handshake.complete(&mut rd, &mut buf, &wire).await {
-        return fail_all_with(&wire, kind, &reason);
-    }
-    // When the bytes being decoded were read: what the core takes as the frames' arrival.
-    let mut read_at = Instant::now();
-    // Replies handed to their callers since the last read.
-    let mut answered = 0usize;
-    let reason = loop {
-        match codec.decode(&mut buf) {
-            Ok(Some(frame)) => match wire.handle(frame, read_at) {
-                Ok(Some(Event::Reply {
-                    reply,
-                    slot,
-                    download,
-                })) => {
-                    let metadata = Metadata::from_wire(&reply.metadata);
-                    let compression = match reply.compression {
-                        0 => None,
-                        id => match Compression::from_u8(id) {
-                            Some(c) => Some(c),
-                            None => {
-                                let why =
-                                    format!("the host compressed a reply with unknown id {id}");
-                                let _ = slot
-                                    .send(Delivery::Answer(Err(Error::new(Kind::Protocol, why))));
-                                continue;
-                            }
-                        },
-                    };
-                    let result = if reply.status != keel_wire::StatusCode::Ok {
-                        let code = StatusCode::from_wire(reply.status);
-                        Err(Status::from_wire_parts(
-                            code,
-                            reply.body,
-                            reply.details,
-                            metadata,
-                        ))
-                    } else if download {
-                        // Before the next frame is read: its data follows this reply.
-                        let payload = Payload::Stream(wire.inbound_stream(reply.call_id));
-                        Ok(Replied {
-                            payload,
-                            metadata,
-                            compression,
-                        })
-                    } else {
-                        let payload = Payload::Body(reply.body);
-                        Ok(Replied {
-                            payload,
-                            metadata,
-                            compression,
-                        })
-                    };
-                    // Nobody waiting: the caller gave up as the reply arrived; drop it.
-                    let _ = slot.send(Delivery::Answer(Ok(result)));
-                    answered += 1;
-                    continue;
-                }
-                // GoAway: the host answers the calls up to its `last_call_id` and then closes;
-                // it did not process those above, which go to a new connection now, as new
-                // calls do (the connection takes none).
-                Ok(Some(Event::GoAway(go_away))) => {
-                    for slot in wire.unprocessed(go_away.last_call_id) {
-                        let _ = slot.send(Delivery::Unprocessed);
-                    }
-                    continue;
-                }
-                Ok(_) => continue,
-                Err(e) => break e.to_string(),
-            },
-            Ok(None) => {}
-            Err(e) if !e.is_fatal() => {
-                if let keel_wire::WireError::TooLarge {
-                    call_id: Some(id), ..
-                } = &e
-                {
-                    if let Some(slot) = wire.forget_call(*id) {
-                        let too_large = Error::new(Kind::TooLarge, format!("reply: {e}"));
-                        let _ = slot.send(Delivery::Answer(Err(too_large)));
-                    }
-                }
-                continue;
-            }
-            Err(e) => break format!("protocol error from the host: {e}"),
-        }
-        // Several callers were just answered: under load each sends its next call at once.
-        // Let them run first (one yield, no thread woken) with the sink corked, so their
-        // requests leave in one write instead of one each. A lone reply skips this: its
-        // caller's next request goes out the moment it is made.
-        if answered > 1 {
-            wire.sink().cork();
-            tokio::task::yield_now().await;
-            wire.sink().uncork();
-        }
-        answered = 0;
-        match rd.read_buf(&mut buf).await {
-            Ok(0) => break "connection closed by the host".to_string(),
-            Ok(_) => read_at = Instant::now(),
-            Err(e) => break format!("connection lost: {e}"),
-        }
-    };
-    fail_all(&wire, &reason);
 }

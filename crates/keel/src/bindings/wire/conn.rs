@@ -35,6 +35,40 @@ pub(crate) enum NotSent {
     Sink(SendError),
 }
 
+/// What a client keeps for each pending call: the connection's timer reads its deadline (see
+/// [`WireConn::run_timers`]). A host keeps nothing (`()`).
+pub(crate) trait Expiring {
+    /// When the call stops waiting for its reply; `None`: never.
+    fn deadline(&self) -> Option<Instant>;
+}
+
+impl Expiring for () {
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// Who waits on a client connection's socket for its next bytes (see the client's
+/// [`read`](super::read) module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// The connection's reader task (always on a host).
+    Task,
+    /// The call with this id, alone in flight, reads for itself.
+    Call(u64),
+}
+
+/// A call [`WireConn::send_call`] sent.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    pub(crate) call_id: u64,
+    /// The handle of its upload's registered outbound stream (for the pump).
+    pub(crate) upload: Option<OutboundHandle>,
+    /// Another call was reading the socket: from now on the task reads, and the caller must
+    /// hand the socket to it.
+    pub(crate) socket_to_task: bool,
+}
+
 /// Largest StreamData payload keel sends (further limited by the peer's message size).
 const MAX_CHUNK: usize = 64 * 1024;
 
@@ -53,8 +87,8 @@ pub(crate) struct WireConn<C> {
     /// New calls may start here: not closed, and (client) no GoAway received. Mirrors the
     /// core's state so the call path can ask without the lock.
     accepting: AtomicBool,
-    /// Wakes the keepalive timer ([`WireConn::keepalive`]) when its deadline moved earlier (a
-    /// call's probe ping) or the connection closed.
+    /// Wakes the timer ([`WireConn::run_timers`]) when its deadline moved earlier (a call with
+    /// an earlier deadline, a call's probe ping) or the connection closed.
     timer: Notify,
     /// The sink's [`queued_bytes`](Sink::queued_bytes) once the last keepalive ping was queued:
     /// it has left when the sink's `written_bytes` reach this.
@@ -68,6 +102,15 @@ struct State<C> {
     inbound: HashMap<u64, mpsc::UnboundedSender<Result<Bytes, Error>>>,
     /// What each outbound stream's pump waits on.
     outbound: HashMap<u64, Arc<Outbound>>,
+    /// Client: when the timer looks for calls past their deadline next. Never later than a
+    /// pending call's deadline, and only moved earlier as calls start: calls that start one
+    /// after another with the same budget (most do) set no timer of their own. It may be
+    /// earlier than every deadline left (the call it was set for ended): firing then only
+    /// finds the next one.
+    call_timer: Option<Instant>,
+    /// Client: who reads the socket. Kept here, with the call table, so that "the only call in
+    /// flight" is decided under the lock that starts calls.
+    reader: Reader,
 }
 
 /// An outbound stream's wake-ups.
@@ -136,7 +179,7 @@ impl<C> State<C> {
     }
 }
 
-impl<C: Send + 'static> WireConn<C> {
+impl<C: Expiring + Send + 'static> WireConn<C> {
     /// The state of a connection whose handshake just completed on `side`. `max_window` bounds
     /// the windows of streams we receive; `peer_max_message` the chunks we send.
     pub(crate) fn new(
@@ -154,6 +197,8 @@ impl<C: Send + 'static> WireConn<C> {
                 core: Connection::new(side, window),
                 inbound: HashMap::new(),
                 outbound: HashMap::new(),
+                call_timer: None,
+                reader: Reader::Task,
             }),
             sink,
             max_chunk: AtomicUsize::new(MAX_CHUNK.min(peer_max_message.max(1) as usize)),
@@ -448,7 +493,7 @@ impl<C: Send + 'static> WireConn<C> {
         self.with(|st| st.core.set_rtt(rtt));
     }
 
-    /// Turns keepalive on (see [`Keepalive`]); [`WireConn::keepalive`] runs its timer.
+    /// Turns keepalive on (see [`Keepalive`]); [`WireConn::run_timers`] runs its timer.
     pub(crate) fn set_keepalive(&self, keepalive: Keepalive) {
         let now = Instant::now();
         self.with(|st| st.core.set_keepalive(keepalive, now));
@@ -459,29 +504,75 @@ impl<C: Send + 'static> WireConn<C> {
         self.with(|st| st.core.set_ping_policy(policy));
     }
 
-    /// The keepalive timer: pings when the connection has been quiet for the interval, and
-    /// returns the verdict when a ping went unanswered for the timeout (the caller closes the
-    /// connection). Returns `None` once the connection is closed (or keepalive is off).
+    /// The connection's timer, for keepalive and for calls' deadlines, until the connection
+    /// closes (then `None`).
     ///
-    /// A ping cannot be answered before it has left: if it still waits behind a large frame
-    /// that is being written (a big message on a slow link), the wait starts again, for as long
-    /// as our bytes keep leaving. A send queue that did not move for a whole timeout means the
-    /// path is gone too.
-    pub(crate) async fn keepalive(self: Arc<Self>) -> Option<ConnError> {
-        // What the socket had taken when the current wait began.
+    /// Keepalive: it pings when the connection has been quiet for the interval, and returns
+    /// the verdict when a ping went unanswered for the timeout (the caller closes the
+    /// connection). A ping cannot be answered before it has left: if it still waits behind a
+    /// large frame that is being written (a big message on a slow link), the wait starts
+    /// again, for as long as our bytes keep leaving. A send queue that did not move for a
+    /// whole timeout means the path is gone too.
+    ///
+    /// Deadlines (client): calls whose deadline passed are cancelled (the host is told) and
+    /// handed to `expired`, which answers them. One timer serves every call of the
+    /// connection, instead of one per call.
+    ///
+    /// `before_keepalive` runs before each keepalive verdict: a client makes sure the reader
+    /// task reads the socket then (see the client's [`read`](super::read) module).
+    pub(crate) async fn run_timers(
+        self: Arc<Self>,
+        mut expired: impl FnMut(Vec<(u64, C)>),
+        before_keepalive: impl Fn(),
+    ) -> Option<ConnError> {
+        // What the socket had taken when the current keepalive wait began.
         let mut written_before = self.sink.written_bytes();
         loop {
-            // Created before reading the deadline, so a probe made meanwhile wakes it.
+            // Created before reading the deadlines, so one moved meanwhile wakes it.
             let moved = self.timer.notified();
-            let at = self.lock().core.poll_timeout()?;
-            tokio::select! {
-                _ = tokio::time::sleep_until(at.into()) => {}
-                _ = moved => {
-                    written_before = self.sink.written_bytes();
-                    continue;
+            let (keepalive_at, calls_at) = {
+                let st = self.lock();
+                if st.core.is_closed() {
+                    return None;
                 }
+                (st.core.poll_timeout(), st.call_timer)
+            };
+            let woken = match keepalive_at.into_iter().chain(calls_at).min() {
+                None => {
+                    moved.await;
+                    true
+                }
+                Some(at) => tokio::select! {
+                    _ = tokio::time::sleep_until(at.into()) => false,
+                    _ = moved => true,
+                },
+            };
+            if woken {
+                // A probe ping begins a new keepalive wait; a call's deadline does not.
+                if self.lock().core.poll_timeout() != keepalive_at {
+                    written_before = self.sink.written_bytes();
+                }
+                continue;
             }
             let now = Instant::now();
+            if calls_at.is_some_and(|at| at <= now) {
+                let gone = self.with(|st| {
+                    let passed = |c: &C| c.deadline().is_some_and(|d| d <= now);
+                    let gone = st.core.cancel_calls_where(passed);
+                    for (call_id, _) in &gone {
+                        st.stop_outbound_handle(*call_id);
+                    }
+                    st.call_timer = st.core.pending().filter_map(|(_, c)| c.deadline()).min();
+                    gone
+                });
+                if !gone.is_empty() {
+                    expired(gone);
+                }
+            }
+            if keepalive_at.is_none_or(|at| at > now) {
+                continue;
+            }
+            before_keepalive();
             match self.with(|st| st.core.handle_timeout(now)) {
                 Ok(pinged) => {
                     if pinged {
@@ -515,8 +606,7 @@ impl<C: Send + 'static> WireConn<C> {
 
     /// Client: registers a call and queues its Request (`request` builds it from the call's
     /// id) in one step under the lock, so Requests leave in the order of their ids, as a
-    /// GoAway's `last_call_id` requires; then writes what the socket takes. Returns the id and,
-    /// with `upload`, the handle of its registered outbound stream (for the pump).
+    /// GoAway's `last_call_id` requires; then writes what the socket takes.
     ///
     /// If keepalive is on and nothing arrived for its timeout, a Ping follows the Request (see
     /// [`Connection::probe`]), so a path that died while the connection was quiet fails this
@@ -528,8 +618,9 @@ impl<C: Send + 'static> WireConn<C> {
         upload: bool,
         now: Instant,
         request: impl FnOnce(u64) -> Frame,
-    ) -> Result<(u64, Option<OutboundHandle>), NotSent> {
-        let mut probed = false;
+    ) -> Result<Sent, NotSent> {
+        let (mut probed, mut timer_moved) = (false, false);
+        let deadline = slot.deadline();
         let sent = self.with(|st| {
             let call_id = st
                 .core
@@ -540,14 +631,29 @@ impl<C: Send + 'static> WireConn<C> {
                 return Err(NotSent::Sink(e));
             }
             probed = st.core.probe(now);
+            if let Some(d) = deadline {
+                if st.call_timer.is_none_or(|at| d < at) {
+                    st.call_timer = Some(d);
+                    timer_moved = true;
+                }
+            }
             let handle = upload.then(|| st.register_outbound(call_id));
-            Ok((call_id, handle))
+            // A call reading for itself is not alone any more: the task reads for both.
+            let socket_to_task = st.reader != Reader::Task;
+            st.reader = Reader::Task;
+            Ok(Sent {
+                call_id,
+                upload: handle,
+                socket_to_task,
+            })
         });
         if sent.is_ok() {
             self.sink.push();
         }
         if probed {
             self.mark_ping();
+        }
+        if probed || timer_moved {
             self.timer.notify_one();
         }
         sent
@@ -586,6 +692,59 @@ impl<C: Send + 'static> WireConn<C> {
         })
     }
 
+    /// Client: whether the reader task reads the socket (no call reads for itself).
+    pub(crate) fn task_reads(&self) -> bool {
+        self.lock().reader == Reader::Task
+    }
+
+    /// Client: whether call `call_id` may read the socket now: it does already, or it is the
+    /// only call in flight (then it does from now on).
+    pub(crate) fn claim_socket(&self, call_id: u64) -> bool {
+        let mut st = self.lock();
+        match st.reader {
+            Reader::Call(id) => id == call_id,
+            Reader::Task => {
+                let alone = st.core.pending_calls() == 1 && st.core.is_pending(call_id);
+                if alone {
+                    st.reader = Reader::Call(call_id);
+                }
+                alone
+            }
+        }
+    }
+
+    /// Client: call `call_id`, which reads the socket and just polled it, keeps waiting on it
+    /// only while it is still the only call in flight and unanswered. False: the task reads
+    /// from now on, and the caller must hand it the socket.
+    pub(crate) fn keep_socket(&self, call_id: u64) -> bool {
+        let mut st = self.lock();
+        let keep = st.reader == Reader::Call(call_id)
+            && st.core.pending_calls() == 1
+            && st.core.is_pending(call_id);
+        if !keep {
+            st.reader = Reader::Task;
+        }
+        keep
+    }
+
+    /// Client: call `call_id` stopped waiting. True if it was reading the socket: the task
+    /// reads from now on, and the caller must hand it the socket.
+    pub(crate) fn release_socket(&self, call_id: u64) -> bool {
+        let mut st = self.lock();
+        let was = st.reader == Reader::Call(call_id);
+        if was {
+            st.reader = Reader::Task;
+        }
+        was
+    }
+
+    /// Client: the task reads from now on. True if a call was reading: the caller must hand
+    /// the task the socket.
+    pub(crate) fn take_socket_back(&self) -> bool {
+        let mut st = self.lock();
+        std::mem::replace(&mut st.reader, Reader::Task) != Reader::Task
+    }
+
     /// Client: whether new calls may start here (not closed, no GoAway received).
     pub(crate) fn takes_calls(&self) -> bool {
         self.accepting.load(Ordering::Acquire)
@@ -615,7 +774,7 @@ impl<C: Send + 'static> WireConn<C> {
         for (_, out) in outbound {
             out.stop();
         }
-        // The keepalive timer ends.
+        // The timer ends.
         self.timer.notify_one();
         closed.calls
     }
@@ -627,7 +786,7 @@ struct InboundCredit<C> {
     call_id: u64,
 }
 
-impl<C: Send + 'static> Credit for InboundCredit<C> {
+impl<C: Expiring + Send + 'static> Credit for InboundCredit<C> {
     fn consumed(&self, n: usize) {
         if let Some(c) = self.conn.upgrade() {
             c.consumed(self.call_id, n);

@@ -1,7 +1,9 @@
 //! The keel wire protocol binding (`tcp://`, `tcps://`, `unix://`): every call of a client
 //! multiplexed over one connection, in frames from `keel-wire`.
 //!
-//! - [`client`]: one client connection ([`client::Conn`]), a reader task routing replies;
+//! - [`client`]: one client connection ([`client::Conn`]);
+//! - [`read`]: a client connection's read side: a reader task routing replies, or the one
+//!   call in flight reading its own;
 //! - [`server`]: one host connection, handshake then a reader handing requests to dispatch;
 //! - [`conn`]: one connection's state, the same on both ends: keel-wire's sans-IO core plus
 //!   the async ends of its streams.
@@ -11,6 +13,7 @@
 
 pub(crate) mod client;
 mod conn;
+mod read;
 pub(crate) mod server;
 
 pub(crate) use server::serve;

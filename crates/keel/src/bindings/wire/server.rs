@@ -240,7 +240,7 @@ pub(crate) async fn serve(
         _ = reader => false,
         _ = &mut writer => { reader_abort.abort(); true }
         // A client that answers nothing after a keepalive ping is gone: its calls stop.
-        Some(dead) = wire.clone().keepalive() => {
+        Some(dead) = wire.clone().run_timers(|_| {}, || {}) => {
             log::debug!("closing a connection: {dead}");
             reader_abort.abort();
             dispatcher.timed_out(binding);

@@ -1,0 +1,582 @@
+//! The read side of a client connection, and how answers reach their calls.
+//!
+//! Replies are read by the connection's reader task, except while one call is alone in
+//! flight: then that call reads the socket itself, in its own poll. A reply then reaches its
+//! caller with no task in between: no second task to run, and (on a current-thread runtime,
+//! where the caller is often the `block_on` future) no extra turn of the I/O driver before the
+//! caller runs. With more calls in flight the task reads for all of them, in batches.
+//!
+//! Who waits on the socket is the connection's [`Reader`] (kept with the call table, so that
+//! "the only call in flight" is decided under the lock that starts calls). A call gives the
+//! socket back to the task whenever it stops being alone or stops waiting (answered,
+//! cancelled, dropped): it polls the socket once more with the task's waker, so the task is
+//! woken by the socket's next bytes without being woken now. A second call starting while a
+//! call reads takes the socket back the same way. The connection's timer also takes it back
+//! before it judges keepalive, so a caller that stopped polling its call (without dropping it)
+//! cannot make a live host look dead.
+//!
+//! [`Reader`]: super::conn::Reader
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use keel_wire::{Codec, Event, Frame, HelloReply};
+use tokio::io::ReadHalf;
+use tokio::sync::watch;
+
+use super::conn::{Expiring, WireConn};
+use crate::bindings::{Answer, Replied};
+use crate::core::compress::Compression;
+use crate::core::error::{Error, Kind};
+use crate::core::metadata::Metadata;
+use crate::core::service::Payload;
+use crate::core::status::{Status, StatusCode};
+use crate::transport::{Endpoint, Io};
+
+/// What a waiting call receives: its answer, or why it has none.
+#[derive(Debug)]
+pub(super) enum Delivery {
+    Answer(Answer),
+    /// The host's GoAway named a `last_call_id` below the call's id: the host did not and will
+    /// not process it, so it may be sent again on another connection.
+    Unprocessed,
+    /// Its deadline passed first: the connection's timer cancelled it (the host was told).
+    TimedOut,
+    /// The connection forgot the call without a word (it went away).
+    Closed,
+}
+
+/// Where a call's answer is left for it (by whoever read its reply, by the connection's timer,
+/// or by a close), and the waker of the call waiting for it.
+#[derive(Debug, Default)]
+pub(super) struct AnswerCell {
+    state: Mutex<CellState>,
+}
+
+#[derive(Debug, Default)]
+struct CellState {
+    delivery: Option<Delivery>,
+    waker: Option<Waker>,
+}
+
+impl AnswerCell {
+    fn lock(&self) -> MutexGuard<'_, CellState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Leaves `delivery` and wakes the call if it waits.
+    fn deliver(&self, delivery: Delivery) {
+        let waker = {
+            let mut st = self.lock();
+            st.delivery = Some(delivery);
+            st.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// The answer if it came, and no waker kept: a call about to read the socket itself is not
+    /// woken by its own reply.
+    fn take(&self) -> Option<Delivery> {
+        let mut st = self.lock();
+        st.waker = None;
+        st.delivery.take()
+    }
+
+    /// Whether the answer is here (not taken yet).
+    fn has_answer(&self) -> bool {
+        self.lock().delivery.is_some()
+    }
+
+    /// The answer, or `Pending` with `cx` woken when it comes.
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<Delivery> {
+        let mut st = self.lock();
+        match st.delivery.take() {
+            Some(d) => Poll::Ready(d),
+            None => {
+                match &mut st.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A pending call as the connection keeps it: where its answer goes, and until when it waits.
+/// Dropped without an answer (the connection forgot it), it answers [`Delivery::Closed`].
+#[derive(Debug)]
+pub(super) struct ReplySlot {
+    cell: Arc<AnswerCell>,
+    deadline: Instant,
+    sent: bool,
+}
+
+impl ReplySlot {
+    /// A slot for a call waiting until `deadline`, and the cell its answer arrives in.
+    pub(super) fn new(deadline: Instant) -> (ReplySlot, Arc<AnswerCell>) {
+        let cell = Arc::new(AnswerCell::default());
+        let slot = ReplySlot {
+            cell: cell.clone(),
+            deadline,
+            sent: false,
+        };
+        (slot, cell)
+    }
+
+    /// Answers the call (if it still waits: one that gave up is not there to read it).
+    pub(super) fn send(mut self, delivery: Delivery) {
+        self.sent = true;
+        self.cell.deliver(delivery);
+    }
+}
+
+impl Drop for ReplySlot {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.cell.deliver(Delivery::Closed);
+        }
+    }
+}
+
+impl Expiring for ReplySlot {
+    fn deadline(&self) -> Option<Instant> {
+        Some(self.deadline)
+    }
+}
+
+/// Fails every waiting call with an error of `kind` and closes the connection's state.
+pub(super) fn fail_all_with(wire: &WireConn<ReplySlot>, kind: Kind, reason: &str) {
+    for (_, slot) in wire.close(reason) {
+        slot.send(Delivery::Answer(Err(Error::new(kind, reason.to_string()))));
+    }
+}
+
+/// What the reader needs to finish the handshake.
+pub(super) struct Handshake {
+    pub(super) endpoint: Endpoint,
+    /// When the Hello went out: the reply gives the first round-trip sample.
+    pub(super) sent: Instant,
+    pub(super) peer_max_message: Arc<AtomicU32>,
+    pub(super) done: watch::Sender<Option<Result<(), (Kind, String)>>>,
+}
+
+impl Handshake {
+    /// Decodes the HelloReply from `buf` if it is whole: `Ok(true)` once accepted (the host's
+    /// limits apply from now on), `Ok(false)` while more bytes are needed. A refusal (or not a
+    /// keel host) is the error, for [`Conn::handshake`](super::client::Conn::handshake) and
+    /// the calls already sent.
+    fn try_complete(
+        &self,
+        buf: &mut BytesMut,
+        wire: &WireConn<ReplySlot>,
+    ) -> Result<bool, (Kind, String)> {
+        let endpoint = &self.endpoint;
+        let outcome = match keel_wire::decode_hello_reply(buf) {
+            Ok(None) => return Ok(false),
+            Ok(Some(HelloReply::Accept { version, .. })) if version < keel_wire::VERSION => Err((
+                Kind::Protocol,
+                format!(
+                    "{endpoint} speaks protocol version {version}; this client needs \
+                         version {} (upgrade the host first: hosts serve clients of every \
+                         older version)",
+                    keel_wire::VERSION
+                ),
+            )),
+            Ok(Some(HelloReply::Accept {
+                max_message_size, ..
+            })) => {
+                self.peer_max_message
+                    .store(max_message_size, Ordering::Release);
+                wire.set_peer_max_message(max_message_size);
+                // The handshake was one round trip: the first estimate windows grow against.
+                wire.set_rtt(self.sent.elapsed());
+                Ok(())
+            }
+            Ok(Some(HelloReply::Reject {
+                supported_version,
+                reason,
+            })) => Err((
+                Kind::Protocol,
+                format!(
+                    "{endpoint} refused the handshake (it speaks version {supported_version}, \
+                     this client {}): {reason}",
+                    keel_wire::VERSION
+                ),
+            )),
+            Err(_) if crate::transport::looks_like_tls(buf) => Err((
+                Kind::Connect,
+                format!(
+                    "{endpoint}: the host answered with TLS; connect with a tcps:// URL and \
+                     TLS settings"
+                ),
+            )),
+            Err(e) => Err((Kind::Protocol, format!("{endpoint}: bad handshake: {e}"))),
+        };
+        self.done.send_replace(Some(outcome.clone()));
+        outcome.map(|()| true)
+    }
+}
+
+/// Why [`ReadSide::poll`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// It stopped reading where its [`Until`] said.
+    Batch,
+    /// The connection ended: its calls were failed.
+    Ended,
+}
+
+/// Where [`ReadSide::poll`] stops reading, besides a socket with nothing more.
+#[derive(Debug, Clone, Copy)]
+enum Until<'a> {
+    /// After a read that answered several calls.
+    Batch,
+    /// Once this cell has its answer.
+    Answered(&'a AnswerCell),
+}
+
+/// A client connection's read half and what was read but not handled yet.
+pub(super) struct ReadSide {
+    rd: ReadHalf<Box<dyn Io>>,
+    buf: BytesMut,
+    codec: Codec,
+    /// Until the HelloReply arrived.
+    handshake: Option<Handshake>,
+    /// When the bytes being decoded were read: what the core takes as the frames' arrival.
+    read_at: Instant,
+    /// The reader task's waker, once it ran: a call that read the socket hands it back with
+    /// it.
+    task: Option<Waker>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for ReadSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadSide")
+            .field("buffered", &self.buf.len())
+            .field("handshaking", &self.handshake.is_some())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadSide {
+    /// The read side of a connection whose Hello was sent; `buf` holds what was read already.
+    pub(super) fn new(
+        rd: ReadHalf<Box<dyn Io>>,
+        buf: BytesMut,
+        codec: Codec,
+        handshake: Handshake,
+    ) -> ReadSide {
+        ReadSide {
+            rd,
+            buf,
+            codec,
+            handshake: Some(handshake),
+            read_at: Instant::now(),
+            task: None,
+            ended: false,
+        }
+    }
+
+    /// Reads and handles what the connection has, until the socket has nothing more
+    /// (`Pending`: `cx` is woken when it has) or the connection ended. It also returns
+    /// `Ready(Step::Batch)` after a read that answered several calls, if `until` says so: the
+    /// reader task's [`Until::Batch`] (so that it can let them run before it reads on), or a
+    /// call's [`Until::Answered`] once its own answer is in (it stops reading then).
+    fn poll(
+        &mut self,
+        wire: &Arc<WireConn<ReplySlot>>,
+        cx: &mut Context<'_>,
+        until: Until<'_>,
+    ) -> Poll<Step> {
+        if self.ended {
+            return Poll::Ready(Step::Ended);
+        }
+        loop {
+            let answered = match self.handle_buffered(wire) {
+                Ok(n) => n,
+                Err((kind, reason)) => return Poll::Ready(self.end(wire, kind, reason)),
+            };
+            let done = match until {
+                Until::Batch => answered > 1,
+                Until::Answered(cell) => answered > 0 && cell.has_answer(),
+            };
+            if done {
+                return Poll::Ready(Step::Batch);
+            }
+            let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.rd), cx, &mut self.buf);
+            let lost = match read {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => None,
+                Poll::Ready(Ok(_)) => {
+                    self.read_at = Instant::now();
+                    continue;
+                }
+                Poll::Ready(Err(e)) => Some(e),
+            };
+            let (kind, reason) = match (&self.handshake, lost) {
+                (Some(h), None) => (
+                    Kind::Connect,
+                    format!("{}: closed during the handshake", h.endpoint),
+                ),
+                (Some(h), Some(e)) => (Kind::Connect, format!("{}: {e}", h.endpoint)),
+                (None, None) => (Kind::Connection, "connection closed by the host".into()),
+                (None, Some(e)) => (Kind::Connection, format!("connection lost: {e}")),
+            };
+            return Poll::Ready(self.end(wire, kind, reason));
+        }
+    }
+
+    /// The connection ended: its calls fail, the reader task stops.
+    fn end(&mut self, wire: &Arc<WireConn<ReplySlot>>, kind: Kind, reason: String) -> Step {
+        self.ended = true;
+        if let Some(h) = self.handshake.take() {
+            h.done.send_replace(Some(Err((kind, reason.clone()))));
+        }
+        fail_all_with(wire, kind, &reason);
+        if let Some(task) = &self.task {
+            task.wake_by_ref();
+        }
+        Step::Ended
+    }
+
+    /// Handles every whole frame in the buffer; returns how many calls were answered, or why
+    /// the connection must end.
+    fn handle_buffered(
+        &mut self,
+        wire: &Arc<WireConn<ReplySlot>>,
+    ) -> Result<usize, (Kind, String)> {
+        if self.buf.is_empty() {
+            return Ok(0);
+        }
+        if let Some(h) = &self.handshake {
+            if !h.try_complete(&mut self.buf, wire)? {
+                return Ok(0);
+            }
+            self.handshake = None;
+        }
+        let mut answered = 0;
+        loop {
+            match self.codec.decode(&mut self.buf) {
+                Ok(Some(frame)) => {
+                    if handle(wire, frame, self.read_at).map_err(|e| (Kind::Connection, e))? {
+                        answered += 1;
+                    }
+                }
+                Ok(None) => return Ok(answered),
+                Err(e) if !e.is_fatal() => {
+                    if let keel_wire::WireError::TooLarge {
+                        call_id: Some(id), ..
+                    } = &e
+                    {
+                        if let Some(slot) = wire.forget_call(*id) {
+                            let too_large = Error::new(Kind::TooLarge, format!("reply: {e}"));
+                            slot.send(Delivery::Answer(Err(too_large)));
+                        }
+                    }
+                }
+                Err(e) => {
+                    return Err((
+                        Kind::Connection,
+                        format!("protocol error from the host: {e}"),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Polls the socket on the reader task's behalf, so that the socket's next bytes wake the
+    /// task: what a call does when it stops reading. What the socket has meanwhile is handled
+    /// here.
+    fn hand_to_task(&mut self, wire: &Arc<WireConn<ReplySlot>>) {
+        let Some(task) = self.task.clone() else {
+            // The task has not run yet: its first poll reads.
+            return;
+        };
+        match self.poll(wire, &mut Context::from_waker(&task), Until::Batch) {
+            Poll::Pending | Poll::Ready(Step::Ended) => {}
+            // The task lets the batch's callers run, then reads on.
+            Poll::Ready(Step::Batch) => task.wake_by_ref(),
+        }
+    }
+}
+
+/// Handles one frame read at `read_at`; true if it answered a call. An error ends the
+/// connection.
+fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Result<bool, String> {
+    match wire.handle(frame, read_at) {
+        Ok(Some(Event::Reply {
+            reply,
+            slot,
+            download,
+        })) => {
+            let metadata = Metadata::from_wire(&reply.metadata);
+            let compression = match reply.compression {
+                0 => None,
+                id => match Compression::from_u8(id) {
+                    Some(c) => Some(c),
+                    None => {
+                        let why = format!("the host compressed a reply with unknown id {id}");
+                        slot.send(Delivery::Answer(Err(Error::new(Kind::Protocol, why))));
+                        return Ok(true);
+                    }
+                },
+            };
+            let result = if reply.status != keel_wire::StatusCode::Ok {
+                let code = StatusCode::from_wire(reply.status);
+                Err(Status::from_wire_parts(
+                    code,
+                    reply.body,
+                    reply.details,
+                    metadata,
+                ))
+            } else {
+                let payload = if download {
+                    // Before the next frame is read: its data follows this reply.
+                    Payload::Stream(wire.inbound_stream(reply.call_id))
+                } else {
+                    Payload::Body(reply.body)
+                };
+                Ok(Replied {
+                    payload,
+                    metadata,
+                    compression,
+                })
+            };
+            slot.send(Delivery::Answer(Ok(result)));
+            Ok(true)
+        }
+        // GoAway: the host answers the calls up to its `last_call_id` and then closes; it did
+        // not process those above, which go to a new connection now, as new calls do (the
+        // connection takes none).
+        Ok(Some(Event::GoAway(go_away))) => {
+            for slot in wire.unprocessed(go_away.last_call_id) {
+                slot.send(Delivery::Unprocessed);
+            }
+            Ok(false)
+        }
+        Ok(_) => Ok(false),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A client connection's read side, shared by its reader task and its calls.
+#[derive(Debug)]
+pub(super) struct Reading {
+    side: Mutex<ReadSide>,
+}
+
+impl Reading {
+    pub(super) fn new(side: ReadSide) -> Reading {
+        Reading {
+            side: Mutex::new(side),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ReadSide> {
+        self.side.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The reader task: reads for every call except while one call alone reads for itself
+    /// (see the module docs), until the connection ends.
+    pub(super) async fn run(self: Arc<Self>, wire: Arc<WireConn<ReplySlot>>) {
+        loop {
+            match poll_fn(|cx| self.poll_task(&wire, cx)).await {
+                Step::Ended => return,
+                Step::Batch => {
+                    // Several callers were just answered: under load each sends its next call
+                    // at once. Let them run first (one yield, no thread woken) with the sink
+                    // corked, so their requests leave in one write instead of one each. A
+                    // lone reply skips this: its caller's next request goes out the moment
+                    // it is made.
+                    wire.sink().cork();
+                    tokio::task::yield_now().await;
+                    wire.sink().uncork();
+                }
+            }
+        }
+    }
+
+    fn poll_task(&self, wire: &Arc<WireConn<ReplySlot>>, cx: &mut Context<'_>) -> Poll<Step> {
+        let mut side = self.lock();
+        match &mut side.task {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        if side.ended {
+            return Poll::Ready(Step::Ended);
+        }
+        if !wire.task_reads() {
+            // A call reads; it hands the socket back when it stops.
+            return Poll::Pending;
+        }
+        side.poll(wire, cx, Until::Batch)
+    }
+
+    /// Waits for call `call_id`'s answer in `cell`, reading the socket itself while it is the
+    /// only call in flight.
+    pub(super) async fn answer(
+        &self,
+        wire: &Arc<WireConn<ReplySlot>>,
+        call_id: u64,
+        cell: &AnswerCell,
+    ) -> Delivery {
+        let delivery = poll_fn(|cx| self.poll_answer(wire, call_id, cell, cx)).await;
+        self.release(wire, call_id);
+        delivery
+    }
+
+    fn poll_answer(
+        &self,
+        wire: &Arc<WireConn<ReplySlot>>,
+        call_id: u64,
+        cell: &AnswerCell,
+        cx: &mut Context<'_>,
+    ) -> Poll<Delivery> {
+        if let Some(d) = cell.take() {
+            return Poll::Ready(d);
+        }
+        // Someone else reads right now (the task, on another thread): it answers this call too.
+        if let Ok(mut side) = self.side.try_lock() {
+            if wire.claim_socket(call_id) {
+                // Ready: the answer is in (or the connection ended, and the answer says so).
+                let _ = side.poll(wire, cx, Until::Answered(cell));
+                if !wire.keep_socket(call_id) {
+                    side.hand_to_task(wire);
+                }
+            }
+        }
+        cell.poll(cx)
+    }
+
+    /// Call `call_id` stopped waiting (answered, or given up): if it was reading the socket,
+    /// the task reads from now on.
+    pub(super) fn release(&self, wire: &Arc<WireConn<ReplySlot>>, call_id: u64) {
+        if wire.release_socket(call_id) {
+            self.lock().hand_to_task(wire);
+        }
+    }
+
+    /// A call started while another read the socket: the task reads for both from now on
+    /// (the connection's [`Reader`](super::conn::Reader) already says so).
+    pub(super) fn give_to_task(&self, wire: &Arc<WireConn<ReplySlot>>) {
+        self.lock().hand_to_task(wire);
+    }
+
+    /// The connection's timer is about to judge keepalive: if a call reads the socket, the
+    /// task takes it back, and what arrived is handled first.
+    pub(super) fn reclaim(&self, wire: &Arc<WireConn<ReplySlot>>) {
+        if wire.take_socket_back() {
+            self.lock().hand_to_task(wire);
+        }
+    }
+}
