@@ -17,7 +17,7 @@
 //! handlers that completed at once, or by other threads) leave in one write, not one each.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -46,6 +46,9 @@ pub(crate) struct Sink {
     flusher: Notify,
     /// Wakes producers waiting for the queue to shrink (see [`Sink::wait_below`]).
     progress: Notify,
+    /// How many producers wait in [`Sink::wait_below`]: a write with none waiting wakes none
+    /// (`Notify::notify_waiters` takes a lock).
+    waiting: AtomicUsize,
     /// Bytes handed to the socket since the start (see [`Sink::written_bytes`]).
     written: AtomicU64,
 }
@@ -115,6 +118,7 @@ impl Sink {
             }),
             flusher: Notify::new(),
             progress: Notify::new(),
+            waiting: AtomicUsize::new(0),
             written: AtomicU64::new(0),
         });
         let flusher = flush_loop(sink.clone());
@@ -218,6 +222,10 @@ impl Sink {
     /// Waits until at most `limit` bytes are queued (or the sink is closing). Streams call it
     /// before each chunk, so a fast producer on a slow socket queues a bounded amount.
     pub(crate) async fn wait_below(&self, limit: usize) {
+        // Counted before the queue is looked at, under the lock: a write that shrinks it after
+        // the look sees the count (see `write_out`).
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _counted = Waiting(&self.waiting);
         loop {
             let progressed = self.progress.notified();
             {
@@ -280,11 +288,20 @@ impl Sink {
             self.flusher.notify_one();
         }
         drop(st);
-        if wrote {
+        if wrote && self.waiting.load(Ordering::SeqCst) > 0 {
             // A producer waiting for the queue to shrink (`wait_below`) hears of every write:
             // while corked, the queue can pass its bound with the socket idle.
             self.progress.notify_waiters();
         }
+    }
+}
+
+/// Uncounts a producer that stopped waiting in [`Sink::wait_below`] (returned, or dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
