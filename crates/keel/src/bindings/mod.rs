@@ -183,6 +183,10 @@ pub(crate) trait ClientTransport: Send + Sync + std::fmt::Debug {
     fn is_connected(&self) -> bool;
     /// Connection counters.
     fn counts(&self) -> ConnCounts;
+    /// This transport as keel-wire's, whose calls a channel awaits without boxing them.
+    fn as_wire(&self) -> Option<&wire::WireClient> {
+        None
+    }
 }
 
 /// The client side of `endpoint`'s binding. One line per binding.

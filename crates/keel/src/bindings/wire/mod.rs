@@ -104,7 +104,9 @@ impl WireClient {
         }
     }
 
-    async fn call_inner(&self, mut call: Outgoing, deadline: Instant) -> Answer {
+    /// Sends `call` on the channel's connection (connecting first if there is none), on a new
+    /// one if the host said GoAway before processing it.
+    pub(crate) async fn call_inner(&self, mut call: Outgoing, deadline: Instant) -> Answer {
         for _ in 0..GOAWAY_ATTEMPTS {
             // Connected (the common case): no timer to set up. Connecting is boxed: its state
             // is large (~2 KB), and every call's future would otherwise carry it.
@@ -162,6 +164,10 @@ impl ClientTransport for WireClient {
 
     fn is_connected(&self) -> bool {
         self.current().is_some()
+    }
+
+    fn as_wire(&self) -> Option<&WireClient> {
+        Some(self)
     }
 
     fn counts(&self) -> ConnCounts {
