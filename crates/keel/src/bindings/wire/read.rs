@@ -6,22 +6,22 @@
 //! where the caller is often the `block_on` future) no extra turn of the I/O driver before the
 //! caller runs. With more calls in flight the task reads for all of them, in batches.
 //!
-//! Who waits on the socket is the connection's [`Reader`] (kept with the call table, so that
-//! "the only call in flight" is decided under the lock that starts calls). A call gives the
-//! socket back to the task whenever it stops being alone or stops waiting (answered,
-//! cancelled, dropped): it polls the socket once more with the task's waker, so the task is
-//! woken by the socket's next bytes without being woken now. A second call starting while a
-//! call reads takes the socket back the same way. The connection's timer also takes it back
-//! before it judges keepalive, so a caller that stopped polling its call (without dropping it)
-//! cannot make a live host look dead.
+//! Who reads is the connection's [`Reader`] (kept with the call table, so that "the only call
+//! in flight" is decided under the lock that starts calls). The socket itself only ever sees
+//! one waker, the [`SocketWaker`], which wakes whoever reads now: moving the socket between a
+//! call and the task is a change of that target, not another registration with the socket. A
+//! call gives the socket back to the task whenever it stops being alone or stops waiting
+//! (answered, cancelled, dropped), and a second call starting while a call reads gives it back
+//! too. The connection's timer also takes it back before it judges keepalive, so a caller that
+//! stopped polling its call (without dropping it) cannot make a live host look dead.
 //!
 //! [`Reader`]: super::conn::Reader
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -87,11 +87,6 @@ impl AnswerCell {
         let mut st = self.lock();
         st.waker = None;
         st.delivery.take()
-    }
-
-    /// Whether the answer is here (not taken yet).
-    fn has_answer(&self) -> bool {
-        self.lock().delivery.is_some()
     }
 
     /// The answer, or `Pending` with `cx` woken when it comes.
@@ -228,19 +223,51 @@ impl Handshake {
 /// Why [`ReadSide::poll`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Step {
-    /// It stopped reading where its [`Until`] said.
+    /// A read answered several calls (only when asked for batches).
     Batch,
     /// The connection ended: its calls were failed.
     Ended,
 }
 
-/// Where [`ReadSide::poll`] stops reading, besides a socket with nothing more.
-#[derive(Debug, Clone, Copy)]
-enum Until<'a> {
-    /// After a read that answered several calls.
-    Batch,
-    /// Once this cell has its answer.
-    Answered(&'a AnswerCell),
+/// The one waker a client connection's socket is polled with: it wakes whoever reads now (a
+/// call alone in flight, or the reader task), so handing the socket from one to the other is
+/// a change of target here, not a new registration with the socket.
+#[derive(Debug, Default)]
+pub(super) struct SocketWaker {
+    target: Mutex<Option<Waker>>,
+    /// Set by a wake, cleared before each poll of the socket: the socket has news nobody has
+    /// polled for yet.
+    fired: AtomicBool,
+}
+
+impl SocketWaker {
+    /// From now on the socket wakes `waker`.
+    fn aim(&self, waker: &Waker) {
+        let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *target {
+            Some(w) if w.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Wake for SocketWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Before the target is read: one who aims the waker and then finds it fired knows that
+        // the wake may have gone to the old target (see `ReadSide::give_to_task`).
+        self.fired.store(true, Ordering::SeqCst);
+        if let Some(w) = &*self.target.lock().unwrap_or_else(|e| e.into_inner()) {
+            w.wake_by_ref();
+        }
+    }
 }
 
 /// A client connection's read half and what was read but not handled yet.
@@ -255,6 +282,12 @@ pub(super) struct ReadSide {
     /// The reader task's waker, once it ran: a call that read the socket hands it back with
     /// it.
     task: Option<Waker>,
+    /// Who the socket wakes, and the same as a `Waker` to poll it with.
+    waker: Arc<SocketWaker>,
+    socket_waker: Waker,
+    /// The last poll of the socket returned `Pending`: it wakes [`SocketWaker`] when it has
+    /// bytes (unless that has happened: [`SocketWaker::fired`]).
+    armed: bool,
     ended: bool,
 }
 
@@ -276,6 +309,7 @@ impl ReadSide {
         codec: Codec,
         handshake: Handshake,
     ) -> ReadSide {
+        let waker = Arc::new(SocketWaker::default());
         ReadSide {
             rd,
             buf,
@@ -283,21 +317,18 @@ impl ReadSide {
             handshake: Some(handshake),
             read_at: Instant::now(),
             task: None,
+            socket_waker: Waker::from(waker.clone()),
+            waker,
+            armed: false,
             ended: false,
         }
     }
 
     /// Reads and handles what the connection has, until the socket has nothing more
-    /// (`Pending`: `cx` is woken when it has) or the connection ended. It also returns
-    /// `Ready(Step::Batch)` after a read that answered several calls, if `until` says so: the
-    /// reader task's [`Until::Batch`] (so that it can let them run before it reads on), or a
-    /// call's [`Until::Answered`] once its own answer is in (it stops reading then).
-    fn poll(
-        &mut self,
-        wire: &Arc<WireConn<ReplySlot>>,
-        cx: &mut Context<'_>,
-        until: Until<'_>,
-    ) -> Poll<Step> {
+    /// (`Pending`: it wakes [`SocketWaker`]'s target when it has) or the connection ended.
+    /// With `batches`, it also returns after a read that answered several calls, so that the
+    /// reader task can let them run before it reads on.
+    fn poll(&mut self, wire: &Arc<WireConn<ReplySlot>>, batches: bool) -> Poll<Step> {
         if self.ended {
             return Poll::Ready(Step::Ended);
         }
@@ -306,14 +337,14 @@ impl ReadSide {
                 Ok(n) => n,
                 Err((kind, reason)) => return Poll::Ready(self.end(wire, kind, reason)),
             };
-            let done = match until {
-                Until::Batch => answered > 1,
-                Until::Answered(cell) => answered > 0 && cell.has_answer(),
-            };
-            if done {
+            if batches && answered > 1 {
                 return Poll::Ready(Step::Batch);
             }
-            let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.rd), cx, &mut self.buf);
+            self.waker.fired.store(false, Ordering::SeqCst);
+            let mut cx = Context::from_waker(&self.socket_waker);
+            let read =
+                tokio_util::io::poll_read_buf(Pin::new(&mut self.rd), &mut cx, &mut self.buf);
+            self.armed = read.is_pending();
             let lost = match read {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => None,
@@ -394,18 +425,22 @@ impl ReadSide {
         }
     }
 
-    /// Polls the socket on the reader task's behalf, so that the socket's next bytes wake the
-    /// task: what a call does when it stops reading. What the socket has meanwhile is handled
-    /// here.
-    fn hand_to_task(&mut self, wire: &Arc<WireConn<ReplySlot>>) {
-        let Some(task) = self.task.clone() else {
+    /// The reader task reads from now on (a call stops reading): the socket wakes the task,
+    /// and what it has that nobody polled for yet is handled here.
+    fn give_to_task(&mut self, wire: &Arc<WireConn<ReplySlot>>) {
+        let Some(task) = &self.task else {
             // The task has not run yet: its first poll reads.
             return;
         };
-        match self.poll(wire, &mut Context::from_waker(&task), Until::Batch) {
-            Poll::Pending | Poll::Ready(Step::Ended) => {}
-            // The task lets the batch's callers run, then reads on.
-            Poll::Ready(Step::Batch) => task.wake_by_ref(),
+        self.waker.aim(task);
+        // Aimed first, then looked: a wake since went to the task, or is seen here.
+        if !self.armed || self.waker.fired() {
+            if let Poll::Ready(Step::Batch) = self.poll(wire, true) {
+                // The task lets the batch's callers run, then reads on.
+                if let Some(task) = &self.task {
+                    task.wake_by_ref();
+                }
+            }
         }
     }
 }
@@ -516,10 +551,11 @@ impl Reading {
             return Poll::Ready(Step::Ended);
         }
         if !wire.task_reads() {
-            // A call reads; it hands the socket back when it stops.
+            // A call reads; it gives the socket back when it stops.
             return Poll::Pending;
         }
-        side.poll(wire, cx, Until::Batch)
+        side.waker.aim(cx.waker());
+        side.poll(wire, true)
     }
 
     /// Waits for call `call_id`'s answer in `cell`, reading the socket itself while it is the
@@ -548,10 +584,15 @@ impl Reading {
         // Someone else reads right now (the task, on another thread): it answers this call too.
         if let Ok(mut side) = self.side.try_lock() {
             if wire.claim_socket(call_id) {
-                // Ready: the answer is in (or the connection ended, and the answer says so).
-                let _ = side.poll(wire, cx, Until::Answered(cell));
+                side.waker.aim(cx.waker());
+                // Aimed first, then looked. The socket needs no poll if it is armed and has not
+                // fired: it wakes this call when the reply comes.
+                if !side.armed || side.waker.fired() {
+                    // Ready: the connection ended (this call's answer says so).
+                    let _ = side.poll(wire, false);
+                }
                 if !wire.keep_socket(call_id) {
-                    side.hand_to_task(wire);
+                    side.give_to_task(wire);
                 }
             }
         }
@@ -562,21 +603,21 @@ impl Reading {
     /// the task reads from now on.
     pub(super) fn release(&self, wire: &Arc<WireConn<ReplySlot>>, call_id: u64) {
         if wire.release_socket(call_id) {
-            self.lock().hand_to_task(wire);
+            self.lock().give_to_task(wire);
         }
     }
 
     /// A call started while another read the socket: the task reads for both from now on
     /// (the connection's [`Reader`](super::conn::Reader) already says so).
     pub(super) fn give_to_task(&self, wire: &Arc<WireConn<ReplySlot>>) {
-        self.lock().hand_to_task(wire);
+        self.lock().give_to_task(wire);
     }
 
     /// The connection's timer is about to judge keepalive: if a call reads the socket, the
     /// task takes it back, and what arrived is handled first.
     pub(super) fn reclaim(&self, wire: &Arc<WireConn<ReplySlot>>) {
         if wire.take_socket_back() {
-            self.lock().hand_to_task(wire);
+            self.lock().give_to_task(wire);
         }
     }
 }
