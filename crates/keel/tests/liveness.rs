@@ -384,3 +384,70 @@ async fn a_short_deadline_behind_a_long_one_fires_on_time() {
     );
     long.abort();
 }
+
+/// Polls `fut` once, with a waker that does nothing, and leaves it (not dropped).
+fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    fut.poll(&mut cx).is_pending()
+}
+
+/// A call alone in flight reads its own reply. One polled once and then left (neither polled
+/// nor dropped, as a future kept aside can be) holds up no other call: the next one is
+/// answered at once, and the one left aside gets its answer when it is polled again.
+#[tokio::test]
+async fn a_call_left_unpolled_holds_up_no_other_call() {
+    let host = host();
+    let (channel, client) = without_keepalive(host.url());
+    assert_eq!(client.echo("first".into()).await.unwrap(), "first");
+    let mut aside = Box::pin(client.sleep_async_ms(200));
+    assert!(poll_once(aside.as_mut()), "answered before the host could");
+    let next = tokio::time::timeout(Duration::from_secs(5), client.echo("next".into())).await;
+    assert_eq!(
+        next.expect("the next call waits for the one left aside")
+            .unwrap(),
+        "next"
+    );
+    assert_eq!(aside.await.unwrap(), 200);
+    assert_eq!(
+        channel.stats().connections_opened,
+        1,
+        "{:?}",
+        channel.stats()
+    );
+}
+
+/// The same, alone: a call left unpolled for several keepalive intervals and timeouts does not
+/// make its live host look dead (the connection's timer reads before it judges).
+#[tokio::test]
+async fn a_call_left_unpolled_does_not_fail_keepalive() {
+    // A host that allows this client's pings (100 ms apart).
+    let host = common::host_with(
+        |h| {
+            h.ping_policy(keel::PingPolicy {
+                min_interval: Duration::from_millis(20),
+                max_strikes: 2,
+            })
+        },
+        "tcp://127.0.0.1:0",
+    );
+    let keepalive = keel::Keepalive {
+        interval: Duration::from_millis(100),
+        timeout: Duration::from_millis(300),
+    };
+    let channel = Channel::builder(host.url())
+        .keepalive(Some(keepalive))
+        .build()
+        .unwrap();
+    let client = ProbeClient::new(channel.clone());
+    assert_eq!(client.echo("first".into()).await.unwrap(), "first");
+    let mut alone = Box::pin(client.sleep_async_ms(10));
+    assert!(poll_once(alone.as_mut()), "answered before the host could");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(alone.await.unwrap(), 10);
+    assert_eq!(
+        channel.stats().connections_opened,
+        1,
+        "{:?}",
+        channel.stats()
+    );
+}
