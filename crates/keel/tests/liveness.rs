@@ -6,6 +6,10 @@
 //! blackhole it, then swallows everything both ways and keeps it open, while new connections
 //! pass as before. TCP sees nothing wrong (the proxy acknowledges every byte), so only keel's
 //! own pings can tell.
+//!
+//! Also here: calls' deadlines, which one timer per connection enforces against a host that
+//! never answers, and a call that reads its own reply but is left unpolled, which must hold up
+//! neither other calls nor keepalive.
 
 mod common;
 
