@@ -77,6 +77,9 @@ pub(crate) struct Dispatcher {
     /// Looked up by name on every call (foldhash: several times cheaper than SipHash on a
     /// short name; the keys are the host's own).
     services: HashMap<String, Served, foldhash::fast::RandomState>,
+    /// Every service and operation name served: keel-wire's codec decodes a request's names
+    /// as these `&'static str`s instead of allocating a copy of each.
+    pub(crate) known_names: keel_wire::KnownNames,
     /// The host's interceptors, in order.
     interceptors: Vec<Arc<dyn Interceptor>>,
     pub(crate) limits: Limits,
@@ -168,6 +171,10 @@ impl Dispatcher {
     ) -> Dispatcher {
         let metrics = HostMetrics::new();
         let stats = Counters::default();
+        let known_names = keel_wire::KnownNames::new(services.values().flat_map(|s| {
+            let desc = s.descriptor();
+            std::iter::once(desc.name).chain(desc.operations.iter().map(|op| op.name))
+        }));
         let services = services
             .into_iter()
             .map(|(name, service)| {
@@ -192,6 +199,7 @@ impl Dispatcher {
             .collect();
         Dispatcher {
             services,
+            known_names,
             interceptors,
             limits,
             pool: Arc::new(pool),

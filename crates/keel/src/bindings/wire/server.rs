@@ -215,6 +215,7 @@ pub(crate) async fn serve(
     let mut writer = tokio::spawn(flusher);
     let mut codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
     codec.set_version(version);
+    codec.set_known_names(dispatcher.known_names.clone());
     let budget = ReceiveBudget::new(
         settings.max_receive_bytes_per_connection,
         &dispatcher.receive_budget,
