@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 
 use super::compress::Compression;
 use super::metadata::{Metadata, MetadataError};
@@ -64,6 +65,11 @@ struct Shared {
     notify: Notify,
     reply_metadata: Mutex<Metadata>,
     extensions: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    /// The task running the call's async handler, once it was spawned (one that completes at
+    /// its first poll never is), so that stopping the call aborts it. Kept here rather than
+    /// beside the context: the host's record of a call in flight is its context, one
+    /// allocation per call instead of two.
+    task: Mutex<Option<AbortHandle>>,
 }
 
 impl Context {
@@ -75,6 +81,7 @@ impl Context {
                 notify: Notify::new(),
                 reply_metadata: Mutex::new(Metadata::new()),
                 extensions: Mutex::new(HashMap::new()),
+                task: Mutex::new(None),
             }),
         }
     }
@@ -219,6 +226,28 @@ impl Context {
     pub(crate) fn cancel(&self) {
         self.inner.cancelled.store(true, Ordering::Release);
         self.inner.notify.notify_waiters();
+    }
+
+    /// The call's async handler now runs in the task `task`: [`stop`](Context::stop) aborts it.
+    pub(crate) fn set_task(&self, task: AbortHandle) {
+        *self.inner.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// The call will not be answered by its handler: the cancellation signal fires (a blocking
+    /// job that has not started must not start; one already running finishes, as threads
+    /// cannot be interrupted, but sees it is cancelled), and an async handler's task, if it
+    /// has one, is aborted.
+    pub(crate) fn stop(&self) {
+        self.cancel();
+        let task = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = task {
+            task.abort();
+        }
     }
 
     /// The reply metadata set so far, taken out.

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
-use super::conn::{CallCtl, ConnShared};
+use super::conn::ConnShared;
 use super::metrics::{secs, OpMetrics};
 use super::throttle::Admission;
 use super::watchdog::Watched;
@@ -109,17 +109,13 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let metrics = &served.metrics[op];
-    let ctl = match conn.track(call_id, &ctx, arrival) {
-        Ok(ctl) => ctl,
-        Err(status) => {
-            metrics.answered(status.code());
-            return conn.reply(call_id, Err(status));
-        }
-    };
+    if let Err(status) = conn.track(call_id, &ctx, arrival) {
+        metrics.answered(status.code());
+        return conn.reply(call_id, Err(status));
+    }
     metrics.in_flight.increment(1.0);
     let mut call = Call {
         conn: conn.clone(),
-        ctl,
         call_id,
         one_way,
         deadline,
@@ -215,7 +211,6 @@ fn deadline_status() -> Status {
 /// A tracked call on its way to a handler and back.
 struct Call {
     conn: Arc<ConnShared>,
-    ctl: Arc<CallCtl>,
     call_id: u64,
     one_way: bool,
     deadline: Option<Instant>,
@@ -379,7 +374,7 @@ impl Waiting {
             permit,
             started,
         } = self;
-        let ctl = call.ctl.clone();
+        let ctx = call.ctx.clone();
         let span = call.ctx.span().clone();
         let task = async move {
             let _permit = permit;
@@ -387,7 +382,7 @@ impl Waiting {
             call.ran(outcome, started);
         };
         let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));
-        *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle.abort_handle());
+        ctx.set_task(handle.abort_handle());
     }
 }
 

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::task::AbortHandle;
 
 use super::{Arrival, Dispatcher};
 use crate::core::compress::{self, Compression};
@@ -19,28 +18,6 @@ use crate::core::context::Context;
 use crate::core::metadata::Metadata;
 use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
-
-/// Per-call control shared with the task or pool job running it.
-#[derive(Debug)]
-pub(crate) struct CallCtl {
-    /// The call's context: its cancellation signal (set by a cancel frame, the caller leaving
-    /// or the drain timeout: a job that has not started must not start) and reply metadata.
-    pub(crate) ctx: Context,
-    /// The task running an async operation, so a cancel can stop it.
-    pub(crate) task: Mutex<Option<AbortHandle>>,
-}
-
-impl CallCtl {
-    /// The call will not be answered by its handler: a job not yet started must not start, and
-    /// an async operation still running is aborted. (A blocking job already running finishes;
-    /// threads cannot be interrupted, but its `Context` says it is cancelled.)
-    fn stop(&self) {
-        self.ctx.cancel();
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
 
 /// One call's answer as a binding sends it.
 #[derive(Debug)]
@@ -104,9 +81,12 @@ impl ConnInfo {
     }
 }
 
-/// A connection's calls in flight by call id. foldhash, not SipHash: the map is hashed two times
-/// per call, and its size is bounded by the connection's call limit.
-type CallMap = HashMap<u64, Arc<CallCtl>, foldhash::fast::RandomState>;
+/// A connection's calls in flight by call id, each as its context: its cancellation signal (a
+/// cancel frame, the caller leaving or the drain timeout set it: a job that has not started
+/// must not start), its reply metadata, and the task running it (see [`Context::stop`]).
+/// foldhash, not SipHash: the map is hashed two times per call, and its size is bounded by the
+/// connection's call limit.
+type CallMap = HashMap<u64, Context, foldhash::fast::RandomState>;
 
 /// One connection's calls in flight and its way to answer them.
 #[derive(Debug)]
@@ -219,11 +199,7 @@ impl ConnShared {
         call_id: u64,
         ctx: &Context,
         arrival: Arrival,
-    ) -> Result<Arc<CallCtl>, Status> {
-        let ctl = Arc::new(CallCtl {
-            ctx: ctx.clone(),
-            task: Mutex::new(None),
-        });
+    ) -> Result<(), Status> {
         let limit = self.max_calls;
         {
             let mut calls = self.calls();
@@ -242,14 +218,14 @@ impl ConnShared {
                     ))
                 }
                 Entry::Vacant(place) => {
-                    place.insert(ctl.clone());
+                    place.insert(ctx.clone());
                 }
             }
         }
         // No `touch` here: a connection with a call in flight is not idle whatever the clock
         // says; its activity is stamped when the call ends.
         arrival.tracked();
-        Ok(ctl)
+        Ok(())
     }
 
     fn held(&self) -> MutexGuard<'_, Held> {
@@ -322,20 +298,18 @@ impl ConnShared {
     /// when the call ended (the connection's last activity).
     pub(crate) fn finish(&self, call_id: u64, one_way: bool, mut outcome: Outcome, ended: Instant) {
         let removed = self.calls().remove(&call_id);
-        if let Some(ctl) = removed {
+        if let Some(ctx) = removed {
             self.touch_at(ended);
             // The call is over: whatever still watches its context (a task the handler
             // spawned, a handler that outlived its deadline) hears it, as in gRPC.
-            ctl.ctx.cancel();
+            ctx.cancel();
             if !one_way {
-                let mut metadata = ctl.ctx.take_reply_metadata();
+                let mut metadata = ctx.take_reply_metadata();
                 if let Err(status) = &mut outcome {
                     metadata.merge(&std::mem::take(status.metadata_mut()));
                 }
                 let mut compression = None;
-                if let (Some(codec), Ok(Payload::Body(body))) =
-                    (ctl.ctx.reply_codec(), &mut outcome)
-                {
+                if let (Some(codec), Ok(Payload::Body(body))) = (ctx.reply_codec(), &mut outcome) {
                     if body.len() >= self.dispatcher.limits.compress_replies_above {
                         let packed = compress::compress(codec, body);
                         // Incompressible bodies go as they are.
@@ -377,9 +351,9 @@ impl ConnShared {
     /// The caller no longer wants call `call_id`: stop it; no answer is sent.
     pub(crate) fn cancel(&self, call_id: u64) {
         let removed = self.calls().remove(&call_id);
-        if let Some(ctl) = removed {
+        if let Some(ctx) = removed {
             self.touch();
-            ctl.stop();
+            ctx.stop();
             self.dispatcher.call_finished();
         }
     }
@@ -433,8 +407,8 @@ impl ConnShared {
     /// Answers every call still in flight with `status` and closes the connection.
     pub(crate) fn abandon_all(&self, status: &Status) {
         let calls = std::mem::take(&mut *self.calls());
-        for (call_id, ctl) in calls {
-            ctl.stop();
+        for (call_id, ctx) in calls {
+            ctx.stop();
             self.reply(call_id, Err(status.clone()));
             self.dispatcher.call_finished();
         }
