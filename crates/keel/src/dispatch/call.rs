@@ -435,6 +435,7 @@ impl<F: Future<Output = Outcome> + Unpin> Future for Deadline<F> {
 /// poll drops `fut` and is logged as `what` panicking, as a spawned task's would be. Used for
 /// work that usually completes at once: an HTTP/2 request's future (the HTTP binding). (An
 /// async handler's call does the same without boxing its first poll: [`Call::first_poll`].)
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn poll_once_then_spawn<F>(mut fut: Pin<Box<F>>, what: &str) -> Option<AbortHandle>
 where
     F: Future<Output = ()> + Send + ?Sized + 'static,

@@ -23,12 +23,12 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, BytesMut};
 use keel_wire::{Codec, Frame, WireError};
-use tokio::io::{AsyncWrite, AsyncWriteExt, WriteHalf};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use super::Io;
+use super::IoWriter;
 
-type Writer = WriteHalf<Box<dyn Io>>;
+type Writer = IoWriter;
 
 /// Why a frame was not queued.
 #[derive(Debug)]
@@ -93,7 +93,7 @@ enum Progress {
 impl Sink {
     /// A sink over `writer`, encoding with `codec`, and the flusher task's future (to spawn).
     pub(crate) fn new(
-        writer: Writer,
+        writer: impl Into<Writer>,
         codec: Codec,
     ) -> (
         Arc<Sink>,
@@ -101,7 +101,7 @@ impl Sink {
     ) {
         let sink = Arc::new(Sink {
             state: Mutex::new(State {
-                writer: Some(writer),
+                writer: Some(writer.into()),
                 // Grown by the first frames, and kept: an idle connection holds no send
                 // buffer it never used (8 KiB each, most of an idle connection's memory).
                 buf: BytesMut::new(),
@@ -386,6 +386,7 @@ async fn flush_loop(sink: Arc<Sink>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::Io;
     use keel_wire::{Cancel, Limits};
     use tokio::io::{AsyncRead, ReadBuf};
 
@@ -430,6 +431,8 @@ mod tests {
             Poll::Ready(Ok(()))
         }
     }
+
+    impl Io for HoldsBack {}
 
     #[tokio::test]
     async fn bytes_the_writer_holds_back_are_flushed_without_another_send() {

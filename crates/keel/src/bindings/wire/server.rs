@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{Codec, Event, Frame, HelloReply, Limits, Reply, Side, WireError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::WireConn;
 use crate::bindings::ServerSettings;
@@ -22,7 +22,7 @@ use crate::dispatch::{
     Responder,
 };
 use crate::transport::sink::{SendError, Sink};
-use crate::transport::Io;
+use crate::transport::{Io, IoReader};
 
 /// The keel-wire responder: answers are Reply frames (then StreamData for a streamed reply).
 #[derive(Debug)]
@@ -180,7 +180,7 @@ pub(crate) async fn serve(
         return;
     }
 
-    let (rd, wr) = tokio::io::split(io);
+    let (rd, wr) = io.split();
     let mut out_codec = Codec::new(Limits::with_max_message_size(hello.max_message_size));
     out_codec.set_version(version);
     let (sink, flusher) = Sink::new(wr, out_codec);
@@ -301,7 +301,7 @@ impl Drop for ReleaseBlocking<'_> {
 }
 
 async fn read_loop(
-    mut rd: ReadHalf<Box<dyn Io>>,
+    mut rd: IoReader,
     mut buf: BytesMut,
     mut codec: Codec,
     conn: Arc<ConnShared>,
