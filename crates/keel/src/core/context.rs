@@ -62,6 +62,8 @@ pub(crate) struct CallFacts {
 struct Shared {
     facts: CallFacts,
     cancelled: AtomicBool,
+    /// Someone awaits (or awaited) [`Context::cancelled`]: `cancel` must notify.
+    awaited: AtomicBool,
     notify: Notify,
     reply_metadata: Mutex<Metadata>,
     extensions: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
@@ -78,6 +80,7 @@ impl Context {
             inner: Arc::new(Shared {
                 facts,
                 cancelled: AtomicBool::new(false),
+                awaited: AtomicBool::new(false),
                 notify: Notify::new(),
                 reply_metadata: Mutex::new(Metadata::new()),
                 extensions: Mutex::new(HashMap::new()),
@@ -172,11 +175,14 @@ impl Context {
 
     /// Completes when the call is cancelled (see [`Context::is_cancelled`]).
     pub async fn cancelled(&self) {
+        // Said before the flag is read, so that `cancel` either notifies or was seen here
+        // (both sides SeqCst: see `cancel`).
+        self.inner.awaited.store(true, Ordering::SeqCst);
         loop {
             let notified = self.inner.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.is_cancelled() {
+            if self.inner.cancelled.load(Ordering::SeqCst) {
                 return;
             }
             notified.await;
@@ -224,8 +230,13 @@ impl Context {
 
     /// Fires the cancellation signal.
     pub(crate) fn cancel(&self) {
-        self.inner.cancelled.store(true, Ordering::Release);
-        self.inner.notify.notify_waiters();
+        self.inner.cancelled.store(true, Ordering::SeqCst);
+        // Every call's context is cancelled when the call ends, and most were never awaited:
+        // those skip the notification (it takes a lock). A waiter that set `awaited` after
+        // this load reads `cancelled` after the store above, and returns without waiting.
+        if self.inner.awaited.load(Ordering::SeqCst) {
+            self.inner.notify.notify_waiters();
+        }
     }
 
     /// The call's async handler now runs in the task `task`: [`stop`](Context::stop) aborts it.

@@ -17,7 +17,7 @@
 //! handlers that completed at once, or by other threads) leave in one write, not one each.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -46,6 +46,9 @@ pub(crate) struct Sink {
     flusher: Notify,
     /// Wakes producers waiting for the queue to shrink (see [`Sink::wait_below`]).
     progress: Notify,
+    /// How many producers are in [`Sink::wait_below`]: with none (nearly always), a write
+    /// skips notifying `progress`, which takes a lock.
+    waiting: AtomicUsize,
     /// Bytes handed to the socket since the start (see [`Sink::written_bytes`]).
     written: AtomicU64,
 }
@@ -115,6 +118,7 @@ impl Sink {
             }),
             flusher: Notify::new(),
             progress: Notify::new(),
+            waiting: AtomicUsize::new(0),
             written: AtomicU64::new(0),
         });
         let flusher = flush_loop(sink.clone());
@@ -208,7 +212,7 @@ impl Sink {
             return;
         }
         st.closing = true;
-        self.progress.notify_waiters();
+        self.notify_progress();
         if st.writer.is_some() {
             // Hand the writer to the flusher, which flushes and shuts down.
             self.flusher.notify_one();
@@ -218,6 +222,11 @@ impl Sink {
     /// Waits until at most `limit` bytes are queued (or the sink is closing). Streams call it
     /// before each chunk, so a fast producer on a slow socket queues a bounded amount.
     pub(crate) async fn wait_below(&self, limit: usize) {
+        // Counted before the first look at the queue, under the lock: a writer that changes
+        // the queue after that look sees the count (it reads it after taking the lock
+        // itself), and notifies.
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _counted = Waiting(&self.waiting);
         loop {
             let progressed = self.progress.notified();
             {
@@ -227,6 +236,14 @@ impl Sink {
                 }
             }
             progressed.await;
+        }
+    }
+
+    /// Wakes the producers waiting in [`Sink::wait_below`], if there are any. Called after the
+    /// queue changed under the lock.
+    fn notify_progress(&self) {
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.progress.notify_waiters();
         }
     }
 
@@ -283,8 +300,17 @@ impl Sink {
         if wrote {
             // A producer waiting for the queue to shrink (`wait_below`) hears of every write:
             // while corked, the queue can pass its bound with the socket idle.
-            self.progress.notify_waiters();
+            self.notify_progress();
         }
+    }
+}
+
+/// Counts a producer in [`Sink::wait_below`] until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -351,7 +377,7 @@ async fn flush_loop(sink: Arc<Sink>) {
             let shut_down = {
                 let mut st = sink.lock();
                 st.in_flight = 0;
-                sink.progress.notify_waiters();
+                sink.notify_progress();
                 if !ok {
                     st.closed = true;
                     st.buf.clear();
@@ -376,7 +402,7 @@ async fn flush_loop(sink: Arc<Sink>) {
             if shut_down {
                 let _ = w.shutdown().await;
                 sink.lock().closed = true;
-                sink.progress.notify_waiters();
+                sink.notify_progress();
                 return;
             }
         }
