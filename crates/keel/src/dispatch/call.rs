@@ -355,7 +355,7 @@ impl Call {
 type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 
 /// A throttle slot, held while the call runs.
-type Permit = tokio::sync::OwnedSemaphorePermit;
+type Permit = super::throttle::Permit;
 
 /// An async call whose handler did not complete at its first poll (see [`Call::first_poll`]).
 struct Waiting {
