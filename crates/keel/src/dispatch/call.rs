@@ -19,7 +19,7 @@ use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
 use super::conn::ConnShared;
-use super::metrics::{secs, OpMetrics};
+use super::metrics::{Elapsed, OpMetrics, Since};
 use super::throttle::Admission;
 use super::watchdog::Watched;
 use super::Arrival;
@@ -189,7 +189,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
                     },
                     None => place.wait().await,
                 };
-                call.metrics.throttle_wait.record(secs(queued.elapsed()));
+                call.metrics.throttle_wait.record(Since(queued));
                 call.start(invocation, permit);
             });
         }
@@ -241,8 +241,10 @@ impl Call {
         }
         self.answered = true;
         self.metrics.answered(code);
-        let total = ended.saturating_duration_since(self.received);
-        self.metrics.total.record(secs(total));
+        self.metrics.total.record(Elapsed {
+            from: self.received,
+            to: ended,
+        });
         self.conn.finish(self.call_id, self.one_way, outcome, ended);
     }
 
@@ -276,7 +278,10 @@ impl Call {
                 let run = keel_pool::Task::new(move || {
                     let _permit = permit;
                     let started = Instant::now();
-                    let wait = secs(started.saturating_duration_since(handed));
+                    let wait = Elapsed {
+                        from: handed,
+                        to: started,
+                    };
                     self.metrics.pool_wait.record(wait);
                     self.conn.dispatcher.metrics.pool_queue_wait.record(wait);
                     if let Some(status) = self.refuse_start(started) {
@@ -345,8 +350,10 @@ impl Call {
     /// The handler that started at `started` ended with `outcome`: answer.
     fn ran(self, outcome: Outcome, started: Instant) {
         let ended = Instant::now();
-        let ran = ended.saturating_duration_since(started);
-        self.metrics.handler.record(secs(ran));
+        self.metrics.handler.record(Elapsed {
+            from: started,
+            to: ended,
+        });
         self.finish_at(outcome, ended);
     }
 }

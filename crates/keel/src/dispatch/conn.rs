@@ -88,16 +88,24 @@ impl ConnInfo {
 /// connection's call limit.
 type CallMap = HashMap<u64, Context, foldhash::fast::RandomState>;
 
+/// A connection's calls in flight, and when one last ended: stamped under the lock that
+/// removes the call, so the idle check never sees the call gone and the stamp old, and it
+/// costs no clock arithmetic per call (the idle check converts it, rarely).
+#[derive(Debug)]
+struct Calls {
+    map: CallMap,
+    /// When the connection opened, or a call last ended.
+    last_active: Instant,
+}
+
 /// One connection's calls in flight and its way to answer them.
 #[derive(Debug)]
 pub(crate) struct ConnShared {
     pub(crate) id: u64,
     out: Box<dyn Responder>,
-    calls: Mutex<CallMap>,
+    calls: Mutex<Calls>,
     /// Calls it may have in flight at once.
     max_calls: usize,
-    /// When a call last started or ended, in ms since the dispatcher started.
-    last_active: AtomicU64,
     /// Being closed by the host (evicted, idle): no longer counts toward the connection limit.
     closing: AtomicBool,
     /// When the host told it GoAway for its age (ms since the dispatcher started; 0: not yet).
@@ -140,9 +148,11 @@ impl ConnShared {
         ConnShared {
             id: info.id,
             out,
-            calls: Mutex::new(CallMap::default()),
+            calls: Mutex::new(Calls {
+                map: CallMap::default(),
+                last_active: Instant::now(),
+            }),
             max_calls,
-            last_active: AtomicU64::new(dispatcher.now_ms()),
             closing: AtomicBool::new(false),
             aged_at: AtomicU64::new(0),
             told_go_away: AtomicBool::new(false),
@@ -152,22 +162,24 @@ impl ConnShared {
         }
     }
 
-    fn touch(&self) {
-        self.touch_at(Instant::now());
-    }
-
-    /// [`touch`](ConnShared::touch) with the clock already read at `at`.
-    fn touch_at(&self, at: Instant) {
-        self.last_active
-            .store(self.dispatcher.ms_at(at), Ordering::Relaxed);
+    /// Removes call `call_id` from those in flight, if it is there, stamping the connection's
+    /// activity at `ended`.
+    fn remove(&self, call_id: u64, ended: impl FnOnce() -> Instant) -> Option<Context> {
+        let mut calls = self.calls();
+        let removed = calls.map.remove(&call_id);
+        if removed.is_some() {
+            calls.last_active = ended();
+        }
+        removed
     }
 
     /// How long (ms) the connection has had no call in flight; `None` while it has one.
     pub(crate) fn idle_ms(&self, now_ms: u64) -> Option<u64> {
         let calls = self.calls();
-        calls
-            .is_empty()
-            .then(|| now_ms.saturating_sub(self.last_active.load(Ordering::Relaxed)))
+        calls.map.is_empty().then(|| {
+            let last_active = self.dispatcher.ms_at(calls.last_active);
+            now_ms.saturating_sub(last_active)
+        })
     }
 
     /// Whether the host is closing it already.
@@ -186,7 +198,7 @@ impl ConnShared {
         true
     }
 
-    fn calls(&self) -> MutexGuard<'_, CallMap> {
+    fn calls(&self) -> MutexGuard<'_, Calls> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -203,8 +215,8 @@ impl ConnShared {
         let limit = self.max_calls;
         {
             let mut calls = self.calls();
-            let at_limit = calls.len() >= limit;
-            match calls.entry(call_id) {
+            let at_limit = calls.map.len() >= limit;
+            match calls.map.entry(call_id) {
                 Entry::Occupied(_) => {
                     return Err(Status::new(
                         StatusCode::BadRequest,
@@ -297,9 +309,7 @@ impl ConnShared {
     /// reply metadata its context collected (and its status's, for a failure). `ended` is
     /// when the call ended (the connection's last activity).
     pub(crate) fn finish(&self, call_id: u64, one_way: bool, mut outcome: Outcome, ended: Instant) {
-        let removed = self.calls().remove(&call_id);
-        if let Some(ctx) = removed {
-            self.touch_at(ended);
+        if let Some(ctx) = self.remove(call_id, || ended) {
             // The call is over: whatever still watches its context (a task the handler
             // spawned, a handler that outlived its deadline) hears it, as in gRPC.
             ctx.cancel();
@@ -350,9 +360,7 @@ impl ConnShared {
 
     /// The caller no longer wants call `call_id`: stop it; no answer is sent.
     pub(crate) fn cancel(&self, call_id: u64) {
-        let removed = self.calls().remove(&call_id);
-        if let Some(ctx) = removed {
-            self.touch();
+        if let Some(ctx) = self.remove(call_id, Instant::now) {
             ctx.stop();
             self.dispatcher.call_finished();
         }
@@ -406,7 +414,7 @@ impl ConnShared {
 
     /// Answers every call still in flight with `status` and closes the connection.
     pub(crate) fn abandon_all(&self, status: &Status) {
-        let calls = std::mem::take(&mut *self.calls());
+        let calls = std::mem::take(&mut self.calls().map);
         for (call_id, ctx) in calls {
             ctx.stop();
             self.reply(call_id, Err(status.clone()));
@@ -422,6 +430,6 @@ impl ConnShared {
 
     /// Calls in flight on this connection.
     pub(crate) fn in_flight(&self) -> usize {
-        self.calls().len()
+        self.calls().map.len()
     }
 }
