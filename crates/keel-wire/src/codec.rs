@@ -194,6 +194,7 @@ impl KnownNames {
     }
 
     /// The known name whose bytes are `bytes`, if there is one.
+    #[inline]
     pub fn get(&self, bytes: &[u8]) -> Option<&'static str> {
         let names = self.by_len.as_ref()?.get(bytes.len())?;
         // A few names of one length are compared in turn (equality of equal-length bytes is
