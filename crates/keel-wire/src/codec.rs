@@ -1,5 +1,8 @@
 //! Encoding and decoding of frames and of the handshake. The byte layout is in `PROTOCOL.md`.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::WireError;
@@ -125,6 +128,99 @@ impl RequestFlags {
     }
 }
 
+/// Service and operation names the receiver of requests knows in advance (a host: the names it
+/// serves). A decoded [`Request`] whose name is one of them borrows the known `&'static str`
+/// instead of allocating a copy, and its bytes need no UTF-8 validation (they equal a valid
+/// string). Other names are validated and copied as always, so what a request decodes to does
+/// not depend on the known names, only whether its names are borrowed. Cloning is cheap (a
+/// reference count).
+///
+/// ```
+/// use std::borrow::Cow;
+/// use bytes::{Bytes, BytesMut};
+/// use keel_wire::{Codec, Frame, KnownNames, Limits, Request, RequestFlags};
+///
+/// let request = Frame::Request(Request {
+///     call_id: 1,
+///     flags: RequestFlags::default(),
+///     deadline_us: 0,
+///     service: "Calculator".into(),
+///     operation: "add".into(),
+///     metadata: Bytes::new(),
+///     compression: 0,
+///     body: Bytes::new(),
+/// });
+/// let mut wire = BytesMut::new();
+/// Codec::new(Limits::default()).encode(&request, &mut wire)?;
+///
+/// let mut host = Codec::new(Limits::default());
+/// host.set_known_names(KnownNames::new(["Calculator", "add"]));
+/// let Some(Frame::Request(decoded)) = host.decode(&mut wire)? else { unreachable!() };
+/// assert!(matches!(decoded.service, Cow::Borrowed("Calculator")));
+/// # Ok::<(), keel_wire::WireError>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct KnownNames {
+    /// By length, each length's names sorted: a lookup goes to its length's names (usually
+    /// one or two) and binary-searches them. Cheaper than hashing the name, which costs about
+    /// what it saves on names this short. `None` when there are none.
+    by_len: Option<Arc<[Box<[&'static str]>]>>,
+}
+
+impl KnownNames {
+    /// The set of `names` (duplicates are fine).
+    pub fn new(names: impl IntoIterator<Item = &'static str>) -> KnownNames {
+        let mut by_len: Vec<Vec<&'static str>> = Vec::new();
+        for name in names {
+            if by_len.len() <= name.len() {
+                by_len.resize_with(name.len() + 1, Vec::new);
+            }
+            by_len[name.len()].push(name);
+        }
+        if by_len.is_empty() {
+            return KnownNames::default();
+        }
+        let by_len = by_len
+            .into_iter()
+            .map(|mut names| {
+                names.sort_unstable();
+                names.dedup();
+                names.into_boxed_slice()
+            })
+            .collect();
+        KnownNames {
+            by_len: Some(by_len),
+        }
+    }
+
+    /// The known name whose bytes are `bytes`, if there is one.
+    #[inline]
+    pub fn get(&self, bytes: &[u8]) -> Option<&'static str> {
+        let names = self.by_len.as_ref()?.get(bytes.len())?;
+        // A few names of one length are compared in turn (equality of equal-length bytes is
+        // cheaper than ordering them); more are binary-searched.
+        if names.len() <= 4 {
+            return names.iter().find(|name| name.as_bytes() == bytes).copied();
+        }
+        let at = names
+            .binary_search_by(|name| name.as_bytes().cmp(bytes))
+            .ok()?;
+        Some(names[at])
+    }
+
+    /// How many names it holds.
+    pub fn len(&self) -> usize {
+        self.by_len
+            .as_ref()
+            .map_or(0, |by_len| by_len.iter().map(|names| names.len()).sum())
+    }
+
+    /// Whether it holds no name.
+    pub fn is_empty(&self) -> bool {
+        self.by_len.is_none()
+    }
+}
+
 /// Frame encoder/decoder.
 ///
 /// Decoding is incremental: feed whatever bytes arrived into a [`BytesMut`] and call
@@ -138,6 +234,8 @@ pub struct Codec {
     version: u16,
     /// Bytes of an oversized frame still to drop.
     discard: u64,
+    /// Names decoded requests borrow instead of copying (see [`KnownNames`]).
+    names: KnownNames,
 }
 
 impl Codec {
@@ -147,6 +245,7 @@ impl Codec {
             limits,
             version: VERSION,
             discard: 0,
+            names: KnownNames::default(),
         }
     }
     /// The limits in force.
@@ -164,6 +263,12 @@ impl Codec {
     /// frame types, request flags and status codes as malformed; see `PROTOCOL.md`.
     pub fn set_version(&mut self, version: u16) {
         self.version = version.clamp(1, VERSION);
+    }
+
+    /// Decoded requests borrow these names instead of allocating copies of them (see
+    /// [`KnownNames`]); the frames decoded are equal either way.
+    pub fn set_known_names(&mut self, names: KnownNames) {
+        self.names = names;
     }
 
     /// Change the largest message body. After the handshake a client adopts
@@ -330,9 +435,9 @@ impl Codec {
                 };
                 let deadline_us = r.u64()?;
                 let service_len = usize::from(r.u8()?);
-                let service = r.utf8(service_len)?;
+                let service = r.name(service_len, &self.names)?;
                 let op_len = usize::from(r.u8()?);
-                let operation = r.utf8(op_len)?;
+                let operation = r.name(op_len, &self.names)?;
                 let metadata = if bits & FLAG_METADATA != 0 {
                     r.metadata()?
                 } else {
@@ -350,8 +455,8 @@ impl Codec {
                     call_id,
                     flags,
                     deadline_us,
-                    service: service.into(),
-                    operation: operation.into(),
+                    service,
+                    operation,
                     metadata: frame.slice(metadata),
                     compression,
                     body: frame.slice(header..),
@@ -841,6 +946,18 @@ impl<'a> Reader<'a> {
         let b = self.bytes(n)?;
         std::str::from_utf8(b)
             .map(str::to_owned)
+            .map_err(|_| WireError::Malformed("invalid UTF-8"))
+    }
+
+    /// A service or operation name: borrowed when `names` knows it (its bytes are then valid
+    /// UTF-8 already: no validation, no allocation), else validated and copied.
+    fn name(&mut self, n: usize, names: &KnownNames) -> Result<Cow<'static, str>, WireError> {
+        let b = self.bytes(n)?;
+        if let Some(known) = names.get(b) {
+            return Ok(Cow::Borrowed(known));
+        }
+        std::str::from_utf8(b)
+            .map(|s| Cow::Owned(s.to_owned()))
             .map_err(|_| WireError::Malformed("invalid UTF-8"))
     }
 

@@ -80,8 +80,8 @@ mod handshake;
 pub mod metadata;
 
 pub use codec::{
-    decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, Limits, HELLO_LEN,
-    LEN_PREFIX_SIZE, MAX_HEADER, MAX_REASON_LEN,
+    decode_hello, decode_hello_reply, encode_hello, encode_hello_reply, Codec, KnownNames, Limits,
+    HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_REASON_LEN,
 };
 pub use conn::{
     CallRejected, Closed, ConnError, Connection, Event, Keepalive, PingPolicy, Side, CONNECTION,

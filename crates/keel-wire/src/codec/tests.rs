@@ -141,6 +141,54 @@ fn round_trip_every_frame_type() {
 }
 
 #[test]
+fn known_names_are_borrowed_and_decode_the_same() {
+    let mut known = codec();
+    known.set_known_names(KnownNames::new(["Calculator", "add", "", "é"]));
+    assert_eq!(KnownNames::new(["a", "a"]).len(), 1);
+    assert!(KnownNames::new([]).is_empty());
+    let named = |service: &str, operation: &str| {
+        Frame::Request(Request {
+            call_id: 3,
+            flags: RequestFlags::default(),
+            deadline_us: 0,
+            service: service.to_owned().into(),
+            operation: operation.to_owned().into(),
+            metadata: Bytes::new(),
+            compression: 0,
+            body: Bytes::from_static(b"x"),
+        })
+    };
+    let cases = [
+        ("Calculator", "add", true, true),
+        ("Calculator", "sub", true, false),
+        ("Calc", "", false, true),
+        ("é", "ée", true, false),
+    ];
+    for (service, operation, service_known, op_known) in cases {
+        let frame = named(service, operation);
+        let decoded = known.decode(&mut encode(&frame)).unwrap().unwrap();
+        assert_eq!(decoded, frame);
+        assert_eq!(
+            codec().decode(&mut encode(&frame)),
+            Ok(Some(decoded.clone()))
+        );
+        let Frame::Request(req) = decoded else {
+            panic!("not a request")
+        };
+        assert_eq!(matches!(req.service, Cow::Borrowed(_)), service_known);
+        assert_eq!(matches!(req.operation, Cow::Borrowed(_)), op_known);
+    }
+    // A name that is not UTF-8 is malformed whatever is known.
+    let mut bad = encode(&named("Calculator", "add"));
+    let at = bad.len() - 1 - 3;
+    bad[at] = 0xff;
+    assert_eq!(
+        known.decode(&mut bad),
+        Err(WireError::Malformed("invalid UTF-8"))
+    );
+}
+
+#[test]
 fn request_layout_is_exact() {
     let buf = encode(&request(0x0102, b"xy"));
     let mut expected = vec![];

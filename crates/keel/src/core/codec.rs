@@ -8,7 +8,9 @@
 //! its default when it has `#[serde(default)]` (`#[keel(default)]` on a parameter). Byte
 //! sequences (`Vec<u8>`, `&[u8]`) travel as MessagePack `bin`, one byte per byte.
 
-use bytes::Bytes;
+use std::cell::Cell;
+
+use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -33,14 +35,7 @@ pub enum Format {
 
 pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result<Bytes, String> {
     match format {
-        Format::MsgPack => {
-            let mut buf = Vec::with_capacity(64);
-            let mut se = rmp_serde::Serializer::new(&mut buf)
-                .with_struct_map()
-                .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
-            value.serialize(&mut se).map_err(|e| e.to_string())?;
-            Ok(Bytes::from(buf))
-        }
+        Format::MsgPack => encode_msgpack(value),
         Format::Postcard => postcard::to_stdvec(value)
             .map(Bytes::from)
             .map_err(|e| e.to_string()),
@@ -48,6 +43,64 @@ pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result
             .map(Bytes::from)
             .map_err(|e| e.to_string()),
     }
+}
+
+/// Bodies smaller than this are encoded through a thread's scratch buffers (see
+/// [`encode_msgpack`]); the buffer bodies are split from is this large.
+const SCRATCH: usize = 1024;
+
+/// A thread's buffers for encoding MessagePack bodies.
+#[derive(Default)]
+struct Scratch {
+    /// Where a body is encoded (kept, cleared, between bodies: writing into a `Vec` is what
+    /// rmp-serde does fastest).
+    encoding: Vec<u8>,
+    /// Where bodies are copied and split off from.
+    bodies: BytesMut,
+}
+
+thread_local! {
+    static SCRATCH_BUFS: Cell<Scratch> = Cell::new(Scratch::default());
+}
+
+/// Encodes `value` as MessagePack. A small body costs no allocation: it is encoded into the
+/// thread's scratch `Vec`, copied into the thread's body buffer and split off from it, where a
+/// `Vec` of its own cost two (its own, and the reference count that `Bytes::from(Vec)` adds
+/// when the `Vec` has room to spare). Bodies split off share the buffer's memory until the last
+/// of them is dropped: when the buffer is full it starts over in the same memory if none is
+/// alive, else in new memory of [`SCRATCH`] bytes. A body of [`SCRATCH`] bytes or more becomes
+/// a `Bytes` of its own, without a copy, and its memory goes with it.
+fn encode_msgpack<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, String> {
+    // Taken out while in use: a `Serialize` impl that encodes something itself meanwhile gets
+    // buffers of its own (and so does a thread whose locals are being destroyed).
+    let mut scratch = SCRATCH_BUFS.try_with(Cell::take).unwrap_or_default();
+    scratch.encoding.clear();
+    let mut se = rmp_serde::Serializer::new(&mut scratch.encoding)
+        .with_struct_map()
+        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+    let encoded = value.serialize(&mut se);
+    let len = scratch.encoding.len();
+    let body = if let Err(e) = encoded {
+        Err(e.to_string())
+    } else if len >= SCRATCH {
+        // The scratch `Vec` goes with the body: the next body gets a new one.
+        Ok(Bytes::from(std::mem::take(&mut scratch.encoding)))
+    } else {
+        Ok(split_body(&mut scratch))
+    };
+    let _ = SCRATCH_BUFS.try_with(|bufs| bufs.set(scratch));
+    body
+}
+
+/// The small body in `scratch.encoding`, copied into the body buffer and split off.
+fn split_body(scratch: &mut Scratch) -> Bytes {
+    let len = scratch.encoding.len();
+    let bodies = &mut scratch.bodies;
+    if bodies.capacity() < len {
+        bodies.reserve(SCRATCH);
+    }
+    bodies.extend_from_slice(&scratch.encoding);
+    bodies.split().freeze()
 }
 
 /// Decodes a whole body. Bytes left over after the value are an error in both formats (postcard
@@ -230,6 +283,41 @@ mod tests {
         assert!(encode_ok(Format::MsgPack, &f64::INFINITY).is_ok());
         assert!(encode_ok(Format::Postcard, &f64::NAN).is_ok());
         assert!(encode_ok(Format::Json, &f64::MAX).is_ok());
+    }
+
+    #[test]
+    fn msgpack_bodies_are_the_same_whatever_their_size() {
+        for n in [0, 1, 200, 1000, SCRATCH, 2000, 5000, 10] {
+            let value = ("x".repeat(n), vec![7u8; n / 2]);
+            let mut expected = Vec::new();
+            let mut se = rmp_serde::Serializer::new(&mut expected)
+                .with_struct_map()
+                .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+            value.serialize(&mut se).unwrap();
+            assert_eq!(&encode(Format::MsgPack, &value).unwrap()[..], &expected[..]);
+        }
+    }
+
+    #[test]
+    fn msgpack_bodies_sharing_a_buffer_stay_intact() {
+        // Enough small bodies to fill several buffers, some kept and some dropped at once, with
+        // a large one in between.
+        let mut kept = Vec::new();
+        for i in 0..500u32 {
+            let value = (i, "y".repeat((i % 40) as usize));
+            let body = encode(Format::MsgPack, &value).unwrap();
+            if i % 3 == 0 {
+                kept.push((value, body));
+            }
+            if i == 250 {
+                let large = vec![i; SCRATCH];
+                let body = encode(Format::MsgPack, &large).unwrap();
+                assert_eq!(decode::<Vec<u32>>(Format::MsgPack, &body), Ok(large));
+            }
+        }
+        for (value, body) in kept {
+            assert_eq!(decode::<(u32, String)>(Format::MsgPack, &body), Ok(value));
+        }
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! [`Context`]: what a handler (and an interceptor) knows about the call it serves.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 
 use super::compress::Compression;
 use super::metadata::{Metadata, MetadataError};
@@ -61,9 +61,19 @@ pub(crate) struct CallFacts {
 struct Shared {
     facts: CallFacts,
     cancelled: AtomicBool,
+    /// Someone awaits (or awaited) [`Context::cancelled`]: `cancel` must notify.
+    awaited: AtomicBool,
     notify: Notify,
     reply_metadata: Mutex<Metadata>,
-    extensions: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    /// One value per type, in insertion order. A list, not a map: a call carries a few at
+    /// most, and an empty list costs nothing to make (a `HashMap` reads its thread's random
+    /// keys even when empty), on every call.
+    extensions: Mutex<Vec<(TypeId, Box<dyn Any + Send + Sync>)>>,
+    /// The task running the call's async handler, once it was spawned (one that completes at
+    /// its first poll never is), so that stopping the call aborts it. Kept here rather than
+    /// beside the context: the host's record of a call in flight is its context, one
+    /// allocation per call instead of two.
+    task: Mutex<Option<AbortHandle>>,
 }
 
 impl Context {
@@ -72,9 +82,11 @@ impl Context {
             inner: Arc::new(Shared {
                 facts,
                 cancelled: AtomicBool::new(false),
+                awaited: AtomicBool::new(false),
                 notify: Notify::new(),
                 reply_metadata: Mutex::new(Metadata::new()),
-                extensions: Mutex::new(HashMap::new()),
+                extensions: Mutex::new(Vec::new()),
+                task: Mutex::new(None),
             }),
         }
     }
@@ -165,11 +177,14 @@ impl Context {
 
     /// Completes when the call is cancelled (see [`Context::is_cancelled`]).
     pub async fn cancelled(&self) {
+        // Said before the flag is read, so that `cancel` either notifies or was seen here
+        // (both sides SeqCst: see `cancel`).
+        self.inner.awaited.store(true, Ordering::SeqCst);
         loop {
             let notified = self.inner.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.is_cancelled() {
+            if self.inner.cancelled.load(Ordering::SeqCst) {
                 return;
             }
             notified.await;
@@ -197,28 +212,61 @@ impl Context {
     /// Stores a value for later steps of this call (one per type): an interceptor records the
     /// caller's identity, the handler reads it with [`Context::extension`].
     pub fn insert_extension<T: Clone + Send + Sync + 'static>(&self, value: T) {
-        self.inner
-            .extensions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(TypeId::of::<T>(), Box::new(value));
+        let mut extensions = self.extensions();
+        let value: Box<dyn Any + Send + Sync> = Box::new(value);
+        match extensions.iter_mut().find(|(t, _)| *t == TypeId::of::<T>()) {
+            Some((_, old)) => *old = value,
+            None => extensions.push((TypeId::of::<T>(), value)),
+        }
     }
 
     /// The value of type `T` stored with [`Context::insert_extension`], if any.
     pub fn extension<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.extensions()
+            .iter()
+            .find(|(t, _)| *t == TypeId::of::<T>())
+            .and_then(|(_, v)| v.downcast_ref::<T>())
+            .cloned()
+    }
+
+    fn extensions(&self) -> std::sync::MutexGuard<'_, Vec<(TypeId, Box<dyn Any + Send + Sync>)>> {
         self.inner
             .extensions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&TypeId::of::<T>())
-            .and_then(|v| v.downcast_ref::<T>())
-            .cloned()
     }
 
     /// Fires the cancellation signal.
     pub(crate) fn cancel(&self) {
-        self.inner.cancelled.store(true, Ordering::Release);
-        self.inner.notify.notify_waiters();
+        self.inner.cancelled.store(true, Ordering::SeqCst);
+        // Every call's context is cancelled when the call ends, and most were never awaited:
+        // those skip the notification (it takes a lock). A waiter that set `awaited` after
+        // this load reads `cancelled` after the store above, and returns without waiting.
+        if self.inner.awaited.load(Ordering::SeqCst) {
+            self.inner.notify.notify_waiters();
+        }
+    }
+
+    /// The call's async handler now runs in the task `task`: [`stop`](Context::stop) aborts it.
+    pub(crate) fn set_task(&self, task: AbortHandle) {
+        *self.inner.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// The call will not be answered by its handler: the cancellation signal fires (a blocking
+    /// job that has not started must not start; one already running finishes, as threads
+    /// cannot be interrupted, but sees it is cancelled), and an async handler's task, if it
+    /// has one, is aborted.
+    pub(crate) fn stop(&self) {
+        self.cancel();
+        let task = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = task {
+            task.abort();
+        }
     }
 
     /// The reply metadata set so far, taken out.
@@ -281,6 +329,11 @@ mod tests {
         c.insert_extension(String::from("alice"));
         assert_eq!(c.extension::<String>().as_deref(), Some("alice"));
         assert_eq!(c.extension::<u32>(), None);
+        // One value per type: a second insert replaces the first.
+        c.insert_extension(7u32);
+        c.insert_extension(String::from("bob"));
+        assert_eq!(c.extension::<String>().as_deref(), Some("bob"));
+        assert_eq!(c.extension::<u32>(), Some(7));
         c.insert_reply_metadata("a", "1").unwrap();
         assert!(c.insert_reply_metadata("bad key", "1").is_err());
         assert_eq!(c.take_reply_metadata().get("a"), Some("1"));

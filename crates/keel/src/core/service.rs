@@ -32,7 +32,12 @@ impl ServiceDescriptor {
 
     /// The index of the operation called `name`.
     pub fn operation_index(&self, name: &str) -> Option<usize> {
-        self.operations.iter().position(|op| op.name == name)
+        // A name keel-wire decoded as one the host knows is this descriptor's own `&'static
+        // str`: its address finds it without comparing bytes (`ptr::eq` on `str`s compares
+        // address and length).
+        self.operations
+            .iter()
+            .position(|op| std::ptr::eq(op.name, name) || op.name == name)
     }
 }
 

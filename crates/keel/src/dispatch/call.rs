@@ -18,8 +18,8 @@ use bytes::Bytes;
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
-use super::conn::{CallCtl, ConnShared};
-use super::metrics::{secs, OpMetrics};
+use super::conn::ConnShared;
+use super::metrics::{Elapsed, OpMetrics, Since};
 use super::throttle::Admission;
 use super::watchdog::Watched;
 use super::Arrival;
@@ -109,17 +109,13 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let metrics = &served.metrics[op];
-    let ctl = match conn.track(call_id, &ctx, arrival) {
-        Ok(ctl) => ctl,
-        Err(status) => {
-            metrics.answered(status.code());
-            return conn.reply(call_id, Err(status));
-        }
-    };
+    if let Err(status) = conn.track(call_id, &ctx, arrival) {
+        metrics.answered(status.code());
+        return conn.reply(call_id, Err(status));
+    }
     metrics.in_flight.increment(1.0);
     let mut call = Call {
         conn: conn.clone(),
-        ctl,
         call_id,
         one_way,
         deadline,
@@ -193,7 +189,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
                     },
                     None => place.wait().await,
                 };
-                call.metrics.throttle_wait.record(secs(queued.elapsed()));
+                call.metrics.throttle_wait.record(Since(queued));
                 call.start(invocation, permit);
             });
         }
@@ -215,7 +211,6 @@ fn deadline_status() -> Status {
 /// A tracked call on its way to a handler and back.
 struct Call {
     conn: Arc<ConnShared>,
-    ctl: Arc<CallCtl>,
     call_id: u64,
     one_way: bool,
     deadline: Option<Instant>,
@@ -246,8 +241,10 @@ impl Call {
         }
         self.answered = true;
         self.metrics.answered(code);
-        let total = ended.saturating_duration_since(self.received);
-        self.metrics.total.record(secs(total));
+        self.metrics.total.record(Elapsed {
+            from: self.received,
+            to: ended,
+        });
         self.conn.finish(self.call_id, self.one_way, outcome, ended);
     }
 
@@ -273,7 +270,7 @@ impl Call {
         }
     }
 
-    fn start(self, invocation: Invocation, permit: tokio::sync::OwnedSemaphorePermit) {
+    fn start(self, invocation: Invocation, permit: Permit) {
         match invocation {
             Invocation::Blocking(job) => {
                 let (conn, call_id, one_way) = (self.conn.clone(), self.call_id, self.one_way);
@@ -281,7 +278,10 @@ impl Call {
                 let run = keel_pool::Task::new(move || {
                     let _permit = permit;
                     let started = Instant::now();
-                    let wait = secs(started.saturating_duration_since(handed));
+                    let wait = Elapsed {
+                        from: handed,
+                        to: started,
+                    };
                     self.metrics.pool_wait.record(wait);
                     self.conn.dispatcher.metrics.pool_queue_wait.record(wait);
                     if let Some(status) = self.refuse_start(started) {
@@ -292,43 +292,104 @@ impl Call {
                         .span()
                         .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
                         .unwrap_or_else(|p| Err(panic_status(&p)));
-                    let ended = Instant::now();
-                    let ran = ended.saturating_duration_since(started);
-                    self.metrics.handler.record(secs(ran));
-                    self.finish_at(outcome, ended);
+                    self.ran(outcome, started);
                 });
                 conn.run_blocking(call_id, one_way, run);
             }
             Invocation::Async(fut) => {
-                let ctl = self.ctl.clone();
-                let span = self.ctx.span().clone();
-                let task = async move {
-                    let _permit = permit;
-                    // The clock is read twice per call here: at the start and at the end
-                    // (which also stamps the total and the connection's activity).
-                    let started = Instant::now();
-                    if let Some(status) = self.refuse_start(started) {
-                        return self.finish_at(Err(status), started);
-                    }
-                    let run = Watched::new(CatchUnwind(fut), self.metrics.watch);
-                    let outcome = Deadline::new(run, self.deadline).await;
-                    let ended = Instant::now();
-                    let ran = ended.saturating_duration_since(started);
-                    self.metrics.handler.record(secs(ran));
-                    self.finish_at(outcome, ended);
-                };
-                // Polled once here first: a handler that completes without waiting (most do)
-                // answers at once, in the reader's batch (its reply is written with the
-                // batch's others), without a task of its own. Only one that waits is spawned;
-                // its next poll registers the task's waker, as a future's every poll does.
-                // (Only keel's own code runs unguarded there: the handler's panics are
-                // answered inside; a panic drops the call, counted as cancelled.)
-                let task = Box::pin(task.instrument(span));
-                if let Some(handle) = poll_once_then_spawn(task, "a call's completion") {
-                    *ctl.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+                // The handler is polled once here first: one that completes without waiting
+                // (most do) answers at once, in the reader's batch (its reply is written with
+                // the batch's others), and costs no task, no allocation and no timer. Only one
+                // that waits is spawned, with the rest of its call; its next poll, in the
+                // task, registers the task's waker, as a future's every poll does. The
+                // handler's panics are answered inside (`CatchUnwind`); a panic in keel's own
+                // code (or an interceptor's `after`) here drops the call, counted as
+                // cancelled, as it would in a task of its own.
+                let first = catch_unwind(AssertUnwindSafe(move || self.first_poll(fut, permit)));
+                match first {
+                    Ok(None) => {}
+                    Ok(Some(waiting)) => waiting.spawn(),
+                    Err(_) => log::error!("a call's completion panicked"),
                 }
             }
         }
+    }
+
+    /// Starts an async handler: polls it once, with a waker that does nothing. Answers the
+    /// call and returns `None` if it completed (or must not start); else returns what the
+    /// rest of the call needs, to run as a task.
+    fn first_poll(self, fut: HandlerFuture, permit: Permit) -> Option<Waiting> {
+        // The call's span is entered for the poll and for the answer, as in its task.
+        let span = self.ctx.span().clone();
+        let _entered = span.enter();
+        // The clock is read twice per call here: at the start and at the end (which also
+        // stamps the total and the connection's activity).
+        let started = Instant::now();
+        if let Some(status) = self.refuse_start(started) {
+            self.finish_at(Err(status), started);
+            drop(permit);
+            return None;
+        }
+        let mut run = Watched::new(CatchUnwind(fut), self.metrics.watch);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut run).poll(&mut cx) {
+            Poll::Ready(outcome) => {
+                self.ran(outcome, started);
+                drop(permit);
+                None
+            }
+            Poll::Pending => Some(Waiting {
+                call: self,
+                run,
+                permit,
+                started,
+            }),
+        }
+    }
+
+    /// The handler that started at `started` ended with `outcome`: answer.
+    fn ran(self, outcome: Outcome, started: Instant) {
+        let ended = Instant::now();
+        self.metrics.handler.record(Elapsed {
+            from: started,
+            to: ended,
+        });
+        self.finish_at(outcome, ended);
+    }
+}
+
+/// An async operation's future, as the generated code boxes it.
+type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// A throttle slot, held while the call runs.
+type Permit = super::throttle::Permit;
+
+/// An async call whose handler did not complete at its first poll (see [`Call::first_poll`]).
+struct Waiting {
+    call: Call,
+    run: Watched<CatchUnwind>,
+    permit: Permit,
+    started: Instant,
+}
+
+impl Waiting {
+    /// Runs the rest of the call as a task on the current runtime, which a cancel can abort.
+    fn spawn(self) {
+        let Waiting {
+            call,
+            run,
+            permit,
+            started,
+        } = self;
+        let ctx = call.ctx.clone();
+        let span = call.ctx.span().clone();
+        let task = async move {
+            let _permit = permit;
+            let outcome = Deadline::new(run, call.deadline).await;
+            call.ran(outcome, started);
+        };
+        let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));
+        ctx.set_task(handle.abort_handle());
     }
 }
 
@@ -379,8 +440,9 @@ impl<F: Future<Output = Outcome> + Unpin> Future for Deadline<F> {
 /// only if it is still pending, and returns the spawned task's abort handle. Its next poll, in
 /// the task, registers the task's waker, as every poll of a future does. A panic in that first
 /// poll drops `fut` and is logged as `what` panicking, as a spawned task's would be. Used for
-/// work that usually completes at once: an async handler's call (above), and an HTTP/2
-/// request's future (the HTTP binding).
+/// work that usually completes at once: an HTTP/2 request's future (the HTTP binding). (An
+/// async handler's call does the same without boxing its first poll: [`Call::first_poll`].)
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn poll_once_then_spawn<F>(mut fut: Pin<Box<F>>, what: &str) -> Option<AbortHandle>
 where
     F: Future<Output = ()> + Send + ?Sized + 'static,
@@ -426,7 +488,7 @@ fn panic_status(payload: &Box<dyn std::any::Any + Send>) -> Status {
 }
 
 /// Turns a panic inside an operation's future into a `HandlerPanicked` status.
-struct CatchUnwind(Pin<Box<dyn Future<Output = Outcome> + Send>>);
+struct CatchUnwind(HandlerFuture);
 
 impl Future for CatchUnwind {
     type Output = Outcome;

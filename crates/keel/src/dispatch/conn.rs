@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::task::AbortHandle;
 
 use super::{Arrival, Dispatcher};
 use crate::core::compress::{self, Compression};
@@ -19,28 +18,6 @@ use crate::core::context::Context;
 use crate::core::metadata::Metadata;
 use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
-
-/// Per-call control shared with the task or pool job running it.
-#[derive(Debug)]
-pub(crate) struct CallCtl {
-    /// The call's context: its cancellation signal (set by a cancel frame, the caller leaving
-    /// or the drain timeout: a job that has not started must not start) and reply metadata.
-    pub(crate) ctx: Context,
-    /// The task running an async operation, so a cancel can stop it.
-    pub(crate) task: Mutex<Option<AbortHandle>>,
-}
-
-impl CallCtl {
-    /// The call will not be answered by its handler: a job not yet started must not start, and
-    /// an async operation still running is aborted. (A blocking job already running finishes;
-    /// threads cannot be interrupted, but its `Context` says it is cancelled.)
-    fn stop(&self) {
-        self.ctx.cancel();
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
 
 /// One call's answer as a binding sends it.
 #[derive(Debug)]
@@ -104,20 +81,31 @@ impl ConnInfo {
     }
 }
 
-/// A connection's calls in flight by call id. foldhash, not SipHash: the map is hashed two times
-/// per call, and its size is bounded by the connection's call limit.
-type CallMap = HashMap<u64, Arc<CallCtl>, foldhash::fast::RandomState>;
+/// A connection's calls in flight by call id, each as its context: its cancellation signal (a
+/// cancel frame, the caller leaving or the drain timeout set it: a job that has not started
+/// must not start), its reply metadata, and the task running it (see [`Context::stop`]).
+/// foldhash, not SipHash: the map is hashed two times per call, and its size is bounded by the
+/// connection's call limit.
+type CallMap = HashMap<u64, Context, foldhash::fast::RandomState>;
+
+/// A connection's calls in flight, and when one last ended: stamped under the lock that
+/// removes the call, so the idle check never sees the call gone and the stamp old, and it
+/// costs no clock arithmetic per call (the idle check converts it, rarely).
+#[derive(Debug)]
+struct Calls {
+    map: CallMap,
+    /// When the connection opened, or a call last ended.
+    last_active: Instant,
+}
 
 /// One connection's calls in flight and its way to answer them.
 #[derive(Debug)]
 pub(crate) struct ConnShared {
     pub(crate) id: u64,
     out: Box<dyn Responder>,
-    calls: Mutex<CallMap>,
+    calls: Mutex<Calls>,
     /// Calls it may have in flight at once.
     max_calls: usize,
-    /// When a call last started or ended, in ms since the dispatcher started.
-    last_active: AtomicU64,
     /// Being closed by the host (evicted, idle): no longer counts toward the connection limit.
     closing: AtomicBool,
     /// When the host told it GoAway for its age (ms since the dispatcher started; 0: not yet).
@@ -160,9 +148,11 @@ impl ConnShared {
         ConnShared {
             id: info.id,
             out,
-            calls: Mutex::new(CallMap::default()),
+            calls: Mutex::new(Calls {
+                map: CallMap::default(),
+                last_active: Instant::now(),
+            }),
             max_calls,
-            last_active: AtomicU64::new(dispatcher.now_ms()),
             closing: AtomicBool::new(false),
             aged_at: AtomicU64::new(0),
             told_go_away: AtomicBool::new(false),
@@ -172,22 +162,24 @@ impl ConnShared {
         }
     }
 
-    fn touch(&self) {
-        self.touch_at(Instant::now());
-    }
-
-    /// [`touch`](ConnShared::touch) with the clock already read at `at`.
-    fn touch_at(&self, at: Instant) {
-        self.last_active
-            .store(self.dispatcher.ms_at(at), Ordering::Relaxed);
+    /// Removes call `call_id` from those in flight, if it is there, stamping the connection's
+    /// activity at `ended`.
+    fn remove(&self, call_id: u64, ended: impl FnOnce() -> Instant) -> Option<Context> {
+        let mut calls = self.calls();
+        let removed = calls.map.remove(&call_id);
+        if removed.is_some() {
+            calls.last_active = ended();
+        }
+        removed
     }
 
     /// How long (ms) the connection has had no call in flight; `None` while it has one.
     pub(crate) fn idle_ms(&self, now_ms: u64) -> Option<u64> {
         let calls = self.calls();
-        calls
-            .is_empty()
-            .then(|| now_ms.saturating_sub(self.last_active.load(Ordering::Relaxed)))
+        calls.map.is_empty().then(|| {
+            let last_active = self.dispatcher.ms_at(calls.last_active);
+            now_ms.saturating_sub(last_active)
+        })
     }
 
     /// Whether the host is closing it already.
@@ -206,7 +198,7 @@ impl ConnShared {
         true
     }
 
-    fn calls(&self) -> MutexGuard<'_, CallMap> {
+    fn calls(&self) -> MutexGuard<'_, Calls> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -219,16 +211,12 @@ impl ConnShared {
         call_id: u64,
         ctx: &Context,
         arrival: Arrival,
-    ) -> Result<Arc<CallCtl>, Status> {
-        let ctl = Arc::new(CallCtl {
-            ctx: ctx.clone(),
-            task: Mutex::new(None),
-        });
+    ) -> Result<(), Status> {
         let limit = self.max_calls;
         {
             let mut calls = self.calls();
-            let at_limit = calls.len() >= limit;
-            match calls.entry(call_id) {
+            let at_limit = calls.map.len() >= limit;
+            match calls.map.entry(call_id) {
                 Entry::Occupied(_) => {
                     return Err(Status::new(
                         StatusCode::BadRequest,
@@ -242,14 +230,14 @@ impl ConnShared {
                     ))
                 }
                 Entry::Vacant(place) => {
-                    place.insert(ctl.clone());
+                    place.insert(ctx.clone());
                 }
             }
         }
         // No `touch` here: a connection with a call in flight is not idle whatever the clock
         // says; its activity is stamped when the call ends.
         arrival.tracked();
-        Ok(ctl)
+        Ok(())
     }
 
     fn held(&self) -> MutexGuard<'_, Held> {
@@ -321,21 +309,17 @@ impl ConnShared {
     /// reply metadata its context collected (and its status's, for a failure). `ended` is
     /// when the call ended (the connection's last activity).
     pub(crate) fn finish(&self, call_id: u64, one_way: bool, mut outcome: Outcome, ended: Instant) {
-        let removed = self.calls().remove(&call_id);
-        if let Some(ctl) = removed {
-            self.touch_at(ended);
+        if let Some(ctx) = self.remove(call_id, || ended) {
             // The call is over: whatever still watches its context (a task the handler
             // spawned, a handler that outlived its deadline) hears it, as in gRPC.
-            ctl.ctx.cancel();
+            ctx.cancel();
             if !one_way {
-                let mut metadata = ctl.ctx.take_reply_metadata();
+                let mut metadata = ctx.take_reply_metadata();
                 if let Err(status) = &mut outcome {
                     metadata.merge(&std::mem::take(status.metadata_mut()));
                 }
                 let mut compression = None;
-                if let (Some(codec), Ok(Payload::Body(body))) =
-                    (ctl.ctx.reply_codec(), &mut outcome)
-                {
+                if let (Some(codec), Ok(Payload::Body(body))) = (ctx.reply_codec(), &mut outcome) {
                     if body.len() >= self.dispatcher.limits.compress_replies_above {
                         let packed = compress::compress(codec, body);
                         // Incompressible bodies go as they are.
@@ -376,10 +360,8 @@ impl ConnShared {
 
     /// The caller no longer wants call `call_id`: stop it; no answer is sent.
     pub(crate) fn cancel(&self, call_id: u64) {
-        let removed = self.calls().remove(&call_id);
-        if let Some(ctl) = removed {
-            self.touch();
-            ctl.stop();
+        if let Some(ctx) = self.remove(call_id, Instant::now) {
+            ctx.stop();
             self.dispatcher.call_finished();
         }
     }
@@ -432,9 +414,9 @@ impl ConnShared {
 
     /// Answers every call still in flight with `status` and closes the connection.
     pub(crate) fn abandon_all(&self, status: &Status) {
-        let calls = std::mem::take(&mut *self.calls());
-        for (call_id, ctl) in calls {
-            ctl.stop();
+        let calls = std::mem::take(&mut self.calls().map);
+        for (call_id, ctx) in calls {
+            ctx.stop();
             self.reply(call_id, Err(status.clone()));
             self.dispatcher.call_finished();
         }
@@ -448,6 +430,6 @@ impl ConnShared {
 
     /// Calls in flight on this connection.
     pub(crate) fn in_flight(&self) -> usize {
-        self.calls().len()
+        self.calls().map.len()
     }
 }

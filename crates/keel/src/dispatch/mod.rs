@@ -66,6 +66,10 @@ pub(crate) struct Counters {
     pub(crate) handlers_blocked: Arc<AtomicU64>,
 }
 
+/// Up to this many services are also found by address (see `Dispatcher::by_address`); past
+/// it, scanning them would cost what hashing the name does.
+const BY_ADDRESS: usize = 4;
+
 /// A service the host serves, with its operations' metric handles (by operation index).
 pub(crate) struct Served {
     pub(crate) service: Arc<dyn Service>,
@@ -76,7 +80,14 @@ pub(crate) struct Served {
 pub(crate) struct Dispatcher {
     /// Looked up by name on every call (foldhash: several times cheaper than SipHash on a
     /// short name; the keys are the host's own).
-    services: HashMap<String, Served, foldhash::fast::RandomState>,
+    services: HashMap<String, Arc<Served>, foldhash::fast::RandomState>,
+    /// A host with a few services (up to [`BY_ADDRESS`]) also finds them by their names'
+    /// addresses: a name keel-wire decoded as one of `known_names` is the descriptor's own
+    /// `&'static str`, found without hashing or comparing it.
+    by_address: Box<[(&'static str, Arc<Served>)]>,
+    /// Every service and operation name served: keel-wire's codec decodes a request's names
+    /// as these `&'static str`s instead of allocating a copy of each.
+    pub(crate) known_names: keel_wire::KnownNames,
     /// The host's interceptors, in order.
     interceptors: Vec<Arc<dyn Interceptor>>,
     pub(crate) limits: Limits,
@@ -168,6 +179,10 @@ impl Dispatcher {
     ) -> Dispatcher {
         let metrics = HostMetrics::new();
         let stats = Counters::default();
+        let known_names = keel_wire::KnownNames::new(services.values().flat_map(|s| {
+            let desc = s.descriptor();
+            std::iter::once(desc.name).chain(desc.operations.iter().map(|op| op.name))
+        }));
         let services = services
             .into_iter()
             .map(|(name, service)| {
@@ -187,11 +202,21 @@ impl Dispatcher {
                     service,
                     metrics: ops,
                 };
-                (name, served)
+                (name, Arc::new(served))
             })
-            .collect();
+            .collect::<HashMap<_, _, _>>();
+        let by_address = if services.len() <= BY_ADDRESS {
+            services
+                .values()
+                .map(|s| (s.service.descriptor().name, s.clone()))
+                .collect()
+        } else {
+            Box::default()
+        };
         Dispatcher {
             services,
+            by_address,
+            known_names,
             interceptors,
             limits,
             pool: Arc::new(pool),
@@ -237,7 +262,11 @@ impl Dispatcher {
 
     /// The service called `name` with its operations' metric handles.
     pub(crate) fn served(&self, name: &str) -> Option<&Served> {
-        self.services.get(name)
+        // `ptr::eq` on `str`s compares address and length.
+        if let Some((_, served)) = self.by_address.iter().find(|(n, _)| std::ptr::eq(*n, name)) {
+            return Some(served);
+        }
+        self.services.get(name).map(|s| &**s)
     }
 
     /// Whether the host is ready for new work: true until a shutdown begins.

@@ -104,6 +104,10 @@ pub(crate) fn register(
     let threshold = threshold.max(MIN_THRESHOLD);
     let quarter = u64::try_from((threshold / 4).as_nanos()).unwrap_or(u64::MAX);
     w.tick_nanos.fetch_min(quarter, Ordering::Relaxed);
+    // The thread may have started before the tick was set (see `Watchdog::run`).
+    if let Some(t) = w.thread.get() {
+        t.unpark();
+    }
     let mut ops = w.ops.write().unwrap_or_else(|e| e.into_inner());
     ops.push(WatchedOp {
         service,
@@ -177,6 +181,13 @@ impl Watchdog {
         let mut idle_ticks = 0u32;
         loop {
             let nanos = self.tick_nanos.load(Ordering::Relaxed);
+            if nanos == u64::MAX {
+                // No operation registered yet: the thread can start before its first
+                // registration sets the tick, and a sleep of `u64::MAX` would never end.
+                // `register` unparks it.
+                std::thread::park();
+                continue;
+            }
             std::thread::sleep(Duration::from_nanos(nanos));
             let now = self.tick.fetch_add(1, Ordering::Relaxed) + 1;
             if self.scan(now, Duration::from_nanos(nanos)) {

@@ -25,14 +25,95 @@ pub(crate) mod socket;
 pub mod tls;
 
 use std::fmt;
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, WriteHalf};
 
 pub(crate) use address::{Endpoint, Protocol};
 
 /// A byte stream keel can run its protocols over.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Splits the stream into a read half and a write half that can be used from different
+    /// tasks at once. The default is `tokio::io::split`, whose halves share a lock taken on
+    /// every poll of either; TCP and Unix sockets override it with their own halves, which
+    /// need none (the socket can be read and written at once).
+    fn split(self: Box<Self>) -> (IoReader, IoWriter) {
+        let (rd, wr) = tokio::io::split(self);
+        (Box::new(rd), IoWriter(Box::new(wr)))
+    }
+}
+
+impl Io for tokio::net::TcpStream {
+    fn split(self: Box<Self>) -> (IoReader, IoWriter) {
+        let (rd, wr) = self.into_split();
+        (Box::new(rd), IoWriter(Box::new(wr)))
+    }
+}
+
+#[cfg(unix)]
+impl Io for tokio::net::UnixStream {
+    fn split(self: Box<Self>) -> (IoReader, IoWriter) {
+        let (rd, wr) = self.into_split();
+        (Box::new(rd), IoWriter(Box::new(wr)))
+    }
+}
+
+#[cfg(feature = "tls")]
+impl Io for tokio_rustls::server::TlsStream<Box<dyn Io>> {}
+
+#[cfg(feature = "tls")]
+impl Io for tokio_rustls::client::TlsStream<Box<dyn Io>> {}
+
+/// The read half of a connection ([`Io::split`]).
+pub(crate) type IoReader = Box<dyn AsyncRead + Unpin + Send>;
+
+/// The write half of a connection ([`Io::split`]), or of any stream split with
+/// `tokio::io::split`.
+pub(crate) struct IoWriter(Box<dyn AsyncWrite + Unpin + Send>);
+
+impl From<WriteHalf<Box<dyn Io>>> for IoWriter {
+    fn from(wr: WriteHalf<Box<dyn Io>>) -> IoWriter {
+        IoWriter(Box::new(wr))
+    }
+}
+
+impl fmt::Debug for IoWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IoWriter")
+    }
+}
+
+impl AsyncWrite for IoWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut *self.0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut *self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.0).poll_shutdown(cx)
+    }
+}
 
 /// A connected (and, for TLS schemes, secured) byte stream.
 pub(crate) struct Connected {

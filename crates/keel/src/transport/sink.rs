@@ -23,12 +23,12 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, BytesMut};
 use keel_wire::{Codec, Frame, WireError};
-use tokio::io::{AsyncWrite, AsyncWriteExt, WriteHalf};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use super::Io;
+use super::IoWriter;
 
-type Writer = WriteHalf<Box<dyn Io>>;
+type Writer = IoWriter;
 
 /// Why a frame was not queued.
 #[derive(Debug)]
@@ -46,8 +46,8 @@ pub(crate) struct Sink {
     flusher: Notify,
     /// Wakes producers waiting for the queue to shrink (see [`Sink::wait_below`]).
     progress: Notify,
-    /// How many producers wait in [`Sink::wait_below`]: a write with none waiting wakes none
-    /// (`Notify::notify_waiters` takes a lock).
+    /// How many producers are in [`Sink::wait_below`]: with none (nearly always), a write
+    /// skips notifying `progress`, which takes a lock.
     waiting: AtomicUsize,
     /// Bytes handed to the socket since the start (see [`Sink::written_bytes`]).
     written: AtomicU64,
@@ -96,7 +96,7 @@ enum Progress {
 impl Sink {
     /// A sink over `writer`, encoding with `codec`, and the flusher task's future (to spawn).
     pub(crate) fn new(
-        writer: Writer,
+        writer: impl Into<Writer>,
         codec: Codec,
     ) -> (
         Arc<Sink>,
@@ -104,7 +104,7 @@ impl Sink {
     ) {
         let sink = Arc::new(Sink {
             state: Mutex::new(State {
-                writer: Some(writer),
+                writer: Some(writer.into()),
                 // Grown by the first frames, and kept: an idle connection holds no send
                 // buffer it never used (8 KiB each, most of an idle connection's memory).
                 buf: BytesMut::new(),
@@ -212,7 +212,7 @@ impl Sink {
             return;
         }
         st.closing = true;
-        self.progress.notify_waiters();
+        self.notify_progress();
         if st.writer.is_some() {
             // Hand the writer to the flusher, which flushes and shuts down.
             self.flusher.notify_one();
@@ -222,9 +222,10 @@ impl Sink {
     /// Waits until at most `limit` bytes are queued (or the sink is closing). Streams call it
     /// before each chunk, so a fast producer on a slow socket queues a bounded amount.
     pub(crate) async fn wait_below(&self, limit: usize) {
-        // Counted before the queue is looked at, under the lock: a write that shrinks it after
-        // the look sees the count (see `write_out`).
-        self.waiting.fetch_add(1, Ordering::SeqCst);
+        // Counted before the first look at the queue, under the lock: a writer that changes
+        // the queue after that look sees the count (it reads it after taking the lock
+        // itself), and notifies.
+        self.waiting.fetch_add(1, Ordering::Relaxed);
         let _counted = Waiting(&self.waiting);
         loop {
             let progressed = self.progress.notified();
@@ -235,6 +236,14 @@ impl Sink {
                 }
             }
             progressed.await;
+        }
+    }
+
+    /// Wakes the producers waiting in [`Sink::wait_below`], if there are any. Called after the
+    /// queue changed under the lock.
+    fn notify_progress(&self) {
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.progress.notify_waiters();
         }
     }
 
@@ -288,20 +297,20 @@ impl Sink {
             self.flusher.notify_one();
         }
         drop(st);
-        if wrote && self.waiting.load(Ordering::SeqCst) > 0 {
+        if wrote {
             // A producer waiting for the queue to shrink (`wait_below`) hears of every write:
             // while corked, the queue can pass its bound with the socket idle.
-            self.progress.notify_waiters();
+            self.notify_progress();
         }
     }
 }
 
-/// Uncounts a producer that stopped waiting in [`Sink::wait_below`] (returned, or dropped).
+/// Counts a producer in [`Sink::wait_below`] until dropped.
 struct Waiting<'a>(&'a AtomicUsize);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -368,7 +377,7 @@ async fn flush_loop(sink: Arc<Sink>) {
             let shut_down = {
                 let mut st = sink.lock();
                 st.in_flight = 0;
-                sink.progress.notify_waiters();
+                sink.notify_progress();
                 if !ok {
                     st.closed = true;
                     st.buf.clear();
@@ -393,7 +402,7 @@ async fn flush_loop(sink: Arc<Sink>) {
             if shut_down {
                 let _ = w.shutdown().await;
                 sink.lock().closed = true;
-                sink.progress.notify_waiters();
+                sink.notify_progress();
                 return;
             }
         }
@@ -403,6 +412,7 @@ async fn flush_loop(sink: Arc<Sink>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::Io;
     use keel_wire::{Cancel, Limits};
     use tokio::io::{AsyncRead, ReadBuf};
 
@@ -447,6 +457,8 @@ mod tests {
             Poll::Ready(Ok(()))
         }
     }
+
+    impl Io for HoldsBack {}
 
     #[tokio::test]
     async fn bytes_the_writer_holds_back_are_flushed_without_another_send() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use keel_wire::{Codec, Event, Frame, HelloReply, Limits, Reply, Side, WireError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::WireConn;
 use crate::bindings::ServerSettings;
@@ -22,7 +22,7 @@ use crate::dispatch::{
     Responder,
 };
 use crate::transport::sink::{SendError, Sink};
-use crate::transport::Io;
+use crate::transport::{Io, IoReader};
 
 /// The keel-wire responder: answers are Reply frames (then StreamData for a streamed reply).
 #[derive(Debug)]
@@ -180,7 +180,7 @@ pub(crate) async fn serve(
         return;
     }
 
-    let (rd, wr) = tokio::io::split(io);
+    let (rd, wr) = io.split();
     let mut out_codec = Codec::new(Limits::with_max_message_size(hello.max_message_size));
     out_codec.set_version(version);
     let (sink, flusher) = Sink::new(wr, out_codec);
@@ -215,6 +215,7 @@ pub(crate) async fn serve(
     let mut writer = tokio::spawn(flusher);
     let mut codec = Codec::new(Limits::with_max_message_size(settings.max_message_size));
     codec.set_version(version);
+    codec.set_known_names(dispatcher.known_names.clone());
     let budget = ReceiveBudget::new(
         settings.max_receive_bytes_per_connection,
         &dispatcher.receive_budget,
@@ -300,7 +301,7 @@ impl Drop for ReleaseBlocking<'_> {
 }
 
 async fn read_loop(
-    mut rd: ReadHalf<Box<dyn Io>>,
+    mut rd: IoReader,
     mut buf: BytesMut,
     mut codec: Codec,
     conn: Arc<ConnShared>,
@@ -318,6 +319,9 @@ async fn read_loop(
     };
     // However the loop ends, blocking calls it held are handed over (they are answered).
     let _release = ReleaseBlocking(&conn);
+    // Whether the bytes being decoded came as a batch (see `holds_a_batch`): replies are then
+    // corked and blocking calls held until the batch is handled.
+    let mut batch = false;
     loop {
         // A large frame's memory is reserved from the budgets before the codec makes room for
         // it (decoding a partial frame allocates its whole size) and before the rest is read.
@@ -328,7 +332,7 @@ async fn read_loop(
             {
                 let deadline = *frame_deadline
                     .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
-                end_batch(&conn, &wire);
+                end_batch(&conn, &wire, &mut batch);
                 match limits.budget.reserve(size, deadline).await {
                     Some(r) => reserved = Some((size, r)),
                     None => return timed_out("no room to receive this frame in time"),
@@ -435,7 +439,7 @@ async fn read_loop(
                 return;
             }
         }
-        end_batch(&conn, &wire);
+        end_batch(&conn, &wire, &mut batch);
         // Backpressure: while the peer leaves too much of our output unread (replies, pongs),
         // read nothing more from it; if it does not read within the frame timeout, close.
         if wire.sink().unsent() > limits.max_unsent_bytes {
@@ -462,20 +466,36 @@ async fn read_loop(
             Ok(_) => read_at = Instant::now(),
         }
         // Released above (`end_batch`), before the reader waits again.
-        start_batch(&conn, &wire);
+        if holds_a_batch(&codec, &buf) {
+            start_batch(&conn, &wire, &mut batch);
+        }
     }
 }
 
-/// What the reader does after a read: replies wait for the rest of the batch (`Sink::cork`),
-/// and its blocking calls are handed to the pool together (`ConnShared::hold_blocking`).
-fn start_batch(conn: &ConnShared, wire: &WireConn<()>) {
-    wire.sink().cork();
-    conn.hold_blocking();
+/// Whether `buf` holds more than the frame at its front, whole or not: then what was read is
+/// a batch. A lone frame (one call in flight) needs no corking: its reply is written as it is
+/// sent, in one write all the same, and that saves the sink's and the held calls' locks
+/// twice per read.
+fn holds_a_batch(codec: &Codec, buf: &BytesMut) -> bool {
+    codec
+        .pending_frame_size(buf)
+        .is_some_and(|size| buf.len() > size)
 }
 
-/// What the reader does before it waits for anything: the batch's blocking calls go to the
-/// pool together, and what the batch produced leaves in one write.
-fn end_batch(conn: &ConnShared, wire: &WireConn<()>) {
-    conn.release_blocking();
-    wire.sink().uncork();
+/// What the reader does after reading a batch: replies wait for the rest of the batch
+/// (`Sink::cork`), and its blocking calls are handed to the pool together
+/// (`ConnShared::hold_blocking`).
+fn start_batch(conn: &ConnShared, wire: &WireConn<()>, batch: &mut bool) {
+    wire.sink().cork();
+    conn.hold_blocking();
+    *batch = true;
+}
+
+/// What the reader does before it waits for anything, if it started a batch: the batch's
+/// blocking calls go to the pool together, and what the batch produced leaves in one write.
+fn end_batch(conn: &ConnShared, wire: &WireConn<()>, batch: &mut bool) {
+    if std::mem::take(batch) {
+        conn.release_blocking();
+        wire.sink().uncork();
+    }
 }
