@@ -86,7 +86,7 @@ impl Conn {
 
         // Until the host says otherwise, it is assumed to take the default message size.
         let assumed = keel_wire::DEFAULT_MAX_MESSAGE_SIZE;
-        let (rd, wr) = tokio::io::split(io);
+        let (rd, wr) = io.split();
         let (sink, flusher) = Sink::new(wr, Codec::new(Limits::with_max_message_size(assumed)));
         let wire = WireConn::new(Side::Client, sink, config.max_stream_window, assumed);
         let peer_max_message = Arc::new(AtomicU32::new(assumed));

@@ -26,7 +26,6 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use keel_wire::{Codec, Event, Frame, HelloReply};
-use tokio::io::ReadHalf;
 use tokio::sync::watch;
 
 use super::conn::{Expiring, WireConn};
@@ -36,7 +35,7 @@ use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
-use crate::transport::{Endpoint, Io};
+use crate::transport::{Endpoint, IoReader};
 
 /// What a waiting call receives: its answer, or why it has none.
 #[derive(Debug)]
@@ -272,7 +271,7 @@ impl Wake for SocketWaker {
 
 /// A client connection's read half and what was read but not handled yet.
 pub(super) struct ReadSide {
-    rd: ReadHalf<Box<dyn Io>>,
+    rd: IoReader,
     buf: BytesMut,
     codec: Codec,
     /// Until the HelloReply arrived.
@@ -304,7 +303,7 @@ impl std::fmt::Debug for ReadSide {
 impl ReadSide {
     /// The read side of a connection whose Hello was sent; `buf` holds what was read already.
     pub(super) fn new(
-        rd: ReadHalf<Box<dyn Io>>,
+        rd: IoReader,
         buf: BytesMut,
         codec: Codec,
         handshake: Handshake,
