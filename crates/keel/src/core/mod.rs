@@ -12,7 +12,9 @@
 //! - [`depth`]: the nesting limit decoding keeps in every format;
 //! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
-//! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`).
+//! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`);
+//! - [`timer`]: a timer thread for the long waits that are nearly always armed (keepalive,
+//!   client deadlines, reapers), which keeps the runtime's parks free of timeouts.
 //!
 //! Imports nothing else of keel's.
 
@@ -27,3 +29,4 @@ pub mod metrics;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod stream;
+pub(crate) mod timer;

@@ -10,7 +10,7 @@ pub use builder::{HostBuilder, HostConfig, PoolConfig};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::bindings::{self, ServerSettings};
 use crate::dispatch::{ConnInfo, Dispatcher};
@@ -429,7 +429,7 @@ impl Drop for HandshakeEnded {
 async fn age_reaper(dispatcher: Arc<Dispatcher>, max_age: Duration, grace: Duration) {
     let period = (max_age / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     loop {
-        tokio::time::sleep(period).await;
+        crate::core::timer::sleep_until(Instant::now() + period).await;
         dispatcher.age_connections(max_age, grace);
     }
 }
@@ -438,7 +438,7 @@ async fn age_reaper(dispatcher: Arc<Dispatcher>, max_age: Duration, grace: Durat
 async fn idle_reaper(dispatcher: Arc<Dispatcher>, idle_timeout: Duration) {
     let period = (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(60));
     loop {
-        tokio::time::sleep(period).await;
+        crate::core::timer::sleep_until(Instant::now() + period).await;
         dispatcher.reap_idle(idle_timeout);
     }
 }

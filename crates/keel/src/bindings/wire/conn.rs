@@ -543,7 +543,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
                     true
                 }
                 Some(at) => tokio::select! {
-                    _ = tokio::time::sleep_until(at.into()) => false,
+                    _ = crate::core::timer::sleep_until(at) => false,
                     _ = moved => true,
                 },
             };

@@ -302,12 +302,7 @@ impl std::fmt::Debug for ReadSide {
 
 impl ReadSide {
     /// The read side of a connection whose Hello was sent; `buf` holds what was read already.
-    pub(super) fn new(
-        rd: IoReader,
-        buf: BytesMut,
-        codec: Codec,
-        handshake: Handshake,
-    ) -> ReadSide {
+    pub(super) fn new(rd: IoReader, buf: BytesMut, codec: Codec, handshake: Handshake) -> ReadSide {
         let waker = Arc::new(SocketWaker::default());
         ReadSide {
             rd,
