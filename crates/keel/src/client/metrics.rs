@@ -3,11 +3,11 @@
 //! atomic additions per call. The names are in `core/metrics.rs`.
 
 use std::sync::{OnceLock, RwLock};
-use std::time::Duration;
+use std::time::Instant;
 
 use metrics::{counter, histogram, Counter, Histogram};
 
-use crate::core::metrics as m;
+use crate::core::metrics::{self as m, Since};
 use crate::core::status::StatusCode;
 
 /// Status codes, plus one slot for calls that got no status (`transport_error`).
@@ -67,18 +67,18 @@ impl ChannelMetrics {
         counter!(m::CLIENT_RECONNECTS, "binding" => binding)
     }
 
-    /// One call of `service.operation` took `elapsed` and ended with `code` (`None`: no
-    /// status came back).
+    /// One call of `service.operation`, started at `started`, ended now with `code` (`None`:
+    /// no status came back). Its duration is worked out only if a recorder records it.
     pub(crate) fn record(
         &self,
         service: &'static str,
         operation: &'static str,
-        elapsed: Duration,
+        started: Instant,
         code: Option<StatusCode>,
     ) {
         let key = (service.as_ptr() as usize, operation.as_ptr() as usize);
         let record = |op: &OpMetrics| {
-            op.duration.record(elapsed.as_secs_f64());
+            op.duration.record(Since(started));
             op.answered(code);
         };
         {
@@ -105,5 +105,30 @@ impl ChannelMetrics {
         };
         record(&op);
         ops.push((key, op));
+    }
+}
+
+#[cfg(all(test, feature = "prometheus"))]
+mod tests {
+    use super::*;
+
+    /// The duration is worked out only when a recorder asks, and then it is the call's.
+    #[test]
+    fn a_recorder_gets_the_calls_duration() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let m = ChannelMetrics::new("tcp");
+            let started = Instant::now() - std::time::Duration::from_millis(250);
+            m.record("Svc", "op", started, Some(StatusCode::Ok));
+        });
+        let text = handle.render();
+        let sum = text
+            .lines()
+            .find(|l| l.starts_with(m::CLIENT_DURATION) && l.contains("_sum"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no duration sum in:\n{text}"));
+        assert!((0.25..5.0).contains(&sum), "{sum}");
     }
 }

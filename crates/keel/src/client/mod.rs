@@ -590,9 +590,7 @@ impl Channel {
                 code.map_or("transport_error", StatusCode::as_str),
             );
         }
-        self.inner
-            .metrics
-            .record(service, operation, started.elapsed(), code);
+        self.inner.metrics.record(service, operation, started, code);
         answer
     }
 

@@ -128,6 +128,32 @@ pub(crate) const CLIENT_RECONNECTS: &str = "keel_client_reconnects_total";
 /// Tells the installed recorder what each of keel's metrics is (Prometheus' `# HELP`). Cheap;
 /// called whenever a host starts or a channel is built, as a recorder installed in between
 /// would otherwise lack them.
+/// The time from `from` to `to`, in seconds for a histogram, worked out only if the
+/// histogram records it: a handle registered with no recorder installed (the metrics crate's
+/// no-op) never asks, and the call path then does no `Instant` arithmetic for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Elapsed {
+    pub(crate) from: std::time::Instant,
+    pub(crate) to: std::time::Instant,
+}
+
+impl metrics::IntoF64 for Elapsed {
+    fn into_f64(self) -> f64 {
+        self.to.saturating_duration_since(self.from).as_secs_f64()
+    }
+}
+
+/// The time from an instant until the histogram asks (see [`Elapsed`]): no clock read unless
+/// a recorder records it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Since(pub(crate) std::time::Instant);
+
+impl metrics::IntoF64 for Since {
+    fn into_f64(self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
+}
+
 pub(crate) fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     let s = Unit::Seconds;

@@ -3,7 +3,6 @@
 //! names are in `core/metrics.rs`.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 
@@ -190,32 +189,4 @@ impl HostMetrics {
     }
 }
 
-/// Seconds, as histograms take them.
-pub(crate) fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
-/// The time from `from` to `to`, in seconds for a histogram, worked out only if the
-/// histogram records it: a handle registered with no recorder installed (the metrics crate's
-/// no-op) never asks, and the call path then does no `Instant` arithmetic for it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Elapsed {
-    pub(crate) from: Instant,
-    pub(crate) to: Instant,
-}
-
-impl metrics::IntoF64 for Elapsed {
-    fn into_f64(self) -> f64 {
-        secs(self.to.saturating_duration_since(self.from))
-    }
-}
-
-/// The time from an instant until the histogram asks (see [`Elapsed`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Since(pub(crate) Instant);
-
-impl metrics::IntoF64 for Since {
-    fn into_f64(self) -> f64 {
-        secs(self.0.elapsed())
-    }
-}
+pub(crate) use crate::core::metrics::{Elapsed, Since};
