@@ -60,6 +60,10 @@ struct State {
     /// Encoded frames not yet written. Bounded in practice by calls in flight times the message
     /// limit, as every queued frame belongs to a call in flight.
     buf: BytesMut,
+    /// An empty buffer with capacity: the writer takes `buf` and leaves this one for frames
+    /// queued meanwhile, then keeps the one it wrote as the next spare (see [`State::take`]).
+    /// Two buffers swapped cost no allocation and no split of one buffer's memory.
+    spare: BytesMut,
     /// Bytes the writer's holder took from `buf` and is writing now.
     in_flight: usize,
     /// Bytes the writer took but could not flush yet (TLS buffers them): the flusher must
@@ -86,6 +90,43 @@ impl std::fmt::Debug for State {
     }
 }
 
+/// The most capacity a written buffer keeps to be reused as the spare: a connection that once
+/// sent a large message does not hold two buffers that size.
+const MAX_SPARE: usize = 64 * 1024;
+
+impl State {
+    /// The queued bytes, for the writer to write outside the lock; frames queued meanwhile go
+    /// into the spare buffer.
+    fn take(&mut self) -> BytesMut {
+        let spare = std::mem::take(&mut self.spare);
+        let chunk = std::mem::replace(&mut self.buf, spare);
+        self.in_flight = chunk.len();
+        chunk
+    }
+
+    /// `chunk`, taken by [`State::take`], was written whole: it is kept, emptied, for the next
+    /// frames (unless it grew large).
+    fn written(&mut self, mut chunk: BytesMut) {
+        chunk.clear();
+        if chunk.capacity() > MAX_SPARE {
+            return;
+        }
+        if self.buf.is_empty() {
+            self.spare = std::mem::replace(&mut self.buf, chunk);
+        } else {
+            self.spare = chunk;
+        }
+    }
+
+    /// `chunk`, taken by [`State::take`], was partly written: what the socket did not take
+    /// goes first, before what was queued since.
+    fn unwritten(&mut self, mut chunk: BytesMut) {
+        chunk.extend_from_slice(&self.buf);
+        self.buf.clear();
+        self.spare = std::mem::replace(&mut self.buf, chunk);
+    }
+}
+
 /// Outcome of writing without waiting.
 enum Progress {
     Done,
@@ -108,6 +149,7 @@ impl Sink {
                 // Grown by the first frames, and kept: an idle connection holds no send
                 // buffer it never used (8 KiB each, most of an idle connection's memory).
                 buf: BytesMut::new(),
+                spare: BytesMut::new(),
                 in_flight: 0,
                 unflushed: false,
                 codec,
@@ -259,8 +301,7 @@ impl Sink {
             let Some(mut w) = st.writer.take() else {
                 break; // A sender or the flusher holds the writer and will see the new bytes.
             };
-            let mut chunk = st.buf.split();
-            st.in_flight = chunk.len();
+            let mut chunk = st.take();
             drop(st);
             let progress = try_write(&mut w, &mut chunk, &self.written);
             st = self.lock();
@@ -268,17 +309,9 @@ impl Sink {
             st.writer = Some(w);
             wrote = true;
             match progress {
-                Progress::Done => {
-                    if st.buf.is_empty() {
-                        // Reuse the chunk's allocation for the next frames.
-                        chunk.clear();
-                        st.buf.unsplit(chunk);
-                    }
-                }
+                Progress::Done => st.written(chunk),
                 Progress::WouldBlock => {
-                    // What the socket did not take goes first, before what was queued since.
-                    chunk.unsplit(st.buf.split());
-                    st.buf = chunk;
+                    st.unwritten(chunk);
                     st.unflushed = true;
                     self.flusher.notify_one();
                     break;
@@ -356,7 +389,7 @@ async fn flush_loop(sink: Arc<Sink>) {
         sink.flusher.notified().await;
         // Take the writer and the bytes; senders meanwhile append to the (now empty) buffer.
         loop {
-            let (mut w, mut chunk, closing) = {
+            let (mut w, chunk, closing) = {
                 let mut st = sink.lock();
                 if st.closed {
                     st.writer = None;
@@ -368,12 +401,10 @@ async fn flush_loop(sink: Arc<Sink>) {
                 }
                 let Some(w) = st.writer.take() else { break };
                 st.unflushed = false;
-                let chunk = st.buf.split();
-                st.in_flight = chunk.len();
+                let chunk = st.take();
                 (w, chunk, st.closing)
             };
             let ok = write_counted(&mut w, &chunk, &sink.written).await && w.flush().await.is_ok();
-            chunk.clear();
             let shut_down = {
                 let mut st = sink.lock();
                 st.in_flight = 0;
@@ -386,10 +417,7 @@ async fn flush_loop(sink: Arc<Sink>) {
                 if st.buf.is_empty() && (closing || st.closing) {
                     true
                 } else {
-                    if st.buf.is_empty() {
-                        // Reuse the chunk's allocation for the next frames.
-                        st.buf.unsplit(chunk);
-                    }
+                    st.written(chunk);
                     // Senders may write directly again; if more arrived, go round again.
                     let more = !st.buf.is_empty();
                     st.writer = Some(w);
@@ -479,5 +507,92 @@ mod tests {
             tokio::task::yield_now().await;
         }
         panic!("the frame stayed in the writer's buffer");
+    }
+
+    /// A socket that takes a few bytes, then is full until the flusher comes back for the rest.
+    /// While its first bytes are written, it sends another frame through the sink, as another
+    /// thread would (queued behind the one being written).
+    struct Trickles {
+        sent: Arc<Mutex<Vec<u8>>>,
+        full_next: bool,
+        meanwhile: Meanwhile,
+    }
+
+    /// The frame [`Trickles`] sends through the sink while it is being written to.
+    type Meanwhile = Arc<Mutex<Option<(Arc<Sink>, Frame)>>>;
+
+    impl AsyncRead for Trickles {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    impl AsyncWrite for Trickles {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            if std::mem::take(&mut self.full_next) {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            self.full_next = true;
+            if let Some((sink, frame)) = self.meanwhile.lock().unwrap().take() {
+                sink.send(&frame).unwrap();
+            }
+            let n = buf.len().min(7);
+            self.sent.lock().unwrap().extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl Io for Trickles {}
+
+    /// A frame a full socket left half written goes first, then the frames queued while it
+    /// was written and those sent after: every frame whole, in the order sent.
+    #[tokio::test]
+    async fn a_half_written_frame_goes_first_then_what_was_queued_behind_it() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let meanwhile = Arc::new(Mutex::new(None));
+        let io: Box<dyn Io> = Box::new(Trickles {
+            sent: sent.clone(),
+            full_next: false,
+            meanwhile: meanwhile.clone(),
+        });
+        let (_rd, wr) = tokio::io::split(io);
+        let (sink, flusher) = Sink::new(wr, Codec::new(Limits::default()));
+        tokio::spawn(flusher);
+        let frames: Vec<Frame> = (1..=20)
+            .map(|call_id| Frame::Cancel(Cancel { call_id }))
+            .collect();
+        *meanwhile.lock().unwrap() = Some((sink.clone(), frames[1].clone()));
+        sink.send(&frames[0]).unwrap();
+        for f in &frames[2..] {
+            sink.send(f).unwrap();
+            tokio::task::yield_now().await;
+        }
+        let mut expected = BytesMut::new();
+        let codec = Codec::new(Limits::default());
+        for f in &frames {
+            codec.encode(f, &mut expected).unwrap();
+        }
+        for _ in 0..10_000 {
+            if sent.lock().unwrap().len() >= expected.len() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(&sent.lock().unwrap()[..], &expected[..]);
     }
 }
