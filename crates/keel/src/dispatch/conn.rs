@@ -386,7 +386,11 @@ impl ConnShared {
         // idle, HTTP/1.1 with `connection: close` on its next answer (closing an idle one could
         // meet a request on its way, which its client could not tell was not taken).
         let wire = matches!(self.info.binding, "tcp" | "tcps" | "unix");
-        if wire && self.in_flight() == 0 {
+        // A request admitted before the GoAway (its id within `last_call_id`) counts as
+        // arriving until it is tracked: looked at first, so that a call moving from arriving
+        // to in flight meanwhile is seen in one or the other. (Any connection's arrival
+        // postpones the close to a later tick; it is a moment's state.)
+        if wire && self.dispatcher.arriving() == 0 && self.in_flight() == 0 {
             if !self.closing.swap(true, Ordering::AcqRel) {
                 self.close();
             }

@@ -345,6 +345,12 @@ impl Dispatcher {
         }
     }
 
+    /// Calls admitted and not yet tracked (their `Arrival` is in a binding's hands), on every
+    /// connection.
+    pub(crate) fn arriving(&self) -> usize {
+        self.arriving.load(Ordering::SeqCst)
+    }
+
     /// No call in flight, and none arriving: what a drain waits for.
     fn settled(&self) -> bool {
         self.arriving.load(Ordering::SeqCst) == 0 && self.in_flight() == 0
