@@ -452,15 +452,22 @@ mod tests {
         flushes: usize,
     }
 
-    impl AsyncRead for HoldsBack {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            _: &mut ReadBuf<'_>,
-        ) -> Poll<std::io::Result<()>> {
-            Poll::Pending
-        }
+    /// The test writers are never read from.
+    macro_rules! never_reads {
+        ($($t:ty),*) => {$(
+            impl AsyncRead for $t {
+                fn poll_read(
+                    self: Pin<&mut Self>,
+                    _: &mut Context<'_>,
+                    _: &mut ReadBuf<'_>,
+                ) -> Poll<std::io::Result<()>> {
+                    Poll::Pending
+                }
+            }
+        )*};
     }
+
+    never_reads!(HoldsBack, Trickles);
 
     impl AsyncWrite for HoldsBack {
         fn poll_write(
@@ -520,16 +527,6 @@ mod tests {
 
     /// The frame [`Trickles`] sends through the sink while it is being written to.
     type Meanwhile = Arc<Mutex<Option<(Arc<Sink>, Frame)>>>;
-
-    impl AsyncRead for Trickles {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            _: &mut ReadBuf<'_>,
-        ) -> Poll<std::io::Result<()>> {
-            Poll::Pending
-        }
-    }
 
     impl AsyncWrite for Trickles {
         fn poll_write(
