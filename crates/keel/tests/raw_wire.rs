@@ -436,3 +436,52 @@ fn a_client_that_stops_answering_is_closed_by_the_host() {
     assert_eq!(host.stats().connections_timed_out, 1);
     host.shutdown();
 }
+
+/// Encodes `Probe.sleep_ms(ms)` as call `call_id` into `out`.
+fn sleep_request(call_id: u64, ms: u64, out: &mut BytesMut) {
+    let frame = Frame::Request(Request {
+        call_id,
+        flags: RequestFlags::default(),
+        deadline_us: 0,
+        service: "Probe".into(),
+        operation: "sleep_ms".into(),
+        metadata: Bytes::new(),
+        compression: 0,
+        body: Bytes::from(args(&[("ms", ms)])),
+    });
+    Codec::new(Limits::default()).encode(&frame, out).unwrap();
+}
+
+#[test]
+fn a_quick_operation_that_blocks_once_holds_up_no_call_read_with_it() {
+    // Calls of an operation known to be quick, read together, run one after another on one
+    // pool thread (dispatch/runs.rs). If one of them blocks, the calls behind it must still be
+    // answered at once, not after it: the run's guard hands them to other threads.
+    let host = common::host();
+    let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
+    for call_id in 1..=8 {
+        let mut out = BytesMut::new();
+        sleep_request(call_id, 0, &mut out);
+        peer.send_bytes(&out);
+        assert_eq!(peer.reply().1, StatusCode::Ok);
+    }
+    // One write, so the host reads the calls together: the one that blocks comes first.
+    let mut out = BytesMut::new();
+    sleep_request(100, 3_000, &mut out);
+    for call_id in 101..=110 {
+        sleep_request(call_id, 0, &mut out);
+    }
+    peer.send_bytes(&out);
+    let mut answered = Vec::new();
+    for _ in 0..11 {
+        let (call_id, status, _) = peer.reply();
+        assert_eq!(status, StatusCode::Ok);
+        answered.push(call_id);
+    }
+    assert_eq!(
+        answered.last(),
+        Some(&100),
+        "calls were answered only after the one that blocked: {answered:?}"
+    );
+    host.shutdown();
+}

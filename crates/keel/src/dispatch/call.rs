@@ -273,28 +273,17 @@ impl Call {
     fn start(self, invocation: Invocation, permit: Permit) {
         match invocation {
             Invocation::Blocking(job) => {
-                let (conn, call_id, one_way) = (self.conn.clone(), self.call_id, self.one_way);
-                let handed = Instant::now();
-                let run = keel_pool::Task::new(move || {
-                    let _permit = permit;
-                    let started = Instant::now();
-                    let wait = Elapsed {
-                        from: handed,
-                        to: started,
-                    };
-                    self.metrics.pool_wait.record(wait);
-                    self.conn.dispatcher.metrics.pool_queue_wait.record(wait);
-                    if let Some(status) = self.refuse_start(started) {
-                        return self.finish_at(Err(status), started);
-                    }
-                    let outcome = self
-                        .ctx
-                        .span()
-                        .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
-                        .unwrap_or_else(|p| Err(panic_status(&p)));
-                    self.ran(outcome, started);
-                });
-                conn.run_blocking(call_id, one_way, run);
+                let conn = self.conn.clone();
+                let short = self.metrics.pace.short();
+                conn.run_blocking(
+                    Blocking {
+                        call: self,
+                        job,
+                        permit,
+                        handed: Instant::now(),
+                    },
+                    short,
+                );
             }
             Invocation::Async(fut) => {
                 // The handler is polled once here first: one that completes without waiting
@@ -334,7 +323,7 @@ impl Call {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match Pin::new(&mut run).poll(&mut cx) {
             Poll::Ready(outcome) => {
-                self.ran(outcome, started);
+                self.ran(outcome, started, false);
                 drop(permit);
                 None
             }
@@ -347,9 +336,15 @@ impl Call {
         }
     }
 
-    /// The handler that started at `started` ended with `outcome`: answer.
-    fn ran(self, outcome: Outcome, started: Instant) {
+    /// The handler that started at `started` ended with `outcome`: answer. `blocking`: it ran
+    /// on the pool (its time counts toward the operation's pace).
+    fn ran(self, outcome: Outcome, started: Instant, blocking: bool) {
         let ended = Instant::now();
+        if blocking {
+            self.metrics
+                .pace
+                .record(ended.saturating_duration_since(started));
+        }
         self.metrics.handler.record(Elapsed {
             from: started,
             to: ended,
@@ -363,6 +358,58 @@ type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 
 /// A throttle slot, held while the call runs.
 type Permit = super::throttle::Permit;
+
+/// A blocking call handed to keel-pool: run there, on its own or in a run (see `runs`).
+pub(crate) struct Blocking {
+    call: Call,
+    job: Box<dyn FnOnce() -> Outcome + Send>,
+    permit: Permit,
+    /// When it was handed over (the start of its wait for a pool thread).
+    handed: Instant,
+}
+
+impl Blocking {
+    /// The call's id on its connection.
+    pub(crate) fn call_id(&self) -> u64 {
+        self.call.call_id
+    }
+
+    /// Whether the call is one-way (no answer is sent).
+    pub(crate) fn one_way(&self) -> bool {
+        self.call.one_way
+    }
+
+    /// Runs the handler, on the pool thread this is called on, and answers the call.
+    pub(crate) fn run(self) {
+        let Blocking {
+            call,
+            job,
+            permit: _permit,
+            handed,
+        } = self;
+        let started = Instant::now();
+        let wait = Elapsed {
+            from: handed,
+            to: started,
+        };
+        call.metrics.pool_wait.record(wait);
+        call.conn.dispatcher.metrics.pool_queue_wait.record(wait);
+        if let Some(status) = call.refuse_start(started) {
+            return call.finish_at(Err(status), started);
+        }
+        let outcome = call
+            .ctx
+            .span()
+            .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
+            .unwrap_or_else(|p| Err(panic_status(&p)));
+        call.ran(outcome, started, true);
+    }
+
+    /// Boxed for the pool, to run on a thread of its own.
+    pub(crate) fn task(self) -> keel_pool::Task {
+        keel_pool::Task::new(move || self.run())
+    }
+}
 
 /// An async call whose handler did not complete at its first poll (see [`Call::first_poll`]).
 struct Waiting {
@@ -386,7 +433,7 @@ impl Waiting {
         let task = async move {
             let _permit = permit;
             let outcome = Deadline::new(run, call.deadline).await;
-            call.ran(outcome, started);
+            call.ran(outcome, started, false);
         };
         let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));
         ctx.set_task(handle.abort_handle());

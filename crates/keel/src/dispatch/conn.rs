@@ -4,14 +4,16 @@
 //! the answer.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::call::Blocking;
+use super::runs::{self, Job, Run};
 use super::{Arrival, Dispatcher};
 use crate::core::compress::{self, Compression};
 use crate::core::context::Context;
@@ -40,6 +42,10 @@ pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
     fn go_away(&self, reason: &str);
     /// Delivers what is queued, then closes the connection.
     fn close(&self);
+    /// Writes the answers queued while this thread ran a run of short blocking calls
+    /// ([`runs::deferring`](super::runs::deferring)). A binding that never queues them has
+    /// nothing to do.
+    fn flush(&self) {}
 }
 
 /// Facts about one connection, for `Host::connections`.
@@ -123,9 +129,12 @@ pub(crate) struct ConnShared {
 #[derive(Default)]
 struct Held {
     holding: bool,
-    jobs: Vec<keel_pool::Task>,
-    /// Each job's call id and one-way flag, to answer it if the pool refuses it.
-    calls: Vec<(u64, bool)>,
+    /// Calls of operations not known to be short: each goes to the pool on its own.
+    jobs: Vec<Blocking>,
+    /// Calls of short operations: they go to the pool in runs (see `runs`).
+    short: Vec<Job>,
+    /// The connection's latest run: calls join it while it runs.
+    run: Weak<Run>,
 }
 
 impl std::fmt::Debug for Held {
@@ -133,6 +142,7 @@ impl std::fmt::Debug for Held {
         f.debug_struct("Held")
             .field("holding", &self.holding)
             .field("jobs", &self.jobs.len())
+            .field("short", &self.short.len())
             .finish()
     }
 }
@@ -255,48 +265,127 @@ impl ConnShared {
     }
 
     /// Hands the blocking calls held since [`hold_blocking`](ConnShared::hold_blocking) to the
-    /// pool, together, and stops holding. (The lists keep their capacity: no allocation per
-    /// batch. The pool's lock is taken inside this one; the pool never calls back in.)
-    pub(crate) fn release_blocking(&self) {
+    /// pool, together, and stops holding: calls of short operations in runs (see `runs`), the
+    /// others one by one. (The lists keep their capacity. The pool's lock is taken inside this
+    /// one; the pool never calls back in.)
+    pub(crate) fn release_blocking(self: &Arc<Self>) {
         let mut held = self.held();
         held.holding = false;
-        let refused = match held.jobs.len() {
-            0 => return,
-            1 => {
-                let job = held.jobs.pop().expect("one job");
-                self.dispatcher.pool.spawn_task(job).is_err()
+        let Held {
+            jobs,
+            short,
+            run: latest,
+            ..
+        } = &mut *held;
+        if let Some(last) = short.last_mut() {
+            last.ends_batch = true;
+            // Join the connection's run if it still runs: its thread takes them, no wake-up.
+            if let Some(run) = latest.upgrade() {
+                run.join(short);
             }
-            _ => self
-                .dispatcher
-                .pool
-                .spawn_batch(held.jobs.drain(..))
-                .is_err(),
-        };
-        if !refused {
-            held.calls.clear();
-            return;
         }
-        let calls = std::mem::take(&mut held.calls);
+        if short.len() == 1 {
+            // A run of one would only cost its guard's attention.
+            jobs.push(short.pop().expect("one short call").call);
+        }
+        let mut runs = Vec::new();
+        if !short.is_empty() {
+            let budget = runs::RUN_BUDGET.as_nanos() as u64;
+            let mut run = VecDeque::new();
+            let mut expected = 0u64;
+            for job in short.drain(..) {
+                if !run.is_empty() && expected.saturating_add(job.nanos) > budget {
+                    runs.push(Run::new(self.clone(), std::mem::take(&mut run)));
+                    expected = 0;
+                }
+                expected = expected.saturating_add(job.nanos);
+                run.push_back(job);
+            }
+            runs.push(Run::new(self.clone(), run));
+            *latest = Arc::downgrade(runs.last().expect("a run"));
+        }
+        let mut runners = runs.iter().map(|run| {
+            let run = run.clone();
+            keel_pool::Task::new(move || run.run())
+        });
+        // Each job's call, to answer it if the pool refuses it (only at the end of shutdown).
+        let call = |job: &Blocking| (job.call_id(), job.one_way());
+        let pool = &self.dispatcher.pool;
+        let mut refused: Vec<(u64, bool)> = match (runs.len(), jobs.len()) {
+            (0, 0) => return,
+            (0, 1) => {
+                let job = jobs.pop().expect("one job");
+                let id = call(&job);
+                match pool.spawn_task(job.task()) {
+                    Ok(()) => return,
+                    Err(_) => vec![id],
+                }
+            }
+            (1, 0) => match pool.spawn_task(runners.next().expect("one run")) {
+                Ok(()) => return,
+                Err(_) => Vec::new(),
+            },
+            _ => {
+                let ids: Vec<(u64, bool)> = jobs.iter().map(call).collect();
+                let tasks = runners.chain(jobs.drain(..).map(Blocking::task));
+                match pool.spawn_batch(tasks) {
+                    Ok(()) => return,
+                    Err(_) => ids,
+                }
+            }
+        };
+        // The pool refused them (only at the end of shutdown). A refused run still holds its
+        // calls: its runner was dropped unrun.
+        for run in runs {
+            refused.extend(run.take_waiting().iter().map(|job| call(&job.call)));
+        }
         drop(held);
-        for (call_id, one_way) in calls {
+        for (call_id, one_way) in refused {
             self.refuse_blocking(call_id, one_way);
         }
     }
 
     /// Runs a blocking call's job on the pool, or holds it (see
-    /// [`hold_blocking`](ConnShared::hold_blocking)).
-    pub(crate) fn run_blocking(&self, call_id: u64, one_way: bool, job: keel_pool::Task) {
+    /// [`hold_blocking`](ConnShared::hold_blocking)). `short`: the call's expected time in
+    /// nanoseconds, if its operation is short (see `runs`).
+    pub(crate) fn run_blocking(&self, call: Blocking, short: Option<u64>) {
         {
             let mut held = self.held();
             if held.holding {
-                held.jobs.push(job);
-                held.calls.push((call_id, one_way));
+                match short {
+                    Some(nanos) => held.short.push(Job {
+                        call,
+                        nanos,
+                        ends_batch: false,
+                    }),
+                    None => held.jobs.push(call),
+                }
                 return;
             }
         }
-        if self.dispatcher.pool.spawn_task(job).is_err() {
+        let (call_id, one_way) = (call.call_id(), call.one_way());
+        if self.dispatcher.pool.spawn_task(call.task()).is_err() {
             self.refuse_blocking(call_id, one_way);
         }
+    }
+
+    /// Hands `jobs` to the pool, each on its own (the calls of a run that stalled).
+    pub(crate) fn spawn_jobs(&self, jobs: VecDeque<Job>) {
+        let calls: Vec<(u64, bool)> = jobs
+            .iter()
+            .map(|j| (j.call.call_id(), j.call.one_way()))
+            .collect();
+        let tasks = jobs.into_iter().map(|j| j.call.task());
+        if self.dispatcher.pool.spawn_batch(tasks).is_err() {
+            for (call_id, one_way) in calls {
+                self.refuse_blocking(call_id, one_way);
+            }
+        }
+    }
+
+    /// Writes the answers queued while a run of short calls ran (see `runs`).
+    pub(crate) fn flush_replies(&self) {
+        self.out.flush();
     }
 
     /// The pool closes only at the end of shutdown; answer rather than vanish.

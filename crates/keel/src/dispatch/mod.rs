@@ -12,6 +12,7 @@ mod call;
 mod conn;
 mod intercept;
 mod metrics;
+mod runs;
 mod throttle;
 mod watchdog;
 
@@ -22,6 +23,7 @@ pub(crate) use call::{dispatch, Incoming};
 pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
+pub(crate) use runs::deferring;
 pub use throttle::ThrottleConfig;
 pub(crate) use watchdog::DEFAULT_THRESHOLD as WATCHDOG_THRESHOLD;
 

@@ -98,9 +98,13 @@ impl Responder for WireResponder {
             details,
             body,
         });
-        if let Err(SendError::Encode(keel_wire::WireError::TooLarge { .. })) =
+        // In a run of short blocking calls, the run writes its replies together when it ends.
+        let sent = if crate::dispatch::deferring() {
+            self.wire.sink().enqueue(&reply)
+        } else {
             self.wire.sink().send(&reply)
-        {
+        };
+        if let Err(SendError::Encode(keel_wire::WireError::TooLarge { .. })) = sent {
             // Body and details together exceed the client's limit: say so instead.
             let _ = self.wire.sink().send(&Frame::Reply(Reply {
                 call_id,
@@ -119,6 +123,9 @@ impl Responder for WireResponder {
 
     fn close(&self) {
         self.wire.sink().close();
+    }
+    fn flush(&self) {
+        self.wire.sink().push();
     }
 }
 
@@ -292,7 +299,7 @@ struct ReadLimits {
 const UNCOUNTED_FRAME: usize = 64 * 1024;
 
 /// Hands a connection's held blocking calls to the pool when dropped.
-struct ReleaseBlocking<'a>(&'a ConnShared);
+struct ReleaseBlocking<'a>(&'a Arc<ConnShared>);
 
 impl Drop for ReleaseBlocking<'_> {
     fn drop(&mut self) {
@@ -493,7 +500,7 @@ fn start_batch(conn: &ConnShared, wire: &WireConn<()>, batch: &mut bool) {
 
 /// What the reader does before it waits for anything, if it started a batch: the batch's
 /// blocking calls go to the pool together, and what the batch produced leaves in one write.
-fn end_batch(conn: &ConnShared, wire: &WireConn<()>, batch: &mut bool) {
+fn end_batch(conn: &Arc<ConnShared>, wire: &WireConn<()>, batch: &mut bool) {
     if std::mem::take(batch) {
         conn.release_blocking();
         wire.sink().uncork();

@@ -1,0 +1,345 @@
+//! Runs of short blocking calls: the calls of one read batch whose operation is known to be
+//! quick run one after another on one keel-pool thread, and their replies leave in one write.
+//!
+//! Why: a sync (`fn`) operation runs on keel-pool, never on the runtime. Handed to the pool one
+//! by one, a batch of 20 calls that take a microsecond each woke pool threads, and each reply
+//! was its own `send`: keel-lab's `peers` measured the sync op at half the async op's
+//! throughput, and 2.8 µs more host CPU per call. A run costs one wake-up and one write per
+//! batch.
+//!
+//! The pool's promise is that no blocking call waits behind another. A run keeps it with two
+//! rules:
+//! - **Only calls known to be short join a run.** Each operation keeps a running mean of its
+//!   handler's time ([`Pace`]); an operation is short once it has answered a few calls with a
+//!   mean of at most [`SHORT`]. A new operation, or one that blocks (the seeds' 1 s and 2 s
+//!   handlers), is handed to the pool call by call, as before. A run holds at most
+//!   [`RUN_BUDGET`] of expected work; a larger batch makes several runs, one thread each.
+//! - **A run that stalls is split.** A short operation can still block this once. A guard
+//!   thread ticks every [`TICK`] while runs exist; a run whose current call has been running
+//!   for a whole tick has the calls still waiting behind it handed to the pool (each gets a
+//!   thread at once, by the pool's usual rule), and the replies it had already produced are
+//!   written. So a call waits behind another for at most two ticks (2 ms), not for the other's
+//!   whole handler. The guard parks after a few ticks without a run: an idle host has no
+//!   guard wake-ups.
+//!
+//! While a run's calls execute, replies are queued on the connection without being written
+//! ([`deferring`]); the run writes them when it ends ([`ConnShared::flush_replies`]).
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::thread::Thread;
+use std::time::Duration;
+
+use super::call::Blocking;
+use super::conn::ConnShared;
+
+/// An operation whose handler's mean time is at most this is short.
+pub(crate) const SHORT: Duration = Duration::from_micros(20);
+
+/// The most expected work (the sum of its calls' means) one run holds.
+pub(crate) const RUN_BUDGET: Duration = Duration::from_micros(100);
+
+/// The guard's tick: a call that has run for a whole tick has the rest of its run split off.
+pub(crate) const TICK: Duration = Duration::from_millis(1);
+
+/// Calls an operation must have answered before its mean counts.
+const MIN_SAMPLES: u64 = 4;
+
+/// An operation's pace: a running mean of its handler's time, for the decision to run its calls
+/// in a run. Updated without a lock (a lost update between two threads only delays the mean).
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    /// The mean, in nanoseconds (an exponentially weighted one, 1/8 per call).
+    mean_nanos: AtomicU64,
+    /// Calls counted, up to [`MIN_SAMPLES`].
+    samples: AtomicU64,
+}
+
+impl Pace {
+    /// Counts a handler that took `took`.
+    pub(crate) fn record(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let samples = self.samples.load(Ordering::Relaxed);
+        let mean = if samples == 0 {
+            took
+        } else {
+            let old = self.mean_nanos.load(Ordering::Relaxed);
+            // old + (took - old) / 8, in unsigned arithmetic.
+            (old - old / 8).saturating_add(took / 8)
+        };
+        self.mean_nanos.store(mean, Ordering::Relaxed);
+        if samples < MIN_SAMPLES {
+            self.samples.store(samples + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// The expected time of one call, if the operation is short (see the module docs).
+    pub(crate) fn short(&self) -> Option<u64> {
+        if self.samples.load(Ordering::Relaxed) < MIN_SAMPLES {
+            return None;
+        }
+        let mean = self.mean_nanos.load(Ordering::Relaxed);
+        (mean <= SHORT.as_nanos() as u64).then_some(mean)
+    }
+}
+
+/// A short blocking call in a run.
+pub(crate) struct Job {
+    pub(crate) call: Blocking,
+    /// Its expected time in nanoseconds (its operation's pace).
+    pub(crate) nanos: u64,
+    /// The last of the calls that joined the run together: the run writes the replies it has
+    /// produced after running it.
+    pub(crate) ends_batch: bool,
+}
+
+/// Short calls of one connection, run one after another on one pool thread.
+pub(crate) struct Run {
+    conn: Arc<ConnShared>,
+    state: Mutex<RunState>,
+    /// The guard's tick when the running call started; 0 between calls.
+    running_since: AtomicU64,
+}
+
+struct RunState {
+    /// The calls not started yet.
+    waiting: VecDeque<Job>,
+    /// Their expected time, in nanoseconds.
+    expected: u64,
+    /// No more calls may join: the run has ended (it found no call waiting) or was split.
+    closed: bool,
+}
+
+impl Run {
+    /// A run of `jobs`, in this order, on `conn`. The caller hands it to the pool
+    /// ([`Run::run`]).
+    pub(crate) fn new(conn: Arc<ConnShared>, jobs: VecDeque<Job>) -> Arc<Run> {
+        let expected = jobs.iter().map(|j| j.nanos).sum();
+        Arc::new(Run {
+            conn,
+            state: Mutex::new(RunState {
+                waiting: jobs,
+                expected,
+                closed: false,
+            }),
+            running_since: AtomicU64::new(0),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, RunState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds `jobs` (a batch, all short) behind the calls waiting, if the run has not ended and
+    /// they fit its budget: the thread running it takes them without a wake-up. Returns them
+    /// otherwise.
+    pub(crate) fn join(&self, jobs: &mut Vec<Job>) -> bool {
+        let nanos: u64 = jobs.iter().map(|j| j.nanos).sum();
+        let mut st = self.state();
+        if st.closed || st.expected.saturating_add(nanos) > RUN_BUDGET.as_nanos() as u64 {
+            return false;
+        }
+        st.expected += nanos;
+        st.waiting.extend(jobs.drain(..));
+        true
+    }
+
+    /// Runs the calls, on the pool thread this is called on, writing the replies of each
+    /// batch that joined once its last call has run.
+    pub(crate) fn run(self: Arc<Self>) {
+        let g = guard();
+        g.watch(&self);
+        DEFERRING.with(|d| d.set(true));
+        loop {
+            let job = {
+                let mut st = self.state();
+                let Some(job) = st.waiting.pop_front() else {
+                    st.closed = true;
+                    break;
+                };
+                st.expected -= job.nanos;
+                job
+            };
+            let ends_batch = job.ends_batch;
+            self.running_since
+                .store(g.tick.load(Ordering::Relaxed), Ordering::Relaxed);
+            // A panic in keel's own code (the handler's are caught inside) must not lose the
+            // calls behind it.
+            if catch_unwind(AssertUnwindSafe(|| job.call.run())).is_err() {
+                log::error!("a blocking call's completion panicked");
+            }
+            self.running_since.store(0, Ordering::Relaxed);
+            if ends_batch {
+                self.conn.flush_replies();
+            }
+        }
+        DEFERRING.with(|d| d.set(false));
+        self.conn.flush_replies();
+    }
+
+    /// Ends the run for new calls and takes out those not started (for a pool that refused
+    /// the run, or a split).
+    pub(crate) fn take_waiting(&self) -> VecDeque<Job> {
+        let mut st = self.state();
+        st.closed = true;
+        st.expected = 0;
+        std::mem::take(&mut st.waiting)
+    }
+
+    /// Hands the calls still waiting to the pool, one by one, and writes the replies produced
+    /// so far (the guard, for a run that stalled).
+    fn split(&self) {
+        let rest = self.take_waiting();
+        self.conn.flush_replies();
+        if !rest.is_empty() {
+            self.conn.spawn_jobs(rest);
+        }
+    }
+}
+
+thread_local! {
+    /// This thread is running a [`Run`]: replies are queued, not written.
+    static DEFERRING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a reply produced now should only be queued: the thread is running a run of short
+/// calls, which writes its replies together when it ends.
+pub(crate) fn deferring() -> bool {
+    DEFERRING.with(Cell::get)
+}
+
+/// The process's guard over running runs (see the module docs).
+struct Guard {
+    /// Ticks since the guard started; starts at 1 (0 marks a run between calls).
+    tick: AtomicU64,
+    runs: Mutex<Vec<Weak<Run>>>,
+    /// The guard thread is parked (or about to park): a new run must unpark it.
+    parked: AtomicBool,
+    thread: OnceLock<Thread>,
+}
+
+fn guard() -> &'static Guard {
+    static GUARD: OnceLock<&'static Guard> = OnceLock::new();
+    GUARD.get_or_init(|| {
+        let g: &'static Guard = Box::leak(Box::new(Guard {
+            tick: AtomicU64::new(1),
+            runs: Mutex::new(Vec::new()),
+            parked: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        }));
+        match std::thread::Builder::new()
+            .name("keel-run-guard".into())
+            .stack_size(64 * 1024)
+            .spawn(move || g.main())
+        {
+            Ok(handle) => {
+                let _ = g.thread.set(handle.thread().clone());
+            }
+            // Without its thread a stalled run is not split: its calls still run, one after
+            // another. A process that cannot start one thread is failing anyway.
+            Err(e) => log::error!("keel: cannot start the run guard's thread: {e}"),
+        }
+        g
+    })
+}
+
+impl Guard {
+    fn runs(&self) -> MutexGuard<'_, Vec<Weak<Run>>> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Watches `run` until it ends.
+    fn watch(&self, run: &Arc<Run>) {
+        self.runs().push(Arc::downgrade(run));
+        if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    fn main(&self) {
+        let mut idle_ticks = 0u32;
+        loop {
+            std::thread::sleep(TICK);
+            let now = self.tick.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.scan(now) {
+                idle_ticks = 0;
+                continue;
+            }
+            idle_ticks += 1;
+            if idle_ticks < 4 {
+                continue;
+            }
+            // Park until a run starts. The flag first, then one more look: a run that started
+            // in between either sees the flag (and unparks) or is seen here.
+            self.parked.store(true, Ordering::SeqCst);
+            if self.scan(now) {
+                self.parked.store(false, Ordering::SeqCst);
+                continue;
+            }
+            while self.parked.load(Ordering::SeqCst) {
+                std::thread::park();
+            }
+            idle_ticks = 0;
+        }
+    }
+
+    /// Splits the runs whose call has run for a whole tick at tick `now`; forgets ended runs.
+    /// Returns whether any run is left.
+    fn scan(&self, now: u64) -> bool {
+        let stalled: Vec<Arc<Run>> = {
+            let mut runs = self.runs();
+            runs.retain(|r| r.strong_count() > 0);
+            runs.iter()
+                .filter_map(Weak::upgrade)
+                .filter(|r| {
+                    let since = r.running_since.load(Ordering::Relaxed);
+                    // Started during tick `since`: a whole tick has passed by `since + 2`.
+                    since != 0 && now >= since + 2
+                })
+                .collect()
+        };
+        for run in &stalled {
+            run.split();
+        }
+        !self.runs().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operation_is_short_only_after_a_few_quick_calls() {
+        let pace = Pace::default();
+        for _ in 0..MIN_SAMPLES - 1 {
+            pace.record(Duration::from_micros(1));
+            assert_eq!(pace.short(), None, "too few calls to tell");
+        }
+        pace.record(Duration::from_micros(1));
+        assert_eq!(pace.short(), Some(1_000));
+    }
+
+    #[test]
+    fn one_slow_call_makes_an_operation_long_until_quick_ones_bring_the_mean_down() {
+        let pace = Pace::default();
+        for _ in 0..MIN_SAMPLES {
+            pace.record(Duration::from_micros(1));
+        }
+        pace.record(Duration::from_millis(2));
+        assert_eq!(pace.short(), None, "a mean of ~250 µs is not short");
+        let mut quick = 0;
+        while pace.short().is_none() {
+            pace.record(Duration::from_micros(1));
+            quick += 1;
+            assert!(quick < 100, "the mean never came down");
+        }
+        // (2 ms / 8) × (7/8)^n ≤ 20 µs: n ≥ 19.
+        assert!(quick >= 15, "came down after only {quick} quick calls");
+    }
+}
