@@ -4,8 +4,9 @@
 //! Why: a sync (`fn`) operation runs on keel-pool, never on the runtime. Handed to the pool one
 //! by one, a batch of 20 calls that take a microsecond each woke pool threads, and each reply
 //! was its own `send`: keel-lab's `peers` measured the sync op at half the async op's
-//! throughput, and 2.8 µs more host CPU per call. A run costs one wake-up and one write per
-//! batch.
+//! throughput, with 3 µs more host CPU per call. A run costs at most one wake-up and one write
+//! per batch: a batch that arrives while the connection's run still runs joins it (within its
+//! budget), and the thread running it takes the calls without a wake-up.
 //!
 //! The pool's promise is that no blocking call waits behind another. A run keeps it with two
 //! rules:
@@ -23,7 +24,8 @@
 //!   guard wake-ups.
 //!
 //! While a run's calls execute, replies are queued on the connection without being written
-//! ([`deferring`]); the run writes them when it ends ([`ConnShared::flush_replies`]).
+//! ([`deferring`]); the run writes them after each batch's last call and when it ends
+//! ([`ConnShared::flush_replies`]).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
