@@ -14,6 +14,7 @@ mod intercept;
 mod metrics;
 mod runs;
 mod throttle;
+mod ticker;
 mod watchdog;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};

@@ -30,13 +30,13 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::thread::Thread;
 use std::time::Duration;
 
 use super::call::Blocking;
 use super::conn::ConnShared;
+use super::ticker::{Ticker, Watch};
 
 /// An operation whose handler's mean time is at most this is short.
 pub(crate) const SHORT: Duration = Duration::from_micros(20);
@@ -166,8 +166,7 @@ impl Run {
                 job
             };
             let ends_batch = job.ends_batch;
-            self.running_since
-                .store(g.tick.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.running_since.store(g.ticker.now(), Ordering::Relaxed);
             // A panic in keel's own code (the handler's are caught inside) must not lose the
             // calls behind it.
             if catch_unwind(AssertUnwindSafe(|| job.call.run())).is_err() {
@@ -215,34 +214,22 @@ pub(crate) fn deferring() -> bool {
 
 /// The process's guard over running runs (see the module docs).
 struct Guard {
-    /// Ticks since the guard started; starts at 1 (0 marks a run between calls).
-    tick: AtomicU64,
+    /// The tick (0 marks a run between calls) and the guard's thread.
+    ticker: Ticker,
     runs: Mutex<Vec<Weak<Run>>>,
-    /// The guard thread is parked (or about to park): a new run must unpark it.
-    parked: AtomicBool,
-    thread: OnceLock<Thread>,
 }
 
 fn guard() -> &'static Guard {
     static GUARD: OnceLock<&'static Guard> = OnceLock::new();
     GUARD.get_or_init(|| {
         let g: &'static Guard = Box::leak(Box::new(Guard {
-            tick: AtomicU64::new(1),
+            ticker: Ticker::new(),
             runs: Mutex::new(Vec::new()),
-            parked: AtomicBool::new(false),
-            thread: OnceLock::new(),
         }));
-        match std::thread::Builder::new()
-            .name("keel-run-guard".into())
-            .stack_size(64 * 1024)
-            .spawn(move || g.main())
-        {
-            Ok(handle) => {
-                let _ = g.thread.set(handle.thread().clone());
-            }
-            // Without its thread a stalled run is not split: its calls still run, one after
-            // another. A process that cannot start one thread is failing anyway.
-            Err(e) => log::error!("keel: cannot start the run guard's thread: {e}"),
+        // Without its thread a stalled run is not split: its calls still run, one after
+        // another. A process that cannot start one thread is failing anyway.
+        if let Err(e) = g.ticker.start("keel-run-guard", g) {
+            log::error!("keel: cannot start the run guard's thread: {e}");
         }
         g
     })
@@ -256,43 +243,17 @@ impl Guard {
     /// Watches `run` until it ends.
     fn watch(&self, run: &Arc<Run>) {
         self.runs().push(Arc::downgrade(run));
-        if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
-        }
+        self.ticker.wake();
     }
+}
 
-    fn main(&self) {
-        let mut idle_ticks = 0u32;
-        loop {
-            std::thread::sleep(TICK);
-            let now = self.tick.fetch_add(1, Ordering::Relaxed) + 1;
-            if self.scan(now) {
-                idle_ticks = 0;
-                continue;
-            }
-            idle_ticks += 1;
-            if idle_ticks < 4 {
-                continue;
-            }
-            // Park until a run starts. The flag first, then one more look: a run that started
-            // in between either sees the flag (and unparks) or is seen here.
-            self.parked.store(true, Ordering::SeqCst);
-            if self.scan(now) {
-                self.parked.store(false, Ordering::SeqCst);
-                continue;
-            }
-            while self.parked.load(Ordering::SeqCst) {
-                std::thread::park();
-            }
-            idle_ticks = 0;
-        }
+impl Watch for Guard {
+    fn period(&self) -> Option<Duration> {
+        Some(TICK)
     }
 
     /// Splits the runs whose call has run for a whole tick at tick `now`; forgets ended runs.
-    /// Returns whether any run is left.
-    fn scan(&self, now: u64) -> bool {
+    fn scan(&self, now: u64, _: Duration) -> bool {
         let stalled: Vec<Arc<Run>> = {
             let mut runs = self.runs();
             runs.retain(|r| r.strong_count() > 0);

@@ -5,23 +5,23 @@
 //!
 //! How: each runtime thread has a slot. Polling a watched handler stores the current *tick* and
 //! the operation in the slot, and clears it when the poll returns: two relaxed stores and a load,
-//! no clock read. One process-wide thread advances the tick every quarter of the smallest
-//! threshold and looks at every slot; a slot whose tick is old enough is reported, once per
-//! poll. The thread parks while no watched poll runs, so an idle process has no watchdog
+//! no clock read. One process-wide thread (a `ticker`) advances the tick every quarter of the
+//! smallest threshold and looks at every slot; a slot whose tick is old enough is reported, once
+//! per poll. The thread parks while no watched poll runs, so an idle process has no watchdog
 //! wake-ups; the next poll unparks it.
 //!
 //! What it measures is wall-clock time: a poll preempted by the OS for longer than the threshold
 //! (a badly overloaded machine) is reported too.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::task::{Context, Poll};
-use std::thread::Thread;
 use std::time::Duration;
 use std::{future::Future, pin::Pin};
 
 use metrics::{counter, Counter};
 
+use super::ticker::{Ticker, Watch};
 use crate::core::metrics as m;
 
 /// The default threshold ([`HostBuilder::blocking_watchdog`](crate::HostBuilder::blocking_watchdog)).
@@ -56,37 +56,25 @@ struct Slot {
 }
 
 struct Watchdog {
-    /// Ticks since the watchdog started; starts at 1 (0 marks an empty slot).
-    tick: AtomicU64,
+    /// The tick (0 marks an empty slot) and the thread.
+    ticker: Ticker,
     /// The tick's length, in nanoseconds: a quarter of the smallest threshold registered.
     tick_nanos: AtomicU64,
     slots: Mutex<Vec<Weak<Slot>>>,
     ops: RwLock<Vec<WatchedOp>>,
-    /// The watchdog thread is parked (or about to park): a poll must unpark it.
-    parked: AtomicBool,
-    thread: OnceLock<Thread>,
 }
 
 fn watchdog() -> &'static Watchdog {
     static WATCHDOG: OnceLock<&'static Watchdog> = OnceLock::new();
     WATCHDOG.get_or_init(|| {
         let w: &'static Watchdog = Box::leak(Box::new(Watchdog {
-            tick: AtomicU64::new(1),
+            ticker: Ticker::new(),
             tick_nanos: AtomicU64::new(u64::MAX),
             slots: Mutex::new(Vec::new()),
             ops: RwLock::new(Vec::new()),
-            parked: AtomicBool::new(true),
-            thread: OnceLock::new(),
         }));
-        match std::thread::Builder::new()
-            .name("keel-watchdog".into())
-            .stack_size(64 * 1024)
-            .spawn(move || w.run())
-        {
-            Ok(handle) => {
-                let _ = w.thread.set(handle.thread().clone());
-            }
-            Err(e) => log::warn!("keel: cannot start the blocking watchdog: {e}"),
+        if let Err(e) = w.ticker.start("keel-watchdog", w) {
+            log::warn!("keel: cannot start the blocking watchdog: {e}");
         }
         w
     })
@@ -104,10 +92,8 @@ pub(crate) fn register(
     let threshold = threshold.max(MIN_THRESHOLD);
     let quarter = u64::try_from((threshold / 4).as_nanos()).unwrap_or(u64::MAX);
     w.tick_nanos.fetch_min(quarter, Ordering::Relaxed);
-    // The thread may have started before the tick was set (see `Watchdog::run`).
-    if let Some(t) = w.thread.get() {
-        t.unpark();
-    }
+    // The thread may have started before the tick was set (see `Watchdog::period`).
+    w.ticker.unpark();
     let mut ops = w.ops.write().unwrap_or_else(|e| e.into_inner());
     ops.push(WatchedOp {
         service,
@@ -159,13 +145,8 @@ impl<F: Future + Unpin> Future for Watched<F> {
                 slot.op.load(Ordering::Relaxed),
             );
             slot.op.store(op, Ordering::Relaxed);
-            slot.started
-                .store(w.tick.load(Ordering::Relaxed), Ordering::SeqCst);
-            if w.parked.load(Ordering::SeqCst) && w.parked.swap(false, Ordering::SeqCst) {
-                if let Some(t) = w.thread.get() {
-                    t.unpark();
-                }
-            }
+            slot.started.store(w.ticker.now(), Ordering::SeqCst);
+            w.ticker.wake();
             let out = Pin::new(&mut *fut).poll(cx);
             slot.op.store(outer.1, Ordering::Relaxed);
             slot.started.store(outer.0, Ordering::Release);
@@ -176,39 +157,14 @@ impl<F: Future + Unpin> Future for Watched<F> {
     }
 }
 
-impl Watchdog {
-    fn run(&self) {
-        let mut idle_ticks = 0u32;
-        loop {
-            let nanos = self.tick_nanos.load(Ordering::Relaxed);
-            if nanos == u64::MAX {
-                // No operation registered yet: the thread can start before its first
-                // registration sets the tick, and a sleep of `u64::MAX` would never end.
-                // `register` unparks it.
-                std::thread::park();
-                continue;
-            }
-            std::thread::sleep(Duration::from_nanos(nanos));
-            let now = self.tick.fetch_add(1, Ordering::Relaxed) + 1;
-            if self.scan(now, Duration::from_nanos(nanos)) {
-                idle_ticks = 0;
-                continue;
-            }
-            idle_ticks += 1;
-            if idle_ticks < 4 {
-                continue;
-            }
-            // Park until a watched poll begins. The flag first, then one more look: a poll
-            // that began in between either sees the flag (and unparks) or is seen here.
-            self.parked.store(true, Ordering::SeqCst);
-            if self.scan(now, Duration::from_nanos(nanos)) {
-                self.parked.store(false, Ordering::SeqCst);
-                continue;
-            }
-            while self.parked.load(Ordering::SeqCst) {
-                std::thread::park();
-            }
-            idle_ticks = 0;
+impl Watch for Watchdog {
+    fn period(&self) -> Option<Duration> {
+        // `u64::MAX`: no operation registered yet. The thread can start before its first
+        // registration sets the tick, and a sleep of `u64::MAX` would never end; `register`
+        // unparks it.
+        match self.tick_nanos.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            nanos => Some(Duration::from_nanos(nanos)),
         }
     }
 
