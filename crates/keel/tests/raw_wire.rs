@@ -5,7 +5,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use common::{args, echo_args, msgpack};
@@ -452,11 +452,49 @@ fn sleep_request(call_id: u64, ms: u64, out: &mut BytesMut) {
     Codec::new(Limits::default()).encode(&frame, out).unwrap();
 }
 
+/// Sends, in one write (so that the host reads them together), `before` quick calls of
+/// `Probe.sleep_ms`, one that blocks for 3 s, and `after` quick ones; checks that every quick
+/// call is answered before the blocking one could have finished, and the blocking one last.
+fn quick_calls_around_a_blocking_one(peer: &mut RawPeer, first_id: u64, before: u64, after: u64) {
+    let blocking = first_id + before;
+    let mut out = BytesMut::new();
+    for call_id in first_id..blocking {
+        sleep_request(call_id, 0, &mut out);
+    }
+    sleep_request(blocking, 3_000, &mut out);
+    for call_id in blocking + 1..=blocking + after {
+        sleep_request(call_id, 0, &mut out);
+    }
+    let sent = Instant::now();
+    peer.send_bytes(&out);
+    let mut answered = Vec::new();
+    for _ in 0..before + after {
+        let (call_id, status, _) = peer.reply();
+        assert_eq!(status, StatusCode::Ok);
+        answered.push(call_id);
+    }
+    let quick = sent.elapsed();
+    assert!(
+        !answered.contains(&blocking),
+        "the blocking call was answered before calls read with it: {answered:?}"
+    );
+    // The blocking call sleeps 3 s from when it starts, after `sent`: replies that waited for it
+    // cannot have come sooner.
+    assert!(
+        quick < Duration::from_millis(2_900),
+        "the quick calls' replies came after {quick:?}, with the blocking call's"
+    );
+    let (call_id, status, _) = peer.reply();
+    assert_eq!((call_id, status), (blocking, StatusCode::Ok));
+}
+
 #[test]
 fn a_quick_operation_that_blocks_once_holds_up_no_call_read_with_it() {
     // Calls of an operation known to be quick, read together, run one after another on one
     // pool thread (dispatch/runs.rs). If one of them blocks, the calls behind it must still be
-    // answered at once, not after it: the run's guard hands them to other threads.
+    // started at once, not after it (the run's guard hands them to other threads: the first
+    // part fails without that), and the replies of those before it must be written without
+    // waiting for it.
     let host = common::host();
     let (mut peer, _) = RawPeer::connect(host.url(), keel_wire::VERSION);
     for call_id in 1..=8 {
@@ -465,23 +503,9 @@ fn a_quick_operation_that_blocks_once_holds_up_no_call_read_with_it() {
         peer.send_bytes(&out);
         assert_eq!(peer.reply().1, StatusCode::Ok);
     }
-    // One write, so the host reads the calls together: the one that blocks comes first.
-    let mut out = BytesMut::new();
-    sleep_request(100, 3_000, &mut out);
-    for call_id in 101..=110 {
-        sleep_request(call_id, 0, &mut out);
-    }
-    peer.send_bytes(&out);
-    let mut answered = Vec::new();
-    for _ in 0..11 {
-        let (call_id, status, _) = peer.reply();
-        assert_eq!(status, StatusCode::Ok);
-        answered.push(call_id);
-    }
-    assert_eq!(
-        answered.last(),
-        Some(&100),
-        "calls were answered only after the one that blocked: {answered:?}"
-    );
+    // Calls behind the blocking one.
+    quick_calls_around_a_blocking_one(&mut peer, 100, 3, 10);
+    // Replies produced before it, with nothing behind it.
+    quick_calls_around_a_blocking_one(&mut peer, 200, 5, 0);
     host.shutdown();
 }
