@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ::http::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
+    HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
     CONTENT_TYPE, HOST,
 };
 use ::http::{Method, Request, Response, Uri};
@@ -35,6 +35,11 @@ use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::transport::{Endpoint, ALPN_H2, ALPN_HTTP1};
+
+/// [`DEADLINE_HEADER`], parsed once.
+const DEADLINE: HeaderName = HeaderName::from_static(DEADLINE_HEADER);
+/// [`ARGS_HEADER`], parsed once.
+const ARGS: HeaderName = HeaderName::from_static(ARGS_HEADER);
 
 /// The HTTP version of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -587,45 +592,49 @@ impl HttpClient {
         let remaining = deadline.saturating_duration_since(Instant::now());
         // Rounded up, so a sub-millisecond remainder is not sent as "no time at all".
         let remaining_ms = remaining.as_micros().div_ceil(1000).max(1);
-        let mut builder = Request::builder()
-            .method(Method::POST)
-            .uri(uri)
-            .header(ACCEPT, HeaderValue::from_static(MSGPACK_CONTENT_TYPE))
-            .header(DEADLINE_HEADER, remaining_ms.to_string());
+        let remaining_ms = u64::try_from(remaining_ms).unwrap_or(u64::MAX);
+        // The head is built in place (`Request::builder` moves its parts through a `Result`
+        // at every step), with header names that need no parsing. After the metadata, headers
+        // are appended, as the builder did.
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(ACCEPT, HeaderValue::from_static(MSGPACK_CONTENT_TYPE));
+        headers.insert(DEADLINE, HeaderValue::from(remaining_ms));
         if proto == Proto::H1 {
-            builder = builder.header(HOST, authority);
+            let host = HeaderValue::from_str(authority).map_err(|e| {
+                Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
+            })?;
+            headers.insert(HOST, host);
         }
-        if let Some(headers) = builder.headers_mut() {
-            metadata_to_headers(metadata, headers);
-            if accepts_compressed {
-                headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("zstd, gzip"));
-            }
+        metadata_to_headers(metadata, headers);
+        if accepts_compressed {
+            headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("zstd, gzip"));
         }
         let (body, returned) = match upload {
             Some(stream) => {
-                builder = builder
-                    .header(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE))
-                    .header(ARGS_HEADER, super::args_encode(body));
+                headers.append(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE));
+                let args = HeaderValue::try_from(super::args_encode(body)).map_err(|e| {
+                    Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
+                })?;
+                headers.append(ARGS, args);
                 let (body, returned) = body::replayable(stream);
                 (RequestBody::Stream(body), Some(returned))
             }
             None => {
-                builder =
-                    builder.header(CONTENT_TYPE, HeaderValue::from_static(MSGPACK_CONTENT_TYPE));
+                headers.append(CONTENT_TYPE, HeaderValue::from_static(MSGPACK_CONTENT_TYPE));
                 if let Some(codec) = compression {
-                    builder = builder.header(CONTENT_ENCODING, codec.as_str());
+                    headers.append(CONTENT_ENCODING, HeaderValue::from_static(codec.as_str()));
                 }
                 // hyper adds it on HTTP/1.1; on HTTP/2 it lets the host refuse an oversized
                 // body before reading it.
                 if proto == Proto::H2 {
-                    builder = builder.header(CONTENT_LENGTH, body.len());
+                    headers.append(CONTENT_LENGTH, HeaderValue::from(body.len()));
                 }
                 (RequestBody::Full(body.clone()), None)
             }
         };
-        let request = builder.body(()).map_err(|e| {
-            Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
-        })?;
         Ok((request, body, returned))
     }
 
