@@ -575,8 +575,14 @@ impl Reading {
         if let Some(d) = cell.take() {
             return Poll::Ready(d);
         }
-        // Someone else reads right now (the task, on another thread): it answers this call too.
-        if let Ok(mut side) = self.side.try_lock() {
+        // Locked, not tried: the lock's other holders (the task, the connection's timer) hold
+        // it for a moment and never wait under it. A `try_lock` that gave up here lost wake-ups:
+        // the task, holding the lock only to note its waker, does not read while a call has the
+        // socket, so the news the socket had just woken this call for was read by nobody until
+        // keepalive took the socket back (20 s; seen under load in
+        // bindings::tcp::graceful_shutdown_with_a_thousand_calls_in_flight_loses_none).
+        {
+            let mut side = self.lock();
             if wire.claim_socket(call_id) {
                 side.waker.aim(cx.waker());
                 // Aimed first, then looked. The socket needs no poll if it is armed and has not
