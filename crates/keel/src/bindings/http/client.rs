@@ -566,6 +566,12 @@ impl HttpClient {
         }
     }
 
+    /// A request this client's endpoint cannot make (a bad URI or header value): a
+    /// configuration error naming the endpoint.
+    fn config_error(&self, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
+    }
+
     /// `POST /{service}/{operation}` with a postcard body and the remaining deadline; or, for a
     /// streamed upload, the stream as the body and the other arguments (`body`) in the
     /// `keel-args` header, and where the stream comes back if the request is dropped before a
@@ -586,9 +592,7 @@ impl HttpClient {
             Proto::H1 => path,
             Proto::H2 => format!("{}://{authority}{path}", self.endpoint.scheme()),
         };
-        let uri: Uri = uri.parse().map_err(|e: ::http::uri::InvalidUri| {
-            Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
-        })?;
+        let uri: Uri = uri.parse().map_err(|e| self.config_error(e))?;
         let remaining = deadline.saturating_duration_since(Instant::now());
         // Rounded up, so a sub-millisecond remainder is not sent as "no time at all".
         let remaining_ms = remaining.as_micros().div_ceil(1000).max(1);
@@ -603,9 +607,7 @@ impl HttpClient {
         headers.insert(ACCEPT, HeaderValue::from_static(MSGPACK_CONTENT_TYPE));
         headers.insert(DEADLINE, HeaderValue::from(remaining_ms));
         if proto == Proto::H1 {
-            let host = HeaderValue::from_str(authority).map_err(|e| {
-                Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
-            })?;
+            let host = HeaderValue::from_str(authority).map_err(|e| self.config_error(e))?;
             headers.insert(HOST, host);
         }
         metadata_to_headers(metadata, headers);
@@ -615,9 +617,8 @@ impl HttpClient {
         let (body, returned) = match upload {
             Some(stream) => {
                 headers.append(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE));
-                let args = HeaderValue::try_from(super::args_encode(body)).map_err(|e| {
-                    Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
-                })?;
+                let args = HeaderValue::try_from(super::args_encode(body))
+                    .map_err(|e| self.config_error(e))?;
                 headers.append(ARGS, args);
                 let (body, returned) = body::replayable(stream);
                 (RequestBody::Stream(body), Some(returned))
