@@ -12,7 +12,7 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
-//! keel-lab peers [--seconds 3]         keel beside raw TCP, tonic, tarpc
+//! keel-lab peers [--seconds 3] [--rounds 3]  keel beside raw TCP, tonic, tarpc
 //! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
 //!
@@ -427,6 +427,13 @@ mod tests {
         };
         assert_eq!(a.params().seconds, 3.0);
         assert_eq!(a.params().systems, peers::System::ALL);
+        assert_eq!(a.params().rounds, 3);
+        let cli = Cli::try_parse_from(["keel-lab", "peers", "--rounds", "5"]).unwrap();
+        let Command::Peers(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(a.params().rounds, 5);
+        assert!(Cli::try_parse_from(["keel-lab", "peers", "--rounds", "0"]).is_err());
         let cli = Cli::try_parse_from([
             "keel-lab",
             "peers",
@@ -439,7 +446,7 @@ mod tests {
             panic!("{:?}", cli.command)
         };
         let p = a.params();
-        assert_eq!(p.idle_connections, 200);
+        assert_eq!((p.idle_connections, p.rounds), (200, 1));
         assert_eq!(p.systems, [peers::System::Raw, peers::System::KeelTcpSync]);
         let cli = Cli::try_parse_from(["keel-lab", "peers-serve", "--system", "tonic"]).unwrap();
         assert!(

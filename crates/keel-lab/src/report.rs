@@ -1361,14 +1361,7 @@ mod tests {
         use crate::peers::ratios::tests::row;
         use crate::peers::{Params, System};
         let rows = vec![row(System::Raw, 1.0), row(System::KeelTcpAsync, 2.0)];
-        let peers = Peers {
-            scenario: "peers",
-            params: Params::quick(),
-            ratios: crate::peers::ratios::ratios(&rows),
-            rows,
-            placement: String::new(),
-            loadavg: (0.0, 0.0),
-        };
+        let peers = Peers::new(Params::quick(), vec![rows], String::new(), (0.0, 0.0));
         let before = sample_all(2005.0);
         let all = sample_all(2005.0).with_peers(peers);
         assert_eq!((all.pass, all.rows.len()), (before.pass, before.rows.len()));

@@ -80,12 +80,13 @@ pub(crate) fn section(p: &Peers) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "<h2>keel beside its peers</h2><p class=\"note\">\"Add two f64\" on every system, each with its own server in a child process and its own client here; {} timed calls one at a time (p50/p99/p99.9), {} in flight on 1 and on {} connections for {} s, {} idle connections for memory (scaled to 1,000). {}. Load average {:.1} → {:.1}. Blue: keel; grey: the peers (raw is length-prefixed frames on bare sockets, the limit).</p>",
+        "<h2>keel beside its peers</h2><p class=\"note\">\"Add two f64\" on every system, each with its own server in a child process and its own client here; {} timed calls one at a time (p50/p99/p99.9), {} in flight on 1 and on {} connections for {} s, {} idle connections for memory (scaled to 1,000); {} round(s), systems interleaved, each number the median. {}. Load average {:.1} → {:.1}. Blue: keel; grey: the peers (raw is length-prefixed frames on bare sockets, the limit).</p>",
         p.params.latency_calls,
         p.params.inflight,
         p.params.connections,
         p.params.seconds,
         p.params.idle_connections,
+        p.rounds.len(),
         esc(&p.placement),
         p.loadavg.0,
         p.loadavg.1
@@ -129,14 +130,7 @@ mod tests {
     fn four_charts_one_bar_per_system() {
         let mut rows = vec![row(System::Raw, 1.0), row(System::KeelTcpAsync, 2.0)];
         rows[0].latency_pinned = None;
-        let p = Peers {
-            scenario: "peers",
-            params: Params::quick(),
-            ratios: super::super::ratios::ratios(&rows),
-            rows,
-            placement: "x".into(),
-            loadavg: (1.0, 2.0),
-        };
+        let p = Peers::new(Params::quick(), vec![rows], "x".into(), (1.0, 2.0));
         let h = section(&p);
         assert_eq!(h.matches("<svg").count(), 4);
         assert_eq!(h.matches("</svg>").count(), 4);

@@ -5,13 +5,16 @@
 //! - [`system`]: the systems; [`raw`], [`tonic_peer`], [`tarpc_peer`], [`keel_peer`]: each
 //!   one's server and client; [`client`]: any of those clients behind one type.
 //! - [`serve`]: the child process; [`measure`]: the workloads (latency, throughput, memory);
-//!   [`ratios`]: the rows and keel ÷ each peer; [`html`]: the report section.
+//!   [`ratios`]: the rows and keel ÷ each peer; [`median`]: one row per system from several
+//!   rounds; [`goals`]: the targets keel is held to; [`html`]: the report section.
 
 pub(crate) mod client;
+pub(crate) mod goals;
 pub(crate) mod html;
 pub(crate) mod keel_peer;
 pub(crate) mod load;
 pub(crate) mod measure;
+pub(crate) mod median;
 pub(crate) mod ratios;
 pub(crate) mod raw;
 pub(crate) mod serve;
@@ -36,11 +39,15 @@ pub(crate) struct PeersArgs {
     /// Seconds of each throughput window (after a warm-up of a fifth of it).
     #[arg(long, default_value_t = 3.0)]
     pub(crate) seconds: f64,
+    /// Rounds: every system runs once per round, the systems interleaved, and each number is
+    /// the median over the rounds.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) rounds: u32,
     /// Only these systems (comma-separated; default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) systems: Vec<System>,
     /// The quick version `keel-lab all` runs (2,000 timed calls, 1 s windows, 200 idle
-    /// connections); ignores --seconds.
+    /// connections, one round); ignores --seconds and --rounds.
     #[arg(long)]
     pub(crate) quick: bool,
 }
@@ -51,7 +58,10 @@ impl PeersArgs {
         let mut p = if self.quick {
             Params::quick()
         } else {
-            Params::full(self.seconds)
+            Params {
+                rounds: self.rounds as usize,
+                ..Params::full(self.seconds)
+            }
         };
         if !self.systems.is_empty() {
             p.systems = self.systems.clone();
@@ -77,10 +87,13 @@ pub(crate) struct Params {
     pub(crate) seconds: f64,
     /// Idle connections opened for the memory workload (growth scaled to 1,000).
     pub(crate) idle_connections: usize,
+    /// Rounds of every system; each number reported is the median over them.
+    pub(crate) rounds: usize,
 }
 
 impl Params {
-    /// `keel-lab peers`: 20,000 timed calls, 1,000 idle connections, `seconds` windows.
+    /// `keel-lab peers`: 20,000 timed calls, 1,000 idle connections, `seconds` windows, three
+    /// rounds.
     pub(crate) fn full(seconds: f64) -> Params {
         Params {
             systems: System::ALL.to_vec(),
@@ -90,16 +103,18 @@ impl Params {
             connections: 8,
             seconds,
             idle_connections: 1000,
+            rounds: 3,
         }
     }
 
     /// The quick version `keel-lab all` runs: 2,000 timed calls, 1 s windows, 200 idle
-    /// connections.
+    /// connections, one round.
     pub(crate) fn quick() -> Params {
         Params {
             latency_calls: 2_000,
             latency_warmup: 500,
             idle_connections: 200,
+            rounds: 1,
             ..Params::full(1.0)
         }
     }
@@ -112,8 +127,12 @@ pub(crate) struct Peers {
     pub(crate) scenario: &'static str,
     /// What ran.
     pub(crate) params: Params,
-    /// One per system.
+    /// One per system: each number the median over the rounds.
     pub(crate) rows: Vec<Row>,
+    /// Each round's rows, in the order they ran.
+    pub(crate) rounds: Vec<Vec<Row>>,
+    /// The targets: each the median of its value in each round ([`goals::over_rounds`]).
+    pub(crate) goals: Vec<goals::Goal>,
     /// keel ÷ each peer, every metric (calls/s: higher is better; the rest: lower is better).
     pub(crate) ratios: Ratios,
     /// Where the pinned latency ran (`server CPU 0, client CPU 0`), or why it did not.
@@ -122,7 +141,7 @@ pub(crate) struct Peers {
     pub(crate) loadavg: (f64, f64),
 }
 
-/// Runs every workload on every system of `p`, one system after the other.
+/// Runs every workload on every system of `p`, one system after the other, `p.rounds` times.
 pub(crate) fn run(p: &Params) -> anyhow::Result<Peers> {
     let load0 = loadavg();
     // Pinned latency: the server under `taskset -c 0` and every thread of this process on CPU 0
@@ -133,20 +152,48 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Peers> {
     } else {
         "CPU 0 not available: no pinned latency".to_string()
     };
-    let mut rows = Vec::new();
-    for (i, &system) in p.systems.iter().enumerate() {
-        eprintln!("[peers {}/{}] {}", i + 1, p.systems.len(), system.name());
-        rows.push(run_system(system, p, pin)?);
+    let mut rounds = Vec::new();
+    for round in 1..=p.rounds {
+        let mut rows = Vec::new();
+        for (i, &system) in p.systems.iter().enumerate() {
+            eprintln!(
+                "[peers round {round}/{}, {}/{}] {}",
+                p.rounds,
+                i + 1,
+                p.systems.len(),
+                system.name()
+            );
+            rows.push(run_system(system, p, pin)?);
+        }
+        rounds.push(rows);
     }
-    let ratios = ratios::ratios(&rows);
-    Ok(Peers {
-        scenario: "peers",
-        params: p.clone(),
-        rows,
-        ratios,
-        placement,
-        loadavg: (load0, loadavg()),
-    })
+    Ok(Peers::new(p.clone(), rounds, placement, (load0, loadavg())))
+}
+
+impl Peers {
+    /// The result of `rounds` (each one row per system, the systems in the same order in
+    /// every round): the median rows, their ratios and goals.
+    pub(crate) fn new(
+        params: Params,
+        rounds: Vec<Vec<Row>>,
+        placement: String,
+        loadavg: (f64, f64),
+    ) -> Peers {
+        let systems = rounds.first().map_or(0, Vec::len);
+        let rows: Vec<Row> = (0..systems)
+            .map(|i| median::row(&rounds.iter().map(|r| r[i].clone()).collect::<Vec<_>>()))
+            .collect();
+        Peers {
+            scenario: "peers",
+            params,
+            ratios: ratios::ratios(&rows),
+            goals: goals::over_rounds(&rounds),
+            rows,
+            rounds,
+            placement,
+            loadavg,
+        }
+    }
 }
 
 fn run_system(system: System, p: &Params, pin: bool) -> anyhow::Result<Row> {
@@ -215,6 +262,13 @@ pub(crate) fn summary(r: &Peers) -> String {
         "peers: \"add two f64\", server in a child process; {}; load average {:.1} → {:.1}",
         r.placement, r.loadavg.0, r.loadavg.1
     );
+    if r.rounds.len() > 1 {
+        let _ = writeln!(
+            s,
+            "each number: the median of {} rounds (every system once per round, interleaved)",
+            r.rounds.len()
+        );
+    }
     let _ = writeln!(
         s,
         "| system | p50 / p99 / p99.9 µs pinned | p50 / p99 / p99.9 µs unpinned | calls/s {t1} in flight, 1 conn | server / client CPU µs/call | calls/s {t1} in flight, {c} conns | server / client CPU µs/call | idle RSS MiB | RSS per 1,000 idle conns MiB |"
@@ -239,6 +293,37 @@ pub(crate) fn summary(r: &Peers) -> String {
             row.memory.growth_per_1000_mib,
         );
     }
+    s.push_str(&goals_table(r));
+    s
+}
+
+/// The goals: the bar, the value (the median over the rounds), and each round's.
+fn goals_table(r: &Peers) -> String {
+    let mut s = String::new();
+    let by_round: Vec<Vec<goals::Goal>> = r.rounds.iter().map(|rows| goals::goals(rows)).collect();
+    let show = |g: &goals::Goal| match (g.value, g.met) {
+        (Some(v), Some(met)) => format!("{v:.2}{}", if met { "" } else { " ✗" }),
+        _ => "-".to_string(),
+    };
+    // Each round's own column only when there are several (one round's value is the value).
+    let round_columns = if by_round.len() > 1 {
+        by_round.len()
+    } else {
+        0
+    };
+    let _ = write!(s, "\n| goal | bar | value |");
+    for i in 1..=round_columns {
+        let _ = write!(s, " round {i} |");
+    }
+    let _ = writeln!(s, "\n|{}", "---|".repeat(3 + round_columns));
+    for (i, g) in r.goals.iter().enumerate() {
+        let bar = format!("{} {}", if g.at_least { "≥" } else { "≤" }, g.bar);
+        let _ = write!(s, "| {} | {bar} | {} |", g.name, show(g));
+        for round in by_round.iter().take(round_columns) {
+            let _ = write!(s, " {} |", show(&round[i]));
+        }
+        let _ = writeln!(s);
+    }
     s
 }
 
@@ -252,22 +337,48 @@ mod tests {
             ratios::tests::row(System::Raw, 1.0),
             ratios::tests::row(System::KeelTcpAsync, 2.0),
         ];
-        let p = Peers {
-            scenario: "peers",
-            params: Params::quick(),
-            ratios: ratios::ratios(&rows),
-            rows,
-            placement: String::new(),
-            loadavg: (0.0, 0.0),
-        };
+        let p = Peers::new(Params::quick(), vec![rows], String::new(), (0.0, 0.0));
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v["scenario"], "peers");
         assert_eq!(v["rows"][1]["system"], "keel-tcp-async");
         assert_eq!(v["rows"][0]["latency_pinned"]["p50_us"], 1.0);
         assert_eq!(v["ratios"]["keel-tcp-async"]["raw"]["p50_pinned_us"], 2.0);
+        assert_eq!(v["rounds"].as_array().unwrap().len(), 1);
+        assert_eq!(v["goals"][1]["name"], "keel-tcp-async calls/s ÷ raw");
+        assert_eq!(v["goals"][1]["value"], 2.0);
         let text = summary(&p);
-        assert_eq!(text.lines().count(), 3 + 2);
+        // The heading, the table (2 rows), a blank line, the goals (7) and no round columns.
+        assert_eq!(text.lines().count(), 3 + 2 + 1 + 2 + 7);
         assert!(text.contains("| keel-tcp-async | 2.0 / 4.0 / 6.0 |"));
+        assert!(text.contains("| keel-tcp-async pinned p50 ÷ raw | ≤ 1.1 | 2.00 ✗ |\n"));
+        assert!(text.contains("| keel-h2 calls/s ÷ tonic | ≥ 1.3 | - |\n"));
+        assert!(!text.contains("round 1"));
+    }
+
+    #[test]
+    fn rounds_give_medians_and_a_column_each() {
+        let round = |async_x: f64| {
+            vec![
+                ratios::tests::row(System::Raw, 1.0),
+                ratios::tests::row(System::KeelTcpAsync, async_x),
+            ]
+        };
+        let p = Peers::new(
+            Params::full(1.0),
+            vec![round(1.0), round(3.0), round(1.05)],
+            String::new(),
+            (0.0, 0.0),
+        );
+        assert_eq!(p.rows[1].latency_pinned.unwrap().p50_us, 1.05);
+        assert_eq!(p.goals[3].value, Some(1.05));
+        let text = summary(&p);
+        assert!(text.contains("the median of 3 rounds"));
+        assert!(text.contains(
+            "| goal | bar | value | round 1 | round 2 | round 3 |\n|---|---|---|---|---|---|\n"
+        ));
+        assert!(text.contains(
+            "| keel-tcp-async pinned p50 ÷ raw | ≤ 1.1 | 1.05 | 1.00 | 3.00 ✗ | 1.05 |\n"
+        ));
     }
 
     #[test]
@@ -279,5 +390,6 @@ mod tests {
             (20_000, 1000, 64)
         );
         assert_eq!(q.systems, System::ALL);
+        assert_eq!((q.rounds, f.rounds), (1, 3));
     }
 }

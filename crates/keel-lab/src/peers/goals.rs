@@ -1,0 +1,202 @@
+//! The targets keel-tcp and keel-h2 are held to against their peers, each a ratio (or, for the
+//! server's CPU, an amount) computed from one round's rows, so that both sides of a ratio were
+//! measured minutes apart at most; over several rounds, the median of the rounds' values.
+//! They are the goals of the "widen the lead" work (docs/performance.md), kept here so that
+//! every `keel-lab peers` run says whether it still meets them.
+
+use serde::Serialize;
+
+use super::median::median;
+use super::ratios::Row;
+use super::system::System;
+
+/// One target and where a set of rows puts it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Goal {
+    /// What is measured, e.g. `keel-tcp-async calls/s ÷ tonic`.
+    pub(crate) name: &'static str,
+    /// The bar: at least this when `at_least`, at most this otherwise.
+    pub(crate) bar: f64,
+    /// Whether the value must reach the bar from below (throughput) or stay under it.
+    pub(crate) at_least: bool,
+    /// The value (to 0.01); `None` when a system it needs did not run.
+    pub(crate) value: Option<f64>,
+    /// Whether the value meets the bar; `None` when there is no value.
+    pub(crate) met: Option<bool>,
+}
+
+fn find(rows: &[Row], system: System) -> Option<&Row> {
+    rows.iter().find(|r| r.system == system)
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b != 0.0 && a.is_finite() && b.is_finite() => Some(a / b),
+        _ => None,
+    }
+}
+
+/// Every goal over `rounds`: each goal's value the median of its value in each round (none if a
+/// round has none).
+pub(crate) fn over_rounds(rounds: &[Vec<Row>]) -> Vec<Goal> {
+    let by_round: Vec<Vec<Goal>> = rounds.iter().map(|rows| goals(rows)).collect();
+    let mut out = goals(&[]);
+    for (i, goal) in out.iter_mut().enumerate() {
+        let values: Option<Vec<f64>> = by_round.iter().map(|r| r[i].value).collect();
+        goal.value = values
+            .filter(|v| !v.is_empty())
+            .map(|v| (median(v) * 100.0).round() / 100.0);
+        goal.met = goal.value.map(|v| goal.meets(v));
+    }
+    out
+}
+
+impl Goal {
+    /// Whether `value` is on the right side of the bar.
+    fn meets(&self, value: f64) -> bool {
+        if self.at_least {
+            value >= self.bar
+        } else {
+            value <= self.bar
+        }
+    }
+}
+
+/// Every goal, evaluated on one round's `rows`.
+pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
+    let calls = |s| find(rows, s).map(|r| r.throughput_1.calls_per_sec);
+    let p50_pinned = |s| find(rows, s).and_then(|r| r.latency_pinned.map(|l| l.p50_us));
+    let growth = |s| find(rows, s).map(|r| r.memory.growth_per_1000_mib);
+    use System::*;
+    let server_cpu = find(rows, KeelTcpAsync)
+        .map(|r| r.throughput_1.server_cpu_us)
+        .filter(|v| v.is_finite());
+    [
+        (
+            "keel-tcp-async calls/s ÷ tonic",
+            4.0,
+            true,
+            ratio(calls(KeelTcpAsync), calls(Tonic)),
+        ),
+        (
+            "keel-tcp-async calls/s ÷ raw",
+            0.3,
+            true,
+            ratio(calls(KeelTcpAsync), calls(Raw)),
+        ),
+        ("keel-tcp-async server CPU µs/call", 3.5, false, server_cpu),
+        (
+            "keel-tcp-async pinned p50 ÷ raw",
+            1.1,
+            false,
+            ratio(p50_pinned(KeelTcpAsync), p50_pinned(Raw)),
+        ),
+        (
+            "keel-tcp-sync calls/s ÷ keel-tcp-async",
+            0.8,
+            true,
+            ratio(calls(KeelTcpSync), calls(KeelTcpAsync)),
+        ),
+        (
+            "keel-h2 calls/s ÷ tonic",
+            1.3,
+            true,
+            ratio(calls(KeelH2), calls(Tonic)),
+        ),
+        (
+            "keel-tcp-async RSS per idle conn ÷ tonic",
+            0.6,
+            false,
+            ratio(growth(KeelTcpAsync), growth(Tonic)),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, bar, at_least, value)| {
+        let mut goal = Goal {
+            name,
+            bar,
+            at_least,
+            value: value.map(|v| (v * 100.0).round() / 100.0),
+            met: None,
+        };
+        goal.met = goal.value.map(|v| goal.meets(v));
+        goal
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ratios::tests::row;
+    use super::*;
+
+    fn by_name<'a>(g: &'a [Goal], name: &str) -> &'a Goal {
+        g.iter().find(|g| g.name == name).unwrap()
+    }
+
+    #[test]
+    fn ratios_against_their_bars() {
+        // Rows whose every number is x: raw 1, tonic 4, keel async 2, sync 1.5, h2 6.
+        let rows = [
+            row(System::Raw, 1.0),
+            row(System::Tonic, 4.0),
+            row(System::KeelTcpAsync, 2.0),
+            row(System::KeelTcpSync, 1.5),
+            row(System::KeelH2, 6.0),
+        ];
+        let g = goals(&rows);
+        assert_eq!(g.len(), 7);
+        let t = by_name(&g, "keel-tcp-async calls/s ÷ tonic");
+        assert_eq!((t.value, t.met), (Some(0.5), Some(false)));
+        let r = by_name(&g, "keel-tcp-async calls/s ÷ raw");
+        assert_eq!((r.value, r.met), (Some(2.0), Some(true)));
+        let cpu = by_name(&g, "keel-tcp-async server CPU µs/call");
+        assert_eq!((cpu.value, cpu.met), (Some(2.0), Some(true)));
+        // Lower is better: 2 ÷ 1 is over the 1.1 bar.
+        let p50 = by_name(&g, "keel-tcp-async pinned p50 ÷ raw");
+        assert_eq!((p50.value, p50.met), (Some(2.0), Some(false)));
+        let sync = by_name(&g, "keel-tcp-sync calls/s ÷ keel-tcp-async");
+        assert_eq!((sync.value, sync.met), (Some(0.75), Some(false)));
+        let h2 = by_name(&g, "keel-h2 calls/s ÷ tonic");
+        assert_eq!((h2.value, h2.met), (Some(1.5), Some(true)));
+        let rss = by_name(&g, "keel-tcp-async RSS per idle conn ÷ tonic");
+        assert_eq!((rss.value, rss.met), (Some(0.5), Some(true)));
+    }
+
+    #[test]
+    fn over_rounds_each_goal_is_the_median_of_the_rounds_ratios() {
+        // The h2 ratio of each round: 1.5, 1.2, 1.25. The median rows (h2 6, tonic 4) would
+        // say 1.5, met; the median of the rounds' own ratios says 1.25, not met.
+        let round = |h2: f64, tonic: f64| {
+            vec![
+                row(System::Tonic, tonic),
+                row(System::KeelH2, h2),
+                row(System::KeelTcpAsync, 2.0),
+            ]
+        };
+        let g = over_rounds(&[round(6.0, 4.0), round(6.0, 5.0), round(5.0, 4.0)]);
+        let h2 = by_name(&g, "keel-h2 calls/s ÷ tonic");
+        assert_eq!((h2.value, h2.met), (Some(1.25), Some(false)));
+        // Needs raw, absent from every round.
+        assert_eq!(by_name(&g, "keel-tcp-async calls/s ÷ raw").value, None);
+        assert_eq!(
+            over_rounds(&[])
+                .iter()
+                .filter(|g| g.value.is_some())
+                .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_missing_system_leaves_its_goals_open() {
+        let mut raw = row(System::Raw, 1.0);
+        raw.latency_pinned = None;
+        let g = goals(&[raw, row(System::KeelTcpAsync, 1.0)]);
+        let p50 = by_name(&g, "keel-tcp-async pinned p50 ÷ raw");
+        assert_eq!((p50.value, p50.met), (None, None));
+        let h2 = by_name(&g, "keel-h2 calls/s ÷ tonic");
+        assert_eq!((h2.value, h2.met), (None, None));
+        assert_eq!(by_name(&g, "keel-tcp-async calls/s ÷ raw").met, Some(true));
+    }
+}
