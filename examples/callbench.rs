@@ -9,6 +9,7 @@
 //! cargo run --release --example callbench -- --inflight 1 --async-op
 //! cargo run --release --example callbench -- --payload 65536 --compression zstd
 //! cargo run --release --example callbench -- --url http://127.0.0.1:0 --seconds 3
+//! cargo run --release --example callbench -- --url http://127.0.0.1:0 --http2 --async-op
 //! ```
 //!
 //! The host runs in a child process (this binary with `--serve`), so client and host do not
@@ -48,6 +49,10 @@ struct Cli {
     /// (a `fn` operation, run on a keel-pool thread)
     #[arg(long)]
     async_op: bool,
+    /// With an http:// URL: HTTP/2 (h2c, every call on one multiplexed connection) instead of
+    /// HTTP/1.1 (a pool of connections, one call at a time each)
+    #[arg(long)]
+    http2: bool,
     /// Compress requests and ask for compressed replies: zstd or gzip
     #[arg(long)]
     compression: Option<String>,
@@ -129,6 +134,9 @@ async fn measure(cli: &Cli, url: &str) -> (f64, f64, f64) {
             .expect("valid metadata");
     }
     let mut builder = keel::Channel::builder(url);
+    if cli.http2 {
+        builder = builder.http_version(keel::HttpVersion::Http2);
+    }
     if let Some(name) = &cli.compression {
         let codec = keel::Compression::from_token(name).expect("zstd or gzip");
         builder = builder.compression(codec);
