@@ -121,7 +121,9 @@ pub(super) async fn drive<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let (Some(keepalive), Some(mut pings)) = (keepalive, conn.ping_pong()) else {
+    let pings = conn.ping_pong();
+    let conn = LetOthersFirst::new(conn);
+    let (Some(keepalive), Some(mut pings)) = (keepalive, pings) else {
         let _ = conn.await;
         return;
     };
@@ -153,6 +155,47 @@ pub(super) async fn drive<T>(
     tokio::select! {
         _ = conn => {}
         () = pinger => {}
+    }
+}
+
+/// A future that, each time it is woken, first lets the tasks already waiting to run go ahead:
+/// it wakes itself and returns `Pending` once, then polls the inner future on its next poll.
+/// tokio runs a task woken by the task running now before anything else on that worker (its
+/// "LIFO slot"), but reschedules a task that woke itself at the back of the queue, as a yield.
+///
+/// For a connection's driver: when a read wakes the callers of a batch of answers, the first
+/// caller to send its next request wakes the driver, which would then run next and write that
+/// one request; the next caller wakes it again, and so on: a write, a segment and a read on the
+/// host per call. Run after the callers instead, the driver writes their requests together
+/// (`callbench --http2 --async-op`, 64 in flight: 0.35–0.41 writes per call → 0.03). A call
+/// alone pays one more poll of the driver's task, not a system call or a thread wake-up.
+struct LetOthersFirst<F> {
+    inner: Pin<Box<F>>,
+    /// The last poll was the yield: poll the inner future this time.
+    yielded: bool,
+}
+
+impl<F: Future> LetOthersFirst<F> {
+    /// `inner`, polled after the tasks that are ready when it is woken.
+    fn new(inner: F) -> LetOthersFirst<F> {
+        LetOthersFirst {
+            inner: Box::pin(inner),
+            yielded: false,
+        }
+    }
+}
+
+impl<F: Future> Future for LetOthersFirst<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.yielded = false;
+        self.inner.as_mut().poll(cx)
     }
 }
 
@@ -344,4 +387,83 @@ impl http_body::Body for RecvBody {
 /// way the host did nothing with it (RFC 9113 §6.8, §8.7), and it may be sent again.
 pub(super) fn refused_unprocessed(e: &h2::Error) -> bool {
     e.is_remote() && (e.is_go_away() || e.reason() == Some(h2::Reason::REFUSED_STREAM))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::sync::Mutex;
+
+    use futures_core::task::__internal::AtomicWaker;
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    /// `producers` tasks, released at once, each hand an item to a consumer and wake it (as
+    /// callers hand requests to a connection's driver); returns the sizes of the batches the
+    /// consumer took, on a runtime with one worker (where tokio's next-task slot decides).
+    fn batches(producers: usize, let_others_first: bool) -> Vec<usize> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let items = Arc::new(Mutex::new(0usize));
+            let waker = Arc::new(AtomicWaker::new());
+            let go = Arc::new(Notify::new());
+            let consumer = {
+                let (items, waker) = (items.clone(), waker.clone());
+                let mut taken = 0;
+                let mut sizes = Vec::new();
+                poll_fn(move |cx| {
+                    waker.register(cx.waker());
+                    let n = std::mem::take(&mut *items.lock().unwrap());
+                    if n > 0 {
+                        sizes.push(n);
+                        taken += n;
+                    }
+                    if taken == producers {
+                        Poll::Ready(std::mem::take(&mut sizes))
+                    } else {
+                        Poll::Pending
+                    }
+                })
+            };
+            let consumer = if let_others_first {
+                tokio::spawn(LetOthersFirst::new(consumer))
+            } else {
+                tokio::spawn(consumer)
+            };
+            let (waiting, mut all_waiting) = tokio::sync::mpsc::unbounded_channel();
+            for _ in 0..producers {
+                let (items, waker, go) = (items.clone(), waker.clone(), go.clone());
+                let waiting = waiting.clone();
+                tokio::spawn(async move {
+                    let released = go.notified();
+                    tokio::pin!(released);
+                    released.as_mut().enable();
+                    waiting.send(()).unwrap();
+                    released.await;
+                    *items.lock().unwrap() += 1;
+                    waker.wake();
+                });
+            }
+            for _ in 0..producers {
+                all_waiting.recv().await.unwrap();
+            }
+            // Released together, from a task on the worker, as a read wakes callers.
+            tokio::spawn(async move { go.notify_waiters() });
+            consumer.await.unwrap()
+        })
+    }
+
+    #[test]
+    fn a_woken_driver_takes_what_the_ready_tasks_hand_it_together() {
+        let together = batches(32, true);
+        assert_eq!(together.iter().sum::<usize>(), 32);
+        assert!(together.len() <= 3, "batches {together:?}");
+        // Without it, tokio runs the driver after each producer: one item at a time.
+        let apart = batches(32, false);
+        assert!(apart.len() >= 16, "batches {apart:?}");
+    }
 }
