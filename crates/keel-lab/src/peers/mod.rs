@@ -172,7 +172,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Peers> {
 
 impl Peers {
     /// The result of `rounds` (each one row per system, the systems in the same order in
-    /// every round): the median rows, their ratios and goals.
+    /// every round): the median rows and their ratios, and the goals over the rounds.
     pub(crate) fn new(
         params: Params,
         rounds: Vec<Vec<Row>>,
