@@ -393,8 +393,8 @@ pub(super) fn refused_unprocessed(e: &h2::Error) -> bool {
 mod tests {
     use std::future::poll_fn;
     use std::sync::Mutex;
+    use std::task::Waker;
 
-    use futures_core::task::__internal::AtomicWaker;
     use tokio::sync::Notify;
 
     use super::*;
@@ -409,14 +409,20 @@ mod tests {
             .unwrap();
         rt.block_on(async {
             let items = Arc::new(Mutex::new(0usize));
-            let waker = Arc::new(AtomicWaker::new());
+            let waker: Arc<Mutex<Option<Waker>>> = Arc::default();
             let go = Arc::new(Notify::new());
+            // Every task, the consumer included, says when it waits.
+            let (waiting, mut all_waiting) = tokio::sync::mpsc::unbounded_channel();
             let consumer = {
                 let (items, waker) = (items.clone(), waker.clone());
+                let mut registered = Some(waiting.clone());
                 let mut taken = 0;
                 let mut sizes = Vec::new();
                 poll_fn(move |cx| {
-                    waker.register(cx.waker());
+                    *waker.lock().unwrap() = Some(cx.waker().clone());
+                    if let Some(r) = registered.take() {
+                        r.send(()).unwrap();
+                    }
                     let n = std::mem::take(&mut *items.lock().unwrap());
                     if n > 0 {
                         sizes.push(n);
@@ -434,7 +440,6 @@ mod tests {
             } else {
                 tokio::spawn(consumer)
             };
-            let (waiting, mut all_waiting) = tokio::sync::mpsc::unbounded_channel();
             for _ in 0..producers {
                 let (items, waker, go) = (items.clone(), waker.clone(), go.clone());
                 let waiting = waiting.clone();
@@ -445,10 +450,11 @@ mod tests {
                     waiting.send(()).unwrap();
                     released.await;
                     *items.lock().unwrap() += 1;
-                    waker.wake();
+                    let consumer = waker.lock().unwrap().clone();
+                    consumer.expect("the consumer waits").wake();
                 });
             }
-            for _ in 0..producers {
+            for _ in 0..=producers {
                 all_waiting.recv().await.unwrap();
             }
             // Released together, from a task on the worker, as a read wakes callers.
