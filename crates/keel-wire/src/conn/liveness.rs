@@ -91,7 +91,10 @@ impl Liveness {
         let (Some(k), Some(last)) = (self.keepalive, self.last_received) else {
             return false;
         };
-        if self.awaiting.is_some() || now.saturating_duration_since(last) < k.timeout {
+        // `now < last + timeout`, an addition and a comparison rather than a subtraction of
+        // instants (std's is branchy): this runs on every call.
+        let quiet_too_long = last.checked_add(k.timeout).is_some_and(|due| now >= due);
+        if self.awaiting.is_some() || !quiet_too_long {
             return false;
         }
         self.awaiting = Some(now);

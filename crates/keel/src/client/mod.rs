@@ -552,7 +552,7 @@ impl Channel {
     ///
     /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
     /// it ends or the caller drops it.
-    pub(crate) async fn call(&self, call: Outgoing, options: &CallOptions) -> Answer {
+    pub(crate) async fn call(&self, mut call: Outgoing, options: &CallOptions) -> Answer {
         let (service, operation) = (call.service, call.operation);
         // The call's span (see the crate docs, "Tracing"): interceptors run inside it, so one
         // can inject its trace context into the call's metadata. Nothing is formatted or
@@ -573,7 +573,19 @@ impl Channel {
         let answer = if span.is_disabled() {
             // No subscriber wants it: nothing to enter, and the call's future is not moved
             // into an `Instrumented` (a copy of it per call).
-            self.call_inner(call, options, started).await
+            match self.plain_wire(&call) {
+                // The common case awaits the binding's future here, not two `async fn`s
+                // further down (each level moves the call and its answer once more).
+                Some(wire) => match self.prepare(&mut call, options, started) {
+                    Ok(deadline) => {
+                        let answer = wire.call_inner(call, deadline, Some(started)).await;
+                        self.store_reply_metadata(&answer, options);
+                        answer
+                    }
+                    Err(e) => Err(e),
+                },
+                None => self.call_inner(call, options, started).await,
+            }
         } else {
             self.call_inner(call, options, started)
                 .instrument(span.clone())
@@ -603,16 +615,7 @@ impl Channel {
     ) -> Answer {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let deadline = started + options.deadline.unwrap_or(self.inner.config.deadline);
-        let defaults = &self.inner.config.metadata;
-        call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
-            (true, _) => options.metadata.clone(),
-            (false, true) => defaults.clone(),
-            (false, false) => {
-                let mut md = defaults.clone();
-                md.merge(&options.metadata);
-                md
-            }
-        };
+        call.metadata = self.metadata_for(options);
         let chain = &self.inner.interceptors;
         if chain.is_empty() {
             let answer = if self.may_retry(&call) {
@@ -620,7 +623,8 @@ impl Channel {
             } else {
                 self.send(call, deadline).await
             };
-            return self.store_reply_metadata(answer, options);
+            self.store_reply_metadata(&answer, options);
+            return answer;
         }
         let mut seen = ClientCall::new(
             call.service,
@@ -649,7 +653,7 @@ impl Channel {
                 }
             }
         };
-        let answer = self.store_reply_metadata(answer, options);
+        self.store_reply_metadata(&answer, options);
         let status_error;
         let outcome = match &answer {
             Ok(Ok(_)) => Ok(()),
@@ -663,6 +667,47 @@ impl Channel {
             interceptor.after(&seen, outcome);
         }
         answer
+    }
+
+    /// The keel-wire transport, when `call` needs nothing [`call_inner`](Channel::call_inner)
+    /// and [`send`](Channel::send) add: no interceptors, no retries, no compression.
+    fn plain_wire(&self, call: &Outgoing) -> Option<&bindings::wire::WireClient> {
+        let inner = &self.inner;
+        if !inner.interceptors.is_empty()
+            || inner.config.compression.is_some()
+            || self.may_retry(call)
+        {
+            return None;
+        }
+        inner.transport.as_wire()
+    }
+
+    /// For a [`plain_wire`](Channel::plain_wire) call: what `call_inner` and `send` do before
+    /// handing it over (count it, its metadata and its size check); its deadline.
+    fn prepare(
+        &self,
+        call: &mut Outgoing,
+        options: &CallOptions,
+        started: Instant,
+    ) -> Result<Instant, Error> {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        call.metadata = self.metadata_for(options);
+        check_metadata_size(call)?;
+        Ok(started + options.deadline.unwrap_or(self.inner.config.deadline))
+    }
+
+    /// A call's metadata: the channel's defaults, overridden by the call's options.
+    fn metadata_for(&self, options: &CallOptions) -> Metadata {
+        let defaults = &self.inner.config.metadata;
+        match (defaults.is_empty(), options.metadata.is_empty()) {
+            (true, _) => options.metadata.clone(),
+            (false, true) => defaults.clone(),
+            (false, false) => {
+                let mut md = defaults.clone();
+                md.merge(&options.metadata);
+                md
+            }
+        }
     }
 
     /// Whether `call` may be sent again after a failure: idempotent, without a request stream
@@ -712,16 +757,7 @@ impl Channel {
     /// Hands a call to the binding, unless its metadata exceeds what every binding carries;
     /// compresses the request and decompresses the reply as the channel's settings say.
     async fn send(&self, mut call: Outgoing, deadline: Instant) -> Answer {
-        let size = call.metadata.encoded_len();
-        if size > MAX_METADATA_BYTES {
-            return Err(Error::new(
-                crate::core::error::Kind::TooLarge,
-                format!(
-                    "{}.{}: {size} bytes of metadata exceed the limit of {MAX_METADATA_BYTES}",
-                    call.service, call.operation
-                ),
-            ));
-        }
+        check_metadata_size(&call)?;
         let config = &self.inner.config;
         if let Some(codec) = config.compression {
             call.accepts_compressed = true;
@@ -737,7 +773,7 @@ impl Channel {
         let mut answer = match self.inner.transport.as_wire() {
             // keel-wire, the binding most calls take: its call's future runs inline here
             // instead of being boxed (an allocation and a copy of ~900 bytes per call).
-            Some(wire) => wire.call_inner(call, deadline).await,
+            Some(wire) => wire.call_inner(call, deadline, None).await,
             None => self.inner.transport.call(call, deadline).await,
         };
         if let Ok(Ok(replied)) = &mut answer {
@@ -770,14 +806,28 @@ impl Channel {
     }
 
     /// Stores a call's reply metadata where its options ask.
-    fn store_reply_metadata(&self, answer: Answer, options: &CallOptions) -> Answer {
+    fn store_reply_metadata(&self, answer: &Answer, options: &CallOptions) {
         if let Some(slot) = &options.reply {
-            match &answer {
+            match answer {
                 Ok(Ok(replied)) => slot.set(replied.metadata.clone()),
                 Ok(Err(status)) => slot.set(status.metadata().clone()),
                 Err(_) => slot.set(Metadata::new()),
             }
         }
-        answer
     }
+}
+
+/// A call whose metadata exceeds what every binding carries is refused before it is sent.
+fn check_metadata_size(call: &Outgoing) -> Result<(), Error> {
+    let size = call.metadata.encoded_len();
+    if size > MAX_METADATA_BYTES {
+        return Err(Error::new(
+            crate::core::error::Kind::TooLarge,
+            format!(
+                "{}.{}: {size} bytes of metadata exceed the limit of {MAX_METADATA_BYTES}",
+                call.service, call.operation
+            ),
+        ));
+    }
+    Ok(())
 }

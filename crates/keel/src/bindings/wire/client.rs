@@ -170,10 +170,14 @@ impl Conn {
     /// A call with a request stream is given back only if nothing was taken from its stream
     /// yet; once the stream has started, its bytes are gone and the call fails `ShuttingDown`
     /// (the host did not run it, but it cannot be sent again).
+    ///
+    /// `now`: the time the call is sent at, read by the caller; the request's deadline budget
+    /// is what is left of `deadline` then.
     pub(crate) async fn call_or_return(
         &self,
         mut call: Outgoing,
         deadline: Instant,
+        now: Instant,
     ) -> Result<Answer, Outgoing> {
         let peer_max_message = self.peer_max_message.load(Ordering::Acquire);
         if call.body.len() as u64 > u64::from(peer_max_message) {
@@ -193,7 +197,6 @@ impl Conn {
         let upload = call.upload.take();
         let (service, operation) = (call.service, call.operation);
         let (slot, cell) = ReplySlot::new(deadline);
-        let now = Instant::now();
         let remaining = deadline.saturating_duration_since(now);
         let request = |call_id| {
             Frame::Request(Request {

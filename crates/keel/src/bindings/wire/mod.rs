@@ -106,20 +106,31 @@ impl WireClient {
 
     /// Sends `call` on the channel's connection (connecting first if there is none), on a new
     /// one if the host said GoAway before processing it.
-    pub(crate) async fn call_inner(&self, mut call: Outgoing, deadline: Instant) -> Answer {
+    ///
+    /// `started`: when the caller started the call (read from the clock just before); its
+    /// request is sent with that as its "now" if nothing waited since (a connection was up),
+    /// sparing a clock read.
+    pub(crate) async fn call_inner(
+        &self,
+        mut call: Outgoing,
+        deadline: Instant,
+        mut started: Option<Instant>,
+    ) -> Answer {
         for _ in 0..GOAWAY_ATTEMPTS {
             // Connected (the common case): no timer to set up. Connecting is boxed: its state
             // is large (~2 KB), and every call's future would otherwise carry it.
             let conn = match self.current() {
                 Some(conn) => conn,
                 None => {
+                    started = None;
                     let connecting = Box::pin(self.conn_by(deadline));
                     connecting.await?
                 }
             };
             // The host said GoAway before processing the call: it goes to a new connection
             // (`current` no longer offers this one).
-            match conn.call_or_return(call, deadline).await {
+            let now = started.take().unwrap_or_else(Instant::now);
+            match conn.call_or_return(call, deadline, now).await {
                 Ok(answer) => return answer,
                 Err(unsent) => call = unsent,
             }
@@ -135,7 +146,7 @@ impl WireClient {
 
 impl ClientTransport for WireClient {
     fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer> {
-        Box::pin(self.call_inner(call, deadline))
+        Box::pin(self.call_inner(call, deadline, None))
     }
 
     fn open(&self) -> BoxFuture<'_, Result<(), Error>> {
