@@ -185,6 +185,43 @@ fn a_host_refuses_host_only_frames() {
     assert_eq!(drain(&mut h), []);
 }
 
+#[test]
+fn handle_request_keeps_the_books_handle_keeps() {
+    let now = Instant::now();
+    let (mut moved, mut borrowed) = (host(), host());
+    for (id, streamed) in [(3, false), (7, true), (5, false)] {
+        let frame = request(id, streamed);
+        let Frame::Request(req) = &frame else {
+            unreachable!()
+        };
+        assert_eq!(borrowed.handle_request(req, now), Ok(true));
+        assert!(matches!(
+            feed(&mut moved, frame, now),
+            Some(Event::Request(r)) if r.call_id == id
+        ));
+    }
+    for h in [&mut moved, &mut borrowed] {
+        assert_eq!(h.last_call_id(), 7);
+        // The streamed one's upload was opened: its data is taken, the others' is not.
+        assert!(matches!(
+            feed(h, data(7, 3), now),
+            Some(Event::StreamData { call_id: 7, .. })
+        ));
+        assert!(feed(h, data(5, 3), now).is_none());
+    }
+    let Frame::Request(req) = request(9, false) else {
+        unreachable!()
+    };
+    let mut c = client();
+    assert_eq!(
+        c.handle_request(&req, now),
+        Err(ConnError::ClientOnlyFrame { frame: "Request" })
+    );
+    borrowed.close("done");
+    assert_eq!(borrowed.handle_request(&req, now), Ok(false));
+    assert_eq!(borrowed.last_call_id(), 7);
+}
+
 // ---- client: the call table
 
 #[test]

@@ -114,7 +114,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::{
-    Cancel, Frame, GoAway, RecvWindow, SendWindow, StatusCode, StopSending, StreamEnd,
+    Cancel, Frame, GoAway, RecvWindow, Request, SendWindow, StatusCode, StopSending, StreamEnd,
     WindowConfig, WindowUpdate, DEFAULT_INITIAL_WINDOW, MAX_WINDOW_SIZE,
 };
 
@@ -406,6 +406,37 @@ impl<C> Connection<C> {
 
     // ---- incoming frames
 
+    /// Host: [`handle`](Self::handle) for a Request, which stays the caller's: the same
+    /// bookkeeping without moving the request in and out again (a Request is the frame a host
+    /// handles most). Returns whether the caller is to process it: false after
+    /// [`close`](Self::close), when `handle` would have returned `Ok(None)`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnError::ClientOnlyFrame`] on a client, as for `handle`.
+    pub fn handle_request(&mut self, request: &Request, now: Instant) -> Result<bool, ConnError> {
+        if self.closed.is_some() {
+            return Ok(false);
+        }
+        self.liveness.on_received(now);
+        self.request(request, now)?;
+        Ok(true)
+    }
+
+    /// What a Request arriving at `now` changes: the call id the GoAway would name, keepalive's
+    /// ping policy, and the window of its request stream if it has one.
+    fn request(&mut self, request: &Request, now: Instant) -> Result<(), ConnError> {
+        if self.side == Side::Client {
+            return Err(ConnError::ClientOnlyFrame { frame: "Request" });
+        }
+        self.liveness.on_request();
+        self.last_call_id = self.last_call_id.max(request.call_id);
+        if request.flags.streamed {
+            self.open_inbound(request.call_id, now);
+        }
+        Ok(())
+    }
+
     /// Feeds one frame decoded from the peer; `now` is when it arrived.
     ///
     /// Handled here: Ping (a Pong is queued), Pong (a round-trip sample if it answers the
@@ -428,14 +459,7 @@ impl<C> Connection<C> {
         self.liveness.on_received(now);
         match frame {
             Frame::Request(request) => {
-                if self.side == Side::Client {
-                    return Err(ConnError::ClientOnlyFrame { frame: "Request" });
-                }
-                self.liveness.on_request();
-                self.last_call_id = self.last_call_id.max(request.call_id);
-                if request.flags.streamed {
-                    self.open_inbound(request.call_id, now);
-                }
+                self.request(&request, now)?;
                 Ok(Some(Event::Request(request)))
             }
             Frame::Cancel(Cancel { call_id }) => {

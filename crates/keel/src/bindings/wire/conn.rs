@@ -255,6 +255,24 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
             .map(|(event, _)| event)
     }
 
+    /// Host: a Request read at `now`, by reference (see keel-wire's `handle_request`): `None`
+    /// if the connection is closed (drop it), else what [`handle_admitting`]
+    /// (WireConn::handle_admitting) would give with it: `admit()`'s value if it arrived before
+    /// this connection's GoAway, `None` if after.
+    pub(crate) fn handle_request<A>(
+        &self,
+        request: &keel_wire::Request,
+        now: Instant,
+        admit: impl FnOnce() -> A,
+    ) -> Result<Option<Option<A>>, ConnError> {
+        self.with(|st| {
+            if !st.core.handle_request(request, now)? {
+                return Ok(None);
+            }
+            Ok(Some((!st.core.is_going_away()).then(admit)))
+        })
+    }
+
     /// Host: [`WireConn::handle`], and for a Request that arrived before this connection's
     /// GoAway, `admit()`'s value, taken under the connection's lock: a GoAway sent at the same
     /// time is ordered after it, so its `last_call_id` covers exactly the requests admitted. A

@@ -350,7 +350,16 @@ async fn read_loop(
             Ok(Some(frame)) => {
                 (frame_deadline, reserved) = (None, None);
                 let admit = || conn.dispatcher.arrival();
-                match wire.handle_admitting(frame, read_at, admit) {
+                // Requests, most of what a host reads, are looked at in place.
+                let handled = match frame {
+                    Frame::Request(req) => match wire.handle_request(&req, read_at, admit) {
+                        Ok(None) => Ok((None, None)),
+                        Ok(Some(admitted)) => Ok((Some(Event::Request(req)), admitted)),
+                        Err(e) => Err(e),
+                    },
+                    frame => wire.handle_admitting(frame, read_at, admit),
+                };
+                match handled {
                     Ok((Some(Event::Request(req)), None)) => {
                         // It arrived after this connection's GoAway, whose `last_call_id` is
                         // below its id: it is not processed, and the client sends it again
