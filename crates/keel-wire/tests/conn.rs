@@ -254,6 +254,58 @@ fn call_ids_count_up_and_replies_find_their_slot() {
 }
 
 #[test]
+fn handle_reply_keeps_the_books_handle_keeps() {
+    let now = Instant::now();
+    let (mut moved, mut borrowed) = (client(), client());
+    for c in [&mut moved, &mut borrowed] {
+        assert_eq!(c.start_call("plain", false, false), Ok(1));
+        assert_eq!(c.start_call("download", true, false), Ok(2));
+        assert_eq!(c.start_call("upload", false, true), Ok(3));
+    }
+    let replies = [
+        (1, StatusCode::Ok, "plain", false),
+        (2, StatusCode::Ok, "download", true),
+        (3, StatusCode::Internal, "upload", false),
+    ];
+    for (id, status, slot, download) in replies {
+        let frame = reply(id, status);
+        let Frame::Reply(r) = &frame else {
+            unreachable!()
+        };
+        assert_eq!(borrowed.handle_reply(r, now), Ok(Some((slot, download))));
+        assert!(matches!(
+            feed(&mut moved, frame, now),
+            Some(Event::Reply { slot: s, download: d, .. }) if s == slot && d == download
+        ));
+    }
+    for c in [&mut moved, &mut borrowed] {
+        assert_eq!(c.pending_calls(), 0);
+        // The download's stream was opened; the failed upload's window is gone.
+        assert!(matches!(
+            feed(c, data(2, 3), now),
+            Some(Event::StreamData { call_id: 2, .. })
+        ));
+        assert_eq!(c.send_credit(3), None);
+        // An Ok reply nobody waits for asks the host to stop its stream.
+        let Frame::Reply(late) = reply(1, StatusCode::Ok) else {
+            unreachable!()
+        };
+        assert_eq!(c.handle_reply(&late, now), Ok(None));
+        assert_eq!(drain(c), [stop_sending(1)]);
+    }
+    let Frame::Reply(r) = reply(4, StatusCode::Ok) else {
+        unreachable!()
+    };
+    assert_eq!(
+        host().handle_reply(&r, now),
+        Err(ConnError::HostOnlyFrame { frame: "Reply" })
+    );
+    assert_eq!(borrowed.start_call("after", false, false), Ok(4));
+    borrowed.close("done");
+    assert_eq!(borrowed.handle_reply(&r, now), Ok(None));
+}
+
+#[test]
 fn an_unstreamed_ok_reply_opens_no_stream() {
     let now = Instant::now();
     let mut c = client();

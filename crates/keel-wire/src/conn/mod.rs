@@ -114,8 +114,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::{
-    Cancel, Frame, GoAway, RecvWindow, Request, SendWindow, StatusCode, StopSending, StreamEnd,
-    WindowConfig, WindowUpdate, DEFAULT_INITIAL_WINDOW, MAX_WINDOW_SIZE,
+    Cancel, Frame, GoAway, RecvWindow, Reply, Request, SendWindow, StatusCode, StopSending,
+    StreamEnd, WindowConfig, WindowUpdate, DEFAULT_INITIAL_WINDOW, MAX_WINDOW_SIZE,
 };
 
 mod liveness;
@@ -423,6 +423,54 @@ impl<C> Connection<C> {
         Ok(true)
     }
 
+    /// Client: [`handle`](Self::handle) for a Reply, which stays the caller's (as
+    /// [`handle_request`](Self::handle_request) is for a host): the slot of the call it
+    /// answers and whether its response is a stream (as [`Event::Reply`] has them), or `None`
+    /// if no call waits for it (or after [`close`](Self::close)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnError::HostOnlyFrame`] on a host, as for `handle`.
+    pub fn handle_reply(
+        &mut self,
+        reply: &Reply,
+        now: Instant,
+    ) -> Result<Option<(C, bool)>, ConnError> {
+        if self.closed.is_some() {
+            return Ok(None);
+        }
+        self.liveness.on_received(now);
+        self.reply(reply, now)
+    }
+
+    /// What a Reply arriving at `now` changes: its call is over (its slot comes back, with
+    /// whether a response stream follows, whose window opens now), or a StopSending is queued
+    /// for a call nobody waits for.
+    fn reply(&mut self, reply: &Reply, now: Instant) -> Result<Option<(C, bool)>, ConnError> {
+        if self.side == Side::Host {
+            return Err(ConnError::HostOnlyFrame { frame: "Reply" });
+        }
+        let call_id = reply.call_id;
+        let Some(pending) = self.calls.remove(&call_id) else {
+            // The caller gave up. An Ok reply may open a response stream nobody wants.
+            if reply.status == StatusCode::Ok {
+                self.transmit
+                    .push_back(Frame::StopSending(StopSending { call_id }));
+            }
+            return Ok(None);
+        };
+        if reply.status != StatusCode::Ok {
+            // The call is over: an upload still running stops.
+            if pending.upload {
+                self.outbound.remove(&call_id);
+            }
+        } else if pending.download {
+            // Opened before the next frame is handled: its data follows this reply.
+            self.open_inbound(call_id, now);
+        }
+        Ok(Some((pending.slot, pending.download)))
+    }
+
     /// What a Request arriving at `now` changes: the call id the GoAway would name, keepalive's
     /// ping policy, and the window of its request stream if it has one.
     fn request(&mut self, request: &Request, now: Instant) -> Result<(), ConnError> {
@@ -471,32 +519,13 @@ impl<C> Connection<C> {
                 Ok(Some(Event::Cancel { call_id }))
             }
             Frame::Reply(reply) => {
-                if self.side == Side::Host {
-                    return Err(ConnError::HostOnlyFrame { frame: "Reply" });
-                }
-                let call_id = reply.call_id;
-                let Some(pending) = self.calls.remove(&call_id) else {
-                    // The caller gave up. An Ok reply may open a response stream nobody wants.
-                    if reply.status == StatusCode::Ok {
-                        self.transmit
-                            .push_back(Frame::StopSending(StopSending { call_id }));
-                    }
-                    return Ok(None);
-                };
-                if reply.status != StatusCode::Ok {
-                    // The call is over: an upload still running stops.
-                    if pending.upload {
-                        self.outbound.remove(&call_id);
-                    }
-                } else if pending.download {
-                    // Opened before the next frame is handled: its data follows this reply.
-                    self.open_inbound(call_id, now);
-                }
-                Ok(Some(Event::Reply {
-                    reply,
-                    slot: pending.slot,
-                    download: pending.download,
-                }))
+                Ok(self
+                    .reply(&reply, now)?
+                    .map(|(slot, download)| Event::Reply {
+                        reply,
+                        slot,
+                        download,
+                    }))
             }
             Frame::GoAway(go_away) => {
                 if self.side == Side::Host {

@@ -273,6 +273,23 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         })
     }
 
+    /// Client: a Reply read at `now`, by reference (see keel-wire's `handle_reply`): the slot
+    /// of the call it answers and whether a response stream follows, `None` if no call waits
+    /// for it. A failed call's upload stops here, as in [`handle`](WireConn::handle).
+    pub(crate) fn handle_reply(
+        &self,
+        reply: &keel_wire::Reply,
+        now: Instant,
+    ) -> Result<Option<(C, bool)>, ConnError> {
+        self.with(|st| {
+            let answered = st.core.handle_reply(reply, now)?;
+            if answered.is_some() && reply.status != keel_wire::StatusCode::Ok {
+                st.stop_outbound_handle(reply.call_id);
+            }
+            Ok(answered)
+        })
+    }
+
     /// Host: [`WireConn::handle`], and for a Request that arrived before this connection's
     /// GoAway, `admit()`'s value, taken under the connection's lock: a GoAway sent at the same
     /// time is ordered after it, so its `last_call_id` covers exactly the requests admitted. A

@@ -442,7 +442,20 @@ impl ReadSide {
 /// Handles one frame read at `read_at`; true if it answered a call. An error ends the
 /// connection.
 fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Result<bool, String> {
-    match wire.handle(frame, read_at) {
+    // Replies, most of what a client reads, are looked at in place.
+    let handled = match frame {
+        Frame::Reply(reply) => match wire.handle_reply(&reply, read_at) {
+            Ok(Some((slot, download))) => Ok(Some(Event::Reply {
+                reply,
+                slot,
+                download,
+            })),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        },
+        frame => wire.handle(frame, read_at),
+    };
+    match handled {
         Ok(Some(Event::Reply {
             reply,
             slot,
