@@ -576,14 +576,22 @@ impl Channel {
             match self.plain_wire(&call) {
                 // The common case awaits the binding's future here, not two `async fn`s
                 // further down (each level moves the call and its answer once more).
-                Some(wire) => match self.prepare(&mut call, options, started) {
-                    Ok(deadline) => {
-                        let answer = wire.call_inner(call, deadline, Some(started)).await;
-                        self.store_reply_metadata(&answer, options);
-                        answer
+                Some(wire) => {
+                    let deadline = self.begin(&mut call, options, started);
+                    match check_metadata_size(&call) {
+                        Ok(()) => {
+                            let mut answer = wire.call_inner(call, deadline, Some(started)).await;
+                            // A compressed reply comes only from a host that ignored the
+                            // request's "not compressed"; it is undone as `send` would.
+                            if let Err(e) = self.decompress_reply(&mut answer, service, operation) {
+                                answer = Err(e);
+                            }
+                            self.store_reply_metadata(&answer, options);
+                            answer
+                        }
+                        Err(e) => Err(e),
                     }
-                    Err(e) => Err(e),
-                },
+                }
                 None => self.call_inner(call, options, started).await,
             }
         } else {
@@ -613,9 +621,7 @@ impl Channel {
         options: &CallOptions,
         started: Instant,
     ) -> Answer {
-        self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let deadline = started + options.deadline.unwrap_or(self.inner.config.deadline);
-        call.metadata = self.metadata_for(options);
+        let deadline = self.begin(&mut call, options, started);
         let chain = &self.inner.interceptors;
         if chain.is_empty() {
             let answer = if self.may_retry(&call) {
@@ -682,24 +688,12 @@ impl Channel {
         inner.transport.as_wire()
     }
 
-    /// For a [`plain_wire`](Channel::plain_wire) call: what `call_inner` and `send` do before
-    /// handing it over (count it, its metadata and its size check); its deadline.
-    fn prepare(
-        &self,
-        call: &mut Outgoing,
-        options: &CallOptions,
-        started: Instant,
-    ) -> Result<Instant, Error> {
+    /// A call starts at `started`: counts it, gives it the channel's default metadata
+    /// overridden by its options', and returns its deadline.
+    fn begin(&self, call: &mut Outgoing, options: &CallOptions, started: Instant) -> Instant {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        call.metadata = self.metadata_for(options);
-        check_metadata_size(call)?;
-        Ok(started + options.deadline.unwrap_or(self.inner.config.deadline))
-    }
-
-    /// A call's metadata: the channel's defaults, overridden by the call's options.
-    fn metadata_for(&self, options: &CallOptions) -> Metadata {
         let defaults = &self.inner.config.metadata;
-        match (defaults.is_empty(), options.metadata.is_empty()) {
+        call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
             (true, _) => options.metadata.clone(),
             (false, true) => defaults.clone(),
             (false, false) => {
@@ -707,7 +701,8 @@ impl Channel {
                 md.merge(&options.metadata);
                 md
             }
-        }
+        };
+        started + options.deadline.unwrap_or(self.inner.config.deadline)
     }
 
     /// Whether `call` may be sent again after a failure: idempotent, without a request stream
@@ -776,33 +771,41 @@ impl Channel {
             Some(wire) => wire.call_inner(call, deadline, None).await,
             None => self.inner.transport.call(call, deadline).await,
         };
-        if let Ok(Ok(replied)) = &mut answer {
-            if let (Some(codec), Payload::Body(body)) = (replied.compression, &mut replied.payload)
-            {
-                let limit = config.max_message_size as usize;
-                match compress::decompress(codec, body, limit) {
-                    Ok(plain) => {
-                        *body = plain;
-                        replied.compression = None;
-                    }
-                    Err(DecompressError::TooLarge { .. }) => {
-                        return Err(Error::new(
-                            crate::core::error::Kind::TooLarge,
-                            format!(
-                                "{service}.{operation}: the {codec} reply decompresses to more than this client's limit of {limit} bytes"
-                            ),
-                        ))
-                    }
-                    Err(DecompressError::Malformed(why)) => {
-                        return Err(Error::new(
-                            crate::core::error::Kind::Protocol,
-                            format!("{service}.{operation}: the {codec} reply does not decompress: {why}"),
-                        ))
-                    }
-                }
-            }
-        }
+        self.decompress_reply(&mut answer, service, operation)?;
         answer
+    }
+
+    /// Decompresses a reply body the host compressed, within this client's message size.
+    fn decompress_reply(
+        &self,
+        answer: &mut Answer,
+        service: &str,
+        operation: &str,
+    ) -> Result<(), Error> {
+        let Ok(Ok(replied)) = answer else {
+            return Ok(());
+        };
+        let (Some(codec), Payload::Body(body)) = (replied.compression, &mut replied.payload) else {
+            return Ok(());
+        };
+        let limit = self.inner.config.max_message_size as usize;
+        match compress::decompress(codec, body, limit) {
+            Ok(plain) => {
+                *body = plain;
+                replied.compression = None;
+                Ok(())
+            }
+            Err(DecompressError::TooLarge { .. }) => Err(Error::new(
+                crate::core::error::Kind::TooLarge,
+                format!(
+                    "{service}.{operation}: the {codec} reply decompresses to more than this client's limit of {limit} bytes"
+                ),
+            )),
+            Err(DecompressError::Malformed(why)) => Err(Error::new(
+                crate::core::error::Kind::Protocol,
+                format!("{service}.{operation}: the {codec} reply does not decompress: {why}"),
+            )),
+        }
     }
 
     /// Stores a call's reply metadata where its options ask.

@@ -256,9 +256,9 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
     }
 
     /// Host: a Request read at `now`, by reference (see keel-wire's `handle_request`): `None`
-    /// if the connection is closed (drop it), else what [`handle_admitting`]
-    /// (WireConn::handle_admitting) would give with it: `admit()`'s value if it arrived before
-    /// this connection's GoAway, `None` if after.
+    /// if the connection is closed (drop it), else what
+    /// [`handle_admitting`](WireConn::handle_admitting) would give with it: `admit()`'s value
+    /// if it arrived before this connection's GoAway, `None` if after.
     pub(crate) fn handle_request<A>(
         &self,
         request: &keel_wire::Request,
