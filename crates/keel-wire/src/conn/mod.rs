@@ -6,7 +6,10 @@
 //! clock, spawns nothing and never blocks: the caller feeds it the frames it decodes with
 //! [`Connection::handle`], tells it what the application did (a call started, stream bytes
 //! consumed or sent, a call given up), takes the frames it wants sent with
-//! [`Connection::poll_transmit`], and passes an [`Instant`] wherever time matters.
+//! [`Connection::poll_transmit`], and passes an [`Instant`] wherever time matters. The two
+//! frames every call brings, a host's Request and a client's Reply, can also be fed by
+//! reference ([`Connection::handle_request`], [`Connection::handle_reply`]), so the caller
+//! keeps them without moving them in and out.
 //!
 //! # Who owns what
 //!
