@@ -246,19 +246,12 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Feeds one frame from the peer, read at `now`. Stream frames are handled here (data
-    /// delivered to its consumer, credit to its pump); what is left for the caller comes back:
-    /// a host's Request or Cancel, a client's Reply or GoAway. Stream cleanup for a Cancel is
-    /// done already.
-    pub(crate) fn handle(&self, frame: Frame, now: Instant) -> Result<Option<Event<C>>, ConnError> {
-        self.handle_admitting(frame, now, || ())
-            .map(|(event, _)| event)
-    }
-
     /// Host: a Request read at `now`, by reference (see keel-wire's `handle_request`): `None`
-    /// if the connection is closed (drop it), else what
-    /// [`handle_admitting`](WireConn::handle_admitting) would give with it: `admit()`'s value
-    /// if it arrived before this connection's GoAway, `None` if after.
+    /// if the connection is closed (drop it); else `admit()`'s value if it arrived before this
+    /// connection's GoAway, taken under the connection's lock (a GoAway sent at the same time
+    /// is ordered after it, so its `last_call_id` covers exactly the requests admitted), or
+    /// `None` if it arrived after: the host must not process it (the client sends it again on
+    /// another connection).
     pub(crate) fn handle_request<A>(
         &self,
         request: &keel_wire::Request,
@@ -275,7 +268,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
 
     /// Client: a Reply read at `now`, by reference (see keel-wire's `handle_reply`): the slot
     /// of the call it answers and whether a response stream follows, `None` if no call waits
-    /// for it. A failed call's upload stops here, as in [`handle`](WireConn::handle).
+    /// for it. A failed call's upload stops here (the core forgot its window).
     pub(crate) fn handle_reply(
         &self,
         reply: &keel_wire::Reply,
@@ -290,25 +283,18 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         })
     }
 
-    /// Host: [`WireConn::handle`], and for a Request that arrived before this connection's
-    /// GoAway, `admit()`'s value, taken under the connection's lock: a GoAway sent at the same
-    /// time is ordered after it, so its `last_call_id` covers exactly the requests admitted. A
-    /// Request that arrived after the GoAway comes with `None`: the host must not process it
-    /// (the client sends it again on another connection).
-    pub(crate) fn handle_admitting<A>(
-        &self,
-        frame: Frame,
-        now: Instant,
-        admit: impl FnOnce() -> A,
-    ) -> Result<(Option<Event<C>>, Option<A>), ConnError> {
+    /// Feeds one frame from the peer, read at `now`, other than the two every call brings:
+    /// a host's Requests go to [`handle_request`](WireConn::handle_request) (which admits
+    /// them), a client's Replies to [`handle_reply`](WireConn::handle_reply). (A Request sent
+    /// to a client or a Reply sent to a host comes here, and is the error the core makes of
+    /// it.) Stream frames are handled here (data delivered to its consumer, credit to its
+    /// pump); what is left for the caller comes back: a host's Cancel, a client's GoAway.
+    /// Stream cleanup for a Cancel is done already.
+    pub(crate) fn handle(&self, frame: Frame, now: Instant) -> Result<Option<Event<C>>, ConnError> {
         self.with(|st| {
             let Some(event) = st.core.handle(frame, now)? else {
-                return Ok((None, None));
+                return Ok(None);
             };
-            if let Event::Request(_) = event {
-                let admitted = (!st.core.is_going_away()).then(admit);
-                return Ok((Some(event), admitted));
-            }
             match event {
                 Event::StreamData { call_id, data } => {
                     if let Some(tx) = st.inbound.get(&call_id) {
@@ -351,22 +337,15 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
                     let cancelled =
                         Error::new(Kind::Status(StatusCode::Cancelled), "call cancelled");
                     st.fail_inbound(call_id, cancelled);
-                    return Ok((Some(Event::Cancel { call_id }), None));
-                }
-                Event::Reply { ref reply, .. } => {
-                    // The call is over: its upload's pump stops (the core forgot its window).
-                    if reply.status != keel_wire::StatusCode::Ok {
-                        st.stop_outbound_handle(reply.call_id);
-                    }
-                    return Ok((Some(event), None));
+                    return Ok(Some(Event::Cancel { call_id }));
                 }
                 Event::GoAway(_) => {
                     self.accepting.store(false, Ordering::Release);
-                    return Ok((Some(event), None));
+                    return Ok(Some(event));
                 }
-                other => return Ok((Some(other), None)),
+                other => return Ok(Some(other)),
             }
-            Ok((None, None))
+            Ok(None)
         })
     }
 

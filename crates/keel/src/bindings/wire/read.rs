@@ -25,7 +25,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use keel_wire::{Codec, Event, Frame, HelloReply};
+use keel_wire::{Codec, Event, Frame, HelloReply, Reply};
 use tokio::sync::watch;
 
 use super::conn::{Expiring, WireConn};
@@ -443,60 +443,20 @@ impl ReadSide {
 /// connection.
 fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Result<bool, String> {
     // Replies, most of what a client reads, are looked at in place.
-    let handled = match frame {
-        Frame::Reply(reply) => match wire.handle_reply(&reply, read_at) {
-            Ok(Some((slot, download))) => Ok(Some(Event::Reply {
-                reply,
-                slot,
-                download,
-            })),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
-        },
-        frame => wire.handle(frame, read_at),
-    };
-    match handled {
-        Ok(Some(Event::Reply {
-            reply,
-            slot,
-            download,
-        })) => {
-            let metadata = Metadata::from_wire(&reply.metadata);
-            let compression = match reply.compression {
-                0 => None,
-                id => match Compression::from_u8(id) {
-                    Some(c) => Some(c),
-                    None => {
-                        let why = format!("the host compressed a reply with unknown id {id}");
-                        slot.send(Delivery::Answer(Err(Error::new(Kind::Protocol, why))));
-                        return Ok(true);
-                    }
-                },
-            };
-            let result = if reply.status != keel_wire::StatusCode::Ok {
-                let code = StatusCode::from_wire(reply.status);
-                Err(Status::from_wire_parts(
-                    code,
-                    reply.body,
-                    reply.details,
-                    metadata,
-                ))
-            } else {
-                let payload = if download {
-                    // Before the next frame is read: its data follows this reply.
-                    Payload::Stream(wire.inbound_stream(reply.call_id))
-                } else {
-                    Payload::Body(reply.body)
-                };
-                Ok(Replied {
-                    payload,
-                    metadata,
-                    compression,
-                })
-            };
-            slot.send(Delivery::Answer(Ok(result)));
-            Ok(true)
+    let frame = match frame {
+        Frame::Reply(reply) => {
+            return match wire.handle_reply(&reply, read_at) {
+                Ok(Some((slot, download))) => {
+                    answer(wire, reply, slot, download);
+                    Ok(true)
+                }
+                Ok(None) => Ok(false),
+                Err(e) => Err(e.to_string()),
+            }
         }
+        frame => frame,
+    };
+    match wire.handle(frame, read_at) {
         // GoAway: the host answers the calls up to its `last_call_id` and then closes; it did
         // not process those above, which go to a new connection now, as new calls do (the
         // connection takes none).
@@ -509,6 +469,45 @@ fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Re
         Ok(_) => Ok(false),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Leaves `reply`'s answer in `slot`, the slot of the call it answers; `download`: its
+/// response is a stream, whose data follows.
+fn answer(wire: &Arc<WireConn<ReplySlot>>, reply: Reply, slot: ReplySlot, download: bool) {
+    let metadata = Metadata::from_wire(&reply.metadata);
+    let compression = match reply.compression {
+        0 => None,
+        id => match Compression::from_u8(id) {
+            Some(c) => Some(c),
+            None => {
+                let why = format!("the host compressed a reply with unknown id {id}");
+                slot.send(Delivery::Answer(Err(Error::new(Kind::Protocol, why))));
+                return;
+            }
+        },
+    };
+    let result = if reply.status != keel_wire::StatusCode::Ok {
+        let code = StatusCode::from_wire(reply.status);
+        Err(Status::from_wire_parts(
+            code,
+            reply.body,
+            reply.details,
+            metadata,
+        ))
+    } else {
+        let payload = if download {
+            // Before the next frame is read: its data follows this reply.
+            Payload::Stream(wire.inbound_stream(reply.call_id))
+        } else {
+            Payload::Body(reply.body)
+        };
+        Ok(Replied {
+            payload,
+            metadata,
+            compression,
+        })
+    };
+    slot.send(Delivery::Answer(Ok(result)));
 }
 
 /// A client connection's read side, shared by its reader task and its calls.

@@ -320,6 +320,11 @@ async fn read_loop(
     // When the bytes being decoded were read: what the core takes as the frames' arrival.
     let mut read_at = Instant::now();
     let mut reserved: Option<(usize, Reservation)> = None;
+    // A frame this side must never receive: the peer is told why, and the connection ends.
+    let fail = |e: &keel_wire::ConnError| {
+        conn.go_away(&e.to_string());
+        conn.close();
+    };
     let timed_out = |why: &str| {
         conn.dispatcher.timed_out(conn.info.binding);
         conn.shut(why);
@@ -351,16 +356,20 @@ async fn read_loop(
                 (frame_deadline, reserved) = (None, None);
                 let admit = || conn.dispatcher.arrival();
                 // Requests, most of what a host reads, are looked at in place.
-                let handled = match frame {
-                    Frame::Request(req) => match wire.handle_request(&req, read_at, admit) {
-                        Ok(None) => Ok((None, None)),
-                        Ok(Some(admitted)) => Ok((Some(Event::Request(req)), admitted)),
-                        Err(e) => Err(e),
-                    },
-                    frame => wire.handle_admitting(frame, read_at, admit),
+                let req = match frame {
+                    Frame::Request(req) => req,
+                    frame => {
+                        match wire.handle(frame, read_at) {
+                            // Its streams are stopped already; the call itself is dispatch's.
+                            Ok(Some(Event::Cancel { call_id })) => conn.cancel(call_id),
+                            Ok(_) => {}
+                            Err(e) => return fail(&e),
+                        }
+                        continue;
+                    }
                 };
-                match handled {
-                    Ok((Some(Event::Request(req)), None)) => {
+                match wire.handle_request(&req, read_at, admit) {
+                    Ok(Some(None)) => {
                         // It arrived after this connection's GoAway, whose `last_call_id` is
                         // below its id: it is not processed, and the client sends it again
                         // on another connection.
@@ -371,7 +380,7 @@ async fn read_loop(
                         let msg = "the host is going away: the call arrived after its GoAway";
                         conn.reply(req.call_id, Err(Status::new(StatusCode::ShuttingDown, msg)));
                     }
-                    Ok((Some(Event::Request(req)), Some(arrival))) => {
+                    Ok(Some(Some(arrival))) => {
                         if req.flags.streamed && wire.inbound_streams() >= limits.max_streams {
                             // Each open stream may hold its window of bytes: their number is
                             // bounded.
@@ -422,14 +431,9 @@ async fn read_loop(
                         // Arrived when it was read: one clock read per read, not per call.
                         dispatch(&conn, incoming, read_at);
                     }
-                    // Its streams are stopped already; the call itself is dispatch's.
-                    Ok((Some(Event::Cancel { call_id }), _)) => conn.cancel(call_id),
-                    Ok(_) => {}
-                    Err(e) => {
-                        conn.go_away(&e.to_string());
-                        conn.close();
-                        return;
-                    }
+                    // The connection is closed: nothing more is processed.
+                    Ok(None) => {}
+                    Err(e) => return fail(&e),
                 }
                 continue;
             }
