@@ -87,6 +87,15 @@ fn bench(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
+        if name.starts_with("request") {
+            // What a host does: the request read in place, its body borrowed.
+            g.bench_function(format!("decode_in_place/{name}"), |b| {
+                b.iter(|| {
+                    let (req, len) = codec.decode_request_in_place(black_box(&bytes)).unwrap();
+                    black_box((req.call_id, req.body.len(), len))
+                })
+            });
+        }
     }
     g.finish();
 }

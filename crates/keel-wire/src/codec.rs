@@ -1,6 +1,7 @@
 //! Encoding and decoding of frames and of the handshake. The byte layout is in `PROTOCOL.md`.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -331,6 +332,70 @@ impl Codec {
         }
     }
 
+    /// The Request at the front of `src`, decoded in place: its metadata block and body borrow
+    /// `src`, so nothing is split off the buffer or reference-counted. Returns the request and
+    /// the length of its frame, which the caller consumes (`src.advance(len)`) when done with
+    /// it; `decode` would have returned the same request (owning its bytes) and consumed as
+    /// much.
+    ///
+    /// `None` unless the front of `src` is a whole, well-formed Request within the limits:
+    /// anything else (another frame, a partial frame, an oversized or malformed one, the rest of
+    /// a frame being skipped) is [`decode`](Self::decode)'s to handle, and it reports the same
+    /// errors it always does. A host calls this first and `decode` when it returns `None`.
+    ///
+    /// ```
+    /// use bytes::{Buf, BytesMut};
+    /// use keel_wire::{Codec, Frame, Limits, Request, RequestFlags};
+    ///
+    /// let codec = Codec::new(Limits::default());
+    /// let request = Request {
+    ///     call_id: 7,
+    ///     flags: RequestFlags::default(),
+    ///     deadline_us: 0,
+    ///     service: "Calculator".into(),
+    ///     operation: "add".into(),
+    ///     metadata: bytes::Bytes::new(),
+    ///     compression: 0,
+    ///     body: bytes::Bytes::from_static(b"args"),
+    /// };
+    /// let mut buf = BytesMut::new();
+    /// codec.encode(&Frame::Request(request), &mut buf).unwrap();
+    /// let (req, len) = codec.decode_request_in_place(&buf).unwrap();
+    /// assert_eq!((req.call_id, &*req.operation, req.body), (7, "add", &b"args"[..]));
+    /// buf.advance(len);
+    /// assert!(buf.is_empty());
+    /// ```
+    pub fn decode_request_in_place<'a>(&self, src: &'a [u8]) -> Option<(Request<&'a [u8]>, usize)> {
+        if self.discard > 0
+            || src.len() < LEN_PREFIX_SIZE + 1
+            || src[LEN_PREFIX_SIZE] != TYPE_REQUEST
+        {
+            return None;
+        }
+        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
+        if u64::from(len) > self.frame_limit() {
+            return None;
+        }
+        let total = LEN_PREFIX_SIZE + len as usize;
+        let frame = src.get(LEN_PREFIX_SIZE..total)?;
+        let mut r = Reader::new(frame);
+        r.pos = 1;
+        let req = self.request_at(&mut r).ok()?;
+        Some((
+            Request {
+                call_id: req.call_id,
+                flags: req.flags,
+                deadline_us: req.deadline_us,
+                service: req.service,
+                operation: req.operation,
+                metadata: &frame[req.metadata],
+                compression: req.compression,
+                body: &frame[req.body],
+            },
+            total,
+        ))
+    }
+
     fn decode_one(&mut self, src: &mut BytesMut) -> Result<Decoded, WireError> {
         if self.discard > 0 && !self.skip_discarded(src) {
             return Ok(Decoded::Incomplete);
@@ -423,43 +488,17 @@ impl Codec {
         let ty = r.u8()?;
         match ty {
             TYPE_REQUEST => {
-                let call_id = r.u64()?;
-                let bits = r.u8()?;
-                if self.version < 2 && bits & !KNOWN_FLAGS_V1 != 0 {
-                    return Err(WireError::Malformed("unknown request flags"));
-                }
-                let flags = RequestFlags {
-                    one_way: bits & FLAG_ONE_WAY != 0,
-                    streamed: bits & FLAG_STREAMED != 0,
-                    accepts_compressed: bits & FLAG_ACCEPTS_COMPRESSED != 0,
-                };
-                let deadline_us = r.u64()?;
-                let service_len = usize::from(r.u8()?);
-                let service = r.name(service_len, &self.names)?;
-                let op_len = usize::from(r.u8()?);
-                let operation = r.name(op_len, &self.names)?;
-                let metadata = if bits & FLAG_METADATA != 0 {
-                    r.metadata()?
-                } else {
-                    0..0
-                };
-                let compression = if bits & FLAG_COMPRESSED != 0 {
-                    r.u8()?
-                } else {
-                    0
-                };
-                let header = r.pos;
-                self.check_body(call_id, frame.len() - header)?;
+                let req = self.request_at(&mut r)?;
                 let frame = frame.freeze();
                 Ok(Frame::Request(Request {
-                    call_id,
-                    flags,
-                    deadline_us,
-                    service,
-                    operation,
-                    metadata: frame.slice(metadata),
-                    compression,
-                    body: frame.slice(header..),
+                    call_id: req.call_id,
+                    flags: req.flags,
+                    deadline_us: req.deadline_us,
+                    service: req.service,
+                    operation: req.operation,
+                    metadata: frame.slice(req.metadata),
+                    compression: req.compression,
+                    body: frame.slice(req.body),
                 }))
             }
             TYPE_REPLY => {
@@ -579,6 +618,49 @@ impl Codec {
 
     /// A body within a frame that passed the length check may still exceed the message limit
     /// when the names are short; the message limit is what both sides agreed on, so enforce it.
+    /// A Request's fields after its type byte, read by `r` (positioned after the type), with
+    /// where its metadata block and its body lie in the frame (which starts at the type byte).
+    fn request_at(&self, r: &mut Reader<'_>) -> Result<Request<Range<usize>>, WireError> {
+        let call_id = r.u64()?;
+        let bits = r.u8()?;
+        if self.version < 2 && bits & !KNOWN_FLAGS_V1 != 0 {
+            return Err(WireError::Malformed("unknown request flags"));
+        }
+        let flags = RequestFlags {
+            one_way: bits & FLAG_ONE_WAY != 0,
+            streamed: bits & FLAG_STREAMED != 0,
+            accepts_compressed: bits & FLAG_ACCEPTS_COMPRESSED != 0,
+        };
+        let deadline_us = r.u64()?;
+        let service_len = usize::from(r.u8()?);
+        let service = r.name(service_len, &self.names)?;
+        let op_len = usize::from(r.u8()?);
+        let operation = r.name(op_len, &self.names)?;
+        let metadata = if bits & FLAG_METADATA != 0 {
+            r.metadata()?
+        } else {
+            0..0
+        };
+        let compression = if bits & FLAG_COMPRESSED != 0 {
+            r.u8()?
+        } else {
+            0
+        };
+        let header = r.pos;
+        let end = r.buf.len();
+        self.check_body(call_id, end - header)?;
+        Ok(Request {
+            call_id,
+            flags,
+            deadline_us,
+            service,
+            operation,
+            metadata,
+            compression,
+            body: header..end,
+        })
+    }
+
     fn check_body(&self, call_id: u64, body_len: usize) -> Result<(), WireError> {
         if body_len as u64 > u64::from(self.limits.max_message_size) {
             return Err(WireError::TooLarge {

@@ -46,8 +46,12 @@ pub struct RequestFlags {
 }
 
 /// An operation invocation.
+///
+/// `B` holds the metadata block and the body: [`Bytes`] in a [`Frame`], or `&[u8]` in a request
+/// decoded in place by [`Codec::decode_request_in_place`](crate::Codec::decode_request_in_place),
+/// borrowing the read buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub struct Request<B = Bytes> {
     /// Caller-chosen id, unique among the caller's calls in flight on this connection.
     pub call_id: u64,
     /// Flags.
@@ -64,12 +68,12 @@ pub struct Request {
     pub operation: Cow<'static, str>,
     /// The call's metadata, as an encoded block (see [`metadata`](crate::metadata)); empty for
     /// none. Version 2 and later; a version-1 codec neither sends nor receives it.
-    pub metadata: Bytes,
+    pub metadata: B,
     /// How `body` is compressed: 0 for not at all, else an id the application assigns (keel:
     /// 1 = zstd, 2 = gzip). Version 2 and later.
     pub compression: u8,
     /// The encoded arguments (keel: MessagePack in version 2, postcard in version 1).
-    pub body: Bytes,
+    pub body: B,
 }
 
 /// The outcome of a request.

@@ -411,13 +411,18 @@ impl<C> Connection<C> {
 
     /// Host: [`handle`](Self::handle) for a Request, which stays the caller's: the same
     /// bookkeeping without moving the request in and out again (a Request is the frame a host
-    /// handles most). Returns whether the caller is to process it: false after
+    /// handles most). It may be one decoded in place
+    /// ([`Codec::decode_request_in_place`](crate::Codec::decode_request_in_place)). Returns whether the caller is to process it: false after
     /// [`close`](Self::close), when `handle` would have returned `Ok(None)`.
     ///
     /// # Errors
     ///
     /// [`ConnError::ClientOnlyFrame`] on a client, as for `handle`.
-    pub fn handle_request(&mut self, request: &Request, now: Instant) -> Result<bool, ConnError> {
+    pub fn handle_request<B>(
+        &mut self,
+        request: &Request<B>,
+        now: Instant,
+    ) -> Result<bool, ConnError> {
         if self.closed.is_some() {
             return Ok(false);
         }
@@ -476,7 +481,7 @@ impl<C> Connection<C> {
 
     /// What a Request arriving at `now` changes: the call id the GoAway would name, keepalive's
     /// ping policy, and the window of its request stream if it has one.
-    fn request(&mut self, request: &Request, now: Instant) -> Result<(), ConnError> {
+    fn request<B>(&mut self, request: &Request<B>, now: Instant) -> Result<(), ConnError> {
         if self.side == Side::Client {
             return Err(ConnError::ClientOnlyFrame { frame: "Request" });
         }

@@ -77,12 +77,32 @@ pub(crate) fn decode_frames(data: &[u8]) {
         rest = tail;
         src.extend_from_slice(chunk);
         loop {
+            // What a host decodes in place must be what `decode` returns next, consuming as
+            // much; and a whole valid request at the front must decode in place.
+            let in_place = codec
+                .decode_request_in_place(&src)
+                .map(|(req, len)| (owned(&req), len));
+            let before = src.len();
             match codec.decode(&mut src) {
                 Ok(Some(frame)) => {
                     let mut again = BytesMut::new();
                     codec
                         .encode(&frame, &mut again)
                         .expect("decoded frame re-encodes");
+                    let consumed = before - src.len();
+                    match (&frame, in_place) {
+                        (Frame::Request(req), Some((same, len))) => {
+                            assert_eq!(req, &same);
+                            assert_eq!(consumed, len);
+                        }
+                        // Unless bytes before it were skipped (the rest of an oversized frame, or
+                        // a frame of an unknown type).
+                        (Frame::Request(_), None) => assert!(
+                            consumed > again.len(),
+                            "a whole request at the front did not decode in place"
+                        ),
+                        (_, in_place) => assert!(in_place.is_none(), "{frame:?}"),
+                    }
                     let mut fresh = Codec::new(limits);
                     assert_eq!(fresh.decode(&mut again), Ok(Some(frame)));
                     assert!(again.is_empty());
@@ -96,10 +116,27 @@ pub(crate) fn decode_frames(data: &[u8]) {
                     assert!((src.len() as u64) < 4 + bound);
                     break;
                 }
-                Err(e) if e.is_fatal() => return,
-                Err(_) => {}
+                Err(e) if e.is_fatal() => {
+                    assert!(in_place.is_none());
+                    return;
+                }
+                Err(_) => assert!(in_place.is_none()),
             }
         }
+    }
+}
+
+/// A request decoded in place, owning its bytes (as `decode` returns it).
+fn owned(req: &Request<&[u8]>) -> Request {
+    Request {
+        call_id: req.call_id,
+        flags: req.flags,
+        deadline_us: req.deadline_us,
+        service: req.service.clone(),
+        operation: req.operation.clone(),
+        metadata: Bytes::copy_from_slice(req.metadata),
+        compression: req.compression,
+        body: Bytes::copy_from_slice(req.body),
     }
 }
 

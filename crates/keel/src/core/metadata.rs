@@ -294,6 +294,15 @@ impl Metadata {
         })
     }
 
+    /// The entries of a block keel-wire's decoder validated, copied (a request decoded in
+    /// place borrows its block from the read buffer).
+    pub(crate) fn from_wire_block(block: &[u8]) -> Metadata {
+        if block.is_empty() {
+            return Metadata::new();
+        }
+        Metadata::from_wire(&Bytes::copy_from_slice(block))
+    }
+
     /// The entries of a block keel-wire's decoder validated (sharing its memory).
     pub(crate) fn from_wire(block: &Bytes) -> Metadata {
         if block.is_empty() {

@@ -50,7 +50,8 @@ pub(crate) struct Incoming<'a> {
     pub(crate) reply_codec: Option<Compression>,
     /// How `body` (and the reply) is encoded.
     pub(crate) format: Format,
-    pub(crate) body: Bytes,
+    /// The encoded arguments (only read: the call's arguments are decoded from them).
+    pub(crate) body: &'a [u8],
     /// The request stream, for operations that take one (empty otherwise).
     pub(crate) stream: ByteStream,
     /// The call counts from its arrival on (the binding admitted it; see [`Arrival`]).
@@ -136,12 +137,16 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     }
     let span = call.ctx.span().clone();
     let entered = span.enter();
+    let decompressed;
     let body = match req.compression {
         None => req.body,
         Some(codec) => {
             let limit = dispatcher.limits.max_message_size as usize;
-            match compress::decompress(codec, &req.body, limit) {
-                Ok(body) => body,
+            match compress::decompress(codec, req.body, limit) {
+                Ok(body) => {
+                    decompressed = body;
+                    &decompressed[..]
+                }
                 Err(e) => {
                     let status = match e {
                         DecompressError::TooLarge { .. } => Status::new(
@@ -159,7 +164,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
             }
         }
     };
-    let invocation = match service.invoke(op, req.format, &body, req.stream, &call.ctx) {
+    let invocation = match service.invoke(op, req.format, body, req.stream, &call.ctx) {
         Ok(inv) => inv,
         // Answered unless a drain answered it meanwhile (even one-way calls hear of it).
         Err(status) => {

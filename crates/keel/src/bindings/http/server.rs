@@ -756,12 +756,13 @@ async fn call<B: Received>(
         compression,
         reply_codec,
         format,
-        body,
+        body: &body,
         stream,
         arrival,
     };
     dispatch(conn, incoming, received);
     // The arguments are decoded: the body's memory is free again.
+    drop(body);
     drop(reserved);
     let answer = answer.await;
     guard.armed = false;

@@ -252,9 +252,9 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
     /// is ordered after it, so its `last_call_id` covers exactly the requests admitted), or
     /// `None` if it arrived after: the host must not process it (the client sends it again on
     /// another connection).
-    pub(crate) fn handle_request<A>(
+    pub(crate) fn handle_request<A, B>(
         &self,
-        request: &keel_wire::Request,
+        request: &keel_wire::Request<B>,
         now: Instant,
         admit: impl FnOnce() -> A,
     ) -> Result<Option<Option<A>>, ConnError> {

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use keel_wire::{Codec, Event, Frame, HelloReply, Limits, Reply, Side, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -351,89 +351,50 @@ async fn read_loop(
                 }
             }
         }
-        match codec.decode(&mut buf) {
+        // Requests, most of what a host reads, are decoded in place: their body is only read
+        // (the arguments are decoded from it), so nothing is split off the buffer.
+        if let Some((req, len)) = codec.decode_request_in_place(&buf) {
+            (frame_deadline, reserved) = (None, None);
+            let handled = on_request(&conn, &wire, &req, read_at, &limits, codec.version());
+            if len == buf.len() {
+                // Emptied (one call in flight, or a batch's last): the buffer keeps its start
+                // and all of its room, where advancing would leave less room to read into.
+                buf.clear();
+            } else {
+                buf.advance(len);
+            }
+            match handled {
+                Ok(()) => continue,
+                Err(e) => return fail(&e),
+            }
+        }
+        // Nothing to decode in an empty buffer (after a batch's last frame): `decode` would say
+        // as much.
+        let decoded = if buf.is_empty() {
+            Ok(None)
+        } else {
+            codec.decode(&mut buf)
+        };
+        match decoded {
             Ok(Some(frame)) => {
                 (frame_deadline, reserved) = (None, None);
-                let admit = || conn.dispatcher.arrival();
-                // Requests, most of what a host reads, are looked at in place.
-                let req = match frame {
-                    Frame::Request(req) => req,
-                    frame => {
-                        match wire.handle(frame, read_at) {
-                            // Its streams are stopped already; the call itself is dispatch's.
-                            Ok(Some(Event::Cancel { call_id })) => conn.cancel(call_id),
-                            Ok(_) => {}
-                            Err(e) => return fail(&e),
-                        }
-                        continue;
+                let handled = match frame {
+                    // One `decode_request_in_place` left to `decode` (after a skipped frame).
+                    Frame::Request(req) => {
+                        on_request(&conn, &wire, &req, read_at, &limits, codec.version())
                     }
+                    frame => match wire.handle(frame, read_at) {
+                        // Its streams are stopped already; the call itself is dispatch's.
+                        Ok(Some(Event::Cancel { call_id })) => {
+                            conn.cancel(call_id);
+                            Ok(())
+                        }
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e),
+                    },
                 };
-                match wire.handle_request(&req, read_at, admit) {
-                    Ok(Some(None)) => {
-                        // It arrived after this connection's GoAway, whose `last_call_id` is
-                        // below its id: it is not processed, and the client sends it again
-                        // on another connection.
-                        conn.info.calls.fetch_add(1, Ordering::Relaxed);
-                        if req.flags.streamed {
-                            wire.refuse_inbound(req.call_id);
-                        }
-                        let msg = "the host is going away: the call arrived after its GoAway";
-                        conn.reply(req.call_id, Err(Status::new(StatusCode::ShuttingDown, msg)));
-                    }
-                    Ok(Some(Some(arrival))) => {
-                        if req.flags.streamed && wire.inbound_streams() >= limits.max_streams {
-                            // Each open stream may hold its window of bytes: their number is
-                            // bounded.
-                            wire.refuse_inbound(req.call_id);
-                            let msg = format!(
-                                "this connection already has {} streamed uploads open",
-                                limits.max_streams
-                            );
-                            conn.reply(req.call_id, Err(Status::new(StatusCode::Busy, msg)));
-                            continue;
-                        }
-                        let compression = match req.compression {
-                            0 => None,
-                            id => match Compression::from_u8(id) {
-                                Some(c) => Some(c),
-                                None => {
-                                    let msg = format!("unknown compression id {id}");
-                                    let status = Status::new(StatusCode::BadRequest, msg);
-                                    if req.flags.streamed {
-                                        wire.refuse_inbound(req.call_id);
-                                    }
-                                    conn.reply(req.call_id, Err(status));
-                                    continue;
-                                }
-                            },
-                        };
-                        let stream = if req.flags.streamed {
-                            // Before the next frame is read: its data follows this request.
-                            wire.inbound_stream(req.call_id)
-                        } else {
-                            ByteStream::empty()
-                        };
-                        let incoming = Incoming {
-                            call_id: req.call_id,
-                            one_way: req.flags.one_way,
-                            deadline: (req.deadline_us > 0)
-                                .then(|| Duration::from_micros(req.deadline_us)),
-                            service: &req.service,
-                            operation: &req.operation,
-                            metadata: Metadata::from_wire(&req.metadata),
-                            compression,
-                            reply_codec: req.flags.accepts_compressed.then_some(Compression::Zstd),
-                            format: wire_format(codec.version()),
-                            body: req.body,
-                            stream,
-                            arrival,
-                        };
-                        // Arrived when it was read: one clock read per read, not per call.
-                        dispatch(&conn, incoming, read_at);
-                    }
-                    // The connection is closed: nothing more is processed.
-                    Ok(None) => {}
-                    Err(e) => return fail(&e),
+                if let Err(e) = handled {
+                    return fail(&e);
                 }
                 continue;
             }
@@ -490,6 +451,84 @@ async fn read_loop(
             start_batch(&conn, &wire, &mut batch);
         }
     }
+}
+
+/// A Request read at `read_at`, decoded in place or not: the core keeps its books, and it is
+/// dispatched, or refused (after a GoAway, past the streams limit, with an unknown
+/// compression). `Err` when the connection must fail (see `WireConn::handle_request`).
+fn on_request<B: AsRef<[u8]>>(
+    conn: &Arc<ConnShared>,
+    wire: &Arc<WireConn<()>>,
+    req: &keel_wire::Request<B>,
+    read_at: Instant,
+    limits: &ReadLimits,
+    version: u16,
+) -> Result<(), keel_wire::ConnError> {
+    let admit = || conn.dispatcher.arrival();
+    let arrival = match wire.handle_request(req, read_at, admit)? {
+        Some(Some(arrival)) => arrival,
+        Some(None) => {
+            // It arrived after this connection's GoAway, whose `last_call_id` is below its id:
+            // it is not processed, and the client sends it again on another connection.
+            conn.info.calls.fetch_add(1, Ordering::Relaxed);
+            if req.flags.streamed {
+                wire.refuse_inbound(req.call_id);
+            }
+            let msg = "the host is going away: the call arrived after its GoAway";
+            conn.reply(req.call_id, Err(Status::new(StatusCode::ShuttingDown, msg)));
+            return Ok(());
+        }
+        // The connection is closed: nothing more is processed.
+        None => return Ok(()),
+    };
+    if req.flags.streamed && wire.inbound_streams() >= limits.max_streams {
+        // Each open stream may hold its window of bytes: their number is bounded.
+        wire.refuse_inbound(req.call_id);
+        let msg = format!(
+            "this connection already has {} streamed uploads open",
+            limits.max_streams
+        );
+        conn.reply(req.call_id, Err(Status::new(StatusCode::Busy, msg)));
+        return Ok(());
+    }
+    let compression = match req.compression {
+        0 => None,
+        id => match Compression::from_u8(id) {
+            Some(c) => Some(c),
+            None => {
+                let msg = format!("unknown compression id {id}");
+                if req.flags.streamed {
+                    wire.refuse_inbound(req.call_id);
+                }
+                conn.reply(req.call_id, Err(Status::new(StatusCode::BadRequest, msg)));
+                return Ok(());
+            }
+        },
+    };
+    let stream = if req.flags.streamed {
+        // Before the next frame is read: its data follows this request.
+        wire.inbound_stream(req.call_id)
+    } else {
+        ByteStream::empty()
+    };
+    let incoming = Incoming {
+        call_id: req.call_id,
+        one_way: req.flags.one_way,
+        deadline: (req.deadline_us > 0).then(|| Duration::from_micros(req.deadline_us)),
+        service: &req.service,
+        operation: &req.operation,
+        // Copied: the call's context may outlive the read buffer the block is in.
+        metadata: Metadata::from_wire_block(req.metadata.as_ref()),
+        compression,
+        reply_codec: req.flags.accepts_compressed.then_some(Compression::Zstd),
+        format: wire_format(version),
+        body: req.body.as_ref(),
+        stream,
+        arrival,
+    };
+    // Arrived when it was read: one clock read per read, not per call.
+    dispatch(conn, incoming, read_at);
+    Ok(())
 }
 
 /// Whether `buf` holds more than the frame at its front, whole or not: then what was read is
