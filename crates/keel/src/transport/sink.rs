@@ -347,19 +347,28 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Writes as much of `buf` as the socket takes without waiting.
+/// Writes as much of `buf` as the socket takes without waiting; what it took is removed from
+/// `buf`.
 fn try_write(w: &mut Writer, buf: &mut BytesMut, written: &AtomicU64) -> Progress {
     let mut cx = Context::from_waker(Waker::noop());
-    while !buf.is_empty() {
-        match Pin::new(&mut *w).poll_write(&mut cx, buf) {
+    let mut at = 0;
+    while at < buf.len() {
+        match Pin::new(&mut *w).poll_write(&mut cx, &buf[at..]) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Progress::Failed,
             Poll::Ready(Ok(n)) => {
-                buf.advance(n);
+                at += n;
                 written.fetch_add(n as u64, Ordering::Release);
             }
-            Poll::Pending => return Progress::WouldBlock,
+            Poll::Pending => {
+                buf.advance(at);
+                return Progress::WouldBlock;
+            }
         }
     }
+    // All of it (nearly always, in one write): emptied in place, the buffer keeps its start and
+    // all of its room for the next frames, where advancing past the bytes would leave it less
+    // (and the next frame's encoding would have to move it back).
+    buf.clear();
     match Pin::new(&mut *w).poll_flush(&mut cx) {
         Poll::Ready(Ok(())) => Progress::Done,
         Poll::Ready(Err(_)) => Progress::Failed,
