@@ -109,18 +109,12 @@ fn split_body(scratch: &mut Scratch) -> Bytes {
 /// has none, and would overflow the stack).
 pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, String> {
     match format {
-        Format::MsgPack => {
-            // Borrowing from `body` (no copy of strings and byte arrays into a scratch buffer);
-            // where the value ends is found by walking its markers.
-            let mut de = rmp_serde::Deserializer::from_read_ref(body);
-            let value = T::deserialize(Depth::new(&mut de)).map_err(|e| e.to_string())?;
-            let used = msgpack_len(body).ok_or("malformed MessagePack")?;
-            let rest = body.len() - used;
-            if rest != 0 {
-                return Err(format!("{rest} unexpected bytes after the value"));
-            }
-            Ok(value)
-        }
+        // The fast path decodes what it can (nearly every body); rmp-serde decodes the rest,
+        // and says what is wrong with a body that does not decode.
+        Format::MsgPack => match super::msgpack::decode(body) {
+            Some(value) => Ok(value),
+            None => decode_msgpack_rmp(body),
+        },
         Format::Postcard => {
             let mut de = postcard::Deserializer::from_bytes(body);
             let value = T::deserialize(Depth::new(&mut de)).map_err(|e| e.to_string())?;
@@ -132,6 +126,20 @@ pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result
         }
         Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
     }
+}
+
+/// A MessagePack body decoded by rmp-serde: what [`decode`] falls back to.
+fn decode_msgpack_rmp<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    // Borrowing from `body` (no copy of strings and byte arrays into a scratch buffer); where
+    // the value ends is found by walking its markers.
+    let mut de = rmp_serde::Deserializer::from_read_ref(body);
+    let value = T::deserialize(Depth::new(&mut de)).map_err(|e| e.to_string())?;
+    let used = msgpack_len(body).ok_or("malformed MessagePack")?;
+    let rest = body.len() - used;
+    if rest != 0 {
+        return Err(format!("{rest} unexpected bytes after the value"));
+    }
+    Ok(value)
 }
 
 /// The length of the first MessagePack value in `buf`, or `None` if it is cut short or uses
@@ -411,5 +419,308 @@ mod tests {
         assert_eq!(e.code(), StatusCode::BadRequest);
         assert!(decode::<u32>(Format::Json, b"1 2").is_err());
         assert_eq!(decode::<u32>(Format::Json, b" 1 "), Ok(1));
+    }
+}
+
+/// The MessagePack fast path (`super::msgpack`) against rmp-serde: a body decodes to the same
+/// value, or fails with the same message, whichever decodes it.
+#[cfg(test)]
+mod msgpack_fast_path {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use proptest::collection::{btree_map, vec};
+    use proptest::prelude::*;
+    use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserialize, Serialize};
+
+    use super::{decode, decode_msgpack_rmp, encode, Format};
+    use crate::core::msgpack;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    enum Shape {
+        Unit,
+        New(i32),
+        Tuple(u8, String),
+        Struct { x: f64, y: Option<bool> },
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Marker;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Meters(u16);
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Rich {
+        a: f64,
+        b: i64,
+        c: u64,
+        d: i8,
+        e: u32,
+        f: f32,
+        g: bool,
+        h: String,
+        i: Vec<u8>,
+        j: Option<Option<u8>>,
+        k: Vec<Shape>,
+        l: BTreeMap<String, i16>,
+        m: (u8, char),
+        n: Marker,
+        o: Meters,
+        p: Vec<Tree>,
+        #[serde(default)]
+        q: Vec<String>,
+        r: (),
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Tree {
+        v: u8,
+        kids: Vec<Tree>,
+    }
+
+    /// Which visitor method a value arrived through, and with what: deserialized through
+    /// `deserialize_any`, so both decoders must make the same calls, not just equal values.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Seen {
+        Bool(bool),
+        I8(i8),
+        I16(i16),
+        I32(i32),
+        I64(i64),
+        U8(u8),
+        U16(u16),
+        U32(u32),
+        U64(u64),
+        F32(u32),
+        F64(u64),
+        Str(String),
+        Bytes(Vec<u8>),
+        Unit,
+        Seq(Vec<Seen>),
+        Map(Vec<(Seen, Seen)>),
+    }
+
+    impl<'de> Deserialize<'de> for Seen {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Seen, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Seen;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("anything")
+                }
+                fn visit_bool<E>(self, v: bool) -> Result<Seen, E> {
+                    Ok(Seen::Bool(v))
+                }
+                fn visit_i8<E>(self, v: i8) -> Result<Seen, E> {
+                    Ok(Seen::I8(v))
+                }
+                fn visit_i16<E>(self, v: i16) -> Result<Seen, E> {
+                    Ok(Seen::I16(v))
+                }
+                fn visit_i32<E>(self, v: i32) -> Result<Seen, E> {
+                    Ok(Seen::I32(v))
+                }
+                fn visit_i64<E>(self, v: i64) -> Result<Seen, E> {
+                    Ok(Seen::I64(v))
+                }
+                fn visit_u8<E>(self, v: u8) -> Result<Seen, E> {
+                    Ok(Seen::U8(v))
+                }
+                fn visit_u16<E>(self, v: u16) -> Result<Seen, E> {
+                    Ok(Seen::U16(v))
+                }
+                fn visit_u32<E>(self, v: u32) -> Result<Seen, E> {
+                    Ok(Seen::U32(v))
+                }
+                fn visit_u64<E>(self, v: u64) -> Result<Seen, E> {
+                    Ok(Seen::U64(v))
+                }
+                fn visit_f32<E>(self, v: f32) -> Result<Seen, E> {
+                    Ok(Seen::F32(v.to_bits()))
+                }
+                fn visit_f64<E>(self, v: f64) -> Result<Seen, E> {
+                    Ok(Seen::F64(v.to_bits()))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Seen, E> {
+                    Ok(Seen::Str(v.to_owned()))
+                }
+                fn visit_bytes<E>(self, v: &[u8]) -> Result<Seen, E> {
+                    Ok(Seen::Bytes(v.to_vec()))
+                }
+                fn visit_unit<E>(self) -> Result<Seen, E> {
+                    Ok(Seen::Unit)
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Seen, A::Error> {
+                    let mut items = vec![];
+                    while let Some(item) = a.next_element()? {
+                        items.push(item);
+                    }
+                    Ok(Seen::Seq(items))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Seen, A::Error> {
+                    let mut entries = vec![];
+                    while let Some(entry) = a.next_entry()? {
+                        entries.push(entry);
+                    }
+                    Ok(Seen::Map(entries))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// `decode` (the fast path, then rmp-serde) answers exactly as rmp-serde alone does.
+    fn same<T: serde::de::DeserializeOwned + PartialEq + fmt::Debug>(body: &[u8]) {
+        let both: Result<T, String> = decode(Format::MsgPack, body);
+        let rmp: Result<T, String> = decode_msgpack_rmp(body);
+        assert_eq!(both, rmp, "body {body:02x?}");
+        // And the fast path never succeeds where rmp-serde fails.
+        if let Some(fast) = msgpack::decode::<T>(body) {
+            assert_eq!(Ok(fast), rmp, "body {body:02x?}");
+        }
+    }
+
+    fn shape() -> impl Strategy<Value = Shape> {
+        prop_oneof![
+            Just(Shape::Unit),
+            any::<i32>().prop_map(Shape::New),
+            (any::<u8>(), ".{0,40}").prop_map(|(a, b)| Shape::Tuple(a, b)),
+            (any::<f64>(), any::<Option<bool>>()).prop_map(|(x, y)| Shape::Struct { x, y }),
+        ]
+    }
+
+    fn tree() -> impl Strategy<Value = Tree> {
+        let leaf = any::<u8>().prop_map(|v| Tree { v, kids: vec![] });
+        leaf.prop_recursive(6, 40, 4, |inner| {
+            (any::<u8>(), vec(inner, 0..4)).prop_map(|(v, kids)| Tree { v, kids })
+        })
+    }
+
+    fn rich() -> impl Strategy<Value = Rich> {
+        let numbers = (
+            any::<f64>(),
+            any::<i64>(),
+            any::<u64>(),
+            any::<i8>(),
+            any::<u32>(),
+            any::<f32>(),
+            any::<bool>(),
+        );
+        let rest = (
+            ".{0,300}",
+            vec(any::<u8>(), 0..300),
+            any::<Option<Option<u8>>>(),
+            vec(shape(), 0..5),
+            btree_map(".{0,8}", any::<i16>(), 0..5),
+            (any::<u8>(), any::<char>()),
+            any::<u16>(),
+            vec(tree(), 0..3),
+            vec(".{0,5}", 0..3),
+        );
+        (numbers, rest).prop_map(
+            |((a, b, c, d, e, f, g), (h, i, j, k, l, m, o, p, q))| Rich {
+                a,
+                b,
+                c,
+                d,
+                e,
+                f,
+                g,
+                h,
+                i,
+                j,
+                k,
+                l,
+                m,
+                n: Marker,
+                o: Meters(o),
+                p,
+                q,
+                r: (),
+            },
+        )
+    }
+
+    fn body(value: &impl Serialize) -> Vec<u8> {
+        encode(Format::MsgPack, value).unwrap().to_vec()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// What keel writes, the fast path reads (NaN compared bitwise through `Seen`).
+        #[test]
+        fn the_fast_path_reads_what_keel_writes(value in rich()) {
+            let b = body(&value);
+            let fast = msgpack::decode::<Rich>(&b).expect("decoded by the fast path");
+            prop_assert_eq!(body(&fast), b.clone());
+            same::<Seen>(&b);
+        }
+
+        /// Changed, cut and extended bodies: the same value or the same error either way.
+        #[test]
+        fn mutated_bodies_decode_as_rmp_serde_decodes_them(
+            value in rich(),
+            changes in vec((any::<usize>(), any::<u8>()), 0..4),
+            cut in any::<Option<usize>>(),
+            tail in vec(any::<u8>(), 0..3),
+        ) {
+            let mut b = body(&value);
+            for (at, byte) in changes {
+                let at = at % b.len();
+                b[at] = byte;
+            }
+            if let Some(cut) = cut {
+                b.truncate(cut % (b.len() + 1));
+            }
+            b.extend_from_slice(&tail);
+            same::<Seen>(&b);
+            same::<Tree>(&b);
+            same::<Shape>(&b);
+            same::<Option<(Meters, Marker)>>(&b);
+            // `Rich` holds floats (NaN != NaN): compared through its encoding.
+            let both = decode::<Rich>(Format::MsgPack, &b).map(|v| body(&v));
+            let rmp = decode_msgpack_rmp::<Rich>(&b).map(|v| body(&v));
+            prop_assert_eq!(both, rmp);
+        }
+
+        #[test]
+        fn random_bytes_decode_as_rmp_serde_decodes_them(b in vec(any::<u8>(), 0..64)) {
+            same::<Seen>(&b);
+            same::<Tree>(&b);
+            same::<Shape>(&b);
+            same::<(u8, String, Option<Vec<i64>>)>(&b);
+        }
+    }
+
+    #[test]
+    fn the_nesting_limit_is_the_same() {
+        for depth in [126, 127, 128, 129, 200, 5_000] {
+            // Arrays in arrays, then a value; and trees whose kids nest as deep.
+            let mut b = vec![0x91; depth];
+            b.push(0x00);
+            same::<Seen>(&b);
+            let mut t = Tree { v: 1, kids: vec![] };
+            for _ in 0..depth.min(300) {
+                t = Tree {
+                    v: 0,
+                    kids: vec![t],
+                };
+            }
+            same::<Tree>(&body(&t));
+        }
+    }
+
+    #[test]
+    fn trailing_and_missing_bytes_are_rmp_serde_errors() {
+        let b = body(&(1u8, 2.5f64));
+        let mut longer = b.clone();
+        longer.push(0xc0);
+        assert!(msgpack::decode::<(u8, f64)>(&longer).is_none());
+        same::<(u8, f64)>(&longer);
+        same::<(u8, f64)>(&b[..b.len() - 1]);
+        assert_eq!(msgpack::decode::<(u8, f64)>(&b), Some((1, 2.5)));
     }
 }

@@ -26,6 +26,7 @@ pub(crate) mod error;
 pub(crate) mod finite;
 pub(crate) mod metadata;
 pub mod metrics;
+pub(crate) mod msgpack;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod stream;
