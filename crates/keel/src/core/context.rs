@@ -4,7 +4,9 @@ use std::any::{Any, TypeId};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -202,11 +204,8 @@ impl Context {
         self.reply_metadata().merge(metadata);
     }
 
-    fn reply_metadata(&self) -> std::sync::MutexGuard<'_, Metadata> {
-        self.inner
-            .reply_metadata
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn reply_metadata(&self) -> MutexGuard<'_, Metadata> {
+        self.inner.reply_metadata.lock()
     }
 
     /// Stores a value for later steps of this call (one per type): an interceptor records the
@@ -229,11 +228,8 @@ impl Context {
             .cloned()
     }
 
-    fn extensions(&self) -> std::sync::MutexGuard<'_, Vec<(TypeId, Box<dyn Any + Send + Sync>)>> {
-        self.inner
-            .extensions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn extensions(&self) -> MutexGuard<'_, Vec<(TypeId, Box<dyn Any + Send + Sync>)>> {
+        self.inner.extensions.lock()
     }
 
     /// Fires the cancellation signal.
@@ -249,7 +245,7 @@ impl Context {
 
     /// The call's async handler now runs in the task `task`: [`stop`](Context::stop) aborts it.
     pub(crate) fn set_task(&self, task: AbortHandle) {
-        *self.inner.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        *self.inner.task.lock() = Some(task);
     }
 
     /// The call will not be answered by its handler: the cancellation signal fires (a blocking
@@ -258,12 +254,7 @@ impl Context {
     /// has one, is aborted.
     pub(crate) fn stop(&self) {
         self.cancel();
-        let task = self
-            .inner
-            .task
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let task = self.inner.task.lock().take();
         if let Some(task) = task {
             task.abort();
         }

@@ -7,7 +7,9 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -209,7 +211,7 @@ impl ConnShared {
     }
 
     fn calls(&self) -> MutexGuard<'_, Calls> {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+        self.calls.lock()
     }
 
     /// Registers a call, counted since its `arrival`. `BadRequest` if a call
@@ -251,7 +253,7 @@ impl ConnShared {
     }
 
     fn held(&self) -> MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.held.lock()
     }
 
     /// From now until [`release_blocking`](ConnShared::release_blocking), blocking calls that

@@ -18,7 +18,9 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, BytesMut};
@@ -168,7 +170,7 @@ impl Sink {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Queues `frame` and writes what the socket takes now. Never waits.
@@ -494,7 +496,7 @@ mod tests {
                 return Poll::Pending;
             }
             let held = std::mem::take(&mut self.held);
-            self.sent.lock().unwrap().extend(held);
+            self.sent.lock().extend(held);
             Poll::Ready(Ok(()))
         }
         fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -517,7 +519,7 @@ mod tests {
         tokio::spawn(flusher);
         sink.send(&Frame::Cancel(Cancel { call_id: 1 })).unwrap();
         for _ in 0..1000 {
-            if !sent.lock().unwrap().is_empty() {
+            if !sent.lock().is_empty() {
                 return;
             }
             tokio::task::yield_now().await;
@@ -548,11 +550,11 @@ mod tests {
                 return Poll::Pending;
             }
             self.full_next = true;
-            if let Some((sink, frame)) = self.meanwhile.lock().unwrap().take() {
+            if let Some((sink, frame)) = self.meanwhile.lock().take() {
                 sink.send(&frame).unwrap();
             }
             let n = buf.len().min(7);
-            self.sent.lock().unwrap().extend_from_slice(&buf[..n]);
+            self.sent.lock().extend_from_slice(&buf[..n]);
             Poll::Ready(Ok(n))
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -582,7 +584,7 @@ mod tests {
         let frames: Vec<Frame> = (1..=20)
             .map(|call_id| Frame::Cancel(Cancel { call_id }))
             .collect();
-        *meanwhile.lock().unwrap() = Some((sink.clone(), frames[1].clone()));
+        *meanwhile.lock() = Some((sink.clone(), frames[1].clone()));
         sink.send(&frames[0]).unwrap();
         for f in &frames[2..] {
             sink.send(f).unwrap();
@@ -594,11 +596,11 @@ mod tests {
             codec.encode(f, &mut expected).unwrap();
         }
         for _ in 0..10_000 {
-            if sent.lock().unwrap().len() >= expected.len() {
+            if sent.lock().len() >= expected.len() {
                 break;
             }
             tokio::task::yield_now().await;
         }
-        assert_eq!(&sent.lock().unwrap()[..], &expected[..]);
+        assert_eq!(&sent.lock()[..], &expected[..]);
     }
 }

@@ -11,7 +11,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -243,7 +245,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<C>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Host: a Request read at `now`, by reference (see keel-wire's `handle_request`): `None`

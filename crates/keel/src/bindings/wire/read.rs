@@ -20,7 +20,9 @@
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
@@ -65,7 +67,7 @@ struct CellState {
 
 impl AnswerCell {
     fn lock(&self) -> MutexGuard<'_, CellState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Leaves `delivery` and wakes the call if it waits.
@@ -242,7 +244,7 @@ pub(super) struct SocketWaker {
 impl SocketWaker {
     /// From now on the socket wakes `waker`.
     fn aim(&self, waker: &Waker) {
-        let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        let mut target = self.target.lock();
         match &mut *target {
             Some(w) if w.will_wake(waker) => {}
             slot => *slot = Some(waker.clone()),
@@ -263,7 +265,7 @@ impl Wake for SocketWaker {
         // Before the target is read: one who aims the waker and then finds it fired knows that
         // the wake may have gone to the old target (see `ReadSide::give_to_task`).
         self.fired.store(true, Ordering::SeqCst);
-        if let Some(w) = &*self.target.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(w) = &*self.target.lock() {
             w.wake_by_ref();
         }
     }
@@ -524,7 +526,7 @@ impl Reading {
     }
 
     fn lock(&self) -> MutexGuard<'_, ReadSide> {
-        self.side.lock().unwrap_or_else(|e| e.into_inner())
+        self.side.lock()
     }
 
     /// The reader task: reads for every call except while one call alone reads for itself
