@@ -2,7 +2,9 @@
 //! (a channel does not know its contracts before), then a read lock, a short scan and a few
 //! atomic additions per call. The names are in `core/metrics.rs`.
 
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
+
+use parking_lot::RwLock;
 use std::time::Instant;
 
 use metrics::{counter, histogram, Counter, Histogram};
@@ -82,12 +84,12 @@ impl ChannelMetrics {
             op.answered(code);
         };
         {
-            let ops = self.ops.read().unwrap_or_else(|e| e.into_inner());
+            let ops = self.ops.read();
             if let Some((_, op)) = ops.iter().find(|(k, _)| *k == key) {
                 return record(op);
             }
         }
-        let mut ops = self.ops.write().unwrap_or_else(|e| e.into_inner());
+        let mut ops = self.ops.write();
         if let Some((_, op)) = ops.iter().find(|(k, _)| *k == key) {
             return record(op);
         }

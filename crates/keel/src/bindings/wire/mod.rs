@@ -19,7 +19,9 @@ pub(crate) mod server;
 pub(crate) use server::serve;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use super::{Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
@@ -62,7 +64,7 @@ impl WireClient {
 
     /// The connection new calls go to: open, and the host has not said GoAway.
     fn current(&self) -> Option<Arc<Conn>> {
-        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = self.conn.lock();
         guard.as_ref().filter(|c| c.takes_calls()).cloned()
     }
 
@@ -79,12 +81,8 @@ impl WireClient {
         if self.opened.fetch_add(1, Ordering::Relaxed) > 0 {
             self.settings.reconnects.increment(1);
         }
-        let old = self
-            .conn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(conn.clone());
-        let mut draining = self.draining.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.conn.lock().replace(conn.clone());
+        let mut draining = self.draining.lock();
         draining.retain(|c| c.is_open());
         // Dropping a connection closes it: one the host is draining stays until it closes.
         if let Some(old) = old.filter(|c| c.is_open()) {
@@ -165,9 +163,8 @@ impl ClientTransport for WireClient {
     }
 
     fn close(&self) {
-        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let draining =
-            std::mem::take(&mut *self.draining.lock().unwrap_or_else(|e| e.into_inner()));
+        let conn = self.conn.lock().take();
+        let draining = std::mem::take(&mut *self.draining.lock());
         for c in conn.into_iter().chain(draining) {
             c.close("closed by the client");
         }
@@ -182,12 +179,8 @@ impl ClientTransport for WireClient {
     }
 
     fn counts(&self) -> ConnCounts {
-        let current = self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let draining = self
-            .draining
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let current = self.conn.lock().clone();
+        let draining = self.draining.lock().clone();
         let open = current
             .iter()
             .chain(draining.iter())
