@@ -82,16 +82,14 @@ impl<'de> Fast<'de> {
         self.take(N)?.try_into().map_err(|_| GiveUp)
     }
 
-    fn len8(&mut self) -> Result<u32> {
-        self.byte().map(u32::from)
-    }
-
-    fn len16(&mut self) -> Result<u32> {
-        self.array().map(|b| u32::from(u16::from_be_bytes(b)))
-    }
-
-    fn len32(&mut self) -> Result<u32> {
-        self.array().map(u32::from_be_bytes)
+    /// A length field of 1, 2 or 4 bytes (`width` 0, 1 or 2: how the markers of each kind
+    /// count up).
+    fn len(&mut self, width: u8) -> Result<u32> {
+        match width {
+            0 => self.byte().map(u32::from),
+            1 => self.array().map(|b| u32::from(u16::from_be_bytes(b))),
+            _ => self.array().map(u32::from_be_bytes),
+        }
     }
 
     /// One level deeper, if the limit allows.
@@ -132,42 +130,22 @@ impl<'de> Fast<'de> {
         let m = self.byte()?;
         match m {
             0xa0..=0xbf => self.str(u32::from(m & 0x1f), v),
-            0xd9 => {
-                let n = self.len8()?;
-                self.str(n, v)
-            }
-            0xda => {
-                let n = self.len16()?;
-                self.str(n, v)
-            }
-            0xdb => {
-                let n = self.len32()?;
+            0xd9..=0xdb => {
+                let n = self.len(m - 0xd9)?;
                 self.str(n, v)
             }
             0x90..=0x9f => self.seq(u32::from(m & 0x0f), v),
-            0xdc => {
-                let n = self.len16()?;
-                self.seq(n, v)
-            }
-            0xdd => {
-                let n = self.len32()?;
+            0xdc | 0xdd => {
+                let n = self.len(m - 0xdb)?;
                 self.seq(n, v)
             }
             0x80..=0x8f => self.map(u32::from(m & 0x0f), v),
-            0xde => {
-                let n = self.len16()?;
-                self.map(n, v)
-            }
-            0xdf => {
-                let n = self.len32()?;
+            0xde | 0xdf => {
+                let n = self.len(m - 0xdd)?;
                 self.map(n, v)
             }
             0xc4..=0xc6 => {
-                let n = match m {
-                    0xc4 => self.len8()?,
-                    0xc5 => self.len16()?,
-                    _ => self.len32()?,
-                };
+                let n = self.len(m - 0xc4)?;
                 let data = self.take(n as usize)?;
                 if bytes {
                     return v.visit_borrowed_bytes(data);
@@ -462,13 +440,9 @@ impl<'de> de::Deserializer<'de> for &mut Fast<'de> {
         let at = self.pos;
         let entries = match m {
             0x80..=0x8f => Some(u32::from(m & 0x0f)),
-            0xde => {
+            0xde | 0xdf => {
                 self.pos += 1;
-                Some(self.len16()?)
-            }
-            0xdf => {
-                self.pos += 1;
-                Some(self.len32()?)
+                Some(self.len(m - 0xdd)?)
             }
             _ => None,
         };
