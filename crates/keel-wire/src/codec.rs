@@ -616,8 +616,6 @@ impl Codec {
         }
     }
 
-    /// A body within a frame that passed the length check may still exceed the message limit
-    /// when the names are short; the message limit is what both sides agreed on, so enforce it.
     /// A Request's fields after its type byte, read by `r` (positioned after the type), with
     /// where its metadata block and its body lie in the frame (which starts at the type byte).
     fn request_at(&self, r: &mut Reader<'_>) -> Result<Request<Range<usize>>, WireError> {
@@ -661,6 +659,8 @@ impl Codec {
         })
     }
 
+    /// A body within a frame that passed the length check may still exceed the message limit
+    /// when the names are short; the message limit is what both sides agreed on, so enforce it.
     fn check_body(&self, call_id: u64, body_len: usize) -> Result<(), WireError> {
         if body_len as u64 > u64::from(self.limits.max_message_size) {
             return Err(WireError::TooLarge {

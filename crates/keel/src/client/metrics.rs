@@ -3,11 +3,10 @@
 //! atomic additions per call. The names are in `core/metrics.rs`.
 
 use std::sync::OnceLock;
-
-use parking_lot::RwLock;
 use std::time::Instant;
 
 use metrics::{counter, histogram, Counter, Histogram};
+use parking_lot::RwLock;
 
 use crate::core::metrics::{self as m, Since};
 use crate::core::status::StatusCode;

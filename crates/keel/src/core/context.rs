@@ -5,11 +5,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-use parking_lot::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 

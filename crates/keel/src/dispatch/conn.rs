@@ -8,11 +8,10 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-
-use parking_lot::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::call::Blocking;
 use super::runs::{self, Job, Run};

@@ -19,12 +19,11 @@
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-
-use parking_lot::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, BytesMut};
 use keel_wire::{Codec, Frame, WireError};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 

@@ -12,8 +12,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-
-use parking_lot::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,6 +19,7 @@ use keel_wire::{
     CallRejected, Closed, ConnError, Connection, Event, Frame, Keepalive, PingPolicy, Side,
     StreamData, WindowConfig, DEFAULT_INITIAL_WINDOW,
 };
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
 use crate::core::error::{Error, Kind};

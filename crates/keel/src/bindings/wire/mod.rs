@@ -20,9 +20,9 @@ pub(crate) use server::serve;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
-use std::time::Instant;
 
 use super::{Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
 use crate::core::error::{Error, Kind};

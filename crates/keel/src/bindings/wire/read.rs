@@ -21,13 +21,12 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-
-use parking_lot::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 use bytes::BytesMut;
 use keel_wire::{Codec, Event, Frame, HelloReply, Reply};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 
 use super::conn::{Expiring, WireConn};
