@@ -149,12 +149,21 @@ impl Compression {
     }
 
     /// The coding with wire id `id`; `None` for [`IDENTITY_ID`](Self::IDENTITY_ID) and for ids
-    /// keel does not know (the caller tells those two apart).
+    /// keel does not know ([`from_wire_id`](Self::from_wire_id) tells those two apart).
     pub(crate) fn from_u8(id: u8) -> Option<Self> {
         match id {
             1 => Some(Compression::Zstd),
             2 => Some(Compression::Gzip),
             _ => None,
+        }
+    }
+
+    /// What a frame's compression id says: `Ok(None)` for [`IDENTITY_ID`](Self::IDENTITY_ID)
+    /// (not compressed), `Err(id)` for an id keel does not know.
+    pub(crate) fn from_wire_id(id: u8) -> Result<Option<Self>, u8> {
+        match id {
+            Self::IDENTITY_ID => Ok(None),
+            id => Self::from_u8(id).map(Some).ok_or(id),
         }
     }
 }

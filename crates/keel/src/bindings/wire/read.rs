@@ -476,16 +476,13 @@ fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Re
 /// response is a stream, whose data follows.
 fn answer(wire: &Arc<WireConn<ReplySlot>>, reply: Reply, slot: ReplySlot, download: bool) {
     let metadata = Metadata::from_wire(&reply.metadata);
-    let compression = match reply.compression {
-        0 => None,
-        id => match Compression::from_u8(id) {
-            Some(c) => Some(c),
-            None => {
-                let why = format!("the host compressed a reply with unknown id {id}");
-                slot.send(Delivery::Answer(Err(Error::new(Kind::Protocol, why))));
-                return;
-            }
-        },
+    let compression = match Compression::from_wire_id(reply.compression) {
+        Ok(c) => c,
+        Err(id) => {
+            let why = format!("the host compressed a reply with unknown id {id}");
+            slot.send(Delivery::Answer(Err(Error::new(Kind::Protocol, why))));
+            return;
+        }
     };
     let result = if reply.status != keel_wire::StatusCode::Ok {
         let code = StatusCode::from_wire(reply.status);

@@ -491,19 +491,16 @@ fn on_request<B: AsRef<[u8]>>(
         conn.reply(req.call_id, Err(Status::new(StatusCode::Busy, msg)));
         return Ok(());
     }
-    let compression = match req.compression {
-        0 => None,
-        id => match Compression::from_u8(id) {
-            Some(c) => Some(c),
-            None => {
-                let msg = format!("unknown compression id {id}");
-                if req.flags.streamed {
-                    wire.refuse_inbound(req.call_id);
-                }
-                conn.reply(req.call_id, Err(Status::new(StatusCode::BadRequest, msg)));
-                return Ok(());
+    let compression = match Compression::from_wire_id(req.compression) {
+        Ok(c) => c,
+        Err(id) => {
+            let msg = format!("unknown compression id {id}");
+            if req.flags.streamed {
+                wire.refuse_inbound(req.call_id);
             }
-        },
+            conn.reply(req.call_id, Err(Status::new(StatusCode::BadRequest, msg)));
+            return Ok(());
+        }
     };
     let stream = if req.flags.streamed {
         // Before the next frame is read: its data follows this request.
