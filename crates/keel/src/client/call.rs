@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{CallOptions, Channel};
-use crate::bindings::{Answer, Outgoing, Replied};
+use crate::bindings::{Outgoing, Replied};
 use crate::core::codec::{self, Format};
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
@@ -15,14 +15,13 @@ use crate::core::service::{Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 
-async fn raw<A: Serialize>(
-    ch: &Channel,
-    opts: &CallOptions,
+/// Operation `op` of `desc` called with `args` (encoded) and `upload`, as a channel sends it.
+fn outgoing<A: Serialize>(
     desc: &'static ServiceDescriptor,
     op: usize,
     args: &A,
     upload: Option<ByteStream>,
-) -> Answer {
+) -> Result<Outgoing, Error> {
     let info = &desc.operations[op];
     let body = codec::encode(Format::MsgPack, args).map_err(|e| {
         Error::new(
@@ -33,7 +32,7 @@ async fn raw<A: Serialize>(
             ),
         )
     })?;
-    let call = Outgoing {
+    Ok(Outgoing {
         service: desc.name,
         operation: info.name,
         one_way: info.one_way,
@@ -46,8 +45,7 @@ async fn raw<A: Serialize>(
         upload,
         download: info.stream_response,
         idempotent: info.idempotent,
-    };
-    ch.call(call, opts).await
+    })
 }
 
 /// The whole body of a reply the operation does not stream.
@@ -109,7 +107,7 @@ pub async fn call<A: Serialize, T: DeserializeOwned>(
     args: &A,
     upload: Option<ByteStream>,
 ) -> Result<T, Error> {
-    match raw(ch, opts, desc, op, args, upload).await? {
+    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
         Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
         Err(status) => Err(Error::from_status(status)),
     }
@@ -124,7 +122,7 @@ pub async fn call_stream<A: Serialize>(
     args: &A,
     upload: Option<ByteStream>,
 ) -> Result<ByteStream, Error> {
-    match raw(ch, opts, desc, op, args, upload).await? {
+    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
         Ok(payload) => Ok(stream(payload)),
         Err(status) => Err(Error::from_status(status)),
     }
@@ -143,7 +141,7 @@ where
     A: Serialize,
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
-    match raw(ch, opts, desc, op, args, upload).await? {
+    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
         Ok(payload) => Ok(stream(payload)),
         Err(status) => Err(fault_or_status::<E>(desc, op, status)),
     }
@@ -163,7 +161,7 @@ where
     T: DeserializeOwned,
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
-    match raw(ch, opts, desc, op, args, upload).await? {
+    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
         Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
         Err(status) => Err(fault_or_status::<E>(desc, op, status)),
     }
@@ -178,7 +176,7 @@ pub async fn call_one_way<A: Serialize>(
     args: &A,
     upload: Option<ByteStream>,
 ) -> Result<(), Error> {
-    match raw(ch, opts, desc, op, args, upload).await? {
+    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
         Ok(_) => Ok(()),
         Err(status) => Err(Error::from_status(status)),
     }

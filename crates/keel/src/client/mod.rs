@@ -577,10 +577,12 @@ impl Channel {
                 // The common case awaits the binding's future here, not two `async fn`s
                 // further down (each level moves the call and its answer once more).
                 Some(wire) => {
-                    let deadline = self.begin(&mut call, options, started);
+                    let budget = self.begin(&mut call, options);
+                    let deadline = started + budget;
                     match check_metadata_size(&call) {
                         Ok(()) => {
-                            let mut answer = wire.call_inner(call, deadline, Some(started)).await;
+                            let sent = Some((started, budget));
+                            let mut answer = wire.call_inner(call, deadline, sent).await;
                             // A compressed reply comes only from a host that ignored the
                             // request's "not compressed"; it is undone as `send` would.
                             if let Err(e) = self.decompress_reply(&mut answer, service, operation) {
@@ -621,7 +623,7 @@ impl Channel {
         options: &CallOptions,
         started: Instant,
     ) -> Answer {
-        let deadline = self.begin(&mut call, options, started);
+        let deadline = started + self.begin(&mut call, options);
         let chain = &self.inner.interceptors;
         if chain.is_empty() {
             let answer = if self.may_retry(&call) {
@@ -688,9 +690,9 @@ impl Channel {
         inner.transport.as_wire()
     }
 
-    /// A call starts at `started`: counts it, gives it the channel's default metadata
-    /// overridden by its options', and returns its deadline.
-    fn begin(&self, call: &mut Outgoing, options: &CallOptions, started: Instant) -> Instant {
+    /// A call starts: counts it, gives it the channel's default metadata overridden by its
+    /// options', and returns its time budget (its deadline is its start plus that).
+    fn begin(&self, call: &mut Outgoing, options: &CallOptions) -> Duration {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let defaults = &self.inner.config.metadata;
         call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
@@ -702,7 +704,7 @@ impl Channel {
                 md
             }
         };
-        started + options.deadline.unwrap_or(self.inner.config.deadline)
+        options.deadline.unwrap_or(self.inner.config.deadline)
     }
 
     /// Whether `call` may be sent again after a failure: idempotent, without a request stream

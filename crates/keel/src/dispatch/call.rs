@@ -58,7 +58,19 @@ pub(crate) struct Incoming<'a> {
     pub(crate) arrival: Arrival,
 }
 
-pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Instant) {
+/// Dispatches a call that arrived at `received`.
+///
+/// `clock`: the caller's latest clock reading (`received` itself, or later). A call that
+/// starts at once takes it as its start, and one that also completes at once leaves its end
+/// in it, for the next call the caller dispatches: a reader reads the clock once per read and
+/// once per call instead of twice per call. A call's start then also covers decoding its
+/// request (a fraction of a microsecond).
+pub(crate) fn dispatch(
+    conn: &Arc<ConnShared>,
+    req: Incoming<'_>,
+    received: Instant,
+    clock: &mut Instant,
+) {
     let dispatcher = &conn.dispatcher;
     let call_id = req.call_id;
     let one_way = req.one_way;
@@ -181,7 +193,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
     match dispatcher.throttle.admit() {
         Admission::Now(permit) => {
             call.metrics.throttle_wait.record(0.0);
-            call.start(invocation, permit)
+            call.start(invocation, permit, clock)
         }
         Admission::Queued(place) => {
             let rt = tokio::runtime::Handle::current();
@@ -195,7 +207,7 @@ pub(crate) fn dispatch(conn: &Arc<ConnShared>, req: Incoming<'_>, received: Inst
                     None => place.wait().await,
                 };
                 call.metrics.throttle_wait.record(Since(queued));
-                call.start(invocation, permit);
+                call.start(invocation, permit, &mut Instant::now());
             });
         }
         Admission::Busy => {
@@ -275,7 +287,9 @@ impl Call {
         }
     }
 
-    fn start(self, invocation: Invocation, permit: Permit) {
+    /// Starts the call at `clock` (see [`dispatch`]); one that completes at once leaves its end
+    /// there.
+    fn start(self, invocation: Invocation, permit: Permit, clock: &mut Instant) {
         match invocation {
             Invocation::Blocking(job) => {
                 let conn = self.conn.clone();
@@ -285,7 +299,7 @@ impl Call {
                         call: self,
                         job,
                         permit,
-                        handed: Instant::now(),
+                        handed: *clock,
                     },
                     short,
                 );
@@ -299,7 +313,9 @@ impl Call {
                 // handler's panics are answered inside (`CatchUnwind`); a panic in keel's own
                 // code (or an interceptor's `after`) here drops the call, counted as
                 // cancelled, as it would in a task of its own.
-                let first = catch_unwind(AssertUnwindSafe(move || self.first_poll(fut, permit)));
+                let first = catch_unwind(AssertUnwindSafe(move || {
+                    self.first_poll(fut, permit, clock)
+                }));
                 match first {
                     Ok(None) => {}
                     Ok(Some(waiting)) => waiting.spawn(),
@@ -311,14 +327,20 @@ impl Call {
 
     /// Starts an async handler: polls it once, with a waker that does nothing. Answers the
     /// call and returns `None` if it completed (or must not start); else returns what the
-    /// rest of the call needs, to run as a task.
-    fn first_poll(self, fut: HandlerFuture, permit: Permit) -> Option<Waiting> {
+    /// rest of the call needs, to run as a task. It starts at `clock` and leaves its end there
+    /// if it completed.
+    fn first_poll(
+        self,
+        fut: HandlerFuture,
+        permit: Permit,
+        clock: &mut Instant,
+    ) -> Option<Waiting> {
         // The call's span is entered for the poll and for the answer, as in its task.
         let span = self.ctx.span().clone();
         let _entered = span.enter();
-        // The clock is read twice per call here: at the start and at the end (which also
-        // stamps the total and the connection's activity).
-        let started = Instant::now();
+        // The clock is read once per call here, at the end (which also stamps the total and
+        // the connection's activity); the start is the dispatcher's latest reading.
+        let started = *clock;
         if let Some(status) = self.refuse_start(started) {
             self.finish_at(Err(status), started);
             drop(permit);
@@ -328,7 +350,7 @@ impl Call {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match Pin::new(&mut run).poll(&mut cx) {
             Poll::Ready(outcome) => {
-                self.ran(outcome, started, false);
+                *clock = self.ran(outcome, started, false);
                 drop(permit);
                 None
             }
@@ -342,8 +364,9 @@ impl Call {
     }
 
     /// The handler that started at `started` ended with `outcome`: answer. `blocking`: it ran
-    /// on the pool (its time counts toward the operation's pace).
-    fn ran(self, outcome: Outcome, started: Instant, blocking: bool) {
+    /// on the pool (its time counts toward the operation's pace). Returns the clock's reading
+    /// at its end.
+    fn ran(self, outcome: Outcome, started: Instant, blocking: bool) -> Instant {
         let ended = Instant::now();
         if blocking {
             self.metrics
@@ -355,6 +378,7 @@ impl Call {
             to: ended,
         });
         self.finish_at(outcome, ended);
+        ended
     }
 }
 
@@ -384,15 +408,17 @@ impl Blocking {
         self.call.one_way
     }
 
-    /// Runs the handler, on the pool thread this is called on, and answers the call.
-    pub(crate) fn run(self) {
+    /// Runs the handler, on the pool thread this is called on, and answers the call. It starts
+    /// at `now` if given (the previous call's end, in a run), else at a fresh reading; returns
+    /// the reading at its end.
+    pub(crate) fn run(self, now: Option<Instant>) -> Instant {
         let Blocking {
             call,
             job,
             permit: _permit,
             handed,
         } = self;
-        let started = Instant::now();
+        let started = now.unwrap_or_else(Instant::now);
         let wait = Elapsed {
             from: handed,
             to: started,
@@ -400,19 +426,22 @@ impl Blocking {
         call.metrics.pool_wait.record(wait);
         call.conn.dispatcher.metrics.pool_queue_wait.record(wait);
         if let Some(status) = call.refuse_start(started) {
-            return call.finish_at(Err(status), started);
+            call.finish_at(Err(status), started);
+            return started;
         }
         let outcome = call
             .ctx
             .span()
             .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
             .unwrap_or_else(|p| Err(panic_status(&p)));
-        call.ran(outcome, started, true);
+        call.ran(outcome, started, true)
     }
 
     /// Boxed for the pool, to run on a thread of its own.
     pub(crate) fn task(self) -> keel_pool::Task {
-        keel_pool::Task::new(move || self.run())
+        keel_pool::Task::new(move || {
+            self.run(None);
+        })
     }
 }
 

@@ -31,8 +31,10 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::call::Blocking;
 use super::conn::ConnShared;
@@ -132,7 +134,7 @@ impl Run {
     }
 
     fn state(&self) -> MutexGuard<'_, RunState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Adds `jobs` (a batch, all short) behind the calls waiting, if the run has not ended and
@@ -155,6 +157,9 @@ impl Run {
         let g = guard();
         g.watch(&self);
         DEFERRING.with(|d| d.set(true));
+        // The previous call's end, the next one's start (one clock read per call), unless
+        // replies were written in between.
+        let mut last = None;
         loop {
             let job = {
                 let mut st = self.state();
@@ -169,12 +174,17 @@ impl Run {
             self.running_since.store(g.ticker.now(), Ordering::Relaxed);
             // A panic in keel's own code (the handler's are caught inside) must not lose the
             // calls behind it.
-            if catch_unwind(AssertUnwindSafe(|| job.call.run())).is_err() {
-                log::error!("a blocking call's completion panicked");
+            match catch_unwind(AssertUnwindSafe(|| job.call.run(last))) {
+                Ok(ended) => last = Some(ended),
+                Err(_) => {
+                    last = None;
+                    log::error!("a blocking call's completion panicked");
+                }
             }
             self.running_since.store(0, Ordering::Relaxed);
             if ends_batch {
                 self.conn.flush_replies();
+                last = None;
             }
         }
         DEFERRING.with(|d| d.set(false));
@@ -237,7 +247,7 @@ fn guard() -> &'static Guard {
 
 impl Guard {
     fn runs(&self) -> MutexGuard<'_, Vec<Weak<Run>>> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+        self.runs.lock()
     }
 
     /// Watches `run` until it ends.

@@ -760,7 +760,8 @@ async fn call<B: Received>(
         stream,
         arrival,
     };
-    dispatch(conn, incoming, received);
+    let mut clock = received;
+    dispatch(conn, incoming, received, &mut clock);
     // The arguments are decoded: the body's memory is free again.
     drop(body);
     drop(reserved);

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use keel_wire::{CallRejected, Codec, Frame, Hello, Limits, Request, RequestFlags, Side};
@@ -171,13 +171,14 @@ impl Conn {
     /// yet; once the stream has started, its bytes are gone and the call fails `ShuttingDown`
     /// (the host did not run it, but it cannot be sent again).
     ///
-    /// `now`: the time the call is sent at, read by the caller; the request's deadline budget
-    /// is what is left of `deadline` then.
+    /// `now`: the time the call is sent at, read by the caller; `remaining`: what is left of
+    /// `deadline` then, the request's deadline budget.
     pub(crate) async fn call_or_return(
         &self,
         mut call: Outgoing,
         deadline: Instant,
         now: Instant,
+        remaining: Duration,
     ) -> Result<Answer, Outgoing> {
         let peer_max_message = self.peer_max_message.load(Ordering::Acquire);
         if call.body.len() as u64 > u64::from(peer_max_message) {
@@ -197,7 +198,6 @@ impl Conn {
         let upload = call.upload.take();
         let (service, operation) = (call.service, call.operation);
         let (slot, cell) = ReplySlot::new(deadline);
-        let remaining = deadline.saturating_duration_since(now);
         let request = |call_id| {
             Frame::Request(Request {
                 call_id,

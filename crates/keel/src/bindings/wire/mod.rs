@@ -20,7 +20,7 @@ pub(crate) use server::serve;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -105,14 +105,14 @@ impl WireClient {
     /// Sends `call` on the channel's connection (connecting first if there is none), on a new
     /// one if the host said GoAway before processing it.
     ///
-    /// `started`: when the caller started the call (read from the clock just before); its
-    /// request is sent with that as its "now" if nothing waited since (a connection was up),
-    /// sparing a clock read.
+    /// `started`: when the caller started the call (read from the clock just before) and its
+    /// time budget then; its request is sent with those as its "now" and its remaining budget
+    /// if nothing waited since (a connection was up), sparing a clock read and a subtraction.
     pub(crate) async fn call_inner(
         &self,
         mut call: Outgoing,
         deadline: Instant,
-        mut started: Option<Instant>,
+        mut started: Option<(Instant, Duration)>,
     ) -> Answer {
         for _ in 0..GOAWAY_ATTEMPTS {
             // Connected (the common case): no timer to set up. Connecting is boxed: its state
@@ -127,8 +127,11 @@ impl WireClient {
             };
             // The host said GoAway before processing the call: it goes to a new connection
             // (`current` no longer offers this one).
-            let now = started.take().unwrap_or_else(Instant::now);
-            match conn.call_or_return(call, deadline, now).await {
+            let (now, remaining) = started.take().unwrap_or_else(|| {
+                let now = Instant::now();
+                (now, deadline.saturating_duration_since(now))
+            });
+            match conn.call_or_return(call, deadline, now, remaining).await {
                 Ok(answer) => return answer,
                 Err(unsent) => call = unsent,
             }

@@ -319,6 +319,9 @@ async fn read_loop(
     let mut frame_deadline: Option<tokio::time::Instant> = None;
     // When the bytes being decoded were read: what the core takes as the frames' arrival.
     let mut read_at = Instant::now();
+    // The latest clock reading: `read_at`, or the end of a call that completed since (see
+    // `dispatch`).
+    let mut clock = read_at;
     let mut reserved: Option<(usize, Reservation)> = None;
     // A frame this side must never receive: the peer is told why, and the connection ends.
     let fail = |e: &keel_wire::ConnError| {
@@ -355,7 +358,14 @@ async fn read_loop(
         // (the arguments are decoded from it), so nothing is split off the buffer.
         if let Some((req, len)) = codec.decode_request_in_place(&buf) {
             (frame_deadline, reserved) = (None, None);
-            let handled = on_request(&conn, &wire, &req, read_at, &limits, codec.version());
+            let handled = on_request(
+                &conn,
+                &wire,
+                &req,
+                (read_at, &mut clock),
+                &limits,
+                codec.version(),
+            );
             if len == buf.len() {
                 // Emptied (one call in flight, or a batch's last): the buffer keeps its start
                 // and all of its room, where advancing would leave less room to read into.
@@ -380,9 +390,14 @@ async fn read_loop(
                 (frame_deadline, reserved) = (None, None);
                 let handled = match frame {
                     // One `decode_request_in_place` left to `decode` (after a skipped frame).
-                    Frame::Request(req) => {
-                        on_request(&conn, &wire, &req, read_at, &limits, codec.version())
-                    }
+                    Frame::Request(req) => on_request(
+                        &conn,
+                        &wire,
+                        &req,
+                        (read_at, &mut clock),
+                        &limits,
+                        codec.version(),
+                    ),
                     frame => match wire.handle(frame, read_at) {
                         // Its streams are stopped already; the call itself is dispatch's.
                         Ok(Some(Event::Cancel { call_id })) => {
@@ -444,7 +459,10 @@ async fn read_loop(
         };
         match read {
             Ok(0) | Err(_) => return,
-            Ok(_) => read_at = Instant::now(),
+            Ok(_) => {
+                read_at = Instant::now();
+                clock = read_at;
+            }
         }
         // Released above (`end_batch`), before the reader waits again.
         if holds_a_batch(&codec, &buf) {
@@ -456,11 +474,12 @@ async fn read_loop(
 /// A Request read at `read_at`, decoded in place or not: the core keeps its books, and it is
 /// dispatched, or refused (after a GoAway, past the streams limit, with an unknown
 /// compression). `Err` when the connection must fail (see `WireConn::handle_request`).
+/// `clock`: the reader's latest clock reading (see `dispatch`).
 fn on_request<B: AsRef<[u8]>>(
     conn: &Arc<ConnShared>,
     wire: &Arc<WireConn<()>>,
     req: &keel_wire::Request<B>,
-    read_at: Instant,
+    (read_at, clock): (Instant, &mut Instant),
     limits: &ReadLimits,
     version: u16,
 ) -> Result<(), keel_wire::ConnError> {
@@ -524,7 +543,7 @@ fn on_request<B: AsRef<[u8]>>(
         arrival,
     };
     // Arrived when it was read: one clock read per read, not per call.
-    dispatch(conn, incoming, read_at);
+    dispatch(conn, incoming, read_at, clock);
     Ok(())
 }
 
