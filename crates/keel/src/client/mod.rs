@@ -600,7 +600,11 @@ impl Channel {
                 None => Box::pin(self.call_inner(call, options, started)).await,
             }
         } else {
-            Box::pin(self.call_inner(call, options, started).instrument(span.clone())).await
+            Box::pin(
+                self.call_inner(call, options, started)
+                    .instrument(span.clone()),
+            )
+            .await
         };
         let code = match &answer {
             Ok(Ok(_)) => Some(StatusCode::Ok),

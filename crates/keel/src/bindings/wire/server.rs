@@ -317,11 +317,7 @@ async fn read_loop(
 ) {
     // The frame being received: by when it must be whole, and the memory reserved for it.
     let mut frame_deadline: Option<tokio::time::Instant> = None;
-    // When the bytes being decoded were read: what the core takes as the frames' arrival.
-    let mut read_at = Instant::now();
-    // The latest clock reading: `read_at`, or the end of a call that completed since (see
-    // `dispatch`).
-    let mut clock = read_at;
+    let mut clock = ReadClock::now();
     let mut reserved: Option<(usize, Reservation)> = None;
     // A frame this side must never receive: the peer is told why, and the connection ends.
     let fail = |e: &keel_wire::ConnError| {
@@ -358,14 +354,7 @@ async fn read_loop(
         // (the arguments are decoded from it), so nothing is split off the buffer.
         if let Some((req, len)) = codec.decode_request_in_place(&buf) {
             (frame_deadline, reserved) = (None, None);
-            let handled = on_request(
-                &conn,
-                &wire,
-                &req,
-                (read_at, &mut clock),
-                &limits,
-                codec.version(),
-            );
+            let handled = on_request(&conn, &wire, &req, &mut clock, &limits, codec.version());
             if len == buf.len() {
                 // Emptied (one call in flight, or a batch's last): the buffer keeps its start
                 // and all of its room, where advancing would leave less room to read into.
@@ -390,15 +379,10 @@ async fn read_loop(
                 (frame_deadline, reserved) = (None, None);
                 let handled = match frame {
                     // One `decode_request_in_place` left to `decode` (after a skipped frame).
-                    Frame::Request(req) => on_request(
-                        &conn,
-                        &wire,
-                        &req,
-                        (read_at, &mut clock),
-                        &limits,
-                        codec.version(),
-                    ),
-                    frame => match wire.handle(frame, read_at) {
+                    Frame::Request(req) => {
+                        on_request(&conn, &wire, &req, &mut clock, &limits, codec.version())
+                    }
+                    frame => match wire.handle(frame, clock.read_at) {
                         // Its streams are stopped already; the call itself is dispatch's.
                         Ok(Some(Event::Cancel { call_id })) => {
                             conn.cancel(call_id);
@@ -459,10 +443,7 @@ async fn read_loop(
         };
         match read {
             Ok(0) | Err(_) => return,
-            Ok(_) => {
-                read_at = Instant::now();
-                clock = read_at;
-            }
+            Ok(_) => clock = ReadClock::now(),
         }
         // Released above (`end_batch`), before the reader waits again.
         if holds_a_batch(&codec, &buf) {
@@ -471,20 +452,38 @@ async fn read_loop(
     }
 }
 
-/// A Request read at `read_at`, decoded in place or not: the core keeps its books, and it is
-/// dispatched, or refused (after a GoAway, past the streams limit, with an unknown
+/// When the bytes being decoded were read (what the core takes as the frames' arrival), and the
+/// reader's latest clock reading: that, or the end of a call that completed since (see
+/// `dispatch`).
+struct ReadClock {
+    read_at: Instant,
+    latest: Instant,
+}
+
+impl ReadClock {
+    /// Bytes were just read.
+    fn now() -> ReadClock {
+        let now = Instant::now();
+        ReadClock {
+            read_at: now,
+            latest: now,
+        }
+    }
+}
+
+/// A Request read at `clock.read_at`, decoded in place or not: the core keeps its books, and
+/// it is dispatched, or refused (after a GoAway, past the streams limit, with an unknown
 /// compression). `Err` when the connection must fail (see `WireConn::handle_request`).
-/// `clock`: the reader's latest clock reading (see `dispatch`).
 fn on_request<B: AsRef<[u8]>>(
     conn: &Arc<ConnShared>,
     wire: &Arc<WireConn<()>>,
     req: &keel_wire::Request<B>,
-    (read_at, clock): (Instant, &mut Instant),
+    clock: &mut ReadClock,
     limits: &ReadLimits,
     version: u16,
 ) -> Result<(), keel_wire::ConnError> {
     let admit = || conn.dispatcher.arrival();
-    let arrival = match wire.handle_request(req, read_at, admit)? {
+    let arrival = match wire.handle_request(req, clock.read_at, admit)? {
         Some(Some(arrival)) => arrival,
         Some(None) => {
             // It arrived after this connection's GoAway, whose `last_call_id` is below its id:
@@ -543,7 +542,7 @@ fn on_request<B: AsRef<[u8]>>(
         arrival,
     };
     // Arrived when it was read: one clock read per read, not per call.
-    dispatch(conn, incoming, read_at, clock);
+    dispatch(conn, incoming, clock.read_at, &mut clock.latest);
     Ok(())
 }
 
