@@ -565,11 +565,15 @@ fn start_batch(conn: &ConnShared, wire: &WireConn<()>, batch: &mut bool) {
     *batch = true;
 }
 
-/// What the reader does before it waits for anything, if it started a batch: the batch's
-/// blocking calls go to the pool together, and what the batch produced leaves in one write.
+/// What the reader does before it waits for anything, if it started a batch: what the batch
+/// produced leaves in one write, and then the batch's blocking calls go to the pool together.
+///
+/// In that order: the thread a hand-off wakes often runs at once on the reader's core,
+/// preempting it. Still corked, the sink would hold that thread's replies until the reader ran
+/// again to uncork it; uncorked, the thread writes them as soon as its calls have run.
 fn end_batch(conn: &Arc<ConnShared>, wire: &WireConn<()>, batch: &mut bool) {
     if std::mem::take(batch) {
-        conn.release_blocking();
         wire.sink().uncork();
+        conn.release_blocking();
     }
 }
