@@ -27,7 +27,7 @@
 //! | `keel_server_calls_in_flight` | gauge | service, operation | calls admitted and not yet answered |
 //! | `keel_server_throttle_wait_seconds` | histogram | service, operation | time queued in the throttle (0 when admitted at once) |
 //! | `keel_server_pool_wait_seconds` | histogram | service, operation | blocking operations: from the hand-off to keel-pool to the start on a pool thread |
-//! | `keel_server_handler_seconds` | histogram | service, operation | the handler itself, with decoding its arguments and encoding its reply (a call started at once is timed from the reader's latest clock reading: the read, or the previous call's end) |
+//! | `keel_server_handler_seconds` | histogram | service, operation | the handler itself, with decoding its arguments and encoding its reply (over keel-wire a call started at once is timed from the reader's latest clock reading, the read or the previous call's end; over HTTP from when its body has been read) |
 //! | `keel_server_call_duration_seconds` | histogram | service, operation | the whole server time, from the request's arrival to the answer |
 //! | `keel_server_handler_blocking_total` | counter | service, operation | polls of an `async` handler that held its runtime worker longer than the blocking watchdog's threshold ([`HostBuilder::blocking_watchdog`](crate::HostBuilder::blocking_watchdog)), one per poll |
 //!

@@ -760,7 +760,9 @@ async fn call<B: Received>(
         stream,
         arrival,
     };
-    let mut clock = received;
+    // The call starts now, with its body read: `received` is when its head arrived, and a
+    // handler's (and a pool wait's) time must not include the upload.
+    let mut clock = Instant::now();
     dispatch(conn, incoming, received, &mut clock);
     // The arguments are decoded: the body's memory is free again.
     drop(body);
