@@ -1,6 +1,6 @@
 //! Observability over real sockets: the admin endpoint's `/metrics` scraped over HTTP during a
 //! burst of blocking calls, `promtool check metrics` on the text, `/healthz` and `/readyz`
-//! through a readiness-aware drain.
+//! through a readiness-aware drain, and an HTTP call whose handler time leaves out its upload.
 //!
 //! keel's Prometheus recorder is process-wide: each test uses a contract of its own, so its
 //! per-operation series are its own.
@@ -315,4 +315,77 @@ fn readyz_fails_during_the_drain_grace_while_calls_succeed() {
     assert_eq!(shutdown.join().unwrap().abandoned_calls, 0);
     // After the grace the drain ran: the host said GoAway and stopped.
     assert!(client.ping(4).is_err());
+}
+
+/// One blocking and one async operation, called over HTTP with a slow upload.
+#[keel::contract]
+pub trait Upload {
+    /// Returns `n` (on keel-pool).
+    fn take(&self, n: u64) -> u64;
+    /// Returns `n` (on the runtime).
+    async fn take_async(&self, n: u64) -> u64;
+}
+
+struct Taker;
+
+impl Upload for Taker {
+    fn take(&self, n: u64) -> u64 {
+        n
+    }
+    async fn take_async(&self, n: u64) -> u64 {
+        n
+    }
+}
+
+#[test]
+fn an_http_calls_handler_time_does_not_include_its_upload() {
+    const PAUSE: Duration = Duration::from_millis(300);
+    let host = keel::Host::builder()
+        .service(UploadServer::new(Taker))
+        .endpoint("http://127.0.0.1:0")
+        .admin("http://127.0.0.1:0")
+        .start()
+        .unwrap();
+    let addr = host.url().trim_start_matches("http://").to_string();
+    for op in ["take", "take_async"] {
+        // The head at once, the body after a pause: the call arrived with its head, but its
+        // handler can only start once the body is there.
+        let body = r#"{"n": 7}"#;
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "POST /Upload/{op} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        s.flush().unwrap();
+        std::thread::sleep(PAUSE);
+        s.write_all(body.as_bytes()).unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+        assert!(raw.ends_with('7'), "{raw}");
+    }
+    let (status, text) = get(host.admin_url().unwrap(), "/metrics");
+    assert_eq!(status, 200);
+    for op in ["take", "take_async"] {
+        let labels = [("service", "Upload"), ("operation", op)];
+        let total = must(&text, "keel_server_call_duration_seconds_sum", &labels);
+        let handler = must(&text, "keel_server_handler_seconds_sum", &labels);
+        // The whole server time covers the upload; the handler's does not.
+        assert!(total >= PAUSE.as_secs_f64(), "{op}: total {total} s");
+        assert!(
+            handler < PAUSE.as_secs_f64() / 2.0,
+            "{op}: handler {handler} s includes the upload"
+        );
+    }
+    let labels = [("service", "Upload"), ("operation", "take")];
+    let pool_wait = must(&text, "keel_server_pool_wait_seconds_sum", &labels);
+    assert!(
+        pool_wait < PAUSE.as_secs_f64() / 2.0,
+        "pool wait {pool_wait} s includes the upload"
+    );
+    host.shutdown();
 }
