@@ -15,23 +15,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::depth::Depth;
-
+use super::format::Format;
 use super::service::{Outcome, Payload, ServiceDescriptor};
 use super::status::{Status, StatusCode};
 use super::stream::ByteStream;
-
-/// How message bodies are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Format {
-    /// MessagePack, structs as maps: keel's own clients from protocol version 2 on.
-    MsgPack,
-    /// postcard: compact positional binary, keel's clients of protocol version 1.
-    Postcard,
-    /// JSON (`serde_json`): the HTTP binding's format for clients in any language. Arguments
-    /// are an object of the parameters by name.
-    Json,
-}
 
 pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result<Bytes, String> {
     match format {

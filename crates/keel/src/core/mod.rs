@@ -8,7 +8,9 @@
 //! - [`stream`]: [`ByteStream`](stream::ByteStream), a body that flows in chunks;
 //! - [`service`]: a contract's descriptors and the [`Service`](service::Service) trait generated
 //!   servers implement (the dispatch trait);
-//! - [`codec`]: how arguments, replies and faults are encoded;
+//! - [`format`]: [`Format`](format::Format), how a call's bodies are encoded (MessagePack,
+//!   postcard, JSON);
+//! - [`codec`]: how arguments, replies and faults are encoded in a format;
 //! - [`depth`]: the nesting limit decoding keeps in every format;
 //! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
@@ -24,6 +26,7 @@ pub(crate) mod context;
 pub(crate) mod depth;
 pub(crate) mod error;
 pub(crate) mod finite;
+pub(crate) mod format;
 pub(crate) mod metadata;
 pub mod metrics;
 pub(crate) mod msgpack;

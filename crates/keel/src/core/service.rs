@@ -8,8 +8,8 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 
-use super::codec::Format;
 use super::context::Context;
+use super::format::Format;
 use super::status::Status;
 use super::stream::ByteStream;
 
