@@ -468,9 +468,9 @@ pub use keel_wire::{Keepalive, PingPolicy};
 pub mod __private {
     pub use crate::client::CallOptions;
     pub use crate::client::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
-    pub use crate::core::codec::Format;
     pub use crate::core::compress::DecompressError;
     pub use crate::core::context::Context;
+    pub use crate::core::format::Format;
     #[cfg(feature = "openapi")]
     pub use crate::core::service::OperationSchemas;
     pub use crate::core::service::{

@@ -8,8 +8,9 @@ use serde::Serialize;
 
 use super::{CallOptions, Channel};
 use crate::bindings::{Outgoing, Replied};
-use crate::core::codec::{self, Format};
+use crate::core::codec;
 use crate::core::error::{Error, Kind};
+use crate::core::format::Format;
 use crate::core::metadata::Metadata;
 use crate::core::service::{Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};

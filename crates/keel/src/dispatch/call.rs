@@ -20,12 +20,13 @@ use tracing::Instrument as _;
 
 use super::conn::ConnShared;
 use super::metrics::{Elapsed, OpMetrics, Since};
+use super::schedule::{self, Job, Scheduler};
 use super::throttle::Admission;
 use super::watchdog::Watched;
 use super::Arrival;
-use crate::core::codec::Format;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
+use crate::core::format::Format;
 use crate::core::metadata::Metadata;
 use crate::core::service::{Invocation, Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
@@ -58,6 +59,10 @@ pub(crate) struct Incoming<'a> {
     pub(crate) arrival: Arrival,
 }
 
+/// The hand-off of one connection's blocking calls to the pool, owned by its reader (see
+/// [`schedule`]).
+pub(crate) type BlockingCalls = Scheduler<Blocking>;
+
 /// Dispatches a call that arrived at `received`.
 ///
 /// `clock`: the caller's latest clock reading (`received` itself, or later). A call that
@@ -65,11 +70,15 @@ pub(crate) struct Incoming<'a> {
 /// in it, for the next call the caller dispatches: a reader reads the clock once per read and
 /// once per call instead of twice per call. A call's start then also covers decoding its
 /// request (a fraction of a microsecond).
+///
+/// `blocking`: the reader's hand-off of the connection's blocking calls, which may hold them
+/// for the rest of a read batch; `None` hands a blocking call to the pool at once.
 pub(crate) fn dispatch(
     conn: &Arc<ConnShared>,
     req: Incoming<'_>,
     received: Instant,
     clock: &mut Instant,
+    blocking: Option<&mut BlockingCalls>,
 ) {
     let dispatcher = &conn.dispatcher;
     let call_id = req.call_id;
@@ -193,7 +202,7 @@ pub(crate) fn dispatch(
     match dispatcher.throttle.admit() {
         Admission::Now(permit) => {
             call.metrics.throttle_wait.record(0.0);
-            call.start(invocation, permit, clock)
+            call.start(invocation, permit, clock, blocking)
         }
         Admission::Queued(place) => {
             let rt = tokio::runtime::Handle::current();
@@ -207,7 +216,7 @@ pub(crate) fn dispatch(
                     None => place.wait().await,
                 };
                 call.metrics.throttle_wait.record(Since(queued));
-                call.start(invocation, permit, &mut Instant::now());
+                call.start(invocation, permit, &mut Instant::now(), None);
             });
         }
         Admission::Busy => {
@@ -288,21 +297,30 @@ impl Call {
     }
 
     /// Starts the call at `clock` (see [`dispatch`]); one that completes at once leaves its end
-    /// there.
-    fn start(self, invocation: Invocation, permit: Permit, clock: &mut Instant) {
+    /// there. A blocking one goes to the pool through `blocking`, if given.
+    fn start(
+        self,
+        invocation: Invocation,
+        permit: Permit,
+        clock: &mut Instant,
+        blocking: Option<&mut BlockingCalls>,
+    ) {
         match invocation {
             Invocation::Blocking(job) => {
-                let conn = self.conn.clone();
                 let short = self.metrics.pace.short();
-                conn.run_blocking(
-                    Blocking {
-                        call: self,
-                        job,
-                        permit,
-                        handed: *clock,
-                    },
-                    short,
-                );
+                let job = Blocking {
+                    call: self,
+                    job,
+                    permit,
+                    handed: *clock,
+                };
+                match blocking {
+                    Some(calls) => calls.submit(job, short),
+                    None => {
+                        let pool = job.call.conn.dispatcher.pool.clone();
+                        schedule::spawn(&pool, job);
+                    }
+                }
             }
             Invocation::Async(fut) => {
                 // The handler is polled once here first: one that completes without waiting
@@ -388,7 +406,7 @@ type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 /// A throttle slot, held while the call runs.
 type Permit = super::throttle::Permit;
 
-/// A blocking call handed to keel-pool: run there, on its own or in a run (see `runs`).
+/// A blocking call handed to keel-pool: run there, on its own or in a run (see [`schedule`]).
 pub(crate) struct Blocking {
     call: Call,
     job: Box<dyn FnOnce() -> Outcome + Send>,
@@ -397,21 +415,8 @@ pub(crate) struct Blocking {
     handed: Instant,
 }
 
-impl Blocking {
-    /// The call's id on its connection.
-    pub(crate) fn call_id(&self) -> u64 {
-        self.call.call_id
-    }
-
-    /// Whether the call is one-way (no answer is sent).
-    pub(crate) fn one_way(&self) -> bool {
-        self.call.one_way
-    }
-
-    /// Runs the handler, on the pool thread this is called on, and answers the call. It starts
-    /// at `now` if given (the previous call's end, in a run), else at a fresh reading; returns
-    /// the reading at its end.
-    pub(crate) fn run(self, now: Option<Instant>) -> Instant {
+impl Job for Blocking {
+    fn run(self, now: Option<Instant>) -> Instant {
         let Blocking {
             call,
             job,
@@ -437,11 +442,9 @@ impl Blocking {
         call.ran(outcome, started, true)
     }
 
-    /// Boxed for the pool, to run on a thread of its own.
-    pub(crate) fn task(self) -> keel_pool::Task {
-        keel_pool::Task::new(move || {
-            self.run(None);
-        })
+    fn refuse(self) {
+        let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
+        self.call.finish(Err(status));
     }
 }
 

@@ -4,17 +4,16 @@
 //! the answer.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::call::Blocking;
-use super::runs::{self, Job, Run};
+use super::schedule::Owner;
 use super::{Arrival, Dispatcher};
 use crate::core::compress::{self, Compression};
 use crate::core::context::Context;
@@ -44,8 +43,7 @@ pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
     /// Delivers what is queued, then closes the connection.
     fn close(&self);
     /// Writes the answers queued while this thread ran a run of short blocking calls
-    /// ([`runs::deferring`](super::runs::deferring)). A binding that never queues them has
-    /// nothing to do.
+    /// ([`deferring`](super::deferring)). A binding that never queues them has nothing to do.
     fn flush(&self) {}
 }
 
@@ -119,33 +117,8 @@ pub(crate) struct ConnShared {
     aged_at: AtomicU64,
     /// Told GoAway, for any reason.
     told_go_away: AtomicBool,
-    /// Blocking calls started while the reader handles a batch (see
-    /// [`ConnShared::hold_blocking`]).
-    held: Mutex<Held>,
     pub(crate) info: ConnInfo,
     pub(crate) dispatcher: Arc<Dispatcher>,
-}
-
-/// Blocking calls waiting to be handed to the pool together.
-#[derive(Default)]
-struct Held {
-    holding: bool,
-    /// Calls of operations not known to be short: each goes to the pool on its own.
-    jobs: Vec<Blocking>,
-    /// Calls of short operations: they go to the pool in runs (see `runs`).
-    short: Vec<Job>,
-    /// The connection's latest run: calls join it while it runs.
-    run: Weak<Run>,
-}
-
-impl std::fmt::Debug for Held {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held")
-            .field("holding", &self.holding)
-            .field("jobs", &self.jobs.len())
-            .field("short", &self.short.len())
-            .finish()
-    }
 }
 
 impl ConnShared {
@@ -167,7 +140,6 @@ impl ConnShared {
             closing: AtomicBool::new(false),
             aged_at: AtomicU64::new(0),
             told_go_away: AtomicBool::new(false),
-            held: Mutex::new(Held::default()),
             info,
             dispatcher,
         }
@@ -249,150 +221,6 @@ impl ConnShared {
         // says; its activity is stamped when the call ends.
         arrival.tracked();
         Ok(())
-    }
-
-    fn held(&self) -> MutexGuard<'_, Held> {
-        self.held.lock()
-    }
-
-    /// From now until [`release_blocking`](ConnShared::release_blocking), blocking calls that
-    /// start are held here instead of being handed to the pool one by one. A reader holds them
-    /// while it handles the requests of one read: handing them over together costs the pool a
-    /// wake-up or two, where one at a time, each woke a thread that found the queue empty again
-    /// by the time the reader had decoded the next request. Whoever holds must release before
-    /// waiting for anything.
-    pub(crate) fn hold_blocking(&self) {
-        self.held().holding = true;
-    }
-
-    /// Hands the blocking calls held since [`hold_blocking`](ConnShared::hold_blocking) to the
-    /// pool, together, and stops holding: calls of short operations in runs (see `runs`), the
-    /// others one by one. (The lists keep their capacity. The pool's lock is taken inside this
-    /// one; the pool never calls back in.)
-    pub(crate) fn release_blocking(self: &Arc<Self>) {
-        let mut held = self.held();
-        held.holding = false;
-        let Held {
-            jobs,
-            short,
-            run: latest,
-            ..
-        } = &mut *held;
-        if let Some(last) = short.last_mut() {
-            last.ends_batch = true;
-            // Join the connection's run if it still runs: its thread takes them, no wake-up.
-            if let Some(run) = latest.upgrade() {
-                run.join(short);
-            }
-        }
-        if short.len() == 1 {
-            // A run of one would only cost its guard's attention.
-            jobs.push(short.pop().expect("one short call").call);
-        }
-        let mut runs = Vec::new();
-        if !short.is_empty() {
-            let budget = runs::RUN_BUDGET.as_nanos() as u64;
-            let mut run = VecDeque::new();
-            let mut expected = 0u64;
-            for job in short.drain(..) {
-                if !run.is_empty() && expected.saturating_add(job.nanos) > budget {
-                    runs.push(Run::new(self.clone(), std::mem::take(&mut run)));
-                    expected = 0;
-                }
-                expected = expected.saturating_add(job.nanos);
-                run.push_back(job);
-            }
-            runs.push(Run::new(self.clone(), run));
-            *latest = Arc::downgrade(runs.last().expect("a run"));
-        }
-        let mut runners = runs.iter().map(|run| {
-            let run = run.clone();
-            keel_pool::Task::new(move || run.run())
-        });
-        // Each job's call, to answer it if the pool refuses it (only at the end of shutdown).
-        let call = |job: &Blocking| (job.call_id(), job.one_way());
-        let pool = &self.dispatcher.pool;
-        let mut refused: Vec<(u64, bool)> = match (runs.len(), jobs.len()) {
-            (0, 0) => return,
-            (0, 1) => {
-                let job = jobs.pop().expect("one job");
-                let id = call(&job);
-                match pool.spawn_task(job.task()) {
-                    Ok(()) => return,
-                    Err(_) => vec![id],
-                }
-            }
-            (1, 0) => match pool.spawn_task(runners.next().expect("one run")) {
-                Ok(()) => return,
-                Err(_) => Vec::new(),
-            },
-            _ => {
-                let ids: Vec<(u64, bool)> = jobs.iter().map(call).collect();
-                let tasks = runners.chain(jobs.drain(..).map(Blocking::task));
-                match pool.spawn_batch(tasks) {
-                    Ok(()) => return,
-                    Err(_) => ids,
-                }
-            }
-        };
-        // The pool refused them (only at the end of shutdown). A refused run still holds its
-        // calls: its runner was dropped unrun.
-        for run in runs {
-            refused.extend(run.take_waiting().iter().map(|job| call(&job.call)));
-        }
-        drop(held);
-        for (call_id, one_way) in refused {
-            self.refuse_blocking(call_id, one_way);
-        }
-    }
-
-    /// Runs a blocking call's job on the pool, or holds it (see
-    /// [`hold_blocking`](ConnShared::hold_blocking)). `short`: the call's expected time in
-    /// nanoseconds, if its operation is short (see `runs`).
-    pub(crate) fn run_blocking(&self, call: Blocking, short: Option<u64>) {
-        {
-            let mut held = self.held();
-            if held.holding {
-                match short {
-                    Some(nanos) => held.short.push(Job {
-                        call,
-                        nanos,
-                        ends_batch: false,
-                    }),
-                    None => held.jobs.push(call),
-                }
-                return;
-            }
-        }
-        let (call_id, one_way) = (call.call_id(), call.one_way());
-        if self.dispatcher.pool.spawn_task(call.task()).is_err() {
-            self.refuse_blocking(call_id, one_way);
-        }
-    }
-
-    /// Hands `jobs` to the pool, each on its own (the calls of a run that stalled).
-    pub(crate) fn spawn_jobs(&self, jobs: VecDeque<Job>) {
-        let calls: Vec<(u64, bool)> = jobs
-            .iter()
-            .map(|j| (j.call.call_id(), j.call.one_way()))
-            .collect();
-        let tasks = jobs.into_iter().map(|j| j.call.task());
-        if self.dispatcher.pool.spawn_batch(tasks).is_err() {
-            for (call_id, one_way) in calls {
-                self.refuse_blocking(call_id, one_way);
-            }
-        }
-    }
-
-    /// Writes the answers queued while a run of short calls ran (see `runs`).
-    pub(crate) fn flush_replies(&self) {
-        self.out.flush();
-    }
-
-    /// The pool closes only at the end of shutdown; answer rather than vanish.
-    fn refuse_blocking(&self, call_id: u64, one_way: bool) {
-        let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
-        self.finish(call_id, one_way, Err(status), Instant::now());
     }
 
     /// Answers a tracked call, unless someone else (cancel, drain) already did, with the
@@ -525,5 +353,15 @@ impl ConnShared {
     /// Calls in flight on this connection.
     pub(crate) fn in_flight(&self) -> usize {
         self.calls().map.len()
+    }
+}
+
+impl Owner for ConnShared {
+    fn pool(&self) -> &keel_pool::Pool {
+        &self.dispatcher.pool
+    }
+
+    fn flush_replies(&self) {
+        self.out.flush();
     }
 }

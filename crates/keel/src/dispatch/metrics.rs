@@ -27,8 +27,8 @@ pub(crate) struct OpMetrics {
     pub(crate) total: Histogram,
     /// The operation in the blocking watchdog's registry (`None`: the host's watchdog is off).
     pub(crate) watch: Option<super::watchdog::OpId>,
-    /// How long its handler takes, for running its blocking calls in runs (see `runs`).
-    pub(crate) pace: super::runs::Pace,
+    /// How long its handler takes, for running its blocking calls in runs (see `schedule`).
+    pub(crate) pace: super::schedule::Pace,
 }
 
 impl OpMetrics {
@@ -48,7 +48,7 @@ impl OpMetrics {
             pool_wait: histogram!(m::SERVER_POOL_WAIT, &labels),
             handler: histogram!(m::SERVER_HANDLER, &labels),
             total: histogram!(m::SERVER_DURATION, &labels),
-            pace: super::runs::Pace::default(),
+            pace: super::schedule::Pace::default(),
         }
     }
 

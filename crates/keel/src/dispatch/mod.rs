@@ -12,7 +12,7 @@ mod call;
 mod conn;
 mod intercept;
 mod metrics;
-mod runs;
+mod schedule;
 mod throttle;
 mod ticker;
 mod watchdog;
@@ -20,11 +20,11 @@ mod watchdog;
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 #[cfg(feature = "http")]
 pub(crate) use call::poll_once_then_spawn;
-pub(crate) use call::{dispatch, Incoming};
+pub(crate) use call::{dispatch, BlockingCalls, Incoming};
 pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
-pub(crate) use runs::deferring;
+pub(crate) use schedule::deferring;
 pub use throttle::ThrottleConfig;
 pub(crate) use watchdog::DEFAULT_THRESHOLD as WATCHDOG_THRESHOLD;
 

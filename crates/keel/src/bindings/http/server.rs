@@ -29,8 +29,8 @@ use super::{
     POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
 };
 use crate::bindings::ServerSettings;
-use crate::core::codec::Format;
 use crate::core::compress::{self, Compression};
+use crate::core::format::Format;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 #[cfg(not(feature = "openapi"))]
@@ -763,7 +763,7 @@ async fn call<B: Received>(
     // The call starts now, with its body read: `received` is when its head arrived, and a
     // handler's (and a pool wait's) time must not include the upload.
     let mut clock = Instant::now();
-    dispatch(conn, incoming, received, &mut clock);
+    dispatch(conn, incoming, received, &mut clock, None);
     // The arguments are decoded: the body's memory is free again.
     drop(body);
     drop(reserved);

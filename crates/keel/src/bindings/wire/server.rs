@@ -11,15 +11,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::WireConn;
 use crate::bindings::ServerSettings;
-use crate::core::codec::Format;
 use crate::core::compress::Compression;
+use crate::core::format::Format;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
-    dispatch, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget, Reservation,
-    Responder,
+    dispatch, BlockingCalls, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget,
+    Reservation, Responder,
 };
 use crate::transport::sink::{SendError, Sink};
 use crate::transport::{Io, IoReader};
@@ -298,15 +298,6 @@ struct ReadLimits {
 /// first buffer); larger ones are, from when their length is known until they are whole.
 const UNCOUNTED_FRAME: usize = 64 * 1024;
 
-/// Hands a connection's held blocking calls to the pool when dropped.
-struct ReleaseBlocking<'a>(&'a Arc<ConnShared>);
-
-impl Drop for ReleaseBlocking<'_> {
-    fn drop(&mut self) {
-        self.0.release_blocking();
-    }
-}
-
 async fn read_loop(
     mut rd: IoReader,
     mut buf: BytesMut,
@@ -328,8 +319,9 @@ async fn read_loop(
         conn.dispatcher.timed_out(conn.info.binding);
         conn.shut(why);
     };
-    // However the loop ends, blocking calls it held are handed over (they are answered).
-    let _release = ReleaseBlocking(&conn);
+    // The connection's blocking calls go to the pool through it; however the loop ends, those it
+    // held are handed over (they are answered).
+    let mut blocking = BlockingCalls::new(conn.clone());
     // Whether the bytes being decoded came as a batch (see `holds_a_batch`): replies are then
     // corked and blocking calls held until the batch is handled.
     let mut batch = false;
@@ -343,7 +335,7 @@ async fn read_loop(
             {
                 let deadline = *frame_deadline
                     .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
-                end_batch(&conn, &wire, &mut batch);
+                end_batch(&wire, &mut blocking, &mut batch);
                 match limits.budget.reserve(size, deadline).await {
                     Some(r) => reserved = Some((size, r)),
                     None => return timed_out("no room to receive this frame in time"),
@@ -354,7 +346,15 @@ async fn read_loop(
         // (the arguments are decoded from it), so nothing is split off the buffer.
         if let Some((req, len)) = codec.decode_request_in_place(&buf) {
             (frame_deadline, reserved) = (None, None);
-            let handled = on_request(&conn, &wire, &req, &mut clock, &limits, codec.version());
+            let handled = on_request(
+                &conn,
+                &wire,
+                &req,
+                &mut clock,
+                &mut blocking,
+                &limits,
+                codec.version(),
+            );
             if len == buf.len() {
                 // Emptied (one call in flight, or a batch's last): the buffer keeps its start
                 // and all of its room, where advancing would leave less room to read into.
@@ -379,9 +379,15 @@ async fn read_loop(
                 (frame_deadline, reserved) = (None, None);
                 let handled = match frame {
                     // One `decode_request_in_place` left to `decode` (after a skipped frame).
-                    Frame::Request(req) => {
-                        on_request(&conn, &wire, &req, &mut clock, &limits, codec.version())
-                    }
+                    Frame::Request(req) => on_request(
+                        &conn,
+                        &wire,
+                        &req,
+                        &mut clock,
+                        &mut blocking,
+                        &limits,
+                        codec.version(),
+                    ),
                     frame => match wire.handle(frame, clock.read_at) {
                         // Its streams are stopped already; the call itself is dispatch's.
                         Ok(Some(Event::Cancel { call_id })) => {
@@ -419,7 +425,7 @@ async fn read_loop(
                 return;
             }
         }
-        end_batch(&conn, &wire, &mut batch);
+        end_batch(&wire, &mut blocking, &mut batch);
         // Backpressure: while the peer leaves too much of our output unread (replies, pongs),
         // read nothing more from it; if it does not read within the frame timeout, close.
         if wire.sink().unsent() > limits.max_unsent_bytes {
@@ -447,7 +453,7 @@ async fn read_loop(
         }
         // Released above (`end_batch`), before the reader waits again.
         if holds_a_batch(&codec, &buf) {
-            start_batch(&conn, &wire, &mut batch);
+            start_batch(&wire, &mut blocking, &mut batch);
         }
     }
 }
@@ -479,6 +485,7 @@ fn on_request<B: AsRef<[u8]>>(
     wire: &Arc<WireConn<()>>,
     req: &keel_wire::Request<B>,
     clock: &mut ReadClock,
+    blocking: &mut BlockingCalls,
     limits: &ReadLimits,
     version: u16,
 ) -> Result<(), keel_wire::ConnError> {
@@ -542,7 +549,13 @@ fn on_request<B: AsRef<[u8]>>(
         arrival,
     };
     // Arrived when it was read: one clock read per read, not per call.
-    dispatch(conn, incoming, clock.read_at, &mut clock.latest);
+    dispatch(
+        conn,
+        incoming,
+        clock.read_at,
+        &mut clock.latest,
+        Some(blocking),
+    );
     Ok(())
 }
 
@@ -558,10 +571,10 @@ fn holds_a_batch(codec: &Codec, buf: &BytesMut) -> bool {
 
 /// What the reader does after reading a batch: replies wait for the rest of the batch
 /// (`Sink::cork`), and its blocking calls are handed to the pool together
-/// (`ConnShared::hold_blocking`).
-fn start_batch(conn: &ConnShared, wire: &WireConn<()>, batch: &mut bool) {
+/// (`Scheduler::hold`).
+fn start_batch(wire: &WireConn<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
     wire.sink().cork();
-    conn.hold_blocking();
+    blocking.hold();
     *batch = true;
 }
 
@@ -571,9 +584,9 @@ fn start_batch(conn: &ConnShared, wire: &WireConn<()>, batch: &mut bool) {
 /// In that order: the thread a hand-off wakes often runs at once on the reader's core,
 /// preempting it. Still corked, the sink would hold that thread's replies until the reader ran
 /// again to uncork it; uncorked, the thread writes them as soon as its calls have run.
-fn end_batch(conn: &Arc<ConnShared>, wire: &WireConn<()>, batch: &mut bool) {
+fn end_batch(wire: &WireConn<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
     if std::mem::take(batch) {
         wire.sink().uncork();
-        conn.release_blocking();
+        blocking.release();
     }
 }
