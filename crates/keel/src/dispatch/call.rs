@@ -14,11 +14,10 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
-use super::conn::ConnShared;
+use super::conn::{ConnShared, ReplyTo};
 use super::metrics::{Elapsed, OpMetrics, Since};
 use super::schedule::{self, Job, Scheduler};
 use super::throttle::Admission;
@@ -28,7 +27,7 @@ use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
 use crate::core::format::Format;
 use crate::core::metadata::Metadata;
-use crate::core::service::{Invocation, Outcome, Payload};
+use crate::core::service::{Invocation, Outcome};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 
@@ -57,6 +56,8 @@ pub(crate) struct Incoming<'a> {
     pub(crate) stream: ByteStream,
     /// The call counts from its arrival on (the binding admitted it; see [`Arrival`]).
     pub(crate) arrival: Arrival,
+    /// Where its answer goes.
+    pub(crate) reply_to: ReplyTo,
 }
 
 /// The hand-off of one connection's blocking calls to the pool, owned by its reader (see
@@ -85,10 +86,12 @@ pub(crate) fn dispatch(
     let one_way = req.one_way;
     // Dropped at any return below, after the answer is sent, unless tracking took it over.
     let arrival = req.arrival;
+    let reply_to = req.reply_to;
     conn.info.calls.fetch_add(1, Ordering::Relaxed);
     let Some(served) = dispatcher.served(req.service) else {
         let msg = format!("no service `{}` on this host", req.service);
-        return conn.reply(call_id, Err(Status::new(StatusCode::UnknownService, msg)));
+        let status = Status::new(StatusCode::UnknownService, msg);
+        return conn.reply_to(reply_to, call_id, Err(status));
     };
     let service = &served.service;
     let desc = service.descriptor();
@@ -97,7 +100,8 @@ pub(crate) fn dispatch(
             "service `{}` has no operation `{}`",
             desc.name, req.operation
         );
-        return conn.reply(call_id, Err(Status::new(StatusCode::UnknownOperation, msg)));
+        let status = Status::new(StatusCode::UnknownOperation, msg);
+        return conn.reply_to(reply_to, call_id, Err(status));
     };
     let deadline = req.deadline.and_then(|d| received.checked_add(d));
     let info = &desc.operations[op];
@@ -131,9 +135,9 @@ pub(crate) fn dispatch(
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let metrics = &served.metrics[op];
-    if let Err(status) = conn.track(call_id, &ctx, arrival) {
+    if let Err((status, reply_to)) = conn.track(call_id, &ctx, reply_to, arrival) {
         metrics.answered(status.code());
-        return conn.reply(call_id, Err(status));
+        return conn.reply_to(reply_to, call_id, Err(status));
     }
     metrics.in_flight.increment(1.0);
     let mut call = Call {
@@ -197,7 +201,7 @@ pub(crate) fn dispatch(
     drop(entered);
     if one_way {
         // Acknowledge receipt now; the outcome is not reported.
-        conn.reply(call_id, Ok(Payload::Body(Bytes::new())));
+        conn.acknowledge(call_id);
     }
     match dispatcher.throttle.admit() {
         Admission::Now(permit) => {

@@ -1,7 +1,7 @@
-//! One connection as the dispatcher sees it, whatever its binding: the calls it has in flight
-//! and where their answers go (a [`Responder`]). Every accepted call is answered exactly once:
-//! whoever removes it from `calls` (the handler finishing, a cancel, or the drain timeout) owns
-//! the answer.
+//! One connection as the dispatcher sees it, whatever its binding: the calls it has in flight,
+//! where each one's answer goes (its [`ReplyTo`]), and the connection's [`Responder`]. Every
+//! accepted call is answered exactly once: whoever removes it from `calls` (the handler
+//! finishing, a cancel, or the drain timeout) owns the answer.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::oneshot;
 
 use super::schedule::Owner;
 use super::{Arrival, Dispatcher};
@@ -32,11 +33,18 @@ pub(crate) struct HostAnswer {
     pub(crate) compression: Option<Compression>,
 }
 
-/// Where a connection's answers go: keel-wire frames, or the HTTP requests waiting for them.
-/// Each binding implements it once.
+/// What the dispatcher asks of a connection as a whole. Each binding implements it once.
 pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
-    /// Delivers the answer to call `call_id`.
-    fn reply(&self, call_id: u64, answer: HostAnswer);
+    /// Delivers the answer to call `call_id`, for calls answered by the connection
+    /// ([`ReplyTo::Connection`]: keel-wire's Reply frames). A binding whose calls each have a
+    /// waiter of their own never gets one.
+    fn reply(&self, call_id: u64, answer: HostAnswer) {
+        let _ = (call_id, answer);
+        debug_assert!(
+            false,
+            "this binding's calls are answered through their waiters"
+        );
+    }
     /// The host will serve no new calls here; tell the peer (calls it sent already are still
     /// answered).
     fn go_away(&self, reason: &str);
@@ -45,6 +53,45 @@ pub(crate) trait Responder: Send + Sync + std::fmt::Debug + 'static {
     /// Writes the answers queued while this thread ran a run of short blocking calls
     /// ([`deferring`](super::deferring)). A binding that never queues them has nothing to do.
     fn flush(&self) {}
+}
+
+/// Where one call's answer goes.
+#[derive(Debug)]
+pub(crate) enum ReplyTo {
+    /// The connection's [`Responder::reply`], by the call's id: keel-wire's Reply frames.
+    Connection,
+    /// The binding's request waiting for it (HTTP); `None` once answered (a one-way call's
+    /// acknowledgement answers it).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Waiter(Option<oneshot::Sender<HostAnswer>>),
+}
+
+impl ReplyTo {
+    /// A call answered on `tx`.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn waiter(tx: oneshot::Sender<HostAnswer>) -> ReplyTo {
+        ReplyTo::Waiter(Some(tx))
+    }
+
+    /// Delivers `answer` to call `call_id` of `out`'s connection, where it goes.
+    fn send(self, out: &dyn Responder, call_id: u64, answer: HostAnswer) {
+        match self {
+            ReplyTo::Connection => out.reply(call_id, answer),
+            ReplyTo::Waiter(Some(tx)) => {
+                // The request may be gone (its client left): then nobody wants the answer.
+                let _ = tx.send(answer);
+            }
+            ReplyTo::Waiter(None) => {}
+        }
+    }
+
+    /// Takes where the answer goes, leaving a waiter answered.
+    fn take(&mut self) -> ReplyTo {
+        match self {
+            ReplyTo::Connection => ReplyTo::Connection,
+            ReplyTo::Waiter(tx) => ReplyTo::Waiter(tx.take()),
+        }
+    }
 }
 
 /// Facts about one connection, for `Host::connections`.
@@ -86,12 +133,18 @@ impl ConnInfo {
     }
 }
 
-/// A connection's calls in flight by call id, each as its context: its cancellation signal (a
-/// cancel frame, the caller leaving or the drain timeout set it: a job that has not started
-/// must not start), its reply metadata, and the task running it (see [`Context::stop`]).
-/// foldhash, not SipHash: the map is hashed two times per call, and its size is bounded by the
-/// connection's call limit.
-type CallMap = HashMap<u64, Context, foldhash::fast::RandomState>;
+/// A call in flight: its context (its cancellation signal: a cancel frame, the caller leaving or
+/// the drain timeout set it, and a job that has not started must not start; its reply
+/// metadata; the task running it, see [`Context::stop`]) and where its answer goes.
+#[derive(Debug)]
+struct InFlight {
+    ctx: Context,
+    reply_to: ReplyTo,
+}
+
+/// A connection's calls in flight by call id. foldhash, not SipHash: the map is hashed two
+/// times per call, and its size is bounded by the connection's call limit.
+type CallMap = HashMap<u64, InFlight, foldhash::fast::RandomState>;
 
 /// A connection's calls in flight, and when one last ended: stamped under the lock that
 /// removes the call, so the idle check never sees the call gone and the stamp old, and it
@@ -147,7 +200,7 @@ impl ConnShared {
 
     /// Removes call `call_id` from those in flight, if it is there, stamping the connection's
     /// activity at `ended`.
-    fn remove(&self, call_id: u64, ended: impl FnOnce() -> Instant) -> Option<Context> {
+    fn remove(&self, call_id: u64, ended: impl FnOnce() -> Instant) -> Option<InFlight> {
         let mut calls = self.calls();
         let removed = calls.map.remove(&call_id);
         if removed.is_some() {
@@ -185,35 +238,35 @@ impl ConnShared {
         self.calls.lock()
     }
 
-    /// Registers a call, counted since its `arrival`. `BadRequest` if a call
-    /// with its id is in flight already (it would take that call's place: neither counted
+    /// Registers a call, counted since its `arrival`, answered at `reply_to`. `BadRequest` if a
+    /// call with its id is in flight already (it would take that call's place: neither counted
     /// against the limit nor ever answered), `Busy` if the connection already has as many
-    /// calls as allowed.
+    /// calls as allowed; the refused call's `reply_to` comes back with the status.
     pub(crate) fn track(
         &self,
         call_id: u64,
         ctx: &Context,
+        reply_to: ReplyTo,
         arrival: Arrival,
-    ) -> Result<(), Status> {
+    ) -> Result<(), (Status, ReplyTo)> {
         let limit = self.max_calls;
         {
             let mut calls = self.calls();
             let at_limit = calls.map.len() >= limit;
             match calls.map.entry(call_id) {
                 Entry::Occupied(_) => {
-                    return Err(Status::new(
-                        StatusCode::BadRequest,
-                        format!("call id {call_id} is already in flight on this connection"),
-                    ))
+                    let msg = format!("call id {call_id} is already in flight on this connection");
+                    return Err((Status::new(StatusCode::BadRequest, msg), reply_to));
                 }
                 Entry::Vacant(_) if at_limit => {
-                    return Err(Status::new(
-                        StatusCode::Busy,
-                        format!("this connection already has {limit} calls in flight"),
-                    ))
+                    let msg = format!("this connection already has {limit} calls in flight");
+                    return Err((Status::new(StatusCode::Busy, msg), reply_to));
                 }
                 Entry::Vacant(place) => {
-                    place.insert(ctx.clone());
+                    place.insert(InFlight {
+                        ctx: ctx.clone(),
+                        reply_to,
+                    });
                 }
             }
         }
@@ -227,7 +280,7 @@ impl ConnShared {
     /// reply metadata its context collected (and its status's, for a failure). `ended` is
     /// when the call ended (the connection's last activity).
     pub(crate) fn finish(&self, call_id: u64, one_way: bool, mut outcome: Outcome, ended: Instant) {
-        if let Some(ctx) = self.remove(call_id, || ended) {
+        if let Some(InFlight { ctx, reply_to }) = self.remove(call_id, || ended) {
             // The call is over: whatever still watches its context (a task the handler
             // spawned, a handler that outlived its deadline) hears it, as in gRPC.
             ctx.cancel();
@@ -247,38 +300,55 @@ impl ConnShared {
                         }
                     }
                 }
-                self.out.reply(
-                    call_id,
-                    HostAnswer {
-                        outcome,
-                        metadata,
-                        compression,
-                    },
-                );
+                let answer = HostAnswer {
+                    outcome,
+                    metadata,
+                    compression,
+                };
+                reply_to.send(&*self.out, call_id, answer);
             }
             self.dispatcher.call_finished();
         }
     }
 
-    /// Sends an answer for a call that was never tracked (refused before admission).
-    pub(crate) fn reply(&self, call_id: u64, mut outcome: Outcome) {
+    /// Answers call `call_id` through the connection ([`ReplyTo::Connection`]), tracked or not:
+    /// a keel-wire call refused before admission.
+    pub(crate) fn reply(&self, call_id: u64, outcome: Outcome) {
+        self.reply_to(ReplyTo::Connection, call_id, outcome);
+    }
+
+    /// Answers call `call_id` at `reply_to` without the bookkeeping of a tracked call: one
+    /// refused before admission, or a one-way call's acknowledgement.
+    pub(crate) fn reply_to(&self, reply_to: ReplyTo, call_id: u64, mut outcome: Outcome) {
         let metadata = match &mut outcome {
             Err(status) => std::mem::take(status.metadata_mut()),
             Ok(_) => Metadata::new(),
         };
-        self.out.reply(
-            call_id,
-            HostAnswer {
-                outcome,
-                metadata,
-                compression: None,
-            },
-        );
+        let answer = HostAnswer {
+            outcome,
+            metadata,
+            compression: None,
+        };
+        reply_to.send(&*self.out, call_id, answer);
+    }
+
+    /// Acknowledges the receipt of one-way call `call_id`, tracked with a waiter of its own (a
+    /// call answered by the connection is acknowledged with [`reply`](ConnShared::reply)). The
+    /// outcome is not reported: the call stays tracked, with nothing more to answer.
+    pub(crate) fn acknowledge(&self, call_id: u64) {
+        let reply_to = self
+            .calls()
+            .map
+            .get_mut(&call_id)
+            .map(|c| c.reply_to.take());
+        if let Some(reply_to) = reply_to {
+            self.reply_to(reply_to, call_id, Ok(Payload::Body(Bytes::new())));
+        }
     }
 
     /// The caller no longer wants call `call_id`: stop it; no answer is sent.
     pub(crate) fn cancel(&self, call_id: u64) {
-        if let Some(ctx) = self.remove(call_id, Instant::now) {
+        if let Some(InFlight { ctx, .. }) = self.remove(call_id, Instant::now) {
             ctx.stop();
             self.dispatcher.call_finished();
         }
@@ -337,9 +407,9 @@ impl ConnShared {
     /// Answers every call still in flight with `status` and closes the connection.
     pub(crate) fn abandon_all(&self, status: &Status) {
         let calls = std::mem::take(&mut self.calls().map);
-        for (call_id, ctx) in calls {
+        for (call_id, InFlight { ctx, reply_to }) in calls {
             ctx.stop();
-            self.reply(call_id, Err(status.clone()));
+            self.reply_to(reply_to, call_id, Err(status.clone()));
             self.dispatcher.call_finished();
         }
         self.out.close();

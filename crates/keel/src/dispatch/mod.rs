@@ -21,7 +21,7 @@ pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 #[cfg(feature = "http")]
 pub(crate) use call::poll_once_then_spawn;
 pub(crate) use call::{dispatch, BlockingCalls, Incoming};
-pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, Responder};
+pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, ReplyTo, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
 pub(crate) use schedule::deferring;

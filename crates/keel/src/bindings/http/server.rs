@@ -1,8 +1,8 @@
 //! The host side: one task per HTTP connection (HTTP/1.1 and h2c on the same port, or what ALPN
-//! agreed), one call per request. Requests reach the same dispatcher as keel-wire frames; answers
-//! come back through [`HttpResponder`] to the request that is waiting for them.
+//! agreed), one call per request. Requests reach the same dispatcher as keel-wire frames; each
+//! call's answer comes back on a oneshot to the request that is waiting for it
+//! ([`ReplyTo::Waiter`]), and [`HttpResponder`] stops the connection when the host asks.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -38,26 +38,10 @@ use crate::core::service::ServiceDescriptor;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
-    dispatch, poll_once_then_spawn, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming,
-    ReceiveBudget, Responder,
+    dispatch, poll_once_then_spawn, ConnInfo, ConnShared, Dispatcher, Incoming, ReceiveBudget,
+    ReplyTo, Responder,
 };
 use crate::transport::{Connected, Io};
-
-/// Calls waiting for their answer on one HTTP connection.
-#[derive(Debug, Default)]
-pub(super) struct Waiting {
-    calls: Mutex<HashMap<u64, oneshot::Sender<HostAnswer>>>,
-    next_call_id: AtomicU64,
-}
-
-impl Waiting {
-    fn take(&self, call_id: u64) -> Option<oneshot::Sender<HostAnswer>> {
-        self.calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&call_id)
-    }
-}
 
 /// How far the host has asked an HTTP connection to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,21 +58,14 @@ pub(super) enum Stop {
     Closing,
 }
 
-/// Hands each answer to the request waiting for it; `go_away` and `close` stop the connection
-/// (see [`Stop`]).
+/// `go_away` and `close` stop the connection (see [`Stop`]). Answers go to each call's waiter,
+/// not through the connection.
 #[derive(Debug)]
 struct HttpResponder {
-    waiting: Arc<Waiting>,
     stop: watch::Sender<Stop>,
 }
 
 impl Responder for HttpResponder {
-    fn reply(&self, call_id: u64, answer: HostAnswer) {
-        if let Some(tx) = self.waiting.take(call_id) {
-            let _ = tx.send(answer);
-        }
-    }
-
     fn go_away(&self, _reason: &str) {
         self.stop.send_if_modified(|s| {
             let raise = *s < Stop::GoingAway;
@@ -111,7 +88,9 @@ const H2_MIN_STREAMS: usize = 128;
 #[derive(Debug, Clone)]
 pub(super) struct Ctx {
     pub(super) conn: Arc<ConnShared>,
-    pub(super) waiting: Arc<Waiting>,
+    /// The next call's id: the key of its entry among the connection's calls in flight (HTTP
+    /// carries no call ids).
+    next_call_id: Arc<AtomicU64>,
     pub(super) settings: Arc<ServerSettings>,
     /// Bytes of request bodies this connection (and the host) may hold at once.
     budget: ReceiveBudget,
@@ -130,11 +109,7 @@ impl Ctx {
         max_calls: usize,
         watch: Option<Arc<HeadWatch>>,
     ) -> Ctx {
-        let waiting = Arc::new(Waiting::default());
-        let responder = HttpResponder {
-            waiting: waiting.clone(),
-            stop,
-        };
+        let responder = HttpResponder { stop };
         let conn = Arc::new(ConnShared::new(
             Box::new(responder),
             info,
@@ -147,7 +122,7 @@ impl Ctx {
         );
         Ctx {
             conn,
-            waiting,
+            next_call_id: Arc::new(AtomicU64::new(0)),
             settings,
             budget,
             watch,
@@ -621,7 +596,9 @@ async fn call<B: Received>(
     operation: &str,
 ) -> Response<Body> {
     let received = Instant::now();
-    let Ctx { conn, waiting, .. } = ctx;
+    let Ctx {
+        conn, next_call_id, ..
+    } = ctx;
     let h1 = req.version() <= Version::HTTP_11;
     let op = conn.dispatcher.service(service).and_then(|s| {
         let desc = s.descriptor();
@@ -732,17 +709,11 @@ async fn call<B: Received>(
         (format, body, ByteStream::empty(), Some(reserved))
     };
 
-    let call_id = waiting.next_call_id.fetch_add(1, Ordering::Relaxed);
+    let call_id = next_call_id.fetch_add(1, Ordering::Relaxed);
     let (tx, answer) = oneshot::channel();
-    waiting
-        .calls
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(call_id, tx);
     // If hyper drops this future (the client went away, or reset the stream), stop the call.
     let mut guard = CancelOnDrop {
         conn,
-        waiting,
         call_id,
         armed: true,
     };
@@ -759,6 +730,7 @@ async fn call<B: Received>(
         body: &body,
         stream,
         arrival,
+        reply_to: ReplyTo::waiter(tx),
     };
     // The call starts now, with its body read: `received` is when its head arrived, and a
     // handler's (and a pool wait's) time must not include the upload.
@@ -855,7 +827,6 @@ fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
 /// Cancels a call whose request future is dropped before its answer arrived.
 struct CancelOnDrop<'a> {
     conn: &'a Arc<ConnShared>,
-    waiting: &'a Waiting,
     call_id: u64,
     armed: bool,
 }
@@ -863,7 +834,6 @@ struct CancelOnDrop<'a> {
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.waiting.take(self.call_id);
             self.conn.cancel(self.call_id);
         }
     }

@@ -19,7 +19,7 @@ use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
     dispatch, BlockingCalls, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget,
-    Reservation, Responder,
+    ReplyTo, Reservation, Responder,
 };
 use crate::transport::sink::{SendError, Sink};
 use crate::transport::{Io, IoReader};
@@ -547,6 +547,7 @@ fn on_request<B: AsRef<[u8]>>(
         body: req.body.as_ref(),
         stream,
         arrival,
+        reply_to: ReplyTo::Connection,
     };
     // Arrived when it was read: one clock read per read, not per call.
     dispatch(
