@@ -5,6 +5,7 @@
 //! The header names, content types and the status mapping above are also available as items of
 //! this module, for code that speaks the convention by hand.
 
+mod accept_encoding;
 mod body;
 pub(crate) mod client;
 mod conns;

@@ -22,6 +22,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{oneshot, watch, Notify};
 
+use super::accept_encoding;
 use super::body::{self, Body, ReadError, Received};
 use super::{
     details_encode, http_status, metadata_from_headers, metadata_to_headers, ARGS_HEADER,
@@ -29,7 +30,7 @@ use super::{
     POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
 };
 use crate::bindings::ServerSettings;
-use crate::core::compress::{self, Compression};
+use crate::core::compress::Compression;
 use crate::core::format::Format;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
@@ -647,7 +648,7 @@ async fn call<B: Received>(
         .fold(None::<String>, |acc, v| {
             Some(acc.map_or(v.to_string(), |a| a + "," + v))
         })
-        .and_then(|header| compress::pick_from_accept_encoding(&header, &Compression::ALL));
+        .and_then(|header| accept_encoding::pick(&header, &Compression::ALL));
     // From here the call counts as in flight, so a drain waits for it; a call that arrives
     // while the host drains is not processed, and says so.
     let Some(arrival) = conn.dispatcher.admit() else {
