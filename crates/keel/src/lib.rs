@@ -301,7 +301,9 @@
 //! (`Service/operation`), `rpc.system` (`keel`), `rpc.service`, `rpc.method`, `keel.binding`
 //! (the URL scheme), `client.address` (the peer, host side), `keel.call_id` (host side),
 //! `server.address` (the channel's URL, client side) and `rpc.code` (the answer's
-//! [`StatusCode::as_str`], or `transport_error` when none came back). A client's interceptors
+//! [`StatusCode::as_str`], `unavailable` for a host that could not be reached or was lost, or
+//! `transport_error` for the caller's own failures, see [`Error::status_code`]). A client's
+//! interceptors
 //! run inside the client's span, so one can inject the current trace context into the call's
 //! metadata (W3C `traceparent` and `tracestate`). On the host, decoding and the handler run
 //! inside the span, and interceptors get it before it is entered ([`Context::span`]), so one

@@ -173,6 +173,8 @@ async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
     let err = client.echo("lost".into()).await.unwrap_err();
     let failed_after = start.elapsed();
     assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    // The same shape as a reset or closed connection.
+    assert!(err.is_connection(), "{err}");
     assert!(
         failed_after < Duration::from_secs(30),
         "failed after {failed_after:?}: the deadline, not the ping"
@@ -232,6 +234,8 @@ async fn a_quiet_but_live_connection_is_kept() {
     let start = Instant::now();
     let err = long.await.unwrap().unwrap_err();
     assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    // The same shape as a reset or closed connection.
+    assert!(err.is_connection(), "{err}");
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "{:?}",

@@ -119,6 +119,9 @@ pub(crate) struct Outgoing {
     pub(crate) download: bool,
     /// The operation is `#[keel(idempotent)]`: it may be sent again after a failure.
     pub(crate) idempotent: bool,
+    /// The host refused the previous attempt unprocessed: this one goes to a new connection,
+    /// not to a pooled one that may lead to the same host (set by the channel's attempt loop).
+    pub(crate) fresh: bool,
 }
 
 impl Outgoing {
@@ -139,6 +142,7 @@ impl Outgoing {
             upload: None,
             download: self.download,
             idempotent: self.idempotent,
+            fresh: self.fresh,
         })
     }
 }
@@ -156,6 +160,57 @@ pub(crate) struct Replied {
 /// the inner `Status` is the host's answer (with its metadata).
 pub(crate) type Answer = Result<Result<Replied, Status>, Error>;
 
+/// A request stream coming back from the binding that was sending it: `Some` if nothing was
+/// taken from it, `None` once it had started (its bytes are gone, so the call cannot be sent
+/// again).
+pub(crate) type StreamBack = tokio::sync::oneshot::Receiver<Option<ByteStream>>;
+
+/// What happened to one attempt of a call, as a binding reports it. The binding never sends a
+/// call again itself: the channel's attempt loop (`client/attempts.rs`) decides whether and
+/// where it goes next.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// The host answered, or the call failed in a way after which it may have run (the
+    /// connection was lost once the request had left, the deadline passed, ...).
+    Answered(Answer),
+    /// The host did not run the call: it may go to another connection as it is. A request
+    /// stream that had been handed to the binding comes back through `stream_back`.
+    Again {
+        /// The call, whole but for a request stream that is coming back.
+        call: Outgoing,
+        /// The request stream, when the binding had taken it.
+        stream_back: Option<StreamBack>,
+        /// Why it was not run.
+        why: Again,
+    },
+}
+
+/// Why an attempt's call was not run (see [`Attempt::Again`]).
+#[derive(Debug)]
+pub(crate) enum Again {
+    /// It never left: the connection had closed (HTTP/2: or was going away), or the one
+    /// opened for it speaks another HTTP version.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    NotSent,
+    /// The host said it does not process it: a keel-wire GoAway before it was sent or below its
+    /// id, HTTP/2's REFUSED_STREAM or a GOAWAY below its stream, or a 503 marked
+    /// `keel-unprocessed`.
+    Unprocessed,
+    /// No connection could be made (nothing was sent): another host may take it.
+    NoConnection(Error),
+}
+
+impl Attempt {
+    /// The call, given back because the binding did not send it (`why`).
+    pub(crate) fn again(call: Outgoing, why: Again) -> Attempt {
+        Attempt::Again {
+            call,
+            stream_back: None,
+            why,
+        }
+    }
+}
+
 /// A boxed future, as [`ClientTransport`]'s methods return.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -172,9 +227,15 @@ pub(crate) struct ConnCounts {
 
 /// The client side of a binding: carries one channel's calls to its host.
 pub(crate) trait ClientTransport: Send + Sync + std::fmt::Debug {
-    /// Sends one call and waits for its answer until `deadline`. The deadline bounds the call
-    /// until its reply (or a streamed reply's head) arrives.
-    fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer>;
+    /// Makes one attempt of a call: sends it once and waits for its answer until `deadline`,
+    /// or gives it back unrun (see [`Attempt`]). The deadline bounds the call until its reply
+    /// (or a streamed reply's head) arrives.
+    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt>;
+    /// How many hosts a call that found no connection may try in all (a balanced channel's
+    /// members; 1 for one URL).
+    fn hosts(&self) -> usize {
+        1
+    }
     /// Connects (and completes any handshake) now, unless connected.
     fn open(&self) -> BoxFuture<'_, Result<(), Error>>;
     /// Closes every connection; calls in flight fail with a connection error.
@@ -183,21 +244,55 @@ pub(crate) trait ClientTransport: Send + Sync + std::fmt::Debug {
     fn is_connected(&self) -> bool;
     /// Connection counters.
     fn counts(&self) -> ConnCounts;
-    /// This transport as keel-wire's, whose calls a channel awaits without boxing them.
-    fn as_wire(&self) -> Option<&wire::WireClient> {
-        None
+}
+
+/// A channel's (or a balanced channel member's) way to its host: keel-wire's client, whose
+/// attempts are awaited inline (its future is not boxed: an allocation and a copy of ~900
+/// bytes per call, on the binding most calls take), or any other [`ClientTransport`].
+#[derive(Debug)]
+// One per channel (or member), inside its `Arc`: boxing keel-wire's client would cost every
+// call a pointer chase and save nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Client {
+    /// keel-wire (`tcp://`, `tcps://`, `unix://`).
+    Wire(wire::WireClient),
+    /// Any other binding, or a balanced channel's members.
+    Other(Box<dyn ClientTransport>),
+}
+
+impl Client {
+    /// One attempt of `call` (see [`ClientTransport::attempt`]). `started`: when the caller
+    /// read the clock just before, and the call's time budget then; keel-wire sends its
+    /// request with those, sparing a clock read, if nothing waited since.
+    pub(crate) async fn attempt(
+        &self,
+        call: Outgoing,
+        deadline: Instant,
+        started: Option<(Instant, Duration)>,
+    ) -> Attempt {
+        match self {
+            Client::Wire(wire) => wire.attempt_inner(call, deadline, started).await,
+            Client::Other(transport) => transport.attempt(call, deadline).await,
+        }
+    }
+
+    /// The transport behind it.
+    pub(crate) fn transport(&self) -> &dyn ClientTransport {
+        match self {
+            Client::Wire(wire) => wire,
+            Client::Other(transport) => &**transport,
+        }
     }
 }
 
 /// The client side of `endpoint`'s binding. One line per binding.
-pub(crate) fn client(
-    endpoint: Endpoint,
-    settings: ClientSettings,
-) -> Result<Box<dyn ClientTransport>, Error> {
+pub(crate) fn client(endpoint: Endpoint, settings: ClientSettings) -> Result<Client, Error> {
     Ok(match endpoint.protocol() {
-        Protocol::Wire => Box::new(wire::WireClient::new(endpoint, settings)),
+        Protocol::Wire => Client::Wire(wire::WireClient::new(endpoint, settings)),
         #[cfg(feature = "http")]
-        Protocol::Http => Box::new(http::client::HttpClient::new(endpoint, settings)),
+        Protocol::Http => {
+            Client::Other(Box::new(http::client::HttpClient::new(endpoint, settings)))
+        }
         #[cfg(not(feature = "http"))]
         Protocol::Http => return Err(http_feature_needed(&endpoint)),
     })

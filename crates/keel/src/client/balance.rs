@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::retry::{random, unit};
 use crate::bindings::{
-    self, Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing,
+    self, Again, Answer, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing,
 };
 use crate::core::error::{Error, Kind};
 use crate::core::status::StatusCode;
@@ -39,7 +39,7 @@ const EJECT_MAX: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 struct Member {
     endpoint: Endpoint,
-    transport: Box<dyn ClientTransport>,
+    binding: bindings::Client,
     in_flight: AtomicUsize,
     /// Until when it is left out (ms since the balancer's start; 0: never ejected).
     ejected_until_ms: AtomicU64,
@@ -131,7 +131,7 @@ impl Balancer {
             match old.iter().find(|m| m.endpoint == endpoint) {
                 Some(m) => next.push(m.clone()),
                 None => next.push(Arc::new(Member {
-                    transport: bindings::client(
+                    binding: bindings::client(
                         endpoint.clone(),
                         self.member_settings(&endpoint, target)?,
                     )?,
@@ -149,8 +149,8 @@ impl Balancer {
                 .iter()
                 .filter(|m| !next.iter().any(|n| Arc::ptr_eq(n, m)))
             {
-                let c = m.transport.counts();
-                m.transport.close();
+                let c = m.binding.transport().counts();
+                m.binding.transport().close();
                 gone.opened += c.opened;
                 gone.closed += c.opened;
             }
@@ -253,10 +253,18 @@ impl Balancer {
         }
     }
 
-    /// Records how a member's call went: a connection failure ejects it (with backoff), an
-    /// answer clears its record.
-    fn record(self: &Arc<Self>, member: &Member, answer: &Answer) {
-        match failure(answer) {
+    /// Records how a member's attempt went: a connection failure ejects it (with backoff), an
+    /// answer clears its record. A call it gave back unrun (a GoAway, say) tells nothing.
+    fn record(self: &Arc<Self>, member: &Member, attempt: &Attempt) {
+        let failed = match attempt {
+            Attempt::Answered(answer) => failure(answer),
+            Attempt::Again {
+                why: Again::NoConnection(_),
+                ..
+            } => Some(true),
+            Attempt::Again { .. } => return,
+        };
+        match failed {
             Some(connect) => self.eject(member, connect),
             None => {
                 if member.ejections.load(Ordering::Relaxed) > 0 {
@@ -286,29 +294,25 @@ impl Balancer {
         }
     }
 
-    /// Sends the call to a member. If no connection could be made to it, nothing was sent,
-    /// so the call goes to another member (any call, idempotent or not), up to one try per
-    /// member.
-    async fn call_inner(self: Arc<Self>, mut call: Outgoing, deadline: Instant) -> Answer {
-        let members = self.fresh_members().await?;
-        let mut tries = members.len();
-        loop {
-            let Some(member) = self.pick(&members) else {
-                return Err(Error::new(Kind::Connect, "no host to call"));
-            };
-            tries -= 1;
-            let again = if tries > 0 { call.try_clone() } else { None };
-            member.in_flight.fetch_add(1, Ordering::Relaxed);
-            let answer = {
-                let _in_flight = InFlight(&member.in_flight);
-                member.transport.call(call, deadline).await
-            };
-            self.record(&member, &answer);
-            match (answer, again) {
-                (Err(e), Some(again)) if e.kind() == Kind::Connect => call = again,
-                (answer, _) => return answer,
-            }
-        }
+    /// One attempt of the call on a member (see [`Balancer::pick`]). A member no connection
+    /// could be made to is left out for a while, so that the channel's next attempt (its
+    /// attempt loop sends such a call to another member, idempotent or not: nothing was sent)
+    /// goes elsewhere.
+    async fn attempt(self: Arc<Self>, call: Outgoing, deadline: Instant) -> Attempt {
+        let members = match self.fresh_members().await {
+            Ok(members) => members,
+            Err(e) => return Attempt::Answered(Err(e)),
+        };
+        let Some(member) = self.pick(&members) else {
+            return Attempt::Answered(Err(Error::new(Kind::Connect, "no host to call")));
+        };
+        member.in_flight.fetch_add(1, Ordering::Relaxed);
+        let attempt = {
+            let _in_flight = InFlight(&member.in_flight);
+            member.binding.attempt(call, deadline, None).await
+        };
+        self.record(&member, &attempt);
+        attempt
     }
 }
 
@@ -361,8 +365,12 @@ async fn expand(target: &Endpoint) -> Result<Vec<Endpoint>, Error> {
 pub(crate) struct Balanced(pub(crate) Arc<Balancer>);
 
 impl ClientTransport for Balanced {
-    fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer> {
-        Box::pin(self.0.clone().call_inner(call, deadline))
+    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt> {
+        Box::pin(self.0.clone().attempt(call, deadline))
+    }
+
+    fn hosts(&self) -> usize {
+        self.0.members().len().max(1)
     }
 
     fn open(&self) -> BoxFuture<'_, Result<(), Error>> {
@@ -372,7 +380,7 @@ impl ClientTransport for Balanced {
             let mut last = None;
             let mut opened = 0;
             for m in members.iter() {
-                match m.transport.open().await {
+                match m.binding.transport().open().await {
                     Ok(()) => opened += 1,
                     Err(e) => {
                         self.0.eject(m, true);
@@ -389,12 +397,15 @@ impl ClientTransport for Balanced {
 
     fn close(&self) {
         for m in self.0.members().iter() {
-            m.transport.close();
+            m.binding.transport().close();
         }
     }
 
     fn is_connected(&self) -> bool {
-        self.0.members().iter().any(|m| m.transport.is_connected())
+        self.0
+            .members()
+            .iter()
+            .any(|m| m.binding.transport().is_connected())
     }
 
     fn counts(&self) -> ConnCounts {
@@ -402,7 +413,7 @@ impl ClientTransport for Balanced {
         self.0
             .members()
             .iter()
-            .map(|m| m.transport.counts())
+            .map(|m| m.binding.transport().counts())
             .fold(gone, |a, c| ConnCounts {
                 opened: a.opened + c.opened,
                 closed: a.closed + c.closed,

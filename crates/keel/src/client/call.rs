@@ -46,6 +46,7 @@ fn outgoing<A: Serialize>(
         upload,
         download: info.stream_response,
         idempotent: info.idempotent,
+        fresh: false,
     })
 }
 

@@ -11,7 +11,8 @@ use parking_lot::RwLock;
 use crate::core::metrics::{self as m, Since};
 use crate::core::status::StatusCode;
 
-/// Status codes, plus one slot for calls that got no status (`transport_error`).
+/// Status codes, plus one slot for calls that failed without one (`transport_error`: see
+/// `Error::status_code`).
 const SLOTS: usize = StatusCode::ALL.len() + 1;
 const TRANSPORT_ERROR: usize = SLOTS - 1;
 

@@ -7,6 +7,7 @@ mod balance;
 mod call;
 mod intercept;
 mod metrics;
+mod pipeline;
 mod retry;
 mod rt;
 
@@ -20,11 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::metrics::ChannelMetrics;
-use crate::bindings::{self, Answer, ClientSettings, ClientTransport, HttpVersion, Outgoing};
-use crate::core::compress::{self, Compression, DecompressError};
+use crate::bindings::{self, Answer, ClientSettings, HttpVersion, Outgoing};
+use crate::core::compress::Compression;
 use crate::core::error::Error;
-use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
-use crate::core::service::Payload;
+use crate::core::metadata::Metadata;
 use crate::core::status::StatusCode;
 use crate::transport::Endpoint;
 use tracing::Instrument as _;
@@ -310,12 +310,10 @@ impl ChannelBuilder {
         }
         let binding = endpoints[0].scheme();
         let settings = self.config.settings(binding);
-        let transport: Box<dyn ClientTransport> = match self.balanced {
+        let transport = match self.balanced {
             None => bindings::client(endpoints.remove(0), settings)?,
-            Some(_) => Box::new(balance::Balanced(Arc::new(balance::Balancer::new(
-                endpoints,
-                settings,
-                self.config.resolve_interval,
+            Some(_) => bindings::Client::Other(Box::new(balance::Balanced(Arc::new(
+                balance::Balancer::new(endpoints, settings, self.config.resolve_interval),
             )))),
         };
         Ok(Channel {
@@ -331,6 +329,24 @@ impl ChannelBuilder {
                 url: self.url,
             }),
         })
+    }
+
+    /// The channel with its calls carried by `transport` (the attempt loop's tests).
+    #[cfg(test)]
+    pub(crate) fn build_on(self, transport: Box<dyn bindings::ClientTransport>) -> Channel {
+        Channel {
+            inner: Arc::new(Inner {
+                retry_budget: retry::RetryBudget::new(&self.config.retry),
+                retries: AtomicU64::new(0),
+                retries_refused: AtomicU64::new(0),
+                config: self.config,
+                interceptors: self.interceptors,
+                transport: bindings::Client::Other(transport),
+                calls: AtomicU64::new(0),
+                metrics: ChannelMetrics::new("test"),
+                url: self.url,
+            }),
+        }
     }
 
     /// The channel, connected and past the handshake.
@@ -444,7 +460,8 @@ impl std::fmt::Debug for Inner {
 struct Inner {
     config: ClientConfig,
     interceptors: Vec<Arc<dyn ClientInterceptor>>,
-    transport: Box<dyn ClientTransport>,
+    /// The binding (or a balanced channel's members): every call's attempts go through it.
+    transport: bindings::Client,
     /// Calls made, for [`Channel::stats`].
     calls: AtomicU64,
     /// What bounds retries (see [`RetryPolicy`]).
@@ -515,18 +532,18 @@ impl Channel {
     /// Connects and completes the handshake now, unless already connected. (HTTP/1.1: opens
     /// one pooled connection unless one is open.)
     pub async fn open(&self) -> Result<(), Error> {
-        self.inner.transport.open().await
+        self.inner.transport.transport().open().await
     }
 
     /// Closes the connection. Calls in flight fail with a connection error; the next call
     /// reconnects.
     pub async fn close(&self) {
-        self.inner.transport.close();
+        self.inner.transport.transport().close();
     }
 
     /// Whether a connection is open right now.
     pub fn is_connected(&self) -> bool {
-        self.inner.transport.is_connected()
+        self.inner.transport.transport().is_connected()
     }
 
     /// The settings this channel was built with.
@@ -536,7 +553,7 @@ impl Channel {
 
     /// Connection and call counters: e.g. that a client's calls share one connection.
     pub fn stats(&self) -> ChannelStats {
-        let counts = self.inner.transport.counts();
+        let counts = self.inner.transport.transport().counts();
         ChannelStats {
             connections_opened: counts.opened,
             connections_closed: counts.closed,
@@ -552,7 +569,7 @@ impl Channel {
     ///
     /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
     /// it ends or the caller drops it.
-    pub(crate) async fn call(&self, mut call: Outgoing, options: &CallOptions) -> Answer {
+    pub(crate) async fn call(&self, call: Outgoing, options: &CallOptions) -> Answer {
         let (service, operation) = (call.service, call.operation);
         // The call's span (see the crate docs, "Tracing"): interceptors run inside it, so one
         // can inject its trace context into the call's metadata. Nothing is formatted or
@@ -573,38 +590,9 @@ impl Channel {
         let answer = if span.is_disabled() {
             // No subscriber wants it: nothing to enter, and the call's future is not moved
             // into an `Instrumented` (a copy of it per call).
-            match self.plain_wire(&call) {
-                // The common case awaits the binding's future here, not two `async fn`s
-                // further down (each level moves the call and its answer once more).
-                Some(wire) => {
-                    let budget = self.begin(&mut call, options);
-                    let deadline = started + budget;
-                    match check_metadata_size(&call) {
-                        Ok(()) => {
-                            let sent = Some((started, budget));
-                            let mut answer = wire.call_inner(call, deadline, sent).await;
-                            // A compressed reply comes only from a host that ignored the
-                            // request's "not compressed"; it is undone as `send` would.
-                            if let Err(e) = self.decompress_reply(&mut answer, service, operation) {
-                                answer = Err(e);
-                            }
-                            self.store_reply_metadata(&answer, options);
-                            answer
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                // Boxed, here and below: this future is ~1.2 KB larger than the common path's
-                // (retries, interceptors), and every call's future would otherwise carry it,
-                // copied whenever it moves.
-                None => Box::pin(self.call_inner(call, options, started)).await,
-            }
+            self.run(call, options, started).await
         } else {
-            Box::pin(
-                self.call_inner(call, options, started)
-                    .instrument(span.clone()),
-            )
-            .await
+            Box::pin(self.run(call, options, started).instrument(span.clone())).await
         };
         let code = match &answer {
             Ok(Ok(_)) => Some(StatusCode::Ok),
@@ -620,224 +608,4 @@ impl Channel {
         self.inner.metrics.record(service, operation, started, code);
         answer
     }
-
-    /// [`call`](Channel::call) without its span and metrics; the call started at `started`.
-    async fn call_inner(
-        &self,
-        mut call: Outgoing,
-        options: &CallOptions,
-        started: Instant,
-    ) -> Answer {
-        let deadline = started + self.begin(&mut call, options);
-        let chain = &self.inner.interceptors;
-        if chain.is_empty() {
-            let answer = if self.may_retry(&call) {
-                self.send_retrying(call, deadline).await
-            } else {
-                self.send(call, deadline).await
-            };
-            self.store_reply_metadata(&answer, options);
-            return answer;
-        }
-        let mut seen = ClientCall::new(
-            call.service,
-            call.operation,
-            std::mem::take(&mut call.metadata),
-        );
-        let mut ran = 0;
-        let mut refused = None;
-        for interceptor in chain {
-            ran += 1;
-            if let Err(status) = interceptor.before(&mut seen) {
-                refused = Some(status);
-                break;
-            }
-        }
-        let answer = match refused {
-            Some(status) => Ok(Err(status)),
-            None => {
-                let seen_md = std::mem::take(seen.metadata_mut());
-                call.metadata = seen_md.clone();
-                *seen.metadata_mut() = seen_md;
-                if self.may_retry(&call) {
-                    self.send_retrying(call, deadline).await
-                } else {
-                    self.send(call, deadline).await
-                }
-            }
-        };
-        self.store_reply_metadata(&answer, options);
-        let status_error;
-        let outcome = match &answer {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(status)) => {
-                status_error = Error::from_status(status.clone());
-                Err(&status_error)
-            }
-            Err(e) => Err(e),
-        };
-        for interceptor in chain[..ran].iter().rev() {
-            interceptor.after(&seen, outcome);
-        }
-        answer
-    }
-
-    /// The keel-wire transport, when `call` needs nothing [`call_inner`](Channel::call_inner)
-    /// and [`send`](Channel::send) add: no interceptors, no retries, no compression.
-    fn plain_wire(&self, call: &Outgoing) -> Option<&bindings::wire::WireClient> {
-        let inner = &self.inner;
-        if !inner.interceptors.is_empty()
-            || inner.config.compression.is_some()
-            || self.may_retry(call)
-        {
-            return None;
-        }
-        inner.transport.as_wire()
-    }
-
-    /// A call starts: counts it, gives it the channel's default metadata overridden by its
-    /// options', and returns its time budget (its deadline is its start plus that).
-    fn begin(&self, call: &mut Outgoing, options: &CallOptions) -> Duration {
-        self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let defaults = &self.inner.config.metadata;
-        call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
-            (true, _) => options.metadata.clone(),
-            (false, true) => defaults.clone(),
-            (false, false) => {
-                let mut md = defaults.clone();
-                md.merge(&options.metadata);
-                md
-            }
-        };
-        options.deadline.unwrap_or(self.inner.config.deadline)
-    }
-
-    /// Whether `call` may be sent again after a failure: idempotent, without a request stream
-    /// (which cannot be sent twice), on a channel whose [`RetryPolicy`] retries. Other calls
-    /// go straight to [`Channel::send`].
-    fn may_retry(&self, call: &Outgoing) -> bool {
-        call.idempotent && self.inner.config.retry.max_attempts > 1 && call.upload.is_none()
-    }
-
-    /// [`Channel::send`], and again after a failure that says the host could not take it, as
-    /// the channel's [`RetryPolicy`] and its budget allow, for a call that
-    /// [may be retried](Channel::may_retry). Interceptors see one call, whatever the attempts.
-    async fn send_retrying(&self, call: Outgoing, deadline: Instant) -> Answer {
-        let policy = &self.inner.config.retry;
-        let mut retries = 0;
-        loop {
-            let attempt = call.try_clone().expect("a call without a request stream");
-            let answer = self.send(attempt, deadline).await;
-            let Some(asked) = retry::retryable(&answer) else {
-                return answer;
-            };
-            retries += 1;
-            if retries >= policy.max_attempts {
-                return answer;
-            }
-            let wait = policy.backoff_for(retries).max(asked);
-            let now = Instant::now();
-            if now + wait >= deadline {
-                return answer;
-            }
-            let calls = self.inner.calls.load(Ordering::Relaxed);
-            if !self.inner.retry_budget.try_spend(now, calls) {
-                self.inner.retries_refused.fetch_add(1, Ordering::Relaxed);
-                return answer;
-            }
-            self.inner.retries.fetch_add(1, Ordering::Relaxed);
-            log::debug!(
-                "{}.{}: retry {retries} in {} ms",
-                call.service,
-                call.operation,
-                wait.as_millis()
-            );
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// Hands a call to the binding, unless its metadata exceeds what every binding carries;
-    /// compresses the request and decompresses the reply as the channel's settings say.
-    async fn send(&self, mut call: Outgoing, deadline: Instant) -> Answer {
-        check_metadata_size(&call)?;
-        let config = &self.inner.config;
-        if let Some(codec) = config.compression {
-            call.accepts_compressed = true;
-            if call.upload.is_none() && call.body.len() >= config.compress_above {
-                let packed = compress::compress(codec, &call.body);
-                if packed.len() < call.body.len() {
-                    call.body = packed;
-                    call.compression = Some(codec);
-                }
-            }
-        }
-        let (service, operation) = (call.service, call.operation);
-        let mut answer = match self.inner.transport.as_wire() {
-            // keel-wire, the binding most calls take: its call's future runs inline here
-            // instead of being boxed (an allocation and a copy of ~900 bytes per call).
-            Some(wire) => wire.call_inner(call, deadline, None).await,
-            None => self.inner.transport.call(call, deadline).await,
-        };
-        self.decompress_reply(&mut answer, service, operation)?;
-        answer
-    }
-
-    /// Decompresses a reply body the host compressed, within this client's message size.
-    fn decompress_reply(
-        &self,
-        answer: &mut Answer,
-        service: &str,
-        operation: &str,
-    ) -> Result<(), Error> {
-        let Ok(Ok(replied)) = answer else {
-            return Ok(());
-        };
-        let (Some(codec), Payload::Body(body)) = (replied.compression, &mut replied.payload) else {
-            return Ok(());
-        };
-        let limit = self.inner.config.max_message_size as usize;
-        match compress::decompress(codec, body, limit) {
-            Ok(plain) => {
-                *body = plain;
-                replied.compression = None;
-                Ok(())
-            }
-            Err(DecompressError::TooLarge { .. }) => Err(Error::new(
-                crate::core::error::Kind::TooLarge,
-                format!(
-                    "{service}.{operation}: the {codec} reply decompresses to more than this client's limit of {limit} bytes"
-                ),
-            )),
-            Err(DecompressError::Malformed(why)) => Err(Error::new(
-                crate::core::error::Kind::Protocol,
-                format!("{service}.{operation}: the {codec} reply does not decompress: {why}"),
-            )),
-        }
-    }
-
-    /// Stores a call's reply metadata where its options ask.
-    fn store_reply_metadata(&self, answer: &Answer, options: &CallOptions) {
-        if let Some(slot) = &options.reply {
-            match answer {
-                Ok(Ok(replied)) => slot.set(replied.metadata.clone()),
-                Ok(Err(status)) => slot.set(status.metadata().clone()),
-                Err(_) => slot.set(Metadata::new()),
-            }
-        }
-    }
-}
-
-/// A call whose metadata exceeds what every binding carries is refused before it is sent.
-fn check_metadata_size(call: &Outgoing) -> Result<(), Error> {
-    let size = call.metadata.encoded_len();
-    if size > MAX_METADATA_BYTES {
-        return Err(Error::new(
-            crate::core::error::Kind::TooLarge,
-            format!(
-                "{}.{}: {size} bytes of metadata exceed the limit of {MAX_METADATA_BYTES}",
-                call.service, call.operation
-            ),
-        ));
-    }
-    Ok(())
 }

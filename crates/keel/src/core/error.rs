@@ -117,10 +117,17 @@ impl Error {
         self.inner.kind
     }
 
-    /// The status code the host answered with, if the host answered.
+    /// The status code the host answered with, if the host answered; `Unavailable` when no
+    /// host could be reached or it was lost while the call was in flight
+    /// ([`is_connection`](Error::is_connection)), as gRPC reports it: a refused connect, a reset
+    /// or closed connection and a host gone silent (no answer to a keepalive ping) all read the
+    /// same, with the cause in the message and [`source`](std::error::Error::source). `None`
+    /// for the failures that are the caller's own (a local deadline, a message too large to
+    /// send, a configuration error, ...).
     pub fn status_code(&self) -> Option<StatusCode> {
         match self.inner.kind {
             Kind::Status(c) => Some(c),
+            Kind::Connect | Kind::Connection => Some(StatusCode::Unavailable),
             _ => None,
         }
     }
@@ -174,7 +181,9 @@ impl Error {
         self.inner.kind == Kind::Status(StatusCode::Cancelled)
     }
 
-    /// Connecting failed, or the connection broke while the call was in flight.
+    /// Connecting failed, or the connection broke (reset, closed, or the host went silent)
+    /// while the call was in flight: the host is gone, whichever way. Its
+    /// [`status_code`](Error::status_code) is `Unavailable`.
     pub fn is_connection(&self) -> bool {
         matches!(self.inner.kind, Kind::Connect | Kind::Connection)
     }
@@ -269,6 +278,19 @@ mod tests {
         assert!(Error::new(Kind::Timeout, "").is_timeout());
         assert!(Error::from_status(Status::new(StatusCode::DeadlineExceeded, "")).is_timeout());
         assert!(Error::new(Kind::TooLarge, "x").is_too_large());
+    }
+
+    #[test]
+    fn a_host_gone_reads_the_same_however_it_went() {
+        // Refused connect, reset or closed connection, a host gone silent: one shape.
+        for kind in [Kind::Connect, Kind::Connection] {
+            let e = Error::new(kind, "gone");
+            assert!(e.is_connection());
+            assert_eq!(e.status_code(), Some(StatusCode::Unavailable));
+        }
+        // The caller's own failures carry no status.
+        assert_eq!(Error::new(Kind::TooLarge, "x").status_code(), None);
+        assert_eq!(Error::new(Kind::Timeout, "x").status_code(), None);
     }
 
     #[test]

@@ -62,7 +62,7 @@
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
-//! | `keel_client_calls_total` | counter | service, operation, binding, code | calls by outcome (`code` is `transport_error` when no status came back) |
+//! | `keel_client_calls_total` | counter | service, operation, binding, code | calls by outcome (`code` is `unavailable` when no host could be reached or it was lost, `transport_error` for the caller's own failures: a local deadline, a message too large to send, ...) |
 //! | `keel_client_call_duration_seconds` | histogram | service, operation, binding | from the call to its answer |
 //! | `keel_client_reconnects_total` | counter | binding | connections a channel opened after its first (a reconnection, or one more HTTP/1.1 pool connection) |
 //!

@@ -1,5 +1,5 @@
-//! How bytes get between two machines: endpoint addresses, sockets (TCP and Unix), TLS, and the
-//! write path of a connection. Knows nothing of calls or of any binding's protocol; takes plain
+//! How bytes get between two machines: endpoint addresses, sockets (TCP and Unix) and TLS.
+//! Knows nothing of calls or of any binding's protocol; takes plain
 //! settings (TLS settings, timeouts), never a host's or a client's configuration.
 //!
 //! | URL | binding |
@@ -19,7 +19,6 @@
 //! `h2` or `http/1.1` on `https`. There is no plaintext fallback in either direction.
 
 pub(crate) mod address;
-pub(crate) mod sink;
 pub(crate) mod socket;
 #[cfg(feature = "tls")]
 pub mod tls;

@@ -26,7 +26,8 @@ use super::{
     DETAILS_HEADER, MSGPACK_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
 };
 use crate::bindings::{
-    Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion, Outgoing, Replied,
+    Again, Answer, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion,
+    Outgoing, Replied, StreamBack,
 };
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
@@ -96,23 +97,30 @@ enum Established {
     H2(H2Conn),
 }
 
-/// What a call over one version ended with.
-enum Sent {
+/// What one try of a call over one version ended with.
+enum Tried {
     Done(Answer),
-    /// The connection opened for the call speaks the other version (ALPN): call again.
-    Switch,
+    /// No connection could be made: nothing was sent.
+    NoConnection(Error),
+    /// It never left: the connection opened for the call speaks the other version (ALPN), or
+    /// the connection had closed or was going away before the request was sent.
+    NotSent,
     /// The host did not process the call because it is going away (HTTP/2: GOAWAY named an
-    /// earlier stream, or REFUSED_STREAM; any version: 503 marked `keel-unprocessed`): send
-    /// it again on a new connection.
+    /// earlier stream, or REFUSED_STREAM; any version: 503 marked `keel-unprocessed`).
     Unprocessed,
-    /// HTTP/2: the request was never sent (the connection had closed or was going away): send
-    /// it again on a new connection.
-    Unsent,
 }
 
-/// How many times a request the connection gave back unsent is tried on a fresh connection;
-/// also how many connections one call tries when each refuses it unprocessed.
-const ATTEMPTS: usize = 3;
+impl Tried {
+    /// Connecting failed with `e`: nothing was sent if it could not connect (another host may
+    /// take the call); any other failure (a bad TLS setting, ...) is the call's answer.
+    fn connect_failed(e: Error) -> Tried {
+        if e.kind() == Kind::Connect {
+            Tried::NoConnection(e)
+        } else {
+            Tried::Done(Err(e))
+        }
+    }
+}
 
 impl HttpClient {
     pub(crate) fn new(endpoint: Endpoint, config: ClientSettings) -> HttpClient {
@@ -197,175 +205,116 @@ impl HttpClient {
         }
     }
 
-    /// One call: one request, one response, within `deadline`.
+    /// One attempt of a call: one request, one response, within `deadline` (see
+    /// [`ClientTransport::attempt`]).
     ///
     /// The deadline bounds the call until the answer's head arrives; a streamed answer then
-    /// flows until it ends or the caller drops it.
-    ///
-    /// A call the host refused unprocessed goes to a new connection (at most [`ATTEMPTS`]
-    /// connections); one with a request stream only if nothing was taken from the stream yet,
-    /// else it fails `ShuttingDown` (nothing ran, but its bytes are gone).
-    async fn call_inner(&self, call: Outgoing, deadline: Instant) -> Answer {
-        let Outgoing {
-            service,
-            operation,
-            metadata,
-            body,
-            upload,
-            download,
-            compression,
-            accepts_compressed,
-            ..
-        } = call;
-        let mut upload = upload;
-        let work = async {
-            let mut fresh = false;
-            let mut refused = 0;
-            let mut unsent = 0;
-            loop {
-                let proto = self.proto();
-                let (request, body, returned) = self.request(
-                    proto,
-                    (service, operation),
-                    (&metadata, compression, accepts_compressed),
-                    &body,
-                    upload.take(),
-                    deadline,
-                )?;
-                let sent = match proto {
-                    Proto::H1 => {
-                        let request = request.map(|()| body.into_body());
-                        self.send_h1(request, download, fresh).await
-                    }
-                    Proto::H2 => self.send_h2(request, body, download).await,
-                };
-                match sent {
-                    Sent::Done(result) => return result,
-                    Sent::Switch => {}
-                    Sent::Unsent => {
-                        unsent += 1;
-                        if unsent == ATTEMPTS {
-                            return Err(Error::new(
-                                Kind::Connection,
-                                format!(
-                                    "{}: the connection closed before the request was sent",
-                                    self.endpoint
-                                ),
-                            ));
-                        }
-                    }
-                    Sent::Unprocessed => {
-                        refused += 1;
-                        if refused == ATTEMPTS {
-                            // A host that refuses every new connection is shutting down.
-                            return Ok(Err(Status::new(
-                                StatusCode::ShuttingDown,
-                                format!("{}: the host is going away", self.endpoint),
-                            )));
-                        }
-                        fresh = true;
-                    }
+    /// flows until it ends or the caller drops it. A call the host refused unprocessed, or
+    /// that never left, is given back, its request stream coming back unless a chunk of it was
+    /// taken.
+    async fn attempt_inner(&self, mut call: Outgoing, deadline: Instant) -> Attempt {
+        let proto = self.proto();
+        let (service, operation) = (call.service, call.operation);
+        let made = self.request(
+            proto,
+            (service, operation),
+            (&call.metadata, call.compression, call.accepts_compressed),
+            &call.body,
+            call.upload.take(),
+            deadline,
+        );
+        let (request, body, stream_back) = match made {
+            Ok(made) => made,
+            Err(e) => return Attempt::Answered(Err(e)),
+        };
+        let sent = async {
+            match proto {
+                Proto::H1 => {
+                    let request = request.map(|()| body.into_body());
+                    self.send_h1(request, call.download, call.fresh).await
                 }
-                // The request was dropped unsent or unprocessed: its stream comes back unless
-                // a chunk of it was taken.
-                if let Some(returned) = returned {
-                    match returned.await {
-                        Ok(Some(stream)) => upload = Some(stream),
-                        _ => {
-                            return Ok(Err(Status::new(
-                                StatusCode::ShuttingDown,
-                                format!(
-                                    "{service}.{operation}: the host went away without \
-                                     processing the call, and its request stream had started, \
-                                     so it cannot be sent again"
-                                ),
-                            )))
-                        }
-                    }
-                }
+                Proto::H2 => self.send_h2(request, body, call.download).await,
             }
         };
-        match tokio::time::timeout_at(deadline.into(), work).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::new(
-                Kind::Timeout,
-                format!("{service}.{operation}: no reply before the deadline"),
-            )),
+        let why = match tokio::time::timeout_at(deadline.into(), sent).await {
+            Ok(Tried::Done(answer)) => return Attempt::Answered(answer),
+            Ok(Tried::NoConnection(e)) => Again::NoConnection(e),
+            Ok(Tried::NotSent) => Again::NotSent,
+            Ok(Tried::Unprocessed) => Again::Unprocessed,
+            Err(_) => {
+                return Attempt::Answered(Err(Error::new(
+                    Kind::Timeout,
+                    format!("{service}.{operation}: no reply before the deadline"),
+                )))
+            }
+        };
+        Attempt::Again {
+            call,
+            stream_back,
+            why,
         }
     }
 
     /// A call over HTTP/1.1: an idle pooled connection, or a new one below the cap, or wait.
     /// `fresh`: a new connection in any case (the host refused the call on a pooled one).
-    async fn send_h1(&self, mut request: Request<Body>, download: bool, fresh: bool) -> Sent {
+    async fn send_h1(&self, request: Request<Body>, download: bool, fresh: bool) -> Tried {
         let Ok(permit) = self.h1_slots.clone().acquire_owned().await else {
             unreachable!("the semaphore is never closed");
         };
-        let mut permit = Some(permit);
-        for attempt in 1..=ATTEMPTS {
-            let conn = loop {
-                if fresh {
-                    // Idle ones may lead to the host that is going away.
-                    self.drop_idle();
-                } else {
-                    if let Some(c) = self.take_idle() {
-                        break c;
-                    }
-                    // A connection finishing a drain is free soon: cheaper than a new one.
-                    if self.draining.wait_one().await {
-                        continue;
-                    }
+        let conn = loop {
+            if fresh {
+                // Idle ones may lead to the host that is going away.
+                self.drop_idle();
+            } else {
+                if let Some(c) = self.take_idle() {
+                    break c;
                 }
-                match self.connect(Proto::H1).await {
-                    Ok(Established::H1(c)) => break c,
-                    Ok(Established::H2(c)) => {
-                        self.adopt_h2(c);
-                        return Sent::Switch;
-                    }
-                    Err(e) => return Sent::Done(Err(e)),
+                // A connection finishing a drain is free soon: cheaper than a new one.
+                if self.draining.wait_one().await {
+                    continue;
                 }
-            };
-            // Until the answer is read to its end the connection cannot carry another call:
-            // dropped early (deadline, caller gone), the lease closes it, which also tells the
-            // host to stop the call.
-            let mut lease = Lease {
-                idle: self.idle.clone(),
-                conns: self.conns.clone(),
-                conn: Some(conn),
-                keep: false,
-                _permit: permit.take(),
-            };
-            let sender = &mut lease.conn.as_mut().expect("leased").sender;
-            if sender.ready().await.is_err() {
-                continue;
             }
-            match sender.try_send_request(request).await {
-                Ok(response) if unprocessed(&response) => {
-                    // Its host is going away: so may the others' (closed, as is this one).
-                    self.drop_idle();
-                    return Sent::Unprocessed;
+            match self.connect(Proto::H1).await {
+                Ok(Established::H1(c)) => break c,
+                Ok(Established::H2(c)) => {
+                    self.adopt_h2(c);
+                    return Tried::NotSent;
                 }
-                Ok(response) => {
-                    let (result, reusable) =
-                        self.answer(response, download, Some(&mut lease)).await;
-                    lease.keep = reusable;
-                    return Sent::Done(result);
-                }
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if attempt < ATTEMPTS => {
-                        permit = lease._permit.take();
-                        request = unsent;
-                    }
-                    _ => return Sent::Done(Err(self.broken(e.into_error()))),
-                },
+                Err(e) => return Tried::connect_failed(e),
             }
+        };
+        // Until the answer is read to its end the connection cannot carry another call:
+        // dropped early (deadline, caller gone), the lease closes it, which also tells the host
+        // to stop the call.
+        let mut lease = Lease {
+            idle: self.idle.clone(),
+            conns: self.conns.clone(),
+            conn: Some(conn),
+            keep: false,
+            _permit: Some(permit),
+        };
+        let sender = &mut lease.conn.as_mut().expect("leased").sender;
+        if sender.ready().await.is_err() {
+            // A pooled connection the host had closed meanwhile.
+            return Tried::NotSent;
         }
-        Sent::Done(Err(Error::new(
-            Kind::Connection,
-            format!(
-                "{}: every connection closed before the request was sent",
-                self.endpoint
-            ),
-        )))
+        match sender.try_send_request(request).await {
+            Ok(response) if unprocessed(&response) => {
+                // Its host is going away: so may the others' (closed, as is this one).
+                self.drop_idle();
+                Tried::Unprocessed
+            }
+            Ok(response) => {
+                let (result, reusable) = self.answer(response, download, Some(&mut lease)).await;
+                lease.keep = reusable;
+                Tried::Done(result)
+            }
+            Err(mut e) => match e.take_message() {
+                // Given back unsent: a pooled connection the host had closed meanwhile.
+                Some(_) => Tried::NotSent,
+                None => Tried::Done(Err(self.broken(e.into_error()))),
+            },
+        }
     }
 
     /// A call over the HTTP/2 connection: the caller's task opens the stream, sends a
@@ -373,17 +322,17 @@ impl HttpClient {
     ///
     /// Dropping this future (deadline, caller gone) resets the stream: the host stops the
     /// call. The connection carries on.
-    async fn send_h2(&self, request: Request<()>, body: RequestBody, download: bool) -> Sent {
+    async fn send_h2(&self, request: Request<()>, body: RequestBody, download: bool) -> Tried {
         let conn = match self.h2_conn().await {
             Ok(Some(c)) => c,
-            Ok(None) => return Sent::Switch,
-            Err(e) => return Sent::Done(Err(e)),
+            Ok(None) => return Tried::NotSent,
+            Err(e) => return Tried::connect_failed(e),
         };
         let id = conn.id;
         let Ok(mut sender) = conn.sender.ready().await else {
             // Closed, or the host said GOAWAY: new calls go to a new connection.
             self.forget_h2(id);
-            return Sent::Unsent;
+            return Tried::NotSent;
         };
         let tasks = conn.tasks;
         let (response, upload) =
@@ -391,15 +340,15 @@ impl HttpClient {
                 Ok(sent) => sent,
                 Err(e) if e.is_io() || e.is_go_away() || e.is_reset() => {
                     self.forget_h2(id);
-                    return Sent::Unsent;
+                    return Tried::NotSent;
                 }
-                Err(e) => return Sent::Done(Err(self.broken(e))),
+                Err(e) => return Tried::Done(Err(self.broken(e))),
             };
         match response.await {
             Ok(response) if unprocessed(&response) => {
                 // Its streams in flight finish; new calls go to a new connection.
                 self.forget_h2(id);
-                Sent::Unprocessed
+                Tried::Unprocessed
             }
             Ok(response) => {
                 let (parts, stream) = response.into_parts();
@@ -409,13 +358,13 @@ impl HttpClient {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse().ok());
                 let response = Response::from_parts(parts, RecvBody::new(stream, declared, upload));
-                Sent::Done(self.answer(response, download, None).await.0)
+                Tried::Done(self.answer(response, download, None).await.0)
             }
             Err(e) if h2conn::refused_unprocessed(&e) => {
                 self.forget_h2(id);
-                Sent::Unprocessed
+                Tried::Unprocessed
             }
-            Err(e) => Sent::Done(Err(self.broken(e))),
+            Err(e) => Tried::Done(Err(self.broken(e))),
         }
     }
 
@@ -584,7 +533,7 @@ impl HttpClient {
         body: &Bytes,
         upload: Option<ByteStream>,
         deadline: Instant,
-    ) -> Result<(Request<()>, RequestBody, Option<Returned>), Error> {
+    ) -> Result<(Request<()>, RequestBody, Option<StreamBack>), Error> {
         let authority = self.endpoint.authority().unwrap_or_default();
         let path = format!("/{service}/{operation}");
         // HTTP/2 carries scheme and authority as pseudo-headers; HTTP/1.1 the Host header.
@@ -793,9 +742,6 @@ fn retry_after(headers: &::http::HeaderMap) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_secs(seconds))
 }
 
-/// Where a request's stream comes back (see [`body::replayable`]).
-type Returned = tokio::sync::oneshot::Receiver<Option<ByteStream>>;
-
 /// Whether an answer says the host did not process the call because it is going away (503
 /// with `keel-unprocessed: 1`).
 fn unprocessed<B>(response: &Response<B>) -> bool {
@@ -807,8 +753,8 @@ fn unprocessed<B>(response: &Response<B>) -> bool {
 }
 
 impl ClientTransport for HttpClient {
-    fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer> {
-        Box::pin(self.call_inner(call, deadline))
+    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt> {
+        Box::pin(self.attempt_inner(call, deadline))
     }
 
     fn open(&self) -> BoxFuture<'_, Result<(), Error>> {

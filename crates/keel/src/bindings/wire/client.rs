@@ -14,11 +14,10 @@ use tokio::task::AbortHandle;
 
 use super::conn::{NotSent, Sent, WireConn};
 use super::read::{fail_all_with, Delivery, Handshake, ReadSide, Reading, ReplySlot};
-use crate::bindings::{Answer, ClientSettings, Outgoing};
+use super::sink::{SendError, Sink};
+use crate::bindings::{Again, Attempt, ClientSettings, Outgoing};
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
-use crate::core::status::{Status, StatusCode};
-use crate::transport::sink::{SendError, Sink};
 use crate::transport::Endpoint;
 
 /// One connection of a client.
@@ -162,27 +161,23 @@ impl Conn {
         }
     }
 
-    /// Sends one call and waits for its answer until `deadline`. Gives the call back unsent
-    /// if the connection takes no new calls (the host said GoAway), and also after it was sent
-    /// if the host's GoAway says it did not process it (its id is above the GoAway's
-    /// `last_call_id`): the caller sends it on a new connection.
-    ///
-    /// A call with a request stream is given back only if nothing was taken from its stream
-    /// yet; once the stream has started, its bytes are gone and the call fails `ShuttingDown`
-    /// (the host did not run it, but it cannot be sent again).
+    /// One attempt: sends the call and waits for its answer until `deadline`. Gives the call
+    /// back unsent if the connection takes no new calls (the host said GoAway), and also after
+    /// it was sent if the host's GoAway says it did not process it (its id is above the
+    /// GoAway's `last_call_id`), with its request stream coming back from the pump.
     ///
     /// `now`: the time the call is sent at, read by the caller; `remaining`: what is left of
     /// `deadline` then, the request's deadline budget.
-    pub(crate) async fn call_or_return(
+    pub(crate) async fn attempt(
         &self,
         mut call: Outgoing,
         deadline: Instant,
         now: Instant,
         remaining: Duration,
-    ) -> Result<Answer, Outgoing> {
+    ) -> Attempt {
         let peer_max_message = self.peer_max_message.load(Ordering::Acquire);
         if call.body.len() as u64 > u64::from(peer_max_message) {
-            return Ok(Err(Error::new(
+            return Attempt::Answered(Err(Error::new(
                 Kind::TooLarge,
                 format!(
                     "request body of {} bytes exceeds the host's limit of {peer_max_message} bytes",
@@ -192,7 +187,7 @@ impl Conn {
         }
         let metadata_block = match call.metadata.to_wire() {
             Ok(m) => m,
-            Err(e) => return Ok(Err(Error::new(Kind::TooLarge, e.to_string()))),
+            Err(e) => return Attempt::Answered(Err(Error::new(Kind::TooLarge, e.to_string()))),
         };
         // The call stays whole (to be given back) but for its stream, which goes to the pump.
         let upload = call.upload.take();
@@ -235,20 +230,24 @@ impl Conn {
                     (call_id, upload)
                 }
                 Err(NotSent::Rejected(CallRejected::GoingAway)) => {
+                    // The host said GoAway: it processes no new call here.
                     call.upload = upload;
-                    return Err(call);
+                    return Attempt::again(call, Again::Unprocessed);
                 }
                 Err(NotSent::Rejected(CallRejected::Closed(reason))) => {
-                    return Ok(Err(Error::new(Kind::Connection, reason)))
+                    return Attempt::Answered(Err(Error::new(Kind::Connection, reason)))
                 }
                 Err(NotSent::Rejected(other)) => {
-                    return Ok(Err(Error::new(Kind::Connection, other.to_string())))
+                    return Attempt::Answered(Err(Error::new(Kind::Connection, other.to_string())))
                 }
                 Err(NotSent::Sink(SendError::Closed)) => {
-                    return Ok(Err(Error::new(Kind::Connection, "connection closed")))
+                    return Attempt::Answered(Err(Error::new(
+                        Kind::Connection,
+                        "connection closed",
+                    )))
                 }
                 Err(NotSent::Sink(SendError::Encode(e))) => {
-                    return Ok(Err(Error::new(Kind::TooLarge, e.to_string())))
+                    return Attempt::Answered(Err(Error::new(Kind::TooLarge, e.to_string())))
                 }
             };
         // From here on, a dropped future (the caller gave up) must unregister and tell the host.
@@ -270,44 +269,24 @@ impl Conn {
             }
             _ => None,
         };
-        let timed_out = || {
-            Err(Error::new(
-                Kind::Timeout,
-                format!("{service}.{operation}: no reply before the deadline"),
-            ))
-        };
         // No timer of its own: the connection's timer answers it `TimedOut` at its deadline.
         let outcome = self.reading.answer(&self.wire, call_id, &cell).await;
         guard.armed = false;
-        let result = match outcome {
+        Attempt::Answered(match outcome {
             Delivery::Answer(result) => result,
-            Delivery::TimedOut => timed_out(),
+            Delivery::TimedOut => Err(Error::new(
+                Kind::Timeout,
+                format!("{service}.{operation}: no reply before the deadline"),
+            )),
             Delivery::Closed => Err(Error::new(Kind::Connection, "connection closed")),
             Delivery::Unprocessed => {
-                let upload = match upload_back {
-                    None => None,
-                    Some(returned) => {
-                        match tokio::time::timeout_at(deadline.into(), returned).await {
-                            Ok(Ok(Some(stream))) => Some(stream),
-                            Ok(_) => {
-                                return Ok(Ok(Err(Status::new(
-                                    StatusCode::ShuttingDown,
-                                    format!(
-                                        "{service}.{operation}: the host went away without \
-                                         processing the call, and its request stream had \
-                                         started, so it cannot be sent again"
-                                    ),
-                                ))))
-                            }
-                            Err(_) => return Ok(timed_out()),
-                        }
-                    }
-                };
-                call.upload = upload;
-                return Err(call);
+                return Attempt::Again {
+                    call,
+                    stream_back: upload_back,
+                    why: Again::Unprocessed,
+                }
             }
-        };
-        Ok(result)
+        })
     }
 }
 
@@ -364,6 +343,7 @@ async fn run_timers(
     reader.abort();
     let reason = format!("{endpoint}: connection dead: {dead}");
     log::debug!("{reason}");
-    fail_all_with(&wire, Kind::Status(StatusCode::Unavailable), &reason);
+    // The same shape as a reset or closed connection (`Error::is_connection`, `Unavailable`).
+    fail_all_with(&wire, Kind::Connection, &reason);
     wire.sink().close();
 }

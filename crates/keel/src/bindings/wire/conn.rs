@@ -22,10 +22,10 @@ use keel_wire::{
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
+use super::sink::{SendError, Sink};
 use crate::core::error::{Error, Kind};
 use crate::core::status::StatusCode;
 use crate::core::stream::{ByteStream, Credit};
-use crate::transport::sink::{SendError, Sink};
 
 /// Why [`WireConn::send_call`] sent nothing.
 #[derive(Debug)]

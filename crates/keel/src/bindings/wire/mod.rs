@@ -6,7 +6,9 @@
 //!   call in flight reading its own;
 //! - [`server`]: one host connection, handshake then a reader handing requests to dispatch;
 //! - [`conn`]: one connection's state, the same on both ends: keel-wire's sans-IO core plus
-//!   the async ends of its streams.
+//!   the async ends of its streams;
+//! - [`sink`]: one connection's write path, the same on both ends (frames written by the thread
+//!   that has them; a flusher task only when the socket is full).
 //!
 //! [`WireClient`] is the binding's [`ClientTransport`]: the channel's one connection, opened
 //! on first use and replaced on the next call after it breaks.
@@ -15,6 +17,7 @@ pub(crate) mod client;
 mod conn;
 mod read;
 pub(crate) mod server;
+mod sink;
 
 pub(crate) use server::serve;
 
@@ -24,9 +27,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Answer, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
+use super::{Again, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
 use crate::core::error::{Error, Kind};
-use crate::core::status::{Status, StatusCode};
 use crate::transport::Endpoint;
 use client::Conn;
 
@@ -45,10 +47,6 @@ pub(crate) struct WireClient {
     connecting: tokio::sync::Mutex<()>,
     opened: AtomicU64,
 }
-
-/// How many connections one call tries when each says GoAway before processing it (before
-/// the call is sent, or with a `last_call_id` below the call's id).
-const GOAWAY_ATTEMPTS: usize = 3;
 
 impl WireClient {
     pub(crate) fn new(endpoint: Endpoint, settings: ClientSettings) -> WireClient {
@@ -102,52 +100,42 @@ impl WireClient {
         }
     }
 
-    /// Sends `call` on the channel's connection (connecting first if there is none), on a new
-    /// one if the host said GoAway before processing it.
+    /// One attempt of `call` on the channel's connection, connecting first if there is none
+    /// (see [`ClientTransport::attempt`]). A connection the host said GoAway on takes no new
+    /// calls: the next attempt connects anew.
     ///
     /// `started`: when the caller started the call (read from the clock just before) and its
     /// time budget then; its request is sent with those as its "now" and its remaining budget
     /// if nothing waited since (a connection was up), sparing a clock read and a subtraction.
-    pub(crate) async fn call_inner(
+    pub(crate) async fn attempt_inner(
         &self,
-        mut call: Outgoing,
+        call: Outgoing,
         deadline: Instant,
-        mut started: Option<(Instant, Duration)>,
-    ) -> Answer {
-        for _ in 0..GOAWAY_ATTEMPTS {
-            // Connected (the common case): no timer to set up. Connecting is boxed: its state
-            // is large (~2 KB), and every call's future would otherwise carry it.
-            let conn = match self.current() {
-                Some(conn) => conn,
-                None => {
-                    started = None;
-                    let connecting = Box::pin(self.conn_by(deadline));
-                    connecting.await?
+        started: Option<(Instant, Duration)>,
+    ) -> Attempt {
+        // Connected (the common case): no timer to set up. Connecting is boxed: its state is
+        // large (~2 KB), and every call's future would otherwise carry it.
+        let (conn, started) = match self.current() {
+            Some(conn) => (conn, started),
+            None => match Box::pin(self.conn_by(deadline)).await {
+                Ok(conn) => (conn, None),
+                Err(e) if e.kind() == Kind::Connect => {
+                    return Attempt::again(call, Again::NoConnection(e))
                 }
-            };
-            // The host said GoAway before processing the call: it goes to a new connection
-            // (`current` no longer offers this one).
-            let (now, remaining) = started.take().unwrap_or_else(|| {
-                let now = Instant::now();
-                (now, deadline.saturating_duration_since(now))
-            });
-            match conn.call_or_return(call, deadline, now, remaining).await {
-                Ok(answer) => return answer,
-                Err(unsent) => call = unsent,
-            }
-        }
-        // A host that says GoAway on every new connection is shutting down (and processed
-        // the call nowhere).
-        Ok(Err(Status::new(
-            StatusCode::ShuttingDown,
-            format!("{}: the host is going away", self.endpoint),
-        )))
+                Err(e) => return Attempt::Answered(Err(e)),
+            },
+        };
+        let (now, remaining) = started.unwrap_or_else(|| {
+            let now = Instant::now();
+            (now, deadline.saturating_duration_since(now))
+        });
+        conn.attempt(call, deadline, now, remaining).await
     }
 }
 
 impl ClientTransport for WireClient {
-    fn call(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Answer> {
-        Box::pin(self.call_inner(call, deadline, None))
+    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt> {
+        Box::pin(self.attempt_inner(call, deadline, None))
     }
 
     fn open(&self) -> BoxFuture<'_, Result<(), Error>> {
@@ -175,10 +163,6 @@ impl ClientTransport for WireClient {
 
     fn is_connected(&self) -> bool {
         self.current().is_some()
-    }
-
-    fn as_wire(&self) -> Option<&WireClient> {
-        Some(self)
     }
 
     fn counts(&self) -> ConnCounts {

@@ -10,6 +10,7 @@ use keel_wire::{Codec, Event, Frame, HelloReply, Limits, Reply, Side, WireError}
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::WireConn;
+use super::sink::{SendError, Sink};
 use crate::bindings::ServerSettings;
 use crate::core::compress::Compression;
 use crate::core::format::Format;
@@ -21,7 +22,6 @@ use crate::dispatch::{
     dispatch, BlockingCalls, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget,
     ReplyTo, Reservation, Responder,
 };
-use crate::transport::sink::{SendError, Sink};
 use crate::transport::{Io, IoReader};
 
 /// The keel-wire responder: answers are Reply frames (then StreamData for a streamed reply).

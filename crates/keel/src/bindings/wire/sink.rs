@@ -27,7 +27,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use super::IoWriter;
+use crate::transport::IoWriter;
 
 type Writer = IoWriter;
 

@@ -1,0 +1,604 @@
+//! A call's one path through its channel: the call's options, the interceptors, compression,
+//! and the attempt loop, the only place where keel sends a call again.
+//!
+//! A binding makes one attempt at a time and reports what happened to it ([`Attempt`]); the
+//! loop in [`Channel::run`] decides what comes next:
+//!
+//! | what happened to the attempt | what the loop does | re-sends at most |
+//! |---|---|---|
+//! | answered, or failed after the request left | that is the answer, unless it may be retried (last row) | |
+//! | not sent, or not processed (a GoAway, HTTP/2's REFUSED_STREAM, a 503 marked `keel-unprocessed`) | at once, on a new connection, any call (nothing ran); a request stream goes along only if nothing was taken from it | [`UNRUN_RESENDS`] |
+//! | no connection could be made | at once, to another host of a balanced channel, any call (nothing was sent); with no other host left, the connect error is the answer | hosts − 1 |
+//! | an answer that says the host could not take the call (`unavailable`, `busy`, `shutting_down`, a lost or refused connection), for an `#[keel(idempotent)]` operation without a request stream | after the [`RetryPolicy`](super::RetryPolicy)'s backoff (or the host's `retry-after`), if the retry budget and the deadline allow | `max_attempts` − 1 |
+//!
+//! So one call makes at most 1 + [`UNRUN_RESENDS`] + (hosts − 1) + (`max_attempts` − 1)
+//! attempts, whatever its binding, and every one within its deadline. Interceptors, metrics and
+//! spans see one call, whatever its attempts.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{retry, CallOptions, Channel};
+use crate::bindings::{Again, Answer, Attempt, Outgoing};
+use crate::core::compress::{self, DecompressError};
+use crate::core::error::{Error, Kind};
+use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
+use crate::core::service::Payload;
+use crate::core::status::{Status, StatusCode};
+
+/// How many times one call is sent again because an attempt did not run it (not sent, or not
+/// processed): a host that refuses it on every new connection is shutting down.
+pub(crate) const UNRUN_RESENDS: u32 = 2;
+
+/// What a call may still spend on re-sends (see the module docs).
+#[derive(Debug, Default)]
+struct Spent {
+    /// Re-sends after an attempt that did not run the call.
+    unrun: u32,
+    /// Re-sends to another host after no connection could be made.
+    other_hosts: usize,
+    /// Retries of an answer (1 after the first).
+    retries: u32,
+}
+
+impl Channel {
+    /// Every call's path from its options to its answer: the channel's default metadata and the
+    /// call's, the interceptors, the metadata size check, compression, the attempts, and the
+    /// reply's decompression and metadata. `started`: when the call started (its deadline is
+    /// that plus its time budget).
+    pub(super) async fn run(
+        &self,
+        mut call: Outgoing,
+        options: &CallOptions,
+        started: Instant,
+    ) -> Answer {
+        let budget = self.begin(&mut call, options);
+        let deadline = started + budget;
+        let (service, operation) = (call.service, call.operation);
+        let intercepted = match self.before(&mut call) {
+            Ok(seen) => seen,
+            Err((seen, refused)) => {
+                let answer = Ok(Err(refused));
+                self.store_reply_metadata(&answer, options);
+                self.after(Some(seen), &answer);
+                return answer;
+            }
+        };
+        let mut answer = match check_metadata_size(&call) {
+            Ok(()) => {
+                self.compress(&mut call);
+                // The start doubles as the request's send time, and the budget as its remaining
+                // deadline, if nothing waits before it is sent.
+                self.attempts(call, deadline, Some((started, budget))).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = self.decompress_reply(&mut answer, service, operation) {
+            answer = Err(e);
+        }
+        self.store_reply_metadata(&answer, options);
+        self.after(intercepted, &answer);
+        answer
+    }
+
+    /// The attempt loop (see the module docs): attempts of `call` until one is final.
+    async fn attempts(
+        &self,
+        mut call: Outgoing,
+        deadline: Instant,
+        mut started: Option<(Instant, Duration)>,
+    ) -> Answer {
+        let may_retry = self.may_retry(&call);
+        let mut spent = Spent::default();
+        loop {
+            // A copy for a retry (a call without a request stream, by `may_retry`).
+            let copy = may_retry.then(|| call.try_clone()).flatten();
+            let attempt = self
+                .inner
+                .transport
+                .attempt(call, deadline, started.take())
+                .await;
+            let (answer, again) = match attempt {
+                Attempt::Answered(answer) => (answer, copy),
+                Attempt::Again {
+                    call: unrun,
+                    stream_back,
+                    why,
+                } => match self
+                    .again(unrun, stream_back, why, deadline, &mut spent)
+                    .await
+                {
+                    Ok(unrun) => {
+                        call = unrun;
+                        continue;
+                    }
+                    // No re-send left for this reason: the call's answer, which may still be
+                    // retried (the call was not run, so it is whole).
+                    Err((answer, unrun)) => (answer, unrun.filter(|_| may_retry)),
+                },
+            };
+            let Some(again) = again else {
+                return answer;
+            };
+            match self.retry_wait(&answer, &mut spent, deadline, &again) {
+                Some(wait) => {
+                    // Boxed: a rare wait, whose timer every call's future would otherwise
+                    // carry.
+                    Box::pin(tokio::time::sleep(wait)).await;
+                    call = again;
+                }
+                None => return answer,
+            }
+        }
+    }
+
+    /// An attempt did not run `call` (`why`): the call to send next, with its request stream
+    /// back from `stream_back`; or, with no re-send left for `why` (or a stream that had
+    /// started), the call's answer, and the call if it is whole.
+    async fn again(
+        &self,
+        mut call: Outgoing,
+        stream_back: Option<crate::bindings::StreamBack>,
+        why: Again,
+        deadline: Instant,
+        spent: &mut Spent,
+    ) -> Result<Outgoing, (Answer, Option<Outgoing>)> {
+        let url = &self.inner.url;
+        let give_up = match why {
+            Again::NoConnection(e) => {
+                let hosts = self.inner.transport.transport().hosts();
+                spent.other_hosts += 1;
+                (spent.other_hosts >= hosts).then_some(Err(e))
+            }
+            Again::NotSent => {
+                spent.unrun += 1;
+                (spent.unrun > UNRUN_RESENDS).then(|| {
+                    Err(Error::new(
+                        Kind::Connection,
+                        format!("{url}: the connection closed before the request was sent"),
+                    ))
+                })
+            }
+            Again::Unprocessed => {
+                // Pooled connections may lead to the host that is going away.
+                call.fresh = true;
+                spent.unrun += 1;
+                // A host that refuses the call on every new connection is shutting down.
+                (spent.unrun > UNRUN_RESENDS).then(|| {
+                    Ok(Err(Status::new(
+                        StatusCode::ShuttingDown,
+                        format!("{url}: the host is going away"),
+                    )))
+                })
+            }
+        };
+        if let Some(stream_back) = stream_back {
+            // Boxed: rare, and its timer would otherwise weigh on every call's future.
+            let back = Box::pin(tokio::time::timeout_at(deadline.into(), stream_back)).await;
+            match back {
+                Ok(Ok(Some(stream))) => call.upload = Some(stream),
+                Ok(_) => {
+                    let (service, operation) = (call.service, call.operation);
+                    let status = Status::new(
+                        StatusCode::ShuttingDown,
+                        format!(
+                            "{service}.{operation}: the host went away without processing the \
+                             call, and its request stream had started, so it cannot be sent \
+                             again"
+                        ),
+                    );
+                    return Err((Ok(Err(status)), None));
+                }
+                Err(_) => return Err((Err(timed_out(&call)), None)),
+            }
+        }
+        match give_up {
+            Some(answer) => Err((answer, Some(call))),
+            None => Ok(call),
+        }
+    }
+
+    /// How long to wait before retrying `call` after `answer`, if it is retried at all: the
+    /// answer says the host could not take it, the policy has attempts left, the wait ends
+    /// before the deadline, and the retry budget has a token.
+    fn retry_wait(
+        &self,
+        answer: &Answer,
+        spent: &mut Spent,
+        deadline: Instant,
+        call: &Outgoing,
+    ) -> Option<Duration> {
+        let inner = &self.inner;
+        let policy = &inner.config.retry;
+        let asked = retry::retryable(answer)?;
+        spent.retries += 1;
+        if spent.retries >= policy.max_attempts {
+            return None;
+        }
+        let wait = policy.backoff_for(spent.retries).max(asked);
+        let now = Instant::now();
+        if now + wait >= deadline {
+            return None;
+        }
+        let calls = inner.calls.load(Ordering::Relaxed);
+        if !inner.retry_budget.try_spend(now, calls) {
+            inner.retries_refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        inner.retries.fetch_add(1, Ordering::Relaxed);
+        log::debug!(
+            "{}.{}: retry {} in {} ms",
+            call.service,
+            call.operation,
+            spent.retries,
+            wait.as_millis()
+        );
+        Some(wait)
+    }
+
+    /// A call starts: counts it, gives it the channel's default metadata overridden by its
+    /// options', and returns its time budget (its deadline is its start plus that).
+    fn begin(&self, call: &mut Outgoing, options: &CallOptions) -> Duration {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let defaults = &self.inner.config.metadata;
+        call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
+            (true, _) => options.metadata.clone(),
+            (false, true) => defaults.clone(),
+            (false, false) => {
+                let mut md = defaults.clone();
+                md.merge(&options.metadata);
+                md
+            }
+        };
+        options.deadline.unwrap_or(self.inner.config.deadline)
+    }
+
+    /// Runs the interceptors' `before` on `call`'s metadata. Returns what they saw, for their
+    /// `after` (`None` without interceptors), or what they saw and the status one refused the
+    /// call with.
+    #[allow(clippy::result_large_err)]
+    fn before(&self, call: &mut Outgoing) -> Result<Option<Intercepted>, (Intercepted, Status)> {
+        let chain = &self.inner.interceptors;
+        if chain.is_empty() {
+            return Ok(None);
+        }
+        let mut seen = super::ClientCall::new(
+            call.service,
+            call.operation,
+            std::mem::take(&mut call.metadata),
+        );
+        let mut ran = 0;
+        for interceptor in chain {
+            ran += 1;
+            if let Err(status) = interceptor.before(&mut seen) {
+                return Err((Intercepted { seen, ran }, status));
+            }
+        }
+        call.metadata = seen.metadata().clone();
+        Ok(Some(Intercepted { seen, ran }))
+    }
+
+    /// Runs the `after` of the interceptors whose `before` ran, in reverse order.
+    fn after(&self, intercepted: Option<Intercepted>, answer: &Answer) {
+        let Some(Intercepted { seen, ran }) = intercepted else {
+            return;
+        };
+        let status_error;
+        let outcome = match answer {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => {
+                status_error = Error::from_status(status.clone());
+                Err(&status_error)
+            }
+            Err(e) => Err(e),
+        };
+        for interceptor in self.inner.interceptors[..ran].iter().rev() {
+            interceptor.after(&seen, outcome);
+        }
+    }
+
+    /// Whether `call` may be sent again after an answer that says the host could not take
+    /// it: idempotent, without a request stream (which cannot be sent twice), on a channel
+    /// whose [`RetryPolicy`](super::RetryPolicy) retries.
+    fn may_retry(&self, call: &Outgoing) -> bool {
+        call.idempotent && self.inner.config.retry.max_attempts > 1 && call.upload.is_none()
+    }
+
+    /// Compresses the request body as the channel's settings say (and asks for compressed
+    /// replies).
+    fn compress(&self, call: &mut Outgoing) {
+        let config = &self.inner.config;
+        if let Some(codec) = config.compression {
+            call.accepts_compressed = true;
+            if call.upload.is_none() && call.body.len() >= config.compress_above {
+                let packed = compress::compress(codec, &call.body);
+                if packed.len() < call.body.len() {
+                    call.body = packed;
+                    call.compression = Some(codec);
+                }
+            }
+        }
+    }
+
+    /// Decompresses a reply body the host compressed, within this client's message size.
+    fn decompress_reply(
+        &self,
+        answer: &mut Answer,
+        service: &str,
+        operation: &str,
+    ) -> Result<(), Error> {
+        let Ok(Ok(replied)) = answer else {
+            return Ok(());
+        };
+        let (Some(codec), Payload::Body(body)) = (replied.compression, &mut replied.payload) else {
+            return Ok(());
+        };
+        let limit = self.inner.config.max_message_size as usize;
+        match compress::decompress(codec, body, limit) {
+            Ok(plain) => {
+                *body = plain;
+                replied.compression = None;
+                Ok(())
+            }
+            Err(DecompressError::TooLarge { .. }) => Err(Error::new(
+                Kind::TooLarge,
+                format!(
+                    "{service}.{operation}: the {codec} reply decompresses to more than this client's limit of {limit} bytes"
+                ),
+            )),
+            Err(DecompressError::Malformed(why)) => Err(Error::new(
+                Kind::Protocol,
+                format!("{service}.{operation}: the {codec} reply does not decompress: {why}"),
+            )),
+        }
+    }
+
+    /// Stores a call's reply metadata where its options ask.
+    fn store_reply_metadata(&self, answer: &Answer, options: &CallOptions) {
+        if let Some(slot) = &options.reply {
+            match answer {
+                Ok(Ok(replied)) => slot.set(replied.metadata.clone()),
+                Ok(Err(status)) => slot.set(status.metadata().clone()),
+                Err(_) => slot.set(Metadata::new()),
+            }
+        }
+    }
+}
+
+/// What the interceptors saw of a call, and how many of them ran `before`.
+#[derive(Debug)]
+struct Intercepted {
+    seen: super::ClientCall,
+    ran: usize,
+}
+
+/// The error of `call` whose deadline passed.
+fn timed_out(call: &Outgoing) -> Error {
+    Error::new(
+        Kind::Timeout,
+        format!(
+            "{}.{}: no reply before the deadline",
+            call.service, call.operation
+        ),
+    )
+}
+
+/// A call whose metadata exceeds what every binding carries is refused before it is sent.
+fn check_metadata_size(call: &Outgoing) -> Result<(), Error> {
+    let size = call.metadata.encoded_len();
+    if size > MAX_METADATA_BYTES {
+        return Err(Error::new(
+            Kind::TooLarge,
+            format!(
+                "{}.{}: {size} bytes of metadata exceed the limit of {MAX_METADATA_BYTES}",
+                call.service, call.operation
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::bindings::{BoxFuture, ClientTransport, ConnCounts};
+    use crate::client::RetryPolicy;
+
+    /// What the fake transport does with one attempt.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        NotSent,
+        Unprocessed,
+        NoConnection,
+        /// The host answers with this code.
+        Answer(StatusCode),
+    }
+
+    /// A transport that plays a script, one step per attempt (the last step again once the
+    /// script is played), counting the attempts.
+    #[derive(Debug)]
+    struct Script {
+        steps: Mutex<VecDeque<Step>>,
+        last: Mutex<Step>,
+        attempts: Mutex<u32>,
+        hosts: usize,
+    }
+
+    impl Script {
+        fn new(steps: &[Step], hosts: usize) -> Script {
+            Script {
+                steps: Mutex::new(steps.iter().copied().collect()),
+                last: Mutex::new(*steps.last().expect("a step")),
+                attempts: Mutex::new(0),
+                hosts,
+            }
+        }
+    }
+
+    /// The script, shared by the channel and the test.
+    #[derive(Debug, Clone)]
+    struct Fake(std::sync::Arc<Script>);
+
+    impl ClientTransport for Fake {
+        fn attempt(&self, call: Outgoing, _deadline: Instant) -> BoxFuture<'_, Attempt> {
+            *self.0.attempts.lock().unwrap() += 1;
+            let step = self
+                .0
+                .steps
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(*self.0.last.lock().unwrap());
+            let attempt = match step {
+                Step::NotSent => Attempt::again(call, Again::NotSent),
+                Step::Unprocessed => Attempt::again(call, Again::Unprocessed),
+                Step::NoConnection => Attempt::again(
+                    call,
+                    Again::NoConnection(Error::new(Kind::Connect, "connection refused")),
+                ),
+                Step::Answer(StatusCode::Ok) => {
+                    Attempt::Answered(Ok(Ok(crate::bindings::Replied {
+                        payload: Payload::Body(Bytes::new()),
+                        metadata: Metadata::new(),
+                        compression: None,
+                    })))
+                }
+                Step::Answer(code) => Attempt::Answered(Ok(Err(Status::new(code, "scripted")))),
+            };
+            Box::pin(async move { attempt })
+        }
+        fn hosts(&self) -> usize {
+            self.0.hosts
+        }
+        fn open(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self) {}
+        fn is_connected(&self) -> bool {
+            true
+        }
+        fn counts(&self) -> ConnCounts {
+            ConnCounts::default()
+        }
+    }
+
+    /// A channel on `steps` (over `hosts` hosts), retrying up to `max_attempts` attempts with
+    /// a budget that never runs out.
+    fn scripted(steps: &[Step], hosts: usize, max_attempts: u32) -> (Channel, Fake) {
+        let fake = Fake(std::sync::Arc::new(Script::new(steps, hosts)));
+        let retry = RetryPolicy::default()
+            .max_attempts(max_attempts)
+            .backoff(Duration::from_millis(1), Duration::from_millis(1))
+            .budget(10.0, 1_000_000);
+        let channel = Channel::builder("tcp://fake:1")
+            .retry(retry)
+            .build_on(Box::new(fake.clone()));
+        (channel, fake)
+    }
+
+    fn call(idempotent: bool) -> Outgoing {
+        Outgoing {
+            service: "S",
+            operation: "op",
+            one_way: false,
+            metadata: Metadata::new(),
+            body: Bytes::from_static(b"\x80"),
+            compression: None,
+            accepts_compressed: false,
+            upload: None,
+            download: false,
+            idempotent,
+            fresh: false,
+        }
+    }
+
+    async fn run(channel: &Channel, idempotent: bool) -> Answer {
+        channel
+            .call(call(idempotent), &CallOptions::default())
+            .await
+    }
+
+    fn attempts(fake: &Fake) -> u32 {
+        *fake.0.attempts.lock().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_never_sent_is_tried_on_three_connections_then_fails_as_a_lost_connection() {
+        let (channel, fake) = scripted(&[Step::NotSent], 1, 1);
+        let answer = run(&channel, false).await;
+        assert_eq!(attempts(&fake), 1 + UNRUN_RESENDS);
+        assert_eq!(answer.unwrap_err().kind(), Kind::Connection);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_every_connection_refuses_unprocessed_ends_shutting_down() {
+        let (channel, fake) = scripted(&[Step::Unprocessed], 1, 1);
+        let answer = run(&channel, false).await;
+        assert_eq!(attempts(&fake), 1 + UNRUN_RESENDS);
+        assert_eq!(
+            answer.unwrap().unwrap_err().code(),
+            StatusCode::ShuttingDown
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_finds_no_connection_tries_each_host_once_idempotent_or_not() {
+        let (channel, fake) = scripted(&[Step::NoConnection], 4, 1);
+        let answer = run(&channel, false).await;
+        assert_eq!(attempts(&fake), 4);
+        assert_eq!(answer.unwrap_err().kind(), Kind::Connect);
+        // A host that answers after the others refused connections ends the call there.
+        let (channel, fake) = scripted(&[Step::NoConnection, Step::Answer(StatusCode::Ok)], 4, 1);
+        assert!(run(&channel, false).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_idempotent_calls_are_retried_after_an_answer() {
+        let busy = [Step::Answer(StatusCode::Unavailable)];
+        let (channel, fake) = scripted(&busy, 1, 4);
+        let answer = run(&channel, false).await;
+        assert_eq!(
+            attempts(&fake),
+            1,
+            "a call that may have run is not sent again"
+        );
+        assert_eq!(answer.unwrap().unwrap_err().code(), StatusCode::Unavailable);
+        let (channel, fake) = scripted(&busy, 1, 4);
+        run(&channel, true).await.unwrap().unwrap_err();
+        assert_eq!(attempts(&fake), 4);
+        assert_eq!(channel.stats().retries, 3);
+        // An answer that does not say the host could not take the call is final.
+        let (channel, fake) = scripted(&[Step::Answer(StatusCode::NotFound)], 1, 4);
+        run(&channel, true).await.unwrap().unwrap_err();
+        assert_eq!(attempts(&fake), 1);
+    }
+
+    /// The worst case the module docs state: 1 + UNRUN_RESENDS + (hosts − 1) +
+    /// (max_attempts − 1) attempts, for a call that meets every reason in turn.
+    #[tokio::test(start_paused = true)]
+    async fn one_call_makes_at_most_the_attempts_the_docs_state() {
+        let (hosts, max_attempts) = (3usize, 4u32);
+        let mut steps = vec![Step::Unprocessed, Step::NotSent];
+        steps.extend(std::iter::repeat_n(Step::NoConnection, hosts));
+        steps.push(Step::Answer(StatusCode::Unavailable));
+        let (channel, fake) = scripted(&steps, hosts, max_attempts);
+        let answer = run(&channel, true).await;
+        let worst = 1 + UNRUN_RESENDS + (hosts as u32 - 1) + (max_attempts - 1);
+        assert_eq!(attempts(&fake), worst);
+        assert_eq!(answer.unwrap().unwrap_err().code(), StatusCode::Unavailable);
+        // In another order, the reasons' re-sends still add up to no more.
+        let mut steps = vec![Step::NoConnection; hosts];
+        steps.extend([Step::NotSent, Step::Unprocessed, Step::NotSent]);
+        steps.push(Step::Answer(StatusCode::Busy));
+        let (channel, fake) = scripted(&steps, hosts, max_attempts);
+        let answer = run(&channel, true).await;
+        assert_eq!(answer.unwrap().unwrap_err().code(), StatusCode::Busy);
+        assert!(attempts(&fake) <= worst, "{} attempts", attempts(&fake));
+    }
+}
