@@ -113,8 +113,9 @@ pub(crate) struct Dispatcher {
     drained: Notify,
     conns: Mutex<HashMap<u64, Arc<ConnShared>>>,
     /// Connections still in their handshakes (TLS, keel's), by id (so in accept order), with
-    /// the task running each: the first to go when the connection limit needs room.
-    handshaking: Mutex<BTreeMap<u64, (AbortHandle, &'static str)>>,
+    /// the task running each (once it is known): the first to go when the connection limit
+    /// needs room.
+    handshaking: Mutex<BTreeMap<u64, Handshake>>,
     next_conn: AtomicU64,
     /// Where `now_ms` counts from.
     epoch: Instant,
@@ -161,6 +162,13 @@ impl Drop for Arrival {
             d.arrival_ended();
         }
     }
+}
+
+/// A connection in its handshakes: the task running them (once spawned), and its binding.
+#[derive(Debug)]
+struct Handshake {
+    task: Option<AbortHandle>,
+    binding: &'static str,
 }
 
 /// What [`Dispatcher::drain`] left unfinished.
@@ -393,7 +401,7 @@ impl Dispatcher {
         self.conn_map().len()
     }
 
-    fn handshakes(&self) -> MutexGuard<'_, BTreeMap<u64, (AbortHandle, &'static str)>> {
+    fn handshakes(&self) -> MutexGuard<'_, BTreeMap<u64, Handshake>> {
         self.handshaking.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -407,9 +415,27 @@ impl Dispatcher {
             && handshaking + conns.values().filter(|c| !c.is_closing()).count() >= limit
     }
 
-    /// A connection accepted as `id` on `binding` started its handshakes in the task `task`.
-    pub(crate) fn handshake_started(&self, id: u64, binding: &'static str, task: AbortHandle) {
-        self.handshakes().insert(id, (task, binding));
+    /// A connection accepted as `id` on `binding` is about to start its handshakes: it counts
+    /// toward the connection limit from now until [`handshake_ended`](Dispatcher::handshake_ended)
+    /// (its registration, or its task's end). Called before its task is spawned, so that the
+    /// task cannot register it first and leave this entry behind: a live connection would then
+    /// count twice, and the limit could evict it as a handshake.
+    pub(crate) fn handshake_starting(&self, id: u64, binding: &'static str) {
+        self.handshakes().insert(
+            id,
+            Handshake {
+                task: None,
+                binding,
+            },
+        );
+    }
+
+    /// The task running connection `id`'s handshakes, for eviction (if they are not over
+    /// already).
+    pub(crate) fn handshake_task(&self, id: u64, task: AbortHandle) {
+        if let Some(h) = self.handshakes().get_mut(&id) {
+            h.task = Some(task);
+        }
     }
 
     /// Connection `id`'s handshakes are over (it registered, or failed).
@@ -421,8 +447,20 @@ impl Dispatcher {
     /// going, or else closes the connection idle longest. False if every connection has calls
     /// in flight.
     pub(crate) fn evict_one(&self) -> bool {
-        let oldest = self.handshakes().pop_first();
-        if let Some((_, (task, binding))) = oldest {
+        let oldest = {
+            let mut handshakes = self.handshakes();
+            // (One whose task is not known yet was accepted a moment ago, on this very loop.)
+            let id = handshakes
+                .iter()
+                .find(|(_, h)| h.task.is_some())
+                .map(|(id, _)| *id);
+            id.and_then(|id| handshakes.remove(&id))
+        };
+        if let Some(Handshake {
+            task: Some(task),
+            binding,
+        }) = oldest
+        {
             task.abort();
             self.evicted(binding);
             return true;
@@ -514,7 +552,7 @@ impl Dispatcher {
         self.shutting_down.store(true, Ordering::Release);
         self.registrations_closed.store(true, Ordering::Release);
         let handshakes = std::mem::take(&mut *self.handshakes());
-        for (task, _) in handshakes.into_values() {
+        for task in handshakes.into_values().filter_map(|h| h.task) {
             task.abort();
         }
     }

@@ -387,8 +387,9 @@ async fn accept_loop(
             continue;
         }
         let id = dispatcher.next_conn_id();
+        // Counted before its task can run (and register it, ending the count).
+        dispatcher.handshake_starting(id, binding);
         let (d, settings, listener) = (dispatcher.clone(), settings.clone(), listener.clone());
-        // Held across the insert below, so the task cannot end (and remove its entry) first.
         let task = tokio::spawn(async move {
             let _ended = HandshakeEnded(d.clone(), id);
             // TLS runs here, not in the accept loop, so a slow peer delays only itself.
@@ -408,10 +409,7 @@ async fn accept_loop(
             );
             bindings::serve(connected, endpoint.protocol(), d, settings, info).await;
         });
-        dispatcher.handshake_started(id, binding, task.abort_handle());
-        if task.is_finished() {
-            dispatcher.handshake_ended(id);
-        }
+        dispatcher.handshake_task(id, task.abort_handle());
     }
 }
 
