@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use super::retry::{random, unit};
 use crate::bindings::{
     self, Again, Answer, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing,
 };
 use crate::core::error::{Error, Kind};
+use crate::core::random::{random, unit};
 use crate::core::status::StatusCode;
 use crate::transport::Endpoint;
 

@@ -14,7 +14,6 @@
 //! seconds` plus what was saved in the 10 s before: with the defaults, an outage adds at most
 //! about 10 % to the load the client puts on its hosts.
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -101,26 +100,8 @@ impl RetryPolicy {
             .initial_backoff
             .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
             .min(self.max_backoff);
-        ceiling.mul_f64(unit_random())
+        ceiling.mul_f64(crate::core::random::unit_random())
     }
-}
-
-/// A random `u64`, different on each call: std's per-hasher random keys, which is all the
-/// randomness jitter and the balancer's picks need (no RNG crate).
-pub(super) fn random() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0);
-    h.finish()
-}
-
-/// `r` as a number in [0, 1).
-pub(super) fn unit(r: u64) -> f64 {
-    (r >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// A number in [0, 1), different on each call.
-fn unit_random() -> f64 {
-    unit(random())
 }
 
 /// Whether an answer is worth a retry for an idempotent call, and the least wait the host

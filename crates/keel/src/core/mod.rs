@@ -15,6 +15,7 @@
 //! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
 //! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`);
+//! - [`random`]: jitter and random picks without an RNG crate;
 //! - [`timer`]: a timer thread for the long waits that are nearly always armed (keepalive,
 //!   client deadlines, reapers), which keeps the runtime's parks free of timeouts.
 //!
@@ -30,6 +31,7 @@ pub(crate) mod format;
 pub(crate) mod metadata;
 pub mod metrics;
 pub(crate) mod msgpack;
+pub(crate) mod random;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod stream;

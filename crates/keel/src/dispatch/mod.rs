@@ -613,11 +613,5 @@ impl Dispatcher {
 /// `max_age` scaled by a factor in [0.9, 1.1) drawn from connection `id` (a fixed hash, so a
 /// connection keeps its factor).
 fn jittered(max_age: Duration, id: u64) -> Duration {
-    // splitmix64
-    let mut x = id.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    let unit = (x >> 11) as f64 / (1u64 << 53) as f64;
-    max_age.mul_f64(0.9 + 0.2 * unit)
+    max_age.mul_f64(0.9 + 0.2 * crate::core::random::unit_from(id))
 }

@@ -564,12 +564,7 @@ pub fn self_signed(names: &[&str]) -> Result<SelfSigned, Error> {
         // A subject of its own: two self-signed certificates with the same subject look like
         // issuer and issued to a verifier, which then reports a bad signature instead of an
         // unknown issuer.
-        let unique = {
-            use std::hash::{BuildHasher, Hasher};
-            std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish()
-        };
+        let unique = crate::core::random::random();
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(
             rcgen::DnType::CommonName,
