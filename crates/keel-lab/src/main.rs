@@ -197,8 +197,9 @@ enum Command {
 fn main() -> ExitCode {
     // tarpc turns on tracing's `log` feature for this whole binary: with it, and no tracing
     // subscriber, every span records its fields for the `log` crate, a cost per span a service
-    // built without tarpc does not pay (docs/performance.md, "The lab's tracing"). A subscriber
-    // that wants nothing ends that for every system measured here alike.
+    // built without tarpc does not pay (docs/history/performance-rounds.md, third round, "The
+    // lab's tracing"). A subscriber that wants nothing ends that for every system measured here
+    // alike.
     let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
     let cli = Cli::parse();
     match run(&cli) {

@@ -1,8 +1,9 @@
 //! The targets keel-tcp and keel-h2 are held to against their peers, each a ratio (or, for the
 //! server's CPU, an amount) computed from one round's rows, so that both sides of a ratio were
 //! measured minutes apart at most; over several rounds, the median of the rounds' values.
-//! They are the goals of the "widen the lead" work (docs/performance.md), kept here so that
-//! every `keel-lab peers` run says whether it still meets them.
+//! They are the goals of the "widen the lead" work (docs/history/performance-rounds.md; the
+//! model it left is docs/performance.md), kept here so that every `keel-lab peers` run says
+//! whether it still meets them.
 
 use serde::Serialize;
 

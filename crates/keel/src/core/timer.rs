@@ -5,11 +5,11 @@
 //! Why not tokio's timers: while any timer is armed in a runtime's wheel, each park of its
 //! threads is an `epoll_wait` with a timeout, and the kernel arms and cancels a high-resolution
 //! timer for every one of them. On the project's VM that cost ~0.9 µs per call with one call in
-//! flight, client and host together (`docs/performance.md`, "Sixth round"). A connection has a
-//! keepalive deadline and, on a client, the earliest of its calls' deadlines armed at all
-//! times, so the runtime's parks would always pay it. Here the runtime's threads park without
-//! a timeout, and this thread sleeps until the earliest deadline: a keepalive or a default
-//! call deadline is seconds away, so in steady traffic it does not wake at all.
+//! flight, client and host together (`docs/history/performance-rounds.md`, "Sixth round"). A
+//! connection has a keepalive deadline and, on a client, the earliest of its calls' deadlines
+//! armed at all times, so the runtime's parks would always pay it. Here the runtime's threads
+//! park without a timeout, and this thread sleeps until the earliest deadline: a keepalive or a
+//! default call deadline is seconds away, so in steady traffic it does not wake at all.
 //!
 //! Its precision is the OS's (a condition variable's timed wait), about the same as tokio's
 //! 1 ms wheel. Short waits that are armed only now and then (a frame's timeout, a queued call's
