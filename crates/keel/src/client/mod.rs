@@ -316,7 +316,12 @@ impl ChannelBuilder {
                 balance::Balancer::new(endpoints, settings, self.config.resolve_interval),
             )))),
         };
-        Ok(Channel {
+        Ok(self.finish(transport, binding))
+    }
+
+    /// The channel over `transport`, a binding of scheme `binding`.
+    fn finish(self, transport: bindings::Client, binding: &'static str) -> Channel {
+        Channel {
             inner: Arc::new(Inner {
                 retry_budget: retry::RetryBudget::new(&self.config.retry),
                 retries: AtomicU64::new(0),
@@ -328,25 +333,13 @@ impl ChannelBuilder {
                 metrics: ChannelMetrics::new(binding),
                 url: self.url,
             }),
-        })
+        }
     }
 
     /// The channel with its calls carried by `transport` (the attempt loop's tests).
     #[cfg(test)]
     pub(crate) fn build_on(self, transport: Box<dyn bindings::ClientTransport>) -> Channel {
-        Channel {
-            inner: Arc::new(Inner {
-                retry_budget: retry::RetryBudget::new(&self.config.retry),
-                retries: AtomicU64::new(0),
-                retries_refused: AtomicU64::new(0),
-                config: self.config,
-                interceptors: self.interceptors,
-                transport: bindings::Client::Other(transport),
-                calls: AtomicU64::new(0),
-                metrics: ChannelMetrics::new("test"),
-                url: self.url,
-            }),
-        }
+        self.finish(bindings::Client::Other(transport), "test")
     }
 
     /// The channel, connected and past the handshake.
