@@ -32,6 +32,9 @@
 /// - `multiplexed`: concurrent calls share one connection;
 /// - `tls`: TLS; `plain`: no TLS;
 /// - `over_tcp`: a TCP connection underneath (what a TCP proxy can carry).
+///
+/// The modules take the bindings' names at the root of the test file: an item of the same name
+/// there (`use hyper::client::conn::http2`, say) has to be renamed.
 macro_rules! binding_matrix {
     ($($groups:tt)*) => {
         $crate::common::matrix::__matrix_module! {
