@@ -518,7 +518,8 @@ async fn haproxy(hosts: &[(String, String, u16)]) -> Option<Balancer> {
             names
                 .iter()
                 .all(|n| stats.iter().any(|s| s.name == *n && s.status == "UP"))
-        }).await,
+        })
+        .await,
         "timed out waiting until HAProxy sees every host up"
     );
     Some(balancer)
@@ -817,7 +818,9 @@ async fn nginx_spreads_calls_over_reused_upstream_connections() {
     const CALLS: u64 = 3_000;
     let load = Load::http(&nginx.addr(), 8, 0);
     assert!(
-        eventually_within(Duration::from_secs(120), || load.tally.ok() >= CALLS || !load.tally.failed().is_empty()).await,
+        eventually_within(Duration::from_secs(120), || load.tally.ok() >= CALLS
+            || !load.tally.failed().is_empty())
+        .await,
         "timed out waiting until 3,000 calls through nginx"
     );
     let (tally, client_conns) = load.stop().await;
@@ -880,7 +883,10 @@ async fn nginx_a_drained_host_costs_no_failed_call() {
     };
     let load = Load::http(&nginx.addr(), 8, 2);
     assert!(
-        eventually_within(Duration::from_secs(60), || completed(&probes).iter().all(|&c| c >= 100)).await,
+        eventually_within(Duration::from_secs(60), || completed(&probes)
+            .iter()
+            .all(|&c| c >= 100))
+        .await,
         "timed out waiting until every host served 100 calls"
     );
 
@@ -892,7 +898,8 @@ async fn nginx_a_drained_host_costs_no_failed_call() {
         eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[1] >= at_drain[1] + 300 && now[2] >= at_drain[2] + 300
-        }).await,
+        })
+        .await,
         "timed out waiting until the other hosts served 300 more calls each"
     );
     let (tally, _) = load.stop().await;
@@ -958,7 +965,8 @@ async fn nginx_a_killed_host_costs_no_failed_idempotent_call() {
         eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[0] >= at_kill[0] + 300 && now[1] >= at_kill[1] + 300
-        }).await,
+        })
+        .await,
         "timed out waiting until the other hosts served 300 more calls each"
     );
     let (tally, _) = load.stop().await;
@@ -1013,7 +1021,10 @@ async fn haproxy_spreads_one_channel_with_connection_age() {
         ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
     let load = Load::probe(&client, 4, 1);
     assert!(
-        eventually_within(Duration::from_secs(60), || completed(&probes).iter().all(|&c| c >= 100)).await,
+        eventually_within(Duration::from_secs(60), || completed(&probes)
+            .iter()
+            .all(|&c| c >= 100))
+        .await,
         "timed out waiting until every host served 100 calls"
     );
     let (tally, _) = load.stop().await;
@@ -1083,7 +1094,10 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
         ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
     let load = Load::probe(&client, 4, 1);
     assert!(
-        eventually_within(Duration::from_secs(60), || completed(&probes).iter().all(|&c| c >= 50)).await,
+        eventually_within(Duration::from_secs(60), || completed(&probes)
+            .iter()
+            .all(|&c| c >= 50))
+        .await,
         "timed out waiting until every host served 50 calls"
     );
 
@@ -1092,8 +1106,9 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
     let shutdown = tokio::spawn(draining.shutdown_async());
     assert!(
         eventually_within(Duration::from_secs(30), || {
-        server_stat(&haproxy, "h0").status.starts_with("DOWN")
-    }).await,
+            server_stat(&haproxy, "h0").status.starts_with("DOWN")
+        })
+        .await,
         "timed out waiting until HAProxy marks host 0 down"
     );
     // Down while the host still serves: its shutdown is in the grace.
@@ -1113,7 +1128,8 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
         eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[1] >= at_drain[1] + 100 && now[2] >= at_drain[2] + 100
-        }).await,
+        })
+        .await,
         "timed out waiting until the other hosts served 100 more calls each"
     );
     let (tally, _) = load.stop().await;
@@ -1205,7 +1221,8 @@ async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
         eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[0] >= at_kill[0] + 300 && now[1] >= at_kill[1] + 300
-        }).await,
+        })
+        .await,
         "timed out waiting until the other hosts served 300 more calls each"
     );
     let (tally, _) = load.stop().await;
@@ -1235,7 +1252,10 @@ async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
     // The calls running on the victim when it died were sent again.
     assert!(channel.retries >= 1, "{channel:?}");
     assert!(
-        eventually_within(Duration::from_secs(30), || server_stat(&haproxy, "h0").status.starts_with("DOWN")).await,
+        eventually_within(Duration::from_secs(30), || server_stat(&haproxy, "h0")
+            .status
+            .starts_with("DOWN"))
+        .await,
         "timed out waiting until HAProxy marks the killed host down"
     );
     for h in hosts {

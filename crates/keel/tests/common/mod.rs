@@ -2,7 +2,13 @@
 //! need and its implementation, the bindings ([`Binding`]) and the matrix that runs a test on
 //! each ([`binding_matrix!`]), one polling helper ([`eventually`]), one TCP proxy ([`Proxy`]),
 //! one host in a child process ([`ChildHost`]) and one generator of test noise ([`XorShift`]).
-#![allow(dead_code, missing_docs, unreachable_pub, unused_imports, unused_macros)]
+#![allow(
+    dead_code,
+    missing_docs,
+    unreachable_pub,
+    unused_imports,
+    unused_macros
+)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

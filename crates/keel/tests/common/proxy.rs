@@ -112,7 +112,12 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
 /// Copies `from` to `to`, counting, until `from` ends (then closes `to`: a close on one side is
 /// passed on as a close of the other) or `dead` is set; from then on it reads and drops
 /// everything, as a path that lost the connection's state would, and never closes.
-async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, dead: Arc<AtomicBool>, shared: Arc<Shared>) {
+async fn pipe(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    dead: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
