@@ -242,10 +242,8 @@ impl Bystander {
         // At least one call of the loop is answered (on a loaded machine a short case may end
         // before the bystander's first), then one more after the case.
         let answered = self.answered.clone();
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        while answered.load(Ordering::Relaxed) == 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // Not asserted here: the count below says whether it was.
+        let _ = eventually_within(PATIENCE, || answered.load(Ordering::Relaxed) > 0).await;
         self.stop.store(true, Ordering::Relaxed);
         let (ok, wrong) = self.task.await.unwrap();
         assert!(

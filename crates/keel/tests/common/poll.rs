@@ -1,4 +1,5 @@
-//! The one polling helper: wait for a condition without betting on how long it takes.
+//! The one polling helper: wait for a condition without betting on how long it takes (in a
+//! runtime, or on a plain thread).
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,18 @@ pub async fn eventually_within(limit: Duration, mut cond: impl FnMut() -> bool) 
             return true;
         }
         tokio::time::sleep(EVERY).await;
+    }
+    cond()
+}
+
+/// [`eventually_within`] for a plain thread, outside any runtime (it sleeps the thread).
+pub fn eventually_blocking(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(EVERY);
     }
     cond()
 }
