@@ -6,13 +6,14 @@
 //! one can be killed for real (SIGKILL: no GoAway, no FIN from a drain; the kernel resets its
 //! connections) and started again on the same port.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{eventually_within, free_port, serve_child_host, ChildHost};
 use keel::Channel;
 
 /// Says which host answered.
@@ -37,105 +38,55 @@ impl Whoami for Port {
     }
 }
 
-const CHILD_PORT: &str = "KEEL_TEST_CHILD_HOST_PORT";
-
 /// Not a test when run by `cargo test`: in a child process started by [`ChildHost`], the host.
 #[test]
 fn child_host() {
-    let Ok(port) = std::env::var(CHILD_PORT) else {
-        return;
-    };
-    let port: u16 = port.parse().unwrap();
-    let _host = keel::Host::builder()
-        .service(WhoamiServer::new(Port(port)))
-        .endpoint(format!("tcp://127.0.0.1:{port}"))
-        .start()
-        .expect("child host starts");
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
-    }
+    serve_child_host(
+        |url| {
+            let port = url.rsplit_once(':').unwrap().1.parse().unwrap();
+            keel::Host::builder()
+                .service(WhoamiServer::new(Port(port)))
+                .endpoint(url)
+                .start()
+                .expect("child host starts")
+        },
+        |_| String::new(),
+    );
 }
 
-/// A host in a child process.
-struct ChildHost {
-    port: u16,
-    child: Option<Child>,
+/// A host in a child process, listening at `port`.
+fn child_host_at(port: u16) -> ChildHost {
+    ChildHost::start(&format!("tcp://127.0.0.1:{port}"))
 }
 
-impl ChildHost {
-    fn start(port: u16) -> ChildHost {
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args(["child_host", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_PORT, port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the child host");
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "child host on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        ChildHost {
-            port,
-            child: Some(child),
-        }
-    }
+/// The phases of the killed-host run. A call counts in the phase it was sent in, not the one
+/// its answer was counted in: a reply can arrive before a kill and be counted after it.
+const ALL_UP: usize = 0;
+/// Sent once the killed host's process was gone: no answer of it can come from that host.
+const DOWN: usize = 1;
+const RESTARTED: usize = 2;
 
-    /// SIGKILL: the process dies mid-call, without a word to its clients.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("tcp://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for ChildHost {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Calls answered per port, and calls failed.
+/// Calls answered per port, by the phase they were sent in, and calls failed.
 #[derive(Default)]
 struct Tally {
-    answered: Mutex<BTreeMap<u16, u64>>,
+    /// The phase calls are sent in now.
+    phase: AtomicUsize,
+    answered: Mutex<[BTreeMap<u16, u64>; 3]>,
     failed: AtomicU64,
 }
 
 impl Tally {
-    fn snapshot(&self) -> BTreeMap<u16, u64> {
-        self.answered.lock().unwrap().clone()
+    /// Calls sent in `phase` and answered so far, per port.
+    fn answered(&self, phase: usize) -> BTreeMap<u16, u64> {
+        self.answered.lock().unwrap()[phase].clone()
     }
-}
-
-fn since(now: &BTreeMap<u16, u64>, before: &BTreeMap<u16, u64>) -> BTreeMap<u16, u64> {
-    now.iter()
-        .map(|(p, n)| (*p, n - before.get(p).copied().unwrap_or(0)))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_and_restarted_mid_run_costs_no_idempotent_call() {
     let ports = [free_port(), free_port(), free_port()];
-    let mut hosts: Vec<ChildHost> = ports.iter().map(|&p| ChildHost::start(p)).collect();
-    let urls: Vec<String> = hosts.iter().map(ChildHost::url).collect();
+    let mut hosts: Vec<ChildHost> = ports.iter().map(|&p| child_host_at(p)).collect();
+    let urls: Vec<String> = hosts.iter().map(|h| h.url().to_string()).collect();
     let channel = Channel::balanced(urls).build().unwrap();
     let client = WhoamiClient::new(channel.clone());
 
@@ -146,8 +97,13 @@ async fn a_host_killed_and_restarted_mid_run_costs_no_idempotent_call() {
             let (client, tally, stop) = (client.clone(), tally.clone(), stop.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
+                    let phase = tally.phase.load(Ordering::SeqCst);
                     match client.work(5).await {
-                        Ok(port) => *tally.answered.lock().unwrap().entry(port).or_default() += 1,
+                        Ok(port) => {
+                            *tally.answered.lock().unwrap()[phase]
+                                .entry(port)
+                                .or_default() += 1
+                        }
                         Err(e) => {
                             eprintln!("failed: {e}");
                             tally.failed.fetch_add(1, Ordering::Relaxed);
@@ -160,35 +116,31 @@ async fn a_host_killed_and_restarted_mid_run_costs_no_idempotent_call() {
 
     // All three up.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let up = tally.snapshot();
+    let up = tally.answered(ALL_UP);
     // One killed, with calls in flight on it.
-    let victim = hosts[1].port;
+    let victim = hosts[1].port();
     hosts[1].kill();
-    let killed_at = tally.snapshot();
+    tally.phase.store(DOWN, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let down = since(&tally.snapshot(), &killed_at);
+    // Before the restart: no call sent while it was down can have reached the new process yet.
+    let down = tally.answered(DOWN);
     // Back on the same port: calls find it again.
-    hosts[1] = tokio::task::spawn_blocking(move || ChildHost::start(victim))
+    hosts[1] = tokio::task::spawn_blocking(move || child_host_at(victim))
         .await
         .unwrap();
-    let restarted_at = tally.snapshot();
+    tally.phase.store(RESTARTED, Ordering::SeqCst);
     let start = Instant::now();
-    let mut back = false;
-    while start.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = since(&tally.snapshot(), &restarted_at);
-        if now.get(&victim).copied().unwrap_or(0) > 50 {
-            back = true;
-            break;
-        }
-    }
+    let back = eventually_within(Duration::from_secs(20), || {
+        tally.answered(RESTARTED).get(&victim).copied().unwrap_or(0) > 50
+    })
+    .await;
     let came_back_after = start.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.await.unwrap();
     }
-    let after = since(&tally.snapshot(), &restarted_at);
+    let after = tally.answered(RESTARTED);
     let stats = channel.stats();
     println!("3 hosts, 8 callers, 5 ms calls of an idempotent operation");
     println!("  all up (1 s):                 {up:?}");
@@ -223,13 +175,13 @@ async fn a_host_killed_and_restarted_mid_run_costs_no_idempotent_call() {
 /// call fails.
 #[tokio::test]
 async fn a_name_is_all_its_addresses() {
-    let host = ChildHost::start(free_port());
-    let channel = Channel::balanced([format!("tcp://localhost:{}", host.port)])
+    let host = child_host_at(free_port());
+    let channel = Channel::balanced([format!("tcp://localhost:{}", host.port())])
         .build()
         .unwrap();
     let client = WhoamiClient::new(channel.clone());
     for _ in 0..50 {
-        assert_eq!(client.work(0).await.unwrap(), host.port);
+        assert_eq!(client.work(0).await.unwrap(), host.port());
     }
 }
 
@@ -247,15 +199,15 @@ fn a_balanced_channel_takes_one_scheme() {
 /// retried: nothing was sent, so the call goes to another host.
 #[tokio::test]
 async fn an_unreachable_host_costs_no_call_of_any_kind() {
-    let host = ChildHost::start(free_port());
+    let host = child_host_at(free_port());
     let nobody = free_port();
-    let channel = Channel::balanced([host.url(), format!("tcp://127.0.0.1:{nobody}")])
+    let channel = Channel::balanced([host.url().to_string(), format!("tcp://127.0.0.1:{nobody}")])
         .retry(keel::RetryPolicy::disabled())
         .build()
         .unwrap();
     let client = WhoamiClient::new(channel.clone());
     for _ in 0..50 {
-        assert_eq!(client.once().await.unwrap(), host.port);
+        assert_eq!(client.once().await.unwrap(), host.port());
     }
     assert_eq!(channel.stats().retries, 0);
 }

@@ -19,9 +19,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -93,15 +93,6 @@ fn scratch_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// A port free a moment ago (the balancer binds it; see [`Balancer::start`] for the race).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A balancer running in the foreground as a child process; stopped (and its directory removed,
@@ -521,17 +512,16 @@ async fn haproxy(hosts: &[(String, String, u16)]) -> Option<Balancer> {
     )
     .await;
     let names: Vec<&str> = hosts.iter().map(|(n, _, _)| n.as_str()).collect();
-    until(
-        "HAProxy sees every host up",
-        Duration::from_secs(30),
-        || {
+    assert!(
+        eventually_within(Duration::from_secs(30), || {
             let stats = haproxy_stats(&balancer);
             names
                 .iter()
                 .all(|n| stats.iter().any(|s| s.name == *n && s.status == "UP"))
-        },
-    )
-    .await;
+        })
+        .await,
+        "timed out waiting until HAProxy sees every host up"
+    );
     Some(balancer)
 }
 
@@ -584,16 +574,6 @@ fn server_stat(haproxy: &Balancer, name: &str) -> ServerStat {
 // ---------------------------------------------------------------------------------------------
 // Hosts, load and polling
 // ---------------------------------------------------------------------------------------------
-
-/// Waits until `done` holds, checking every 20 ms for at most `limit` (generous: a limit is
-/// only reached when the behaviour is missing).
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < end, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// `GET path` on an admin endpoint: the status.
 async fn admin_get(admin: &str, path: &str) -> Option<u16> {
@@ -784,115 +764,37 @@ fn haproxy_servers(hosts: &[keel::Host]) -> Vec<(String, String, u16)> {
 // A host in a child process, to kill with SIGKILL
 // ---------------------------------------------------------------------------------------------
 
-const CHILD_ENV: &str = "KEEL_BALANCERS_CHILD_HOST";
-
-/// Not a test of its own: the body of a host in a child process (this test binary run again
-/// with [`CHILD_ENV`] set to the endpoint URL), which the tests below kill with SIGKILL. It
-/// prints `keel-child-host <url> <admin url>`, then answers each `completed` line on its stdin
-/// with `keel-child-completed <n>` (calls its handler ran to the end). Without [`CHILD_ENV`]
-/// it returns at once.
+/// Not a test of its own: the body of a host in a child process (see [`ChildHost`]), which
+/// the tests below kill with SIGKILL. It answers `completed` with the calls its handler ran to
+/// the end. Run by `cargo test`, it returns at once.
 #[test]
 fn child_host() {
-    let Ok(url) = std::env::var(CHILD_ENV) else {
-        return;
-    };
     let probe = ProbeImpl::default();
-    let host = keel::Host::builder()
-        .service(ProbeServer::new(probe.clone()))
-        .service(RetriedServer::new(probe.clone()))
-        .endpoint(url)
-        .admin("http://127.0.0.1:0")
-        .start()
-        .expect("child host starts");
-    println!(
-        "keel-child-host {} {}",
-        host.url(),
-        host.admin_url().unwrap()
+    serve_child_host(
+        |url| {
+            keel::Host::builder()
+                .service(ProbeServer::new(probe.clone()))
+                .service(RetriedServer::new(probe.clone()))
+                .endpoint(url)
+                .admin("http://127.0.0.1:0")
+                .start()
+                .expect("child host starts")
+        },
+        |line| {
+            assert_eq!(line, "completed");
+            probe.completed.load(Ordering::SeqCst).to_string()
+        },
     );
-    for line in std::io::stdin().lines() {
-        let Ok(line) = line else { break };
-        if line.trim() == "completed" {
-            println!(
-                "keel-child-completed {}",
-                probe.completed.load(Ordering::SeqCst)
-            );
-        }
-    }
-    host.shutdown();
 }
 
-/// A keel host in a child process (see [`child_host`]); killed on drop.
-struct ChildHost {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    url: String,
-    admin: String,
+/// A keel host in a child process ([`child_host`]) listening at `url` (port 0).
+fn child_host_at(url: &str) -> ChildHost {
+    tokio::task::block_in_place(|| ChildHost::start(url))
 }
 
-impl ChildHost {
-    /// Starts a host listening at `url` (port 0) in a child process.
-    fn start(url: &str) -> ChildHost {
-        tokio::task::block_in_place(|| {
-            let mut child = Command::new(std::env::current_exe().unwrap())
-                .args(["child_host", "--exact", "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, url)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("the child host's process starts");
-            let stdin = child.stdin.take().unwrap();
-            let mut stdout = BufReader::new(child.stdout.take().unwrap());
-            let words = Self::read(&mut stdout, "keel-child-host ");
-            let (url, admin) = words.split_once(' ').expect("url and admin url");
-            ChildHost {
-                url: url.to_string(),
-                admin: admin.to_string(),
-                child,
-                stdin,
-                stdout,
-            }
-        })
-    }
-
-    /// The rest of the first line of the child's stdout containing `marker` (the test harness
-    /// prints its own lines around the host's).
-    fn read(stdout: &mut BufReader<ChildStdout>, marker: &str) -> String {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(
-                stdout.read_line(&mut line).unwrap() > 0,
-                "the child host exited"
-            );
-            if let Some(at) = line.find(marker) {
-                return line[at + marker.len()..].trim().to_string();
-            }
-        }
-    }
-
-    /// Calls its handler ran to the end so far.
-    fn completed(&mut self) -> u64 {
-        tokio::task::block_in_place(|| {
-            writeln!(self.stdin, "completed").unwrap();
-            Self::read(&mut self.stdout, "keel-child-completed ")
-                .parse()
-                .unwrap()
-        })
-    }
-
-    /// SIGKILL: the process ends at once, in the middle of whatever calls it runs.
-    fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for ChildHost {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Calls the handler of the host in `child` ran to the end so far.
+fn completed_in(child: &mut ChildHost) -> u64 {
+    tokio::task::block_in_place(|| child.ask("completed").parse().unwrap())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -915,12 +817,12 @@ async fn nginx_spreads_calls_over_reused_upstream_connections() {
 
     const CALLS: u64 = 3_000;
     let load = Load::http(&nginx.addr(), 8, 0);
-    until(
-        "3,000 calls through nginx",
-        Duration::from_secs(120),
-        || load.tally.ok() >= CALLS || !load.tally.failed().is_empty(),
-    )
-    .await;
+    assert!(
+        eventually_within(Duration::from_secs(120), || load.tally.ok() >= CALLS
+            || !load.tally.failed().is_empty())
+        .await,
+        "timed out waiting until 3,000 calls through nginx"
+    );
     let (tally, client_conns) = load.stop().await;
 
     // keel's own client through nginx (HTTP/1.1).
@@ -980,26 +882,26 @@ async fn nginx_a_drained_host_costs_no_failed_call() {
         return;
     };
     let load = Load::http(&nginx.addr(), 8, 2);
-    until(
-        "every host served 100 calls",
-        Duration::from_secs(60),
-        || completed(&probes).iter().all(|&c| c >= 100),
-    )
-    .await;
+    assert!(
+        eventually_within(Duration::from_secs(60), || completed(&probes)
+            .iter()
+            .all(|&c| c >= 100))
+        .await,
+        "timed out waiting until every host served 100 calls"
+    );
 
     let drained = hosts.remove(0);
     let report = drained.shutdown_async().await;
     assert_eq!(report.abandoned_calls, 0);
     let at_drain = completed(&probes);
-    until(
-        "the other hosts served 300 more calls each",
-        Duration::from_secs(60),
-        || {
+    assert!(
+        eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[1] >= at_drain[1] + 300 && now[2] >= at_drain[2] + 300
-        },
-    )
-    .await;
+        })
+        .await,
+        "timed out waiting until the other hosts served 300 more calls each"
+    );
     let (tally, _) = load.stop().await;
 
     let per_host = completed(&probes);
@@ -1043,33 +945,30 @@ async fn nginx_a_drained_host_costs_no_failed_call() {
 /// (`non_idempotent` on the idempotent operations' location), so no idempotent call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_a_killed_host_costs_no_failed_idempotent_call() {
-    let mut victim = ChildHost::start("http://127.0.0.1:0");
+    let mut victim = child_host_at("http://127.0.0.1:0");
     let (hosts, probes) = http_hosts(2);
-    let mut upstreams = vec![authority(&victim.url).to_string()];
+    let mut upstreams = vec![authority(victim.url()).to_string()];
     upstreams.extend(hosts.iter().map(|h| authority(h.url()).to_string()));
     let Some(nginx) = nginx(&upstreams).await else {
         return;
     };
     // 5 ms calls: some are running on the victim when it dies.
     let load = Load::http(&nginx.addr(), 8, 5);
-    until(
-        "the victim served 100 calls",
-        Duration::from_secs(60),
-        || victim.completed() >= 100,
-    )
-    .await;
-    let victim_calls = victim.completed();
+    assert!(
+        eventually_within(Duration::from_secs(60), || completed_in(&mut victim) >= 100).await,
+        "timed out waiting until the victim served 100 calls"
+    );
+    let victim_calls = completed_in(&mut victim);
     victim.kill();
     let at_kill = completed(&probes);
-    until(
-        "the other hosts served 300 more calls each",
-        Duration::from_secs(60),
-        || {
+    assert!(
+        eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[0] >= at_kill[0] + 300 && now[1] >= at_kill[1] + 300
-        },
-    )
-    .await;
+        })
+        .await,
+        "timed out waiting until the other hosts served 300 more calls each"
+    );
     let (tally, _) = load.stop().await;
 
     let per_host = completed(&probes);
@@ -1121,12 +1020,13 @@ async fn haproxy_spreads_one_channel_with_connection_age() {
     let client =
         ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
     let load = Load::probe(&client, 4, 1);
-    until(
-        "every host served 100 calls",
-        Duration::from_secs(60),
-        || completed(&probes).iter().all(|&c| c >= 100),
-    )
-    .await;
+    assert!(
+        eventually_within(Duration::from_secs(60), || completed(&probes)
+            .iter()
+            .all(|&c| c >= 100))
+        .await,
+        "timed out waiting until every host served 100 calls"
+    );
     let (tally, _) = load.stop().await;
 
     let per_host = completed(&probes);
@@ -1193,20 +1093,24 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
     let client =
         ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
     let load = Load::probe(&client, 4, 1);
-    until(
-        "every host served 50 calls",
-        Duration::from_secs(60),
-        || completed(&probes).iter().all(|&c| c >= 50),
-    )
-    .await;
+    assert!(
+        eventually_within(Duration::from_secs(60), || completed(&probes)
+            .iter()
+            .all(|&c| c >= 50))
+        .await,
+        "timed out waiting until every host served 50 calls"
+    );
 
     let draining = hosts.remove(0);
     let admin = draining.admin_url().unwrap().to_string();
     let shutdown = tokio::spawn(draining.shutdown_async());
-    until("HAProxy marks host 0 down", Duration::from_secs(30), || {
-        server_stat(&haproxy, "h0").status.starts_with("DOWN")
-    })
-    .await;
+    assert!(
+        eventually_within(Duration::from_secs(30), || {
+            server_stat(&haproxy, "h0").status.starts_with("DOWN")
+        })
+        .await,
+        "timed out waiting until HAProxy marks host 0 down"
+    );
     // Down while the host still serves: its shutdown is in the grace.
     let down = server_stat(&haproxy, "h0");
     assert!(
@@ -1220,15 +1124,14 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
     let report = shutdown.await.unwrap();
     assert_eq!(report.abandoned_calls, 0);
     let at_drain = completed(&probes);
-    until(
-        "the other hosts served 100 more calls each",
-        Duration::from_secs(60),
-        || {
+    assert!(
+        eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[1] >= at_drain[1] + 100 && now[2] >= at_drain[2] + 100
-        },
-    )
-    .await;
+        })
+        .await,
+        "timed out waiting until the other hosts served 100 more calls each"
+    );
     let (tally, _) = load.stop().await;
 
     let per_host = completed(&probes);
@@ -1278,14 +1181,14 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
 /// connection, which HAProxy sends to a live host, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
-    let mut victim = ChildHost::start("tcp://127.0.0.1:0");
+    let mut victim = child_host_at("tcp://127.0.0.1:0");
     let (hosts, probes) = wire_hosts(2, |_, h| {
         h.max_connection_age(Duration::from_secs(1), Duration::from_secs(10))
     });
     let mut servers = vec![(
         "h0".to_string(),
-        authority(&victim.url).to_string(),
-        port_of(&victim.admin),
+        authority(victim.url()).to_string(),
+        port_of(victim.admin_url().unwrap()),
     )];
     servers.extend(
         haproxy_servers(&hosts)
@@ -1307,24 +1210,21 @@ async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
             async move { client.counted_sleep_ms(ms).await }
         }
     });
-    until(
-        "the victim served 100 calls",
-        Duration::from_secs(60),
-        || victim.completed() >= 100,
-    )
-    .await;
-    let victim_calls = victim.completed();
+    assert!(
+        eventually_within(Duration::from_secs(60), || completed_in(&mut victim) >= 100).await,
+        "timed out waiting until the victim served 100 calls"
+    );
+    let victim_calls = completed_in(&mut victim);
     victim.kill();
     let at_kill = completed(&probes);
-    until(
-        "the other hosts served 300 more calls each",
-        Duration::from_secs(60),
-        || {
+    assert!(
+        eventually_within(Duration::from_secs(60), || {
             let now = completed(&probes);
             now[0] >= at_kill[0] + 300 && now[1] >= at_kill[1] + 300
-        },
-    )
-    .await;
+        })
+        .await,
+        "timed out waiting until the other hosts served 300 more calls each"
+    );
     let (tally, _) = load.stop().await;
     let per_host = completed(&probes);
     println!(
@@ -1351,12 +1251,13 @@ async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
     assert!(tally.failed().is_empty(), "{:?}", tally.failed());
     // The calls running on the victim when it died were sent again.
     assert!(channel.retries >= 1, "{channel:?}");
-    until(
-        "HAProxy marks the killed host down",
-        Duration::from_secs(30),
-        || server_stat(&haproxy, "h0").status.starts_with("DOWN"),
-    )
-    .await;
+    assert!(
+        eventually_within(Duration::from_secs(30), || server_stat(&haproxy, "h0")
+            .status
+            .starts_with("DOWN"))
+        .await,
+        "timed out waiting until HAProxy marks the killed host down"
+    );
     for h in hosts {
         h.shutdown_async().await;
     }

@@ -1,5 +1,5 @@
-//! The binding matrix: every behaviour test runs once per binding, over real sockets. A new
-//! binding is one line in `matrix!` below (plus its [`Binding`] variant in `common`).
+//! The binding matrix: every behaviour test runs once per binding, over real sockets (the
+//! `binding_matrix!` below; a new binding is one line in `common/matrix.rs`).
 //!
 //! Covered per binding: every operation kind, typed faults, where handlers run, deadlines,
 //! 1,000 concurrent calls, reconnect, drain, the close timeout, nothing lost in a drain of
@@ -206,124 +206,33 @@ async fn many_sequential_streamed_calls_use_one_connection(b: Binding) {
     host.shutdown_async().await;
 }
 
-/// Expands to one test per behaviour for binding `$b`.
-macro_rules! binding_tests {
-    ($b:expr) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn every_operation_kind() {
-            super::every_operation_kind($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn typed_faults_arrive_as_the_same_type() {
-            super::typed_faults_arrive_as_the_same_type($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn sync_ops_run_on_the_pool_and_async_ops_on_the_runtime() {
-            super::sync_ops_run_on_the_pool_and_async_ops_on_the_runtime($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn per_call_deadline_fails_promptly_as_a_timeout() {
-            super::per_call_deadline_fails_promptly_as_a_timeout($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_thousand_concurrent_calls() {
-            super::a_thousand_concurrent_calls($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn reconnects_after_the_server_restarts() {
-            super::reconnects_after_the_server_restarts($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn shutdown_drains_calls_in_flight_and_refuses_new_ones() {
-            super::shutdown_drains_calls_in_flight_and_refuses_new_ones($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn calls_still_running_at_the_close_timeout_are_answered() {
-            super::calls_still_running_at_the_close_timeout_are_answered($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_panicking_handler_faults_only_its_caller() {
-            super::a_panicking_handler_faults_only_its_caller($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks() {
-            super::oversized_messages_get_a_clear_error_and_nothing_else_breaks($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn unknown_service_is_reported() {
-            super::unknown_service_is_reported($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn the_throttle_queues_then_refuses_with_busy() {
-            super::the_throttle_queues_then_refuses_with_busy($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_queued_call_whose_deadline_passes_never_runs() {
-            super::a_queued_call_whose_deadline_passes_never_runs($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn streamed_upload() {
-            super::streamed_upload($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn an_upload_whose_call_ends_stops_being_sent() {
-            super::an_upload_whose_call_ends_stops_being_sent($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn streamed_download() {
-            super::streamed_download($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn streamed_both_ways() {
-            super::streamed_both_ways($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn streams_stopped_early_keep_the_connection() {
-            super::streams_stopped_early_keep_the_connection($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn many_sequential_streamed_calls_use_one_connection() {
-            super::many_sequential_streamed_calls_use_one_connection($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn graceful_shutdown_with_a_thousand_calls_in_flight_loses_none() {
-            super::graceful_shutdown_with_a_thousand_calls_in_flight_loses_none($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_new_host_taking_over_a_draining_hosts_address_loses_no_call() {
-            super::a_new_host_taking_over_a_draining_hosts_address_loses_no_call($b).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_client_killed_mid_call_frees_its_slot_and_cancels_the_handler() {
-            super::a_client_killed_mid_call_frees_its_slot_and_cancels_the_handler($b).await
-        }
-        #[test]
-        fn the_blocking_client_needs_no_runtime() {
-            super::the_blocking_client_needs_no_runtime($b)
-        }
-    };
-}
-
-macro_rules! matrix {
-    ($($(#[$attr:meta])* $name:ident => $b:expr;)*) => {
-        $($(#[$attr])* mod $name {
-            use super::*;
-            binding_tests!($b);
-        })*
-    };
-}
-
-matrix! {
-    tcp => Binding::Tcp;
-    unix => Binding::Unix;
-    #[cfg(feature = "tls")]
-    tcps => Binding::Tcps;
-    #[cfg(feature = "http")]
-    http1 => Binding::Http1;
-    #[cfg(feature = "http")]
-    http2 => Binding::Http2;
-    #[cfg(all(feature = "http", feature = "tls"))]
-    https => Binding::Https;
+common::binding_matrix! {
+    [] {
+        async fn every_operation_kind;
+        async fn typed_faults_arrive_as_the_same_type;
+        async fn sync_ops_run_on_the_pool_and_async_ops_on_the_runtime;
+        async fn per_call_deadline_fails_promptly_as_a_timeout;
+        async fn a_thousand_concurrent_calls;
+        async fn reconnects_after_the_server_restarts;
+        async fn shutdown_drains_calls_in_flight_and_refuses_new_ones;
+        async fn calls_still_running_at_the_close_timeout_are_answered;
+        async fn a_panicking_handler_faults_only_its_caller;
+        async fn oversized_messages_get_a_clear_error_and_nothing_else_breaks;
+        async fn unknown_service_is_reported;
+        async fn the_throttle_queues_then_refuses_with_busy;
+        async fn a_queued_call_whose_deadline_passes_never_runs;
+        async fn streamed_upload;
+        async fn an_upload_whose_call_ends_stops_being_sent;
+        async fn streamed_download;
+        async fn streamed_both_ways;
+        async fn streams_stopped_early_keep_the_connection;
+        async fn many_sequential_streamed_calls_use_one_connection;
+        async fn graceful_shutdown_with_a_thousand_calls_in_flight_loses_none;
+        async fn a_new_host_taking_over_a_draining_hosts_address_loses_no_call;
+        async fn a_client_killed_mid_call_frees_its_slot_and_cancels_the_handler;
+        async fn a_client_whose_connection_closes_mid_call_frees_its_slot;
+        fn the_blocking_client_needs_no_runtime;
+    }
 }
 
 async fn every_operation_kind(b: Binding) {
@@ -656,13 +565,10 @@ async fn graceful_shutdown_with_a_thousand_calls_in_flight_loses_none(b: Binding
 }
 
 /// One address, two hosts: where a client's new connections go, switched from host A to host
-/// B while A drains. TCP: a forwarder in front of both; Unix: the socket path, whose file B
+/// B while A drains. TCP: a proxy in front of both; Unix: the socket path, whose file B
 /// replaces (A's listener keeps accepting nothing more).
 enum Address {
-    Forwarded {
-        target: std::sync::Arc<std::sync::Mutex<String>>,
-        task: tokio::task::JoinHandle<()>,
-    },
+    Forwarded(Proxy),
     Path,
 }
 
@@ -672,37 +578,17 @@ impl Address {
         if b == Binding::Unix {
             return (Address::Path, a.url().to_string());
         }
-        let (scheme, authority) = a.url().split_once("://").unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
-        let target = std::sync::Arc::new(std::sync::Mutex::new(authority.to_string()));
-        let task = tokio::spawn({
-            let target = target.clone();
-            async move {
-                let mut conns = tokio::task::JoinSet::new();
-                loop {
-                    let (mut inbound, _) = listener.accept().await.unwrap();
-                    inbound.set_nodelay(true).unwrap();
-                    let to = target.lock().unwrap().clone();
-                    conns.spawn(async move {
-                        let mut outbound = tokio::net::TcpStream::connect(to).await.unwrap();
-                        outbound.set_nodelay(true).unwrap();
-                        // A close on either side is passed on as a close of the other.
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    });
-                }
-            }
-        });
-        (Address::Forwarded { target, task }, url)
+        let proxy = Proxy::start(a.url()).await;
+        let url = proxy.url().to_string();
+        (Address::Forwarded(proxy), url)
     }
 
     /// Starts host B at the address (`url`) and sends new connections to it from now on.
     fn take_over(&self, b: Binding, probe: ProbeImpl, url: &str) -> keel::Host {
         match self {
-            Address::Forwarded { target, .. } => {
+            Address::Forwarded(proxy) => {
                 let host = b.host_serving(probe, |h| h, &b.listen_url());
-                let authority = host.url().split_once("://").unwrap().1.to_string();
-                *target.lock().unwrap() = authority;
+                proxy.forward_to(host.url());
                 host
             }
             Address::Path => {
@@ -711,14 +597,6 @@ impl Address {
                 std::fs::remove_file(path).unwrap();
                 b.host_serving(probe, |h| h, url)
             }
-        }
-    }
-}
-
-impl Drop for Address {
-    fn drop(&mut self) {
-        if let Address::Forwarded { task, .. } = self {
-            task.abort();
         }
     }
 }
@@ -868,37 +746,8 @@ async fn killed_mid_call(b: Binding, close_connection: bool) {
 
 /// The other way a client dies mid-call: its connection closes under the call (the channel
 /// closed).
-mod a_client_whose_connection_closes_mid_call_frees_its_slot {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tcp() {
-        killed_mid_call(Binding::Tcp, true).await
-    }
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn unix() {
-        killed_mid_call(Binding::Unix, true).await
-    }
-    #[cfg(feature = "tls")]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tcps() {
-        killed_mid_call(Binding::Tcps, true).await
-    }
-    #[cfg(feature = "http")]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn http1() {
-        killed_mid_call(Binding::Http1, true).await
-    }
-    #[cfg(feature = "http")]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn http2() {
-        killed_mid_call(Binding::Http2, true).await
-    }
-    #[cfg(all(feature = "http", feature = "tls"))]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn https() {
-        killed_mid_call(Binding::Https, true).await
-    }
+async fn a_client_whose_connection_closes_mid_call_frees_its_slot(b: Binding) {
+    killed_mid_call(b, true).await
 }
 
 fn the_blocking_client_needs_no_runtime(b: Binding) {
@@ -917,12 +766,8 @@ fn the_blocking_client_needs_no_runtime(b: Binding) {
 
 #[test]
 fn connect_to_nothing_is_a_connection_error() {
-    // Bind then drop to find a port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port nobody listens on.
+    let port = free_port();
     let err = ProbeBlockingClient::connect(&format!("tcp://127.0.0.1:{port}")).unwrap_err();
     assert!(err.is_connection(), "{err}");
     let err = ProbeBlockingClient::connect("ftp://127.0.0.1:1").unwrap_err();

@@ -379,41 +379,13 @@ async fn cancellation_reaches_the_handler(b: Binding) {
     host.shutdown_async().await;
 }
 
-macro_rules! call_model_tests {
-    ($($(#[$attr:meta])* $name:ident => $b:expr;)*) => {
-        $($(#[$attr])* mod $name {
-            use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn metadata_and_context_travel_both_ways() {
-                super::metadata_and_context_travel_both_ways($b).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn handlers_answer_with_any_status_with_details_and_metadata() {
-                super::handlers_answer_with_any_status_with_details_and_metadata($b).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn interceptors_run_in_order_on_both_sides() {
-                super::interceptors_run_in_order_on_both_sides($b).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn cancellation_reaches_the_handler() {
-                super::cancellation_reaches_the_handler($b).await
-            }
-        })*
-    };
-}
-
-call_model_tests! {
-    tcp => Binding::Tcp;
-    unix => Binding::Unix;
-    #[cfg(feature = "tls")]
-    tcps => Binding::Tcps;
-    #[cfg(feature = "http")]
-    http1 => Binding::Http1;
-    #[cfg(feature = "http")]
-    http2 => Binding::Http2;
-    #[cfg(all(feature = "http", feature = "tls"))]
-    https => Binding::Https;
+common::binding_matrix! {
+    [] {
+        async fn metadata_and_context_travel_both_ways;
+        async fn handlers_answer_with_any_status_with_details_and_metadata;
+        async fn interceptors_run_in_order_on_both_sides;
+        async fn cancellation_reaches_the_handler;
+    }
 }
 
 /// Metadata larger than the 16 KiB every binding allows is refused before it is sent.

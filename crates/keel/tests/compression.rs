@@ -7,13 +7,11 @@
 mod common;
 
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
-use common::Binding;
+use common::{Binding, Proxy};
 use keel::Compression;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 #[keel::contract]
 pub trait Blobs {
@@ -49,92 +47,24 @@ impl Blobs for Impl {
     }
 }
 
-/// A TCP forwarder that counts the bytes it carries, both ways.
-struct Counter {
-    url: String,
-    bytes: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Counter {
-    async fn start(target_url: &str) -> Counter {
-        let (scheme, addr) = target_url.split_once("://").unwrap();
-        let target = addr.to_string();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
-        let bytes = Arc::new(AtomicU64::new(0));
-        let counted = bytes.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                let outbound = TcpStream::connect(&target).await.unwrap();
-                let counted = counted.clone();
-                tokio::spawn(async move {
-                    let (mut ri, mut wi) = inbound.into_split();
-                    let (mut ro, mut wo) = outbound.into_split();
-                    let c1 = counted.clone();
-                    let up = async move {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        while let Ok(n) = ri.read(&mut buf).await {
-                            // Counted before it is passed on: once the peer has it, the
-                            // count has it too.
-                            c1.fetch_add(n as u64, Ordering::Relaxed);
-                            if n == 0 || wo.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                        let _ = wo.shutdown().await;
-                    };
-                    let down = async move {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        while let Ok(n) = ro.read(&mut buf).await {
-                            // Counted before it is passed on: once the peer has it, the
-                            // count has it too.
-                            counted.fetch_add(n as u64, Ordering::Relaxed);
-                            if n == 0 || wi.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                        let _ = wi.shutdown().await;
-                    };
-                    tokio::join!(up, down);
-                });
-            }
-        });
-        Counter { url, bytes, task }
-    }
-
-    fn take(&self) -> u64 {
-        self.bytes.swap(0, Ordering::Relaxed)
-    }
-}
-
-impl Drop for Counter {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 const BIG: usize = 200 * 1024;
 
 /// Round trips of 200 KiB each way, with and without compression; the bytes on the wire tell
 /// whether it happened.
 async fn compressed_on_request_uncompressed_by_default(b: Binding) {
     let host = b.start(keel::Host::builder().service(BlobsServer::new(Impl)));
-    let proxy = Counter::start(host.url()).await;
+    let proxy = Proxy::start(host.url()).await;
     for codec in [None, Some(Compression::Zstd), Some(Compression::Gzip)] {
-        let channel = b.channel_with(&proxy.url, |c| match codec {
+        let channel = b.channel_with(proxy.url(), |c| match codec {
             Some(codec) => c.compression(codec),
             None => c,
         });
         let client = BlobsClient::new(channel);
         assert_eq!(client.ping().await.unwrap(), "pong");
-        proxy.take();
+        proxy.take_bytes();
         assert_eq!(client.size(text(BIG)).await.unwrap(), BIG as u64);
         assert_eq!(client.text(BIG as u64).await.unwrap(), text(BIG));
-        let carried = proxy.take();
+        let carried = proxy.take_bytes();
         match codec {
             None => assert!(carried > 2 * BIG as u64, "{b:?}: {carried} bytes"),
             // Text this repetitive shrinks a hundredfold; both ways together stay far below
@@ -391,28 +321,10 @@ fn curl_compressed_gets_an_encoded_reply() {
     host.shutdown();
 }
 
-macro_rules! compression_tests {
-    ($($(#[$attr:meta])* $name:ident => $b:expr;)*) => {
-        $($(#[$attr])* mod $name {
-            use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn compressed_on_request_uncompressed_by_default() {
-                super::compressed_on_request_uncompressed_by_default($b).await
-            }
-        })*
-    };
-}
-
 // The counting proxy forwards TCP: every TCP-based binding (a Unix socket carries the same
 // keel-wire frames as tcp://).
-compression_tests! {
-    tcp => Binding::Tcp;
-    #[cfg(feature = "tls")]
-    tcps => Binding::Tcps;
-    #[cfg(feature = "http")]
-    http1 => Binding::Http1;
-    #[cfg(feature = "http")]
-    http2 => Binding::Http2;
-    #[cfg(all(feature = "http", feature = "tls"))]
-    https => Binding::Https;
+common::binding_matrix! {
+    [over_tcp] {
+        async fn compressed_on_request_uncompressed_by_default;
+    }
 }

@@ -337,37 +337,12 @@ async fn new_client_new_host(b: Binding) {
     host.shutdown_async().await;
 }
 
-macro_rules! evolution_tests {
-    ($($(#[$attr:meta])* $name:ident => $b:expr;)*) => {
-        $($(#[$attr])* mod $name {
-            use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn old_client_new_host() {
-                super::old_client_new_host($b).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn new_client_old_host() {
-                super::new_client_old_host($b).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn new_client_new_host() {
-                super::new_client_new_host($b).await
-            }
-        })*
-    };
-}
-
-evolution_tests! {
-    tcp => Binding::Tcp;
-    unix => Binding::Unix;
-    #[cfg(feature = "tls")]
-    tcps => Binding::Tcps;
-    #[cfg(feature = "http")]
-    http1 => Binding::Http1;
-    #[cfg(feature = "http")]
-    http2 => Binding::Http2;
-    #[cfg(all(feature = "http", feature = "tls"))]
-    https => Binding::Https;
+common::binding_matrix! {
+    [] {
+        async fn old_client_new_host;
+        async fn new_client_old_host;
+        async fn new_client_new_host;
+    }
 }
 
 /// MessagePack with structs as maps, as keel's own bodies.

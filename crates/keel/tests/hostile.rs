@@ -1,8 +1,9 @@
 //! Hostile peers over real sockets: what a host does when a peer does what no keel client would.
-//! Every case runs once per binding it applies to (the `matrix!` at the end); each asserts the
-//! host's defined answer, that a well-behaved client calling at the same time keeps getting
-//! right answers (the *bystander*), and, where the case is about memory, that the process's
-//! live heap (every byte allocated and not yet freed) grows by less than 64 MiB. Cases about memory run alone (a lock
+//! Every case runs once per binding it applies to (the `binding_matrix!` at the end; h2c, the
+//! HTTP/2 binding without TLS, is `http2`); each asserts the host's defined answer, that a
+//! well-behaved client calling at the same time keeps getting right answers (the *bystander*),
+//! and, where the case is about memory, that the process's live heap (every byte allocated and
+//! not yet freed) grows by less than 64 MiB. Cases about memory run alone (a lock
 //! keeps the others out while they measure).
 //!
 //! Limits are small so that each case takes about a second: frame timeout 300 ms (the
@@ -16,14 +17,14 @@
 //! | `idle_timeout_closes_and_the_client_reconnects` | all | idle connection closed (keel-wire: GoAway "idle timeout"); the client's next call reconnects |
 //! | `when_every_connection_is_busy_a_newcomer_is_refused` | all | newcomer's connection closed, `refused` counted; calls in flight answered; served once one is idle |
 //! | `a_peer_that_never_reads_its_answers_is_bounded_and_closed` | all | host stops reading, closes after the frame timeout; memory bounded |
-//! | `pings_never_read_are_bounded_and_closed` | tcp, tcps, unix, h2c, https | the same, for Ping (keel-wire) / PING (HTTP/2) floods |
+//! | `pings_never_read_are_bounded_and_closed` | tcp, tcps, unix, http2, https | the same, for Ping (keel-wire) / PING (HTTP/2) floods |
 //! | `an_oversized_request_is_too_large_and_the_connection_kept` | all | TooLarge / 413; the next call on the same connection served |
 //! | `unknown_service_and_operation_are_reported` | all | UnknownService, UnknownOperation / 404; connection kept |
 //! | `bad_arguments_are_bad_request` | all | BadRequest / 400; connection kept |
 //! | `trailing_bytes_after_the_arguments_are_bad_request` | all | BadRequest / 400; connection kept |
 //! | `random_bytes_are_refused_and_closed` | all | connection closed (before and after the handshake) |
 //! | `three_thousand_connects_in_a_row_all_get_through` | all | all 3,000 (kept open) connect; under 1% wait a second (SYN retry) |
-//! | `one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle` | tcp, tcps, unix, h2c, https | Busy beyond the per-connection share; other connections served |
+//! | `one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle` | tcp, tcps, unix, http2, https | Busy beyond the per-connection share; other connections served |
 //! | `a_half_sent_frame_is_closed_after_the_frame_timeout` | tcp, tcps, unix | GoAway "not completed in time", close, `timed_out` |
 //! | `many_half_sent_frames_stay_within_the_receive_budget` | tcp, tcps, unix | all closed after the frame timeout; memory bounded |
 //! | `an_oversized_length_prefix_that_never_finishes_is_closed` | tcp, tcps, unix | TooLarge reply, then GoAway and close after the frame timeout |
@@ -39,16 +40,16 @@
 //! | `frames_for_unknown_calls_are_ignored` | tcp, tcps, unix | ignored; connection kept |
 //! | `a_call_the_host_refused_with_goaway_is_retried` | tcp, unix (a host by hand) | the client resends a call above GoAway's `last_call_id` on a new connection |
 //! | `an_upload_the_host_refused_is_resent_only_if_its_stream_had_not_started` | tcp, unix (a host by hand) | an upload above GoAway's `last_call_id` is resent, stream and all, if nothing was taken from its stream; else `shutting_down` ("cannot be sent again") |
-//! | `an_h2_request_refused_by_goaway_is_retried` | h2c (a host by hand) | the client resends a request above GOAWAY's last stream on a new connection |
-//! | `an_h2_upload_refused_by_goaway_is_resent_only_if_its_stream_had_not_started` | h2c (a host by hand) | the same for a streamed request body: resent whole if none of it was taken, else `shutting_down` |
-//! | `a_body_that_stops_midway_gets_408` | http1, h2c, https (both) | 408 (HTTP/1.1: and close) |
-//! | `many_partial_bodies_stay_within_the_receive_budget` | http1, h2c, https (both) | 408 each; memory bounded |
-//! | `a_huge_header_is_refused` | http1, h2c, https (both) | 431 (or reset/close) |
+//! | `an_h2_request_refused_by_goaway_is_retried` | http2 (a host by hand) | the client resends a request above GOAWAY's last stream on a new connection |
+//! | `an_h2_upload_refused_by_goaway_is_resent_only_if_its_stream_had_not_started` | http2 (a host by hand) | the same for a streamed request body: resent whole if none of it was taken, else `shutting_down` |
+//! | `a_body_that_stops_midway_gets_408` | http1, http2, https (both) | 408 (HTTP/1.1: and close) |
+//! | `many_partial_bodies_stay_within_the_receive_budget` | http1, http2, https (both) | 408 each; memory bounded |
+//! | `a_huge_header_is_refused` | http1, http2, https (both) | 431 (or reset/close) |
 //! | `a_slowloris_head_is_closed` | http1, https (HTTP/1.1) | closed after the frame timeout, `timed_out` counted |
 //! | `request_smuggling_gets_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); the smuggled request never runs |
 //! | `malformed_requests_get_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); nothing after it runs |
-//! | `h2_rapid_reset_leaves_the_host_responsive` | h2c, https (HTTP/2) | cancelled calls freed; host responsive |
-//! | `h2_settings_and_ping_floods_are_bounded` | h2c, https (HTTP/2) | host responsive; memory bounded |
+//! | `h2_rapid_reset_leaves_the_host_responsive` | http2, https (HTTP/2) | cancelled calls freed; host responsive |
+//! | `h2_settings_and_ping_floods_are_bounded` | http2, https (HTTP/2) | host responsive; memory bounded |
 //! | `tls_garbage_is_closed` | tcps, https | closed (at most a TLS alert); nothing registered |
 //! | `plaintext_to_a_tls_port_is_closed` | tcps, https | closed (at most a TLS alert) |
 #![cfg(all(feature = "http", feature = "tls"))]
@@ -67,7 +68,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use common::*;
 use http_body_util::BodyExt;
-use hyper::client::conn::http2;
+use hyper::client::conn::http2 as h2_conn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use keel_wire::{
     Codec, Frame, GoAway, Hello, HelloReply, Limits, Reply, Request, RequestFlags, StatusCode,
@@ -241,10 +242,8 @@ impl Bystander {
         // At least one call of the loop is answered (on a loaded machine a short case may end
         // before the bystander's first), then one more after the case.
         let answered = self.answered.clone();
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        while answered.load(Ordering::Relaxed) == 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // Not asserted here: the count below says whether it was.
+        let _ = eventually_within(PATIENCE, || answered.load(Ordering::Relaxed) > 0).await;
         self.stop.store(true, Ordering::Relaxed);
         let (ok, wrong) = self.task.await.unwrap();
         assert!(
@@ -310,15 +309,7 @@ impl MemoryWatch {
 
 /// Deterministic noise.
 fn garbage(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    XorShift::new(seed).bytes(n)
 }
 
 /// A fresh client's call succeeds.
@@ -767,9 +758,9 @@ fn whole(body: &[u8]) -> Trickle {
 }
 
 /// An HTTP/2 connection through hyper's client.
-async fn h2_client(b: Binding, url: &str) -> http2::SendRequest<Trickle> {
+async fn h2_client(b: Binding, url: &str) -> h2_conn::SendRequest<Trickle> {
     let io = open(b, url, &[ALPN_H2]).await;
-    let (tx, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+    let (tx, conn) = h2_conn::handshake(TokioExecutor::new(), TokioIo::new(io))
         .await
         .unwrap();
     tokio::spawn(conn);
@@ -783,7 +774,7 @@ fn h2_request(path: &str, content_type: &str, body: Trickle) -> hyper::Request<T
         .unwrap()
 }
 
-async fn h2_send(tx: &mut http2::SendRequest<Trickle>, req: hyper::Request<Trickle>) -> Resp {
+async fn h2_send(tx: &mut h2_conn::SendRequest<Trickle>, req: hyper::Request<Trickle>) -> Resp {
     tx.ready().await.unwrap();
     let response = tx.send_request(req).await.unwrap();
     let (parts, body) = response.into_parts();
@@ -801,7 +792,7 @@ async fn h2_send(tx: &mut http2::SendRequest<Trickle>, req: hyper::Request<Trick
 /// One HTTP connection of either version, for cases that only post.
 enum Http {
     H1(H1),
-    H2(http2::SendRequest<Trickle>),
+    H2(h2_conn::SendRequest<Trickle>),
 }
 
 impl Http {
@@ -2747,10 +2738,6 @@ async fn plaintext_to_a_tls_port_is_closed(b: Binding) {
     case.finish().await;
 }
 
-// ------------------------------------------------------------------------------------------
-// The matrix
-// ------------------------------------------------------------------------------------------
-
 trait BindingExt {
     fn is_wire(&self) -> bool;
 }
@@ -2761,160 +2748,70 @@ impl BindingExt for Binding {
     }
 }
 
-/// One test per case for binding `$b`.
-macro_rules! cases {
-    ($b:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                super::$case($b).await
-            }
-        )*
-    };
-}
+// ------------------------------------------------------------------------------------------
+// The matrix
+// ------------------------------------------------------------------------------------------
 
-macro_rules! every_binding {
-    ($b:expr) => {
-        cases!($b;
-            idle_connections_cannot_lock_newcomers_out,
-            sockets_that_never_handshake_cannot_lock_newcomers_out,
-            idle_timeout_closes_and_the_client_reconnects,
-            when_every_connection_is_busy_a_newcomer_is_refused,
-            a_peer_that_never_reads_its_answers_is_bounded_and_closed,
-            an_oversized_request_is_too_large_and_the_connection_kept,
-            unknown_service_and_operation_are_reported,
-            bad_arguments_are_bad_request,
-            trailing_bytes_after_the_arguments_are_bad_request,
-            random_bytes_are_refused_and_closed,
-            three_thousand_connects_in_a_row_all_get_through,
-        );
-    };
-}
-
-/// Bindings whose connections multiplex calls (keel-wire, HTTP/2).
-macro_rules! multiplexed {
-    ($b:expr) => {
-        cases!($b;
-            pings_never_read_are_bounded_and_closed,
-            one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle,
-        );
-    };
-}
-
-macro_rules! wire {
-    ($b:expr) => {
-        cases!($b;
-            a_half_sent_frame_is_closed_after_the_frame_timeout,
-            many_half_sent_frames_stay_within_the_receive_budget,
-            an_oversized_length_prefix_that_never_finishes_is_closed,
-            a_frame_trickled_byte_by_byte_is_closed,
-            a_handshake_that_never_completes_is_closed,
-            malformed_frames_get_goaway_and_close,
-            unknown_frame_types_are_skipped,
-            a_bad_handshake_magic_is_closed_quietly,
-            protocol_versions_are_negotiated_and_0_is_rejected,
-            host_only_frames_from_a_client_get_goaway_and_close,
-            an_http_request_to_a_keel_wire_port_is_closed_quietly,
-            a_call_id_already_in_flight_is_refused,
-            frames_for_unknown_calls_are_ignored,
-        );
-    };
-}
-
-macro_rules! http {
-    ($b:expr) => {
-        cases!($b;
-            a_body_that_stops_midway_gets_408,
-            many_partial_bodies_stay_within_the_receive_budget,
-            a_huge_header_is_refused,
-        );
-    };
-}
-
-macro_rules! http1 {
-    ($b:expr) => {
-        cases!($b;
-            a_slowloris_head_is_closed,
-            request_smuggling_gets_400_and_close,
-            malformed_requests_get_400_and_close,
-        );
-    };
-}
-
-macro_rules! http2 {
-    ($b:expr) => {
-        cases!($b;
-            h2_rapid_reset_leaves_the_host_responsive,
-            h2_settings_and_ping_floods_are_bounded,
-        );
-    };
-}
-
-macro_rules! tls {
-    ($b:expr) => {
-        cases!($b; tls_garbage_is_closed, plaintext_to_a_tls_port_is_closed);
-    };
-}
-
-/// Cases with a host written by hand (plain sockets: no TLS).
-macro_rules! by_hand {
-    ($b:expr) => {
-        cases!($b;
-            a_call_the_host_refused_with_goaway_is_retried,
-            an_upload_the_host_refused_is_resent_only_if_its_stream_had_not_started,
-        );
-    };
-}
-
-mod tcp {
-    use super::*;
-    by_hand!(Binding::Tcp);
-    every_binding!(Binding::Tcp);
-    multiplexed!(Binding::Tcp);
-    wire!(Binding::Tcp);
-}
-
-mod tcps {
-    use super::*;
-    every_binding!(Binding::Tcps);
-    multiplexed!(Binding::Tcps);
-    wire!(Binding::Tcps);
-    tls!(Binding::Tcps);
-}
-
-mod unix {
-    use super::*;
-    by_hand!(Binding::Unix);
-    every_binding!(Binding::Unix);
-    multiplexed!(Binding::Unix);
-    wire!(Binding::Unix);
-}
-
-mod http1 {
-    use super::*;
-    every_binding!(Binding::Http1);
-    http!(Binding::Http1);
-    http1!(Binding::Http1);
-}
-
-mod h2c {
-    use super::*;
-    cases!(Binding::Http2;
-        an_h2_request_refused_by_goaway_is_retried,
-        an_h2_upload_refused_by_goaway_is_resent_only_if_its_stream_had_not_started,
-    );
-    every_binding!(Binding::Http2);
-    multiplexed!(Binding::Http2);
-    http!(Binding::Http2);
-    http2!(Binding::Http2);
-}
-
-mod https {
-    use super::*;
-    every_binding!(Binding::Https);
-    multiplexed!(Binding::Https);
-    http!(Binding::Https);
-    http1!(Binding::Https);
-    http2!(Binding::Https);
-    tls!(Binding::Https);
+common::binding_matrix! {
+    [] {
+        async fn idle_connections_cannot_lock_newcomers_out;
+        async fn sockets_that_never_handshake_cannot_lock_newcomers_out;
+        async fn idle_timeout_closes_and_the_client_reconnects;
+        async fn when_every_connection_is_busy_a_newcomer_is_refused;
+        async fn a_peer_that_never_reads_its_answers_is_bounded_and_closed;
+        async fn an_oversized_request_is_too_large_and_the_connection_kept;
+        async fn unknown_service_and_operation_are_reported;
+        async fn bad_arguments_are_bad_request;
+        async fn trailing_bytes_after_the_arguments_are_bad_request;
+        async fn random_bytes_are_refused_and_closed;
+        async fn three_thousand_connects_in_a_row_all_get_through;
+    }
+    // Bindings whose connections multiplex calls (keel-wire, HTTP/2).
+    [multiplexed] {
+        async fn pings_never_read_are_bounded_and_closed;
+        async fn one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle;
+    }
+    [wire] {
+        async fn a_half_sent_frame_is_closed_after_the_frame_timeout;
+        async fn many_half_sent_frames_stay_within_the_receive_budget;
+        async fn an_oversized_length_prefix_that_never_finishes_is_closed;
+        async fn a_frame_trickled_byte_by_byte_is_closed;
+        async fn a_handshake_that_never_completes_is_closed;
+        async fn malformed_frames_get_goaway_and_close;
+        async fn unknown_frame_types_are_skipped;
+        async fn a_bad_handshake_magic_is_closed_quietly;
+        async fn protocol_versions_are_negotiated_and_0_is_rejected;
+        async fn host_only_frames_from_a_client_get_goaway_and_close;
+        async fn an_http_request_to_a_keel_wire_port_is_closed_quietly;
+        async fn a_call_id_already_in_flight_is_refused;
+        async fn frames_for_unknown_calls_are_ignored;
+    }
+    [http] {
+        async fn a_body_that_stops_midway_gets_408;
+        async fn many_partial_bodies_stay_within_the_receive_budget;
+        async fn a_huge_header_is_refused;
+    }
+    [http1] {
+        async fn a_slowloris_head_is_closed;
+        async fn request_smuggling_gets_400_and_close;
+        async fn malformed_requests_get_400_and_close;
+    }
+    [http2] {
+        async fn h2_rapid_reset_leaves_the_host_responsive;
+        async fn h2_settings_and_ping_floods_are_bounded;
+    }
+    [tls] {
+        async fn tls_garbage_is_closed;
+        async fn plaintext_to_a_tls_port_is_closed;
+    }
+    // Cases with a host written by hand (plain sockets: no TLS).
+    [wire plain] {
+        async fn a_call_the_host_refused_with_goaway_is_retried;
+        async fn an_upload_the_host_refused_is_resent_only_if_its_stream_had_not_started;
+    }
+    // An HTTP/2 host written by hand (no TLS).
+    [http2 plain] {
+        async fn an_h2_request_refused_by_goaway_is_retried;
+        async fn an_h2_upload_refused_by_goaway_is_resent_only_if_its_stream_had_not_started;
+    }
 }

@@ -2,7 +2,7 @@
 //! connection's state, so the connection stays open and carries nothing) is found by the
 //! client's keepalive, not by waiting out a call's deadline.
 //!
-//! The proxy here stands in for that middlebox: it forwards a connection until told to
+//! The proxy ([`common::Proxy`]) stands in for that middlebox: it forwards a connection until told to
 //! blackhole it, then swallows everything both ways and keeps it open, while new connections
 //! pass as before. TCP sees nothing wrong (the proxy acknowledges every byte), so only keel's
 //! own pings can tell.
@@ -13,104 +13,10 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{host, ProbeClient};
+use common::{eventually_within, host, ProbeClient, Proxy};
 use keel::{Channel, StatusCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// A TCP proxy that can silently blackhole the connections it carries.
-struct Blackhole {
-    addr: SocketAddr,
-    /// One flag per connection accepted: set, it forwards nothing more.
-    conns: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
-}
-
-impl Blackhole {
-    async fn start(target: &str) -> Blackhole {
-        let target: SocketAddr = target.trim_start_matches("tcp://").parse().unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let conns: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
-        let registry = conns.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                let Ok(outbound) = TcpStream::connect(target).await else {
-                    continue;
-                };
-                let dead = Arc::new(AtomicBool::new(false));
-                registry.lock().unwrap().push(dead.clone());
-                let (ci, co) = inbound.into_split();
-                let (hi, ho) = outbound.into_split();
-                tokio::spawn(pipe(ci, ho, dead.clone()));
-                tokio::spawn(pipe(hi, co, dead));
-            }
-        });
-        Blackhole { addr, conns }
-    }
-
-    fn url(&self) -> String {
-        format!("tcp://{}", self.addr)
-    }
-
-    /// Every connection open now carries nothing more, either way, and stays open.
-    fn blackhole_existing(&self) {
-        for dead in self.conns.lock().unwrap().iter() {
-            dead.store(true, Ordering::SeqCst);
-        }
-    }
-
-    fn accepted(&self) -> usize {
-        self.conns.lock().unwrap().len()
-    }
-}
-
-/// Copies `from` to `to` until `dead` is set; then reads and drops everything (as a path that
-/// lost the connection's state would), and never closes.
-async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    dead: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if dead.load(Ordering::SeqCst) {
-            continue;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-    if !dead.load(Ordering::SeqCst) {
-        let _ = to.shutdown().await;
-    } else {
-        // Keep the other side open: a blackholed path sends no FIN either.
-        std::future::pending::<()>().await;
-    }
-}
-
-/// Polls `cond` every 50 ms for up to `limit`.
-async fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cond()
-}
 
 /// The case, with default settings: an idle connection is blackholed. The client's
 /// keepalive ping (after 20 s of quiet) goes unanswered, so the connection is dropped 1 s
@@ -118,8 +24,8 @@ async fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 #[tokio::test]
 async fn an_idle_connection_dropped_silently_is_replaced_before_the_next_call() {
     let host = host();
-    let proxy = Blackhole::start(host.url()).await;
-    let channel = Channel::new(&proxy.url()).unwrap();
+    let proxy = Proxy::start(host.url()).await;
+    let channel = Channel::new(proxy.url()).unwrap();
     let client = ProbeClient::new(channel.clone());
     assert_eq!(client.echo("before".into()).await.unwrap(), "before");
     proxy.blackhole_existing();
@@ -127,7 +33,7 @@ async fn an_idle_connection_dropped_silently_is_replaced_before_the_next_call() 
 
     // Interval (20 s) plus timeout (1 s), with room for a slow machine.
     assert!(
-        within(Duration::from_secs(40), || channel.stats().connections_open
+        eventually_within(Duration::from_secs(40), || channel.stats().connections_open
             == 0)
         .await,
         "the dead connection is still open after {:?}: {:?}",
@@ -161,8 +67,8 @@ async fn an_idle_connection_dropped_silently_is_replaced_before_the_next_call() 
 #[tokio::test]
 async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
     let host = host();
-    let proxy = Blackhole::start(host.url()).await;
-    let channel = Channel::new(&proxy.url()).unwrap();
+    let proxy = Proxy::start(host.url()).await;
+    let channel = Channel::new(proxy.url()).unwrap();
     let client = ProbeClient::new(channel.clone());
     assert_eq!(client.echo("before".into()).await.unwrap(), "before");
     proxy.blackhole_existing();
@@ -204,7 +110,7 @@ async fn a_quiet_but_live_connection_is_kept() {
         },
         "tcp://127.0.0.1:0",
     );
-    let proxy = Blackhole::start(host.url()).await;
+    let proxy = Proxy::start(host.url()).await;
     let keepalive = keel::Keepalive {
         interval: Duration::from_millis(300),
         timeout: Duration::from_millis(200),
@@ -226,7 +132,7 @@ async fn a_quiet_but_live_connection_is_kept() {
         async move { client.sleep_async_ms(30_000).await }
     });
     assert!(
-        within(Duration::from_secs(10), || host.stats().calls_in_flight
+        eventually_within(Duration::from_secs(10), || host.stats().calls_in_flight
             == 1)
         .await
     );
@@ -272,8 +178,8 @@ async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
         .endpoint("tcp://127.0.0.1:0")
         .start()
         .unwrap();
-    let proxy = Blackhole::start(host.url()).await;
-    let channel = Channel::new(&proxy.url()).unwrap();
+    let proxy = Proxy::start(host.url()).await;
+    let channel = Channel::new(proxy.url()).unwrap();
     let store = StoreClient::new(channel.clone());
     assert_eq!(store.get("a".into()).await.unwrap(), "value of a");
     proxy.blackhole_existing();
@@ -298,8 +204,8 @@ async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
 #[tokio::test]
 async fn http2_pings_find_a_silent_drop_too() {
     let host = common::host_with(|h| h, "http://127.0.0.1:0");
-    let proxy = Blackhole::start(&host.url().replace("http://", "tcp://")).await;
-    let channel = Channel::builder(format!("http://{}", proxy.addr))
+    let proxy = Proxy::start(host.url()).await;
+    let channel = Channel::builder(proxy.url())
         .http_version(keel::HttpVersion::Http2)
         .keepalive(Some(keel::Keepalive {
             interval: Duration::from_millis(500),
@@ -314,7 +220,7 @@ async fn http2_pings_find_a_silent_drop_too() {
     assert_eq!(channel.stats().connections_open, 1);
     proxy.blackhole_existing();
     assert!(
-        within(Duration::from_secs(20), || channel.stats().connections_open
+        eventually_within(Duration::from_secs(20), || channel.stats().connections_open
             == 0)
         .await,
         "{:?}",
@@ -336,8 +242,8 @@ fn without_keepalive(url: &str) -> (Channel, ProbeClient) {
 #[tokio::test]
 async fn a_call_nobody_answers_times_out_at_its_deadline() {
     let host = host();
-    let proxy = Blackhole::start(host.url()).await;
-    let (_channel, client) = without_keepalive(&proxy.url());
+    let proxy = Proxy::start(host.url()).await;
+    let (_channel, client) = without_keepalive(proxy.url());
     assert_eq!(client.echo("before".into()).await.unwrap(), "before");
     proxy.blackhole_existing();
     for deadline in [Duration::from_millis(200), Duration::from_millis(400)] {
@@ -365,8 +271,8 @@ async fn a_call_nobody_answers_times_out_at_its_deadline() {
 #[tokio::test]
 async fn a_short_deadline_behind_a_long_one_fires_on_time() {
     let host = host();
-    let proxy = Blackhole::start(host.url()).await;
-    let (_channel, client) = without_keepalive(&proxy.url());
+    let proxy = Proxy::start(host.url()).await;
+    let (_channel, client) = without_keepalive(proxy.url());
     assert_eq!(client.echo("before".into()).await.unwrap(), "before");
     proxy.blackhole_existing();
     let long = tokio::spawn({

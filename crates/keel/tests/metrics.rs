@@ -6,11 +6,15 @@
 //! per-operation series are its own.
 #![cfg(feature = "prometheus")]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::eventually_blocking;
 
 /// Blocking operations that hold their pool thread until the test opens the gate.
 #[keel::contract]
@@ -105,15 +109,6 @@ fn must(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     value(text, name, labels).unwrap_or_else(|| panic!("no series {name}{labels:?} in:\n{text}"))
 }
 
-/// Waits (bounded) until `done` holds.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn metrics_during_a_burst_of_blocking_calls() {
     const BURST: usize = 12;
@@ -136,9 +131,12 @@ fn metrics_during_a_burst_of_blocking_calls() {
             })
             .collect();
         // Every call of the burst holds a pool thread: none waits for another to finish.
-        wait_until("the whole burst runs", || {
-            STARTED.load(Ordering::SeqCst) == BURST
-        });
+        assert!(
+            eventually_blocking(Duration::from_secs(60), || {
+                STARTED.load(Ordering::SeqCst) == BURST
+            }),
+            "timed out waiting until the whole burst runs"
+        );
 
         let (status, text) = get(&admin, "/metrics");
         assert_eq!(status, 200);
@@ -215,9 +213,12 @@ fn metrics_during_a_burst_of_blocking_calls() {
 
     // The burst shared one connection: as it closes, it reports every call.
     drop(client);
-    wait_until("the connection closes", || {
-        host.stats().connections_open == 0
-    });
+    assert!(
+        eventually_blocking(Duration::from_secs(60), || {
+            host.stats().connections_open == 0
+        }),
+        "timed out waiting until the connection closes"
+    );
     let (_, text) = get(&admin, "/metrics");
     let tcp = [("binding", "tcp")];
     assert!(must(&text, "keel_server_connection_calls_sum", &tcp) >= BURST as f64);
@@ -303,7 +304,10 @@ fn readyz_fails_during_the_drain_grace_while_calls_succeed() {
     assert_eq!(client.ping(1).unwrap(), 1);
 
     let shutdown = std::thread::spawn(move || host.shutdown());
-    wait_until("/readyz answers 503", || get(&admin, "/readyz").0 == 503);
+    assert!(
+        eventually_blocking(Duration::from_secs(60), || get(&admin, "/readyz").0 == 503),
+        "timed out waiting until /readyz answers 503"
+    );
     // During the grace the host still serves, on the open connection and on new ones, and
     // the process is still live.
     assert_eq!(client.ping(2).unwrap(), 2);

@@ -396,11 +396,9 @@ fn a_ping_flood_is_sent_away_but_pings_with_calls_are_not() {
 
 /// Waits (up to 10 s) until the host counts no open connection.
 fn no_connection_left(host: &keel::Host) -> bool {
-    let start = std::time::Instant::now();
-    while host.stats().connections_open > 0 && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    host.stats().connections_open == 0
+    common::eventually_blocking(Duration::from_secs(10), || {
+        host.stats().connections_open == 0
+    })
 }
 
 /// A client that stops answering (it vanished, or the path to it did) is closed by the host's

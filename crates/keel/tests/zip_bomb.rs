@@ -9,9 +9,12 @@
 //!
 //! The tests take turns (a lock), since the allocator's counters are the whole process's.
 
+mod common;
+
 use std::io::{self, Write};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use common::XorShift;
 use keel::__private::{decompress, DecompressError};
 use keel::Compression;
 use peak_alloc::PeakAlloc;
@@ -144,12 +147,10 @@ fn text(n: usize) -> Vec<u8> {
         "the", "call", "host", "keel", "latency", "stays", "flat", "under", "load", "and", "every",
         "reply", "is", "bounded", "by", "its", "budget", "when", "a", "burst", "arrives",
     ];
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rng = XorShift::new(1);
     let mut out = Vec::with_capacity(n + 16);
     while out.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         out.extend_from_slice(WORDS[(x % WORDS.len() as u64) as usize].as_bytes());
         out.push(b' ');
     }

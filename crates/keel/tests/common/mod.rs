@@ -1,5 +1,14 @@
-//! A contract with one operation per behaviour the tests need, and its implementation.
-#![allow(dead_code, missing_docs, unreachable_pub)]
+//! What the integration tests share: a contract with one operation per behaviour the tests
+//! need and its implementation, the bindings ([`Binding`]) and the matrix that runs a test on
+//! each ([`binding_matrix!`]), one polling helper ([`eventually`]), one TCP proxy ([`Proxy`]),
+//! one host in a child process ([`ChildHost`]) and one generator of test noise ([`XorShift`]).
+#![allow(
+    dead_code,
+    missing_docs,
+    unreachable_pub,
+    unused_imports,
+    unused_macros
+)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -7,6 +16,18 @@ use std::time::Duration;
 
 use keel::ByteStream;
 use serde::{Deserialize, Serialize};
+
+pub mod child;
+pub mod matrix;
+pub mod poll;
+pub mod proxy;
+pub mod rng;
+
+pub use child::{free_port, serve_child_host, ChildHost};
+pub(crate) use matrix::binding_matrix;
+pub use poll::{eventually, eventually_blocking, eventually_within};
+pub use proxy::Proxy;
+pub use rng::XorShift;
 
 /// The byte at offset `i` of every test stream.
 pub fn pattern(i: u64) -> u8 {
@@ -287,8 +308,8 @@ pub fn host() -> keel::Host {
     host_with(|h| h, "tcp://127.0.0.1:0")
 }
 
-/// A binding under test: how a host listens and how a client connects. The matrix in
-/// `bindings.rs` runs every behaviour test once per variant.
+/// A binding under test: how a host listens and how a client connects. [`binding_matrix!`]
+/// runs a test once per variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Binding {
     Tcp,
@@ -426,17 +447,6 @@ impl Binding {
     pub fn multiplexed(self) -> bool {
         self != Binding::Http1
     }
-}
-
-/// Polls `cond` every 5 ms for up to 10 s.
-pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..2000 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    false
 }
 
 /// Arguments as keel's clients encode them (protocol version 2): MessagePack, a map of the
