@@ -124,29 +124,6 @@ pub(crate) struct Outgoing {
     pub(crate) fresh: bool,
 }
 
-impl Outgoing {
-    /// A copy to send again, for a call without a request stream (a stream cannot be sent
-    /// twice).
-    pub(crate) fn try_clone(&self) -> Option<Outgoing> {
-        if self.upload.is_some() {
-            return None;
-        }
-        Some(Outgoing {
-            service: self.service,
-            operation: self.operation,
-            one_way: self.one_way,
-            metadata: self.metadata.clone(),
-            body: self.body.clone(),
-            compression: self.compression,
-            accepts_compressed: self.accepts_compressed,
-            upload: None,
-            download: self.download,
-            idempotent: self.idempotent,
-            fresh: self.fresh,
-        })
-    }
-}
-
 /// A successful answer: the reply and its metadata.
 #[derive(Debug)]
 pub(crate) struct Replied {
@@ -165,19 +142,17 @@ pub(crate) type Answer = Result<Result<Replied, Status>, Error>;
 /// again).
 pub(crate) type StreamBack = tokio::sync::oneshot::Receiver<Option<ByteStream>>;
 
-/// What happened to one attempt of a call, as a binding reports it. The binding never sends a
-/// call again itself: the channel's attempt loop (`client/attempts.rs`) decides whether and
-/// where it goes next.
+/// What happened to one attempt of a call, as a binding reports it. The binding borrows the
+/// call for the attempt and never sends it again itself: the channel's attempt loop
+/// (`client/pipeline.rs`) decides whether and where it goes next.
 #[derive(Debug)]
 pub(crate) enum Attempt {
     /// The host answered, or the call failed in a way after which it may have run (the
     /// connection was lost once the request had left, the deadline passed, ...).
     Answered(Answer),
     /// The host did not run the call: it may go to another connection as it is. A request
-    /// stream that had been handed to the binding comes back through `stream_back`.
+    /// stream the binding had taken from the call comes back through `stream_back`.
     Again {
-        /// The call, whole but for a request stream that is coming back.
-        call: Outgoing,
         /// The request stream, when the binding had taken it.
         stream_back: Option<StreamBack>,
         /// Why it was not run.
@@ -201,10 +176,9 @@ pub(crate) enum Again {
 }
 
 impl Attempt {
-    /// The call, given back because the binding did not send it (`why`).
-    pub(crate) fn again(call: Outgoing, why: Again) -> Attempt {
+    /// The call was not run (`why`), its request stream, if any, still in it.
+    pub(crate) fn again(why: Again) -> Attempt {
         Attempt::Again {
-            call,
             stream_back: None,
             why,
         }
@@ -227,10 +201,11 @@ pub(crate) struct ConnCounts {
 
 /// The client side of a binding: carries one channel's calls to its host.
 pub(crate) trait ClientTransport: Send + Sync + std::fmt::Debug {
-    /// Makes one attempt of a call: sends it once and waits for its answer until `deadline`,
-    /// or gives it back unrun (see [`Attempt`]). The deadline bounds the call until its reply
-    /// (or a streamed reply's head) arrives.
-    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt>;
+    /// Makes one attempt of `call`: sends it once and waits for its answer until `deadline`,
+    /// or says why it did not run (see [`Attempt`]). The deadline bounds the call until its
+    /// reply (or a streamed reply's head) arrives. The call is only borrowed: it stays whole
+    /// for the next attempt, but for a request stream the binding takes.
+    fn attempt<'a>(&'a self, call: &'a mut Outgoing, deadline: Instant) -> BoxFuture<'a, Attempt>;
     /// How many hosts a call that found no connection may try in all (a balanced channel's
     /// members; 1 for one URL).
     fn hosts(&self) -> usize {
@@ -266,7 +241,7 @@ impl Client {
     /// request with those, sparing a clock read, if nothing waited since.
     pub(crate) async fn attempt(
         &self,
-        call: Outgoing,
+        call: &mut Outgoing,
         deadline: Instant,
         started: Option<(Instant, Duration)>,
     ) -> Attempt {

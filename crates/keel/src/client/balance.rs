@@ -298,7 +298,7 @@ impl Balancer {
     /// could be made to is left out for a while, so that the channel's next attempt (its
     /// attempt loop sends such a call to another member, idempotent or not: nothing was sent)
     /// goes elsewhere.
-    async fn attempt(self: Arc<Self>, call: Outgoing, deadline: Instant) -> Attempt {
+    async fn attempt(self: Arc<Self>, call: &mut Outgoing, deadline: Instant) -> Attempt {
         let members = match self.fresh_members().await {
             Ok(members) => members,
             Err(e) => return Attempt::Answered(Err(e)),
@@ -365,7 +365,7 @@ async fn expand(target: &Endpoint) -> Result<Vec<Endpoint>, Error> {
 pub(crate) struct Balanced(pub(crate) Arc<Balancer>);
 
 impl ClientTransport for Balanced {
-    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt> {
+    fn attempt<'a>(&'a self, call: &'a mut Outgoing, deadline: Instant) -> BoxFuture<'a, Attempt> {
         Box::pin(self.0.clone().attempt(call, deadline))
     }
 

@@ -2,7 +2,7 @@
 //! and the attempt loop, the only place where keel sends a call again.
 //!
 //! A binding makes one attempt at a time and reports what happened to it ([`Attempt`]); the
-//! loop in [`Channel::run`] decides what comes next:
+//! loop in `Channel::run` decides what comes next:
 //!
 //! | what happened to the attempt | what the loop does | re-sends at most |
 //! |---|---|---|
@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{retry, CallOptions, Channel};
-use crate::bindings::{Again, Answer, Attempt, Outgoing};
+use crate::bindings::{Again, Answer, Attempt, Client, Outgoing};
 use crate::core::compress::{self, DecompressError};
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
@@ -43,9 +43,13 @@ struct Spent {
 
 impl Channel {
     /// Every call's path from its options to its answer: the channel's default metadata and the
-    /// call's, the interceptors, the metadata size check, compression, the attempts, and the
+    /// call's, the interceptors, the metadata size check, compression, the attempt loop, and the
     /// reply's decompression and metadata. `started`: when the call started (its deadline is
     /// that plus its time budget).
+    ///
+    /// The loop is written here, not in a function of its own, and awaits keel-wire's attempt
+    /// without `Client::attempt`: each `async fn` level on this path costs every call the
+    /// moves of its state (callgrind counted ~500 instructions a call for two such levels).
     pub(super) async fn run(
         &self,
         mut call: Outgoing,
@@ -54,7 +58,6 @@ impl Channel {
     ) -> Answer {
         let budget = self.begin(&mut call, options);
         let deadline = started + budget;
-        let (service, operation) = (call.service, call.operation);
         let intercepted = match self.before(&mut call) {
             Ok(seen) => seen,
             Err((seen, refused)) => {
@@ -67,13 +70,46 @@ impl Channel {
         let mut answer = match check_metadata_size(&call) {
             Ok(()) => {
                 self.compress(&mut call);
-                // The start doubles as the request's send time, and the budget as its remaining
-                // deadline, if nothing waits before it is sent.
-                self.attempts(call, deadline, Some((started, budget))).await
+                let may_retry = self.may_retry(&call);
+                let mut spent = Spent::default();
+                // The start doubles as the first request's send time, and the budget as its
+                // remaining deadline, if nothing waits before it is sent.
+                let mut sent = Some((started, budget));
+                loop {
+                    let attempt = match &self.inner.transport {
+                        Client::Wire(wire) => {
+                            wire.attempt_inner(&mut call, deadline, sent.take()).await
+                        }
+                        Client::Other(transport) => transport.attempt(&mut call, deadline).await,
+                    };
+                    let answer = match attempt {
+                        Attempt::Answered(answer) => answer,
+                        Attempt::Again { stream_back, why } => {
+                            let again =
+                                self.again(&mut call, stream_back, why, deadline, &mut spent);
+                            // Boxed: rare, and its state would weigh on every call's future.
+                            match Box::pin(again).await {
+                                Ok(()) => continue,
+                                // No re-send left for this reason: the call's answer, which may
+                                // still be retried (the call did not run).
+                                Err(answer) => answer,
+                            }
+                        }
+                    };
+                    if !may_retry {
+                        break answer;
+                    }
+                    match self.retry_wait(&answer, &mut spent, deadline, &call) {
+                        // Boxed: a rare wait, whose timer every call's future would otherwise
+                        // carry.
+                        Some(wait) => Box::pin(tokio::time::sleep(wait)).await,
+                        None => break answer,
+                    }
+                }
             }
             Err(e) => Err(e),
         };
-        if let Err(e) = self.decompress_reply(&mut answer, service, operation) {
+        if let Err(e) = self.decompress_reply(&mut answer, call.service, call.operation) {
             answer = Err(e);
         }
         self.store_reply_metadata(&answer, options);
@@ -81,68 +117,17 @@ impl Channel {
         answer
     }
 
-    /// The attempt loop (see the module docs): attempts of `call` until one is final.
-    async fn attempts(
-        &self,
-        mut call: Outgoing,
-        deadline: Instant,
-        mut started: Option<(Instant, Duration)>,
-    ) -> Answer {
-        let may_retry = self.may_retry(&call);
-        let mut spent = Spent::default();
-        loop {
-            // A copy for a retry (a call without a request stream, by `may_retry`).
-            let copy = may_retry.then(|| call.try_clone()).flatten();
-            let attempt = self
-                .inner
-                .transport
-                .attempt(call, deadline, started.take())
-                .await;
-            let (answer, again) = match attempt {
-                Attempt::Answered(answer) => (answer, copy),
-                Attempt::Again {
-                    call: unrun,
-                    stream_back,
-                    why,
-                } => match self
-                    .again(unrun, stream_back, why, deadline, &mut spent)
-                    .await
-                {
-                    Ok(unrun) => {
-                        call = unrun;
-                        continue;
-                    }
-                    // No re-send left for this reason: the call's answer, which may still be
-                    // retried (the call was not run, so it is whole).
-                    Err((answer, unrun)) => (answer, unrun.filter(|_| may_retry)),
-                },
-            };
-            let Some(again) = again else {
-                return answer;
-            };
-            match self.retry_wait(&answer, &mut spent, deadline, &again) {
-                Some(wait) => {
-                    // Boxed: a rare wait, whose timer every call's future would otherwise
-                    // carry.
-                    Box::pin(tokio::time::sleep(wait)).await;
-                    call = again;
-                }
-                None => return answer,
-            }
-        }
-    }
-
-    /// An attempt did not run `call` (`why`): the call to send next, with its request stream
-    /// back from `stream_back`; or, with no re-send left for `why` (or a stream that had
-    /// started), the call's answer, and the call if it is whole.
+    /// An attempt did not run `call` (`why`): gets its request stream back from `stream_back`
+    /// for the next attempt; or, with no re-send left for `why` (or a stream that had started),
+    /// the call's answer.
     async fn again(
         &self,
-        mut call: Outgoing,
+        call: &mut Outgoing,
         stream_back: Option<crate::bindings::StreamBack>,
         why: Again,
         deadline: Instant,
         spent: &mut Spent,
-    ) -> Result<Outgoing, (Answer, Option<Outgoing>)> {
+    ) -> Result<(), Answer> {
         let url = &self.inner.url;
         let give_up = match why {
             Again::NoConnection(e) => {
@@ -173,28 +158,25 @@ impl Channel {
             }
         };
         if let Some(stream_back) = stream_back {
-            // Boxed: rare, and its timer would otherwise weigh on every call's future.
-            let back = Box::pin(tokio::time::timeout_at(deadline.into(), stream_back)).await;
-            match back {
+            match tokio::time::timeout_at(deadline.into(), stream_back).await {
                 Ok(Ok(Some(stream))) => call.upload = Some(stream),
                 Ok(_) => {
                     let (service, operation) = (call.service, call.operation);
-                    let status = Status::new(
+                    return Err(Ok(Err(Status::new(
                         StatusCode::ShuttingDown,
                         format!(
                             "{service}.{operation}: the host went away without processing the \
                              call, and its request stream had started, so it cannot be sent \
                              again"
                         ),
-                    );
-                    return Err((Ok(Err(status)), None));
+                    ))));
                 }
-                Err(_) => return Err((Err(timed_out(&call)), None)),
+                Err(_) => return Err(Err(timed_out(call))),
             }
         }
         match give_up {
-            Some(answer) => Err((answer, Some(call))),
-            None => Ok(call),
+            Some(answer) => Err(answer),
+            None => Ok(()),
         }
     }
 
@@ -445,7 +427,11 @@ mod tests {
     struct Fake(std::sync::Arc<Script>);
 
     impl ClientTransport for Fake {
-        fn attempt(&self, call: Outgoing, _deadline: Instant) -> BoxFuture<'_, Attempt> {
+        fn attempt<'a>(
+            &'a self,
+            _call: &'a mut Outgoing,
+            _deadline: Instant,
+        ) -> BoxFuture<'a, Attempt> {
             *self.0.attempts.lock().unwrap() += 1;
             let step = self
                 .0
@@ -455,12 +441,12 @@ mod tests {
                 .pop_front()
                 .unwrap_or(*self.0.last.lock().unwrap());
             let attempt = match step {
-                Step::NotSent => Attempt::again(call, Again::NotSent),
-                Step::Unprocessed => Attempt::again(call, Again::Unprocessed),
-                Step::NoConnection => Attempt::again(
-                    call,
-                    Again::NoConnection(Error::new(Kind::Connect, "connection refused")),
-                ),
+                Step::NotSent => Attempt::again(Again::NotSent),
+                Step::Unprocessed => Attempt::again(Again::Unprocessed),
+                Step::NoConnection => Attempt::again(Again::NoConnection(Error::new(
+                    Kind::Connect,
+                    "connection refused",
+                ))),
                 Step::Answer(StatusCode::Ok) => {
                     Attempt::Answered(Ok(Ok(crate::bindings::Replied {
                         payload: Payload::Body(Bytes::new()),

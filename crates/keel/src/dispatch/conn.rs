@@ -74,6 +74,7 @@ impl ReplyTo {
     }
 
     /// Delivers `answer` to call `call_id` of `out`'s connection, where it goes.
+    #[inline]
     fn send(self, out: &dyn Responder, call_id: u64, answer: HostAnswer) {
         match self {
             ReplyTo::Connection => out.reply(call_id, answer),

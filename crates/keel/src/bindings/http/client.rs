@@ -209,10 +209,9 @@ impl HttpClient {
     /// [`ClientTransport::attempt`]).
     ///
     /// The deadline bounds the call until the answer's head arrives; a streamed answer then
-    /// flows until it ends or the caller drops it. A call the host refused unprocessed, or
-    /// that never left, is given back, its request stream coming back unless a chunk of it was
-    /// taken.
-    async fn attempt_inner(&self, mut call: Outgoing, deadline: Instant) -> Attempt {
+    /// flows until it ends or the caller drops it. For a call the host refused unprocessed, or
+    /// that never left, the request stream comes back unless a chunk of it was taken.
+    async fn attempt_inner(&self, call: &mut Outgoing, deadline: Instant) -> Attempt {
         let proto = self.proto();
         let (service, operation) = (call.service, call.operation);
         let made = self.request(
@@ -248,11 +247,7 @@ impl HttpClient {
                 )))
             }
         };
-        Attempt::Again {
-            call,
-            stream_back,
-            why,
-        }
+        Attempt::Again { stream_back, why }
     }
 
     /// A call over HTTP/1.1: an idle pooled connection, or a new one below the cap, or wait.
@@ -753,7 +748,7 @@ fn unprocessed<B>(response: &Response<B>) -> bool {
 }
 
 impl ClientTransport for HttpClient {
-    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt> {
+    fn attempt<'a>(&'a self, call: &'a mut Outgoing, deadline: Instant) -> BoxFuture<'a, Attempt> {
         Box::pin(self.attempt_inner(call, deadline))
     }
 

@@ -161,16 +161,16 @@ impl Conn {
         }
     }
 
-    /// One attempt: sends the call and waits for its answer until `deadline`. Gives the call
-    /// back unsent if the connection takes no new calls (the host said GoAway), and also after
-    /// it was sent if the host's GoAway says it did not process it (its id is above the
-    /// GoAway's `last_call_id`), with its request stream coming back from the pump.
+    /// One attempt: sends the call and waits for its answer until `deadline`. Says it did not
+    /// run if the connection takes no new calls (the host said GoAway), and also after it was
+    /// sent if the host's GoAway says it did not process it (its id is above the GoAway's
+    /// `last_call_id`), with its request stream coming back from the pump.
     ///
     /// `now`: the time the call is sent at, read by the caller; `remaining`: what is left of
     /// `deadline` then, the request's deadline budget.
     pub(crate) async fn attempt(
         &self,
-        mut call: Outgoing,
+        call: &mut Outgoing,
         deadline: Instant,
         now: Instant,
         remaining: Duration,
@@ -189,7 +189,7 @@ impl Conn {
             Ok(m) => m,
             Err(e) => return Attempt::Answered(Err(Error::new(Kind::TooLarge, e.to_string()))),
         };
-        // The call stays whole (to be given back) but for its stream, which goes to the pump.
+        // The call stays whole (for another attempt) but for its stream, which goes to the pump.
         let upload = call.upload.take();
         let (service, operation) = (call.service, call.operation);
         let (slot, cell) = ReplySlot::new(deadline);
@@ -232,7 +232,7 @@ impl Conn {
                 Err(NotSent::Rejected(CallRejected::GoingAway)) => {
                     // The host said GoAway: it processes no new call here.
                     call.upload = upload;
-                    return Attempt::again(call, Again::Unprocessed);
+                    return Attempt::again(Again::Unprocessed);
                 }
                 Err(NotSent::Rejected(CallRejected::Closed(reason))) => {
                     return Attempt::Answered(Err(Error::new(Kind::Connection, reason)))
@@ -281,7 +281,6 @@ impl Conn {
             Delivery::Closed => Err(Error::new(Kind::Connection, "connection closed")),
             Delivery::Unprocessed => {
                 return Attempt::Again {
-                    call,
                     stream_back: upload_back,
                     why: Again::Unprocessed,
                 }

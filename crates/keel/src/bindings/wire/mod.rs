@@ -109,7 +109,7 @@ impl WireClient {
     /// if nothing waited since (a connection was up), sparing a clock read and a subtraction.
     pub(crate) async fn attempt_inner(
         &self,
-        call: Outgoing,
+        call: &mut Outgoing,
         deadline: Instant,
         started: Option<(Instant, Duration)>,
     ) -> Attempt {
@@ -120,7 +120,7 @@ impl WireClient {
             None => match Box::pin(self.conn_by(deadline)).await {
                 Ok(conn) => (conn, None),
                 Err(e) if e.kind() == Kind::Connect => {
-                    return Attempt::again(call, Again::NoConnection(e))
+                    return Attempt::again(Again::NoConnection(e))
                 }
                 Err(e) => return Attempt::Answered(Err(e)),
             },
@@ -134,7 +134,7 @@ impl WireClient {
 }
 
 impl ClientTransport for WireClient {
-    fn attempt(&self, call: Outgoing, deadline: Instant) -> BoxFuture<'_, Attempt> {
+    fn attempt<'a>(&'a self, call: &'a mut Outgoing, deadline: Instant) -> BoxFuture<'a, Attempt> {
         Box::pin(self.attempt_inner(call, deadline, None))
     }
 
