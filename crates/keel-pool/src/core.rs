@@ -175,7 +175,7 @@ pub(crate) struct Inner {
 /// itself: its stack is then freed as it exits, in the idle time that retired it. Otherwise a
 /// creator would reap the finished handles (`pthread_detach`, and a `munmap` of each stack glibc
 /// does not cache) in the middle of the next burst, holding this lock (measured: the second and
-/// later 1,000-call bursts of `keel-lab burst` waited ~15 ms longer for their threads).
+/// later 1,000-call bursts of `keel-lab burst` waited ~10–20 ms longer for their threads).
 struct Handles {
     list: Vec<(usize, thread::JoinHandle<()>)>,
     prune_at: usize,
