@@ -8,6 +8,11 @@
 //! (the `keel_pool_threads` gauges) every 50 ms (the seed's perfmon graph), and the phase
 //! histograms are scraped before and after each round for where its calls' time went
 //! ([`phases`]).
+//!
+//! Before keel's rounds, one burst of the same client threads against a plain
+//! thread-per-connection server ([`super::thread_server`]) measures the machine's own cost of
+//! that many threads in the same run: the bar of bursts beyond 100 clients follows it
+//! ([`verdict::burst_limit_ms`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};
