@@ -264,9 +264,13 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
         wcf_broken: broken.to_string(),
         wcf_fixed: fixed.to_string(),
         keel: format!(
-            "max {} over {} bursts; threads {}→{}",
+            "max {} over {} bursts{}; threads {}→{}",
             secs(b.max_total_ms),
             b.rounds.len(),
+            b.baseline_max_ms.map_or(String::new(), |ms| format!(
+                " (thread-per-connection server, same run: {})",
+                secs(ms)
+            )),
             b.min_threads,
             b.rounds.iter().map(|r| r.peak_threads).max().unwrap_or(0)
         ),
@@ -473,6 +477,17 @@ fn threads_chart(b: &Burst) -> String {
         s,
         r#"<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg" font-family="sans-serif" font-size="12">"#
     );
+    if let Some(base) = &b.baseline {
+        let _ = write!(
+            s,
+            r##"<rect x="{:.1}" y="{t}" width="{:.1}" height="{ph}" fill="#e5e7eb"/><text x="{:.1}" y="{:.1}" fill="#374151">baseline {:.3} s</text>"##,
+            x(base.start_ms),
+            (x(base.end_ms) - x(base.start_ms)).max(1.0),
+            x(base.start_ms) + 3.0,
+            t + 14.0,
+            base.total_ms / 1000.0
+        );
+    }
     for (i, r) in b.rounds.iter().enumerate() {
         let _ = write!(
             s,
@@ -1002,8 +1017,26 @@ pub(crate) fn html(all: &All) -> String {
             b.min_threads,
             b.retired_total
         );
+        if let Some(base) = &b.baseline {
+            let _ = write!(
+                s,
+                "<p class=\"note\">Baseline, in the same run (grey, before keel's bursts): a plain thread-per-connection TCP server (<code>std::net::TcpListener</code>, one OS thread per connection, created when it connects) answering the same {} client threads after the same {} ms sleep: {:.1} ms from release to last reply. It is the machine's own cost of waking that many threads; the bar for more than {} clients is max(work + {} ms, the baseline + 1 %).</p>",
+                b.clients,
+                b.work_ms,
+                base.total_ms,
+                crate::verdict::BURST_SMALL_CLIENTS,
+                crate::verdict::BURST_LARGE_SLACK_MS
+            );
+        }
         s.push_str(&threads_chart(b));
         s.push_str("<table><tr><th>burst</th><th>total</th><th>slowest call</th><th>threads before</th><th>peak threads</th></tr>");
+        if let Some(base) = &b.baseline {
+            let _ = write!(
+                s,
+                "<tr><td>thread-per-connection baseline</td><td>{:.1} ms</td><td>{:.1} ms</td><td>–</td><td>–</td></tr>",
+                base.total_ms, base.slowest_call_ms
+            );
+        }
         for (i, r) in b.rounds.iter().enumerate() {
             let _ = write!(
                 s,
@@ -1156,7 +1189,7 @@ fn overload_section(o: &Overload) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiments::burst::{Round, Sample};
+    use crate::experiments::burst::{Baseline, Round, Sample};
     use crate::experiments::first_call::TimedCall;
     use crate::experiments::Dist;
 
@@ -1217,8 +1250,30 @@ mod tests {
                 busy: if (2..42).contains(&i) { 98 } else { 0 },
             })
             .collect();
-        let b = burst::evaluate(&profile.burst, 2, 98, vec![round(burst_ms)], samples);
-        let bl = burst::evaluate(&profile.burst_large, 2, 998, vec![round(2050.0)], vec![]);
+        let base = |total_ms| {
+            Some(Baseline {
+                total_ms,
+                slowest_call_ms: total_ms,
+                start_ms: 0.0,
+                end_ms: total_ms,
+            })
+        };
+        let b = burst::evaluate(
+            &profile.burst,
+            2,
+            98,
+            vec![round(burst_ms)],
+            base(2003.0),
+            samples,
+        );
+        let bl = burst::evaluate(
+            &profile.burst_large,
+            2,
+            998,
+            vec![round(2050.0)],
+            base(2061.4),
+            vec![],
+        );
         let idle = idle::evaluate(
             &idle::tests::params(),
             30.0,
@@ -1244,6 +1299,20 @@ mod tests {
         assert!(all.rows.iter().all(|r| r.verdict == "PASS"));
         assert_eq!(all.rows[1].wcf_broken, "1.0–3.3 s");
         assert_eq!(all.rows[2].wcf_broken, "14.0 s");
+        assert!(
+            all.rows[3]
+                .keel
+                .contains("(thread-per-connection server, same run: 2.061 s)"),
+            "{:?}",
+            all.rows[3]
+        );
+        assert!(
+            all.rows[3]
+                .bar
+                .contains("thread-per-connection 2061.4 + 1 %) = 2100 ms"),
+            "{:?}",
+            all.rows[3]
+        );
         let t = table(&all);
         assert!(t.contains("all bars met"), "{t}");
         let failing = sample_all(2500.0);
@@ -1317,6 +1386,8 @@ mod tests {
         assert!(!h.contains("NaN"));
         assert!(h.contains("<h2>Issue 10: overload</h2>"));
         assert!(h.contains("measured at the client"));
+        assert!(h.contains("<td>thread-per-connection baseline</td><td>2061.4 ms</td>"));
+        assert!(h.contains(">baseline 2.061 s</text>"));
     }
 
     #[test]

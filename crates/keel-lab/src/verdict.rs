@@ -13,8 +13,13 @@ pub(crate) const FIRST_ASYNC_P50_RATIO: f64 = 3.0;
 pub(crate) const CONCURRENT_WORK_RATIO: f64 = 1.01;
 /// Bar of seed 002 for bursts of up to [`BURST_SMALL_CLIENTS`] clients: work + this.
 pub(crate) const BURST_SLACK_MS: f64 = 20.0;
-/// Bar of seed 002 for bursts of more clients (1,000 × 2 s ≤ 2.1 s): work + this.
+/// Bar of seed 002 for bursts of more clients (1,000 × 2 s ≤ 2.1 s): work + this, or
+/// [`BURST_BASELINE_RATIO`] × the thread-per-connection baseline's burst when that is more.
 pub(crate) const BURST_LARGE_SLACK_MS: f64 = 100.0;
+/// Bar of seed 002 for bursts of more than [`BURST_SMALL_CLIENTS`] clients: at most this many
+/// times the thread-per-connection server's burst in the same run (the machine's own cost of
+/// as many threads), when that is above work + [`BURST_LARGE_SLACK_MS`].
+pub(crate) const BURST_BASELINE_RATIO: f64 = 1.01;
 /// The seed's burst size; larger bursts get [`BURST_LARGE_SLACK_MS`].
 pub(crate) const BURST_SMALL_CLIENTS: usize = 100;
 /// Bar of seed 003: the first call after idle may take this many steady-state p50s, or raw
@@ -114,20 +119,35 @@ pub(crate) fn concurrent(latencies_ms: &[f64], work_ms: u64) -> Verdict {
 }
 
 /// The seed-002 limit for a burst of `clients` calls of `work_ms`, in ms: work + 20 ms for up
-/// to 100 clients, work + 100 ms beyond (1,000 × 2 s ≤ 2.1 s).
-pub(crate) fn burst_limit_ms(clients: usize, work_ms: u64) -> f64 {
-    let slack = if clients <= BURST_SMALL_CLIENTS {
-        BURST_SLACK_MS
-    } else {
-        BURST_LARGE_SLACK_MS
-    };
-    work_ms as f64 + slack
+/// to 100 clients; beyond, max(work + 100 ms, 1.01 × `baseline_ms`), the thread-per-connection
+/// server's burst in the same run (1,000 × 2 s ≤ max(2.1 s, baseline + 1 %); `None` or NaN:
+/// work + 100 ms alone).
+pub(crate) fn burst_limit_ms(clients: usize, work_ms: u64, baseline_ms: Option<f64>) -> f64 {
+    if clients <= BURST_SMALL_CLIENTS {
+        return work_ms as f64 + BURST_SLACK_MS;
+    }
+    let floor = work_ms as f64 + BURST_LARGE_SLACK_MS;
+    match baseline_ms {
+        Some(b) if b.is_finite() => floor.max(BURST_BASELINE_RATIO * b),
+        _ => floor,
+    }
 }
 
 /// Seed 002: every burst (release to last reply, ms) within [`burst_limit_ms`].
-pub(crate) fn burst(round_totals_ms: &[f64], clients: usize, work_ms: u64) -> Verdict {
-    let limit = burst_limit_ms(clients, work_ms);
-    let bar = format!("every burst ≤ {limit:.0} ms");
+pub(crate) fn burst(
+    round_totals_ms: &[f64],
+    clients: usize,
+    work_ms: u64,
+    baseline_ms: Option<f64>,
+) -> Verdict {
+    let limit = burst_limit_ms(clients, work_ms, baseline_ms);
+    let bar = match baseline_ms {
+        Some(b) if clients > BURST_SMALL_CLIENTS && b.is_finite() => format!(
+            "every burst ≤ max({:.0}, thread-per-connection {b:.1} + 1 %) = {limit:.0} ms",
+            work_ms as f64 + BURST_LARGE_SLACK_MS
+        ),
+        _ => format!("every burst ≤ {limit:.0} ms"),
+    };
     let mut reasons = Vec::new();
     if round_totals_ms.is_empty() {
         reasons.push("no bursts".to_string());
@@ -467,19 +487,48 @@ mod tests {
 
     #[test]
     fn burst_bar() {
-        assert_eq!(burst_limit_ms(100, 2000), 2020.0);
-        assert_eq!(burst_limit_ms(20, 200), 220.0);
-        assert_eq!(burst_limit_ms(1000, 2000), 2100.0);
-        assert!(burst(&[2003.0, 2019.0, 2020.0], 100, 2000).pass);
-        let v = burst(&[2003.0, 2200.0, 2004.0], 100, 2000);
+        assert_eq!(burst_limit_ms(100, 2000, None), 2020.0);
+        assert_eq!(burst_limit_ms(20, 200, None), 220.0);
+        assert_eq!(burst_limit_ms(1000, 2000, None), 2100.0);
+        // The baseline never moves the small bursts' bar.
+        assert_eq!(burst_limit_ms(100, 2000, Some(2500.0)), 2020.0);
+        assert!(burst(&[2003.0, 2019.0, 2020.0], 100, 2000, None).pass);
+        let v = burst(&[2003.0, 2200.0, 2004.0], 100, 2000, None);
         assert!(!v.pass);
         assert!(v.reasons[0].starts_with("burst 2"), "{:?}", v.reasons);
-        assert!(burst(&[2090.0], 1000, 2000).pass);
-        assert!(!burst(&[2101.0], 1000, 2000).pass);
-        assert!(!burst(&[], 100, 2000).pass);
+        assert!(burst(&[2090.0], 1000, 2000, None).pass);
+        assert!(!burst(&[2101.0], 1000, 2000, None).pass);
+        assert!(!burst(&[], 100, 2000, None).pass);
         // WCF: 14.0 s broken, 2.2 s with min threads 101.
-        assert!(!burst(&[14_000.0], 100, 2000).pass);
-        assert!(!burst(&[2200.0], 100, 2000).pass);
+        assert!(!burst(&[14_000.0], 100, 2000, None).pass);
+        assert!(!burst(&[2200.0], 100, 2000, None).pass);
+    }
+
+    #[test]
+    fn large_burst_bar_follows_the_baseline() {
+        // A quick baseline leaves the 2.1 s floor.
+        assert_eq!(burst_limit_ms(1000, 2000, Some(2040.0)), 2100.0);
+        let v = burst(&[2099.0], 1000, 2000, Some(2040.0));
+        assert!(v.pass);
+        assert!(
+            v.bar
+                .contains("max(2100, thread-per-connection 2040.0 + 1 %) = 2100 ms"),
+            "{}",
+            v.bar
+        );
+        // A slow machine: the baseline + 1 %.
+        assert_eq!(burst_limit_ms(1000, 2000, Some(2200.0)), 2222.0);
+        assert!(burst(&[2150.0, 2222.0], 1000, 2000, Some(2200.0)).pass);
+        let v = burst(&[2150.0, 2223.0], 1000, 2000, Some(2200.0));
+        assert!(!v.pass);
+        assert!(
+            v.reasons[0].starts_with("burst 2 took 2223.0 ms > 2222 ms"),
+            "{:?}",
+            v.reasons
+        );
+        // A baseline that was not measured: the floor alone.
+        assert_eq!(burst_limit_ms(1000, 2000, Some(f64::NAN)), 2100.0);
+        assert!(!burst(&[2101.0], 1000, 2000, Some(f64::NAN)).pass);
     }
 
     #[test]

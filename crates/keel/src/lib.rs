@@ -347,7 +347,7 @@
 //! | stream window | [`max_stream_window`](HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
 //! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
 //! | pool threads | [`max_threads`](HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
-//! | listen backlog | [`listen_backlog`](HostBuilder::listen_backlog) | 1,024 | the kernel's (`net.core.somaxconn` caps it) |
+//! | listen backlog | [`listen_backlog`](HostBuilder::listen_backlog) | the system's limit: `net.core.somaxconn` on Linux (4,096 since 5.4), at most 65,535; 1,024 elsewhere or if unreadable | the kernel's (`somaxconn` caps it): a connect beyond it waits for a SYN retry |
 //! | admin endpoint ([`admin`](HostBuilder::admin)) | fixed | 16 connections, 5 s per request head (and idle), 16 KiB heads, bodies not read, 60 s per connection | a newcomer is closed; a slow head or an idle connection is closed |
 //! | metadata per message | fixed ([`MAX_METADATA_BYTES`]) | 16 KiB (keel-wire); over HTTP, the 64 KiB head | keel-wire: malformed, the connection is closed; keel's clients refuse to send more |
 //!

@@ -23,7 +23,7 @@
 //! | `bad_arguments_are_bad_request` | all | BadRequest / 400; connection kept |
 //! | `trailing_bytes_after_the_arguments_are_bad_request` | all | BadRequest / 400; connection kept |
 //! | `random_bytes_are_refused_and_closed` | all | connection closed (before and after the handshake) |
-//! | `three_thousand_connects_in_a_row_all_get_through` | all | all 3,000 (kept open) connect; under 1% wait a second (SYN retry) |
+//! | `three_thousand_connects_in_a_row_all_get_through` | all | all 3,000 (kept open) connect; none waits a second (a SYN retry: the default backlog is the system's limit) |
 //! | `one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle` | tcp, tcps, unix, http2, https | Busy beyond the per-connection share; other connections served |
 //! | `a_half_sent_frame_is_closed_after_the_frame_timeout` | tcp, tcps, unix | GoAway "not completed in time", close, `timed_out` |
 //! | `many_half_sent_frames_stay_within_the_receive_budget` | tcp, tcps, unix | all closed after the frame timeout; memory bounded |
@@ -1522,8 +1522,10 @@ async fn three_thousand_connects_in_a_row_all_get_through(b: Binding) {
         failed.len(),
         &failed[..failed.len().min(3)]
     );
-    assert!(
-        stalled < N / 100,
+    // None may wait for a SYN retry: the host's default backlog is the system's limit (4,096
+    // where somaxconn is), more than these connects ever leave waiting.
+    assert_eq!(
+        stalled, 0,
         "{stalled} of {N} connects took a second or more (SYN retries: the backlog overflowed); median {:?}, max {:?}",
         times[N / 2],
         times[N - 1]

@@ -8,6 +8,11 @@
 //! (the `keel_pool_threads` gauges) every 50 ms (the seed's perfmon graph), and the phase
 //! histograms are scraped before and after each round for where its calls' time went
 //! ([`phases`]).
+//!
+//! Before keel's rounds, one burst of the same client threads against a plain
+//! thread-per-connection server ([`super::thread_server`]) measures the machine's own cost of
+//! that many threads in the same run: the bar of bursts beyond 100 clients follows it
+//! ([`verdict::burst_limit_ms`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -35,7 +40,7 @@ const SERVICE1: [(&str, &str); 1] = [("service", "Service1")];
 /// has read it).
 const COUNTED_WITHIN: Duration = Duration::from_secs(1);
 /// Stack of each client thread (1,000 of them at once).
-const CLIENT_STACK: usize = 256 * 1024;
+pub(crate) const CLIENT_STACK: usize = 256 * 1024;
 
 /// Settings of the burst experiment. Serialized (in `keel-lab all`'s profile) without the
 /// binding, which the report carries once.
@@ -74,6 +79,20 @@ pub(crate) struct Round {
     /// Where the round's calls' time went, from the host's phase histograms (`None` if a
     /// scrape failed or the host counted no call).
     pub(crate) phases: Option<Phases>,
+}
+
+/// The thread-per-connection baseline's burst ([`super::thread_server`]): the same clients
+/// and work against a server whose threads exist before the release.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Baseline {
+    /// From the release to the last reply, ms.
+    pub(crate) total_ms: f64,
+    /// Slowest single call, ms.
+    pub(crate) slowest_call_ms: f64,
+    /// Release time since the experiment's start, ms.
+    pub(crate) start_ms: f64,
+    /// Last reply since the experiment's start, ms.
+    pub(crate) end_ms: f64,
 }
 
 /// One scrape of the pool's thread gauges.
@@ -122,6 +141,11 @@ pub(crate) struct Burst {
     pub(crate) rounds: Vec<Round>,
     /// The slowest burst, ms.
     pub(crate) max_total_ms: f64,
+    /// The thread-per-connection baseline's burst in the same run, release to last reply, ms
+    /// (`null` if it did not run).
+    pub(crate) baseline_max_ms: Option<f64>,
+    /// The baseline's burst (one per run, before keel's).
+    pub(crate) baseline: Option<Baseline>,
     /// The bar: every burst at most this, ms.
     pub(crate) bar_ms: f64,
     /// Pool threads every 50 ms, scraped from the admin endpoint.
@@ -194,25 +218,56 @@ impl Gate {
     }
 }
 
+/// A client the burst harness drives, one per client thread: keel's blocking Service1 client,
+/// or the thread-per-connection baseline's socket ([`super::thread_server::LineClient`]).
+pub(crate) trait BurstClient {
+    /// `get_data(i, work_ms)`: the server sleeps `work_ms` and answers `You entered: {i}`.
+    fn call(&mut self, i: usize, work_ms: u64) -> anyhow::Result<String>;
+    /// Closes the client (after its call was timed).
+    fn close(self);
+}
+
+impl BurstClient for Service1BlockingClient {
+    fn call(&mut self, i: usize, work_ms: u64) -> anyhow::Result<String> {
+        Ok(self.get_data(i as i32, work_ms)?)
+    }
+
+    fn close(self) {
+        Service1BlockingClient::close(&self);
+    }
+}
+
 /// Opens `clients` blocking clients, each on its own thread, then releases all their
 /// `get_data(i, work_ms)` calls at once and waits for every reply (the seeds' `ThreadProc`).
 pub(crate) fn fire(url: &str, clients: usize, work_ms: u64) -> anyhow::Result<Fired> {
+    fire_with(clients, work_ms, |_| {
+        Ok(Service1BlockingClient::connect(url)?)
+    })
+}
+
+/// The burst harness: `clients` threads each open a client with `connect(i)`, wait at a gate
+/// that releases them all at once, make one timed call and close the client.
+pub(crate) fn fire_with<C: BurstClient>(
+    clients: usize,
+    work_ms: u64,
+    connect: impl Fn(usize) -> anyhow::Result<C> + Sync,
+) -> anyhow::Result<Fired> {
     let gate = Gate::default();
     let (start, results) = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(clients);
         for i in 0..clients {
-            let gate = &gate;
+            let (gate, connect) = (&gate, &connect);
             let h = std::thread::Builder::new()
                 .name(format!("lab-client-{i}"))
                 .stack_size(CLIENT_STACK)
                 .spawn_scoped(s, move || {
-                    let client = Service1BlockingClient::connect(url);
+                    let client = connect(i);
                     if !gate.arrive_and_wait() {
                         anyhow::bail!("aborted");
                     }
-                    let client = client?;
+                    let mut client = client?;
                     let t = Instant::now();
-                    let reply = client.get_data(i as i32, work_ms);
+                    let reply = client.call(i, work_ms);
                     let end = Instant::now();
                     client.close();
                     let reply = reply?;
@@ -278,7 +333,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
     let stop = AtomicBool::new(false);
     let since = |i: Instant| ms(i.saturating_duration_since(t0));
 
-    let rounds = std::thread::scope(|s| {
+    let (rounds, baseline) = std::thread::scope(|s| {
         // The sampler: a thread of its own, a blocking socket per scrape; it keeps only the
         // pool's gauges and takes the samples' lock only to push one.
         let sampler = std::thread::Builder::new()
@@ -305,9 +360,30 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
             anyhow::bail!("cannot start the sampler: {e}");
         }
         let result = (|| {
+            // The baseline first, with the sampler running as it does for keel's bursts, then
+            // the same idle gap as between keel's bursts (its threads exit in it).
+            let pb = super::spinner(format!(
+                "burst: thread-per-connection baseline, {} clients × {} ms",
+                p.clients, p.work_ms
+            ));
+            let server = super::thread_server::ThreadServer::start()?;
+            let fired = server.fire(p.clients, p.work_ms)?;
+            drop(server);
+            pb.finish_and_clear();
+            let baseline = Baseline {
+                total_ms: ms(fired.total),
+                slowest_call_ms: fired.calls.iter().copied().max().map_or(f64::NAN, ms),
+                start_ms: since(fired.start),
+                end_ms: since(fired.start + fired.total),
+            };
             let mut rounds = Vec::new();
             for r in 0..p.rounds {
-                if r > 0 {
+                if r == 0 {
+                    super::idle_with_progress(
+                        Duration::from_millis(p.idle_ms),
+                        &format!("burst: idle {} ms after the baseline", p.idle_ms),
+                    );
+                } else {
                     super::idle_with_progress(
                         Duration::from_millis(p.idle_ms),
                         &format!("burst: idle {} ms before burst {}", p.idle_ms, r + 1),
@@ -349,7 +425,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
                     phases,
                 });
             }
-            Ok::<_, anyhow::Error>(rounds)
+            Ok::<_, anyhow::Error>((rounds, baseline))
         })();
         stop.store(true, Ordering::Release);
         result
@@ -357,7 +433,14 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Burst> {
     let retired_total = host.pool_metrics().retired_total - retired_before;
     host.shutdown();
     let thread_samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
-    let mut burst = evaluate(p, min_threads, retired_total, rounds, thread_samples);
+    let mut burst = evaluate(
+        p,
+        min_threads,
+        retired_total,
+        rounds,
+        Some(baseline),
+        thread_samples,
+    );
     burst.scrape_errors = scrape_errors.into_inner();
     Ok(burst)
 }
@@ -387,10 +470,12 @@ pub(crate) fn evaluate(
     min_threads: usize,
     retired_total: u64,
     rounds: Vec<Round>,
+    baseline: Option<Baseline>,
     thread_samples: Vec<Sample>,
 ) -> Burst {
     let totals: Vec<f64> = rounds.iter().map(|r| r.total_ms).collect();
-    let verdict = verdict::burst(&totals, p.clients, p.work_ms);
+    let baseline_max_ms = baseline.map(|b| b.total_ms);
+    let verdict = verdict::burst(&totals, p.clients, p.work_ms, baseline_max_ms);
     Burst {
         experiment: "burst",
         binding: p.binding,
@@ -401,7 +486,9 @@ pub(crate) fn evaluate(
         min_threads,
         retired_total,
         max_total_ms: verdict::max_of(&totals),
-        bar_ms: verdict::burst_limit_ms(p.clients, p.work_ms),
+        baseline_max_ms,
+        baseline,
+        bar_ms: verdict::burst_limit_ms(p.clients, p.work_ms, baseline_max_ms),
         rounds,
         thread_samples,
         scrape_errors: 0,
@@ -431,6 +518,12 @@ pub(crate) fn summary(r: &Burst) -> String {
             x.slowest_call_ms,
             x.threads_before,
             x.peak_threads
+        ));
+    }
+    if let Some(b) = &r.baseline {
+        s.push_str(&format!(
+            "  thread-per-connection baseline (same clients, one burst before keel's): {:.1} ms, slowest call {:.1} ms\n",
+            b.total_ms, b.slowest_call_ms
         ));
     }
     s.push_str(&format!(
@@ -508,11 +601,25 @@ mod tests {
 
     #[test]
     fn verdict_and_max() {
-        let r = evaluate(&params(), 2, 98, vec![round(2004.0), round(2010.0)], vec![]);
+        let r = evaluate(
+            &params(),
+            2,
+            98,
+            vec![round(2004.0), round(2010.0)],
+            None,
+            vec![],
+        );
         assert!(r.pass);
         assert_eq!(r.max_total_ms, 2010.0);
         assert_eq!(r.bar_ms, 2020.0);
-        let r = evaluate(&params(), 2, 98, vec![round(2004.0), round(2500.0)], vec![]);
+        let r = evaluate(
+            &params(),
+            2,
+            98,
+            vec![round(2004.0), round(2500.0)],
+            None,
+            vec![],
+        );
         assert!(!r.pass);
         assert!(summary(&r).contains("FAIL"));
     }
@@ -524,6 +631,12 @@ mod tests {
             2,
             98,
             vec![round(2004.0)],
+            Some(Baseline {
+                total_ms: 2003.0,
+                slowest_call_ms: 2002.5,
+                start_ms: 10.0,
+                end_ms: 2013.0,
+            }),
             vec![Sample {
                 t_ms: 50.0,
                 threads: 2,
@@ -531,11 +644,20 @@ mod tests {
             }],
         );
         let v = serde_json::to_value(&r).unwrap();
-        for k in ["rounds", "max_total_ms", "thread_samples", "pass"] {
+        for k in [
+            "rounds",
+            "max_total_ms",
+            "baseline_max_ms",
+            "thread_samples",
+            "pass",
+        ] {
             assert!(v.get(k).is_some(), "missing {k}");
         }
         assert!(v["pass"].is_boolean());
         assert_eq!(v["rounds"][0]["total_ms"], 2004.0);
+        assert_eq!(v["baseline_max_ms"], 2003.0);
+        assert_eq!(v["baseline"]["slowest_call_ms"], 2002.5);
+        assert!(summary(&r).contains("thread-per-connection baseline"));
         assert_eq!(v["rounds"][0]["peak_threads"], 100);
         assert_eq!(v["thread_samples"][0]["t_ms"], 50.0);
         assert_eq!(v["thread_samples"][0]["threads"], 2);
@@ -606,11 +728,11 @@ mod tests {
         };
         let mut second = round(2010.0);
         second.phases = Some(split);
-        let r = evaluate(&params(), 2, 98, vec![round(2004.0), second], vec![]);
+        let r = evaluate(&params(), 2, 98, vec![round(2004.0), second], None, vec![]);
         let t = phase_table(&r);
         assert!(t.contains("      1  not measured"), "{t}");
         assert!(t.contains("      2    100          0.100      3.000   2000.000          0.500             0.400   2004.000"), "{t}");
-        let none = evaluate(&params(), 2, 98, vec![round(2004.0)], vec![]);
+        let none = evaluate(&params(), 2, 98, vec![round(2004.0)], None, vec![]);
         assert!(phase_table(&none).contains("not measured (no scrape"));
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["rounds"][1]["phases"]["pool_wait_ms"], 3.0);

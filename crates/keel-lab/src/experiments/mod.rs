@@ -12,6 +12,7 @@ pub(crate) mod idle;
 pub(crate) mod overload;
 pub(crate) mod phases;
 pub(crate) mod soak;
+pub(crate) mod thread_server;
 
 use std::time::{Duration, Instant};
 

@@ -74,7 +74,10 @@ pub struct HostConfig {
     /// up to 16 for a small throttle), so that no single connection can take every place.
     pub max_calls_per_connection: Option<usize>,
     /// The listen backlog of TCP and Unix endpoints: connections the kernel completes before
-    /// the host accepts them. Default: 1,024.
+    /// the host accepts them (a connect beyond it waits for a SYN retry, a second or more).
+    /// Default: the system's limit, read when the config is made: on Linux
+    /// `net.core.somaxconn` (4,096 since Linux 5.4) up to 65,535; 1,024 elsewhere or if it
+    /// cannot be read. The kernel caps any value at `somaxconn`.
     pub listen_backlog: u32,
     /// Replies of at least this many bytes are compressed for a caller that accepts it (a
     /// keel client with compression on, an HTTP client's `Accept-Encoding`), unless that does
@@ -164,7 +167,7 @@ impl Default for HostConfig {
             max_receive_bytes_per_connection: 16 << 20,
             max_receive_bytes: 256 << 20,
             max_calls_per_connection: None,
-            listen_backlog: 1024,
+            listen_backlog: crate::transport::socket::system_backlog(),
             max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
             max_streams_per_connection: 16,
             worker_threads: None,
@@ -511,7 +514,9 @@ impl HostBuilder {
         self
     }
 
-    /// The listen backlog of TCP and Unix endpoints. Default: 1,024.
+    /// The listen backlog of TCP and Unix endpoints. Default: the system's limit
+    /// (`net.core.somaxconn` on Linux, at most 65,535; 1,024 elsewhere), see
+    /// [`HostConfig::listen_backlog`](crate::HostConfig::listen_backlog).
     pub fn listen_backlog(mut self, n: u32) -> Self {
         self.config.listen_backlog = n;
         self

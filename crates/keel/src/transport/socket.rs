@@ -74,6 +74,32 @@ impl Endpoint {
     }
 }
 
+/// The listen backlog when the system's limit cannot be read (not Linux, or no `/proc`).
+pub(crate) const FALLBACK_BACKLOG: u32 = 1024;
+/// The largest default backlog: Linux kept the backlog in 16 bits before 5.x (a larger value
+/// wrapped), and no accept queue needs more.
+pub(crate) const MAX_DEFAULT_BACKLOG: u32 = 65_535;
+
+/// The default listen backlog: the system's own limit, so that a burst of connects is never
+/// dropped below what the kernel would queue. On Linux `net.core.somaxconn`
+/// (`/proc/sys/net/core/somaxconn`, 4096 since Linux 5.4), at most [`MAX_DEFAULT_BACKLOG`];
+/// [`FALLBACK_BACKLOG`] elsewhere or if it cannot be read.
+pub(crate) fn system_backlog() -> u32 {
+    #[cfg(target_os = "linux")]
+    let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn").ok();
+    #[cfg(not(target_os = "linux"))]
+    let somaxconn: Option<String> = None;
+    backlog_from(somaxconn.as_deref())
+}
+
+/// [`system_backlog`] from the text of `somaxconn`, if it was read.
+fn backlog_from(somaxconn: Option<&str>) -> u32 {
+    somaxconn
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .map_or(FALLBACK_BACKLOG, |n| n.min(MAX_DEFAULT_BACKLOG))
+}
+
 /// The backlog as `listen(2)` takes it (the kernel caps it at `net.core.somaxconn`).
 fn backlog_arg(backlog: u32) -> i32 {
     i32::try_from(backlog).unwrap_or(i32::MAX).max(1)
@@ -436,6 +462,59 @@ mod tests {
         assert!(e.to_string().contains("tcps://127.0.0.1:0"), "{e}");
         let plain = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
         ServerSecurity::for_endpoint(&plain, &Default::default()).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod backlog_tests {
+    use super::*;
+
+    #[test]
+    fn the_default_backlog_follows_somaxconn() {
+        assert_eq!(backlog_from(Some("4096\n")), 4096);
+        assert_eq!(backlog_from(Some("128")), 128);
+        assert_eq!(backlog_from(Some("1000000")), MAX_DEFAULT_BACKLOG);
+        for unreadable in [None, Some(""), Some("0"), Some("-1"), Some("many")] {
+            assert_eq!(backlog_from(unreadable), FALLBACK_BACKLOG, "{unreadable:?}");
+        }
+        #[cfg(target_os = "linux")]
+        if let Ok(t) = std::fs::read_to_string("/proc/sys/net/core/somaxconn") {
+            let n: u32 = t.trim().parse().unwrap();
+            assert_eq!(system_backlog(), n.min(MAX_DEFAULT_BACKLOG));
+        }
+        assert_eq!(
+            crate::HostConfig::default().listen_backlog,
+            system_backlog()
+        );
+    }
+
+    /// More connects than the old default (1,024) complete while nobody accepts: the kernel
+    /// queues them because the listener asked for the system's limit. (With a full accept
+    /// queue Linux drops the SYN, and the connect waits a second for its retry.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_listener_queues_up_to_the_system_limit() {
+        const N: usize = 1500;
+        let backlog = system_backlog();
+        if (backlog as usize) < N {
+            eprintln!("somaxconn is {backlog}: nothing to show beyond 1,024 here");
+            return;
+        }
+        let ep = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
+        let bound = ep.bind(backlog).unwrap();
+        let BoundSocket::Tcp(listener) = &bound.socket else {
+            unreachable!()
+        };
+        let addr = listener.local_addr().unwrap();
+        // Blocking connects, none accepted; each must complete at once, not after a SYN retry.
+        let retry = std::time::Duration::from_millis(900);
+        let conns: Vec<_> = (0..N)
+            .map(|i| {
+                std::net::TcpStream::connect_timeout(&addr, retry)
+                    .unwrap_or_else(|e| panic!("connect {} of {N} (none accepted): {e}", i + 1))
+            })
+            .collect();
+        assert_eq!(conns.len(), N);
     }
 }
 
