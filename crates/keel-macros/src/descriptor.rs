@@ -1,0 +1,183 @@
+//! The contract's description: one args struct per operation (what travels as an operation's
+//! arguments), in a hidden module, and the `ServiceDescriptor` static that lists the operations
+//! (and, with keel's `openapi` feature, their JSON Schema). The server and the clients refer to
+//! both by the names given here.
+
+use proc_macro2::TokenStream as TokenStream2;
+use quote::{format_ident, quote};
+use syn::{Attribute, Ident, ItemTrait, Type};
+
+use crate::parse::Operation;
+
+/// Whether to generate the JSON Schema of each operation (keel's `openapi` feature).
+const OPENAPI: bool = cfg!(feature = "openapi");
+
+/// The hidden module that holds the contract's args structs.
+pub(crate) fn module_ident(trait_name: &Ident) -> Ident {
+    format_ident!("__keel_{}", trait_name.to_string().to_lowercase())
+}
+
+/// The static `ServiceDescriptor` of the contract.
+pub(crate) fn static_ident(trait_name: &Ident) -> Ident {
+    format_ident!("__KEEL_DESCRIPTOR_{}", trait_name)
+}
+
+/// The args struct of the operation `op`, inside the module named by `module_ident`.
+pub(crate) fn args_ident(trait_name: &Ident, op: &Ident) -> Ident {
+    format_ident!("__{}_{}_args", trait_name, op)
+}
+
+/// The args structs' module and the descriptor static, for the contract `item` whose
+/// operations are `ops`.
+pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
+    let trait_name = &item.ident;
+    let service_name = trait_name.to_string();
+    let k = quote!(::keel::__private);
+    let descriptor_mod = module_ident(trait_name);
+    let descriptor_static = static_ident(trait_name);
+    let args_structs = ops
+        .iter()
+        .map(|op| args_struct(trait_name, &service_name, op));
+    let op_infos = ops.iter().map(|op| operation_info(trait_name, op));
+    quote! {
+        #[doc(hidden)]
+        #[allow(non_snake_case)]
+        mod #descriptor_mod {
+            #[allow(unused_imports)]
+            use super::*;
+            #(#args_structs)*
+        }
+
+        // Beside the trait rather than in the module above: the schemas of return and fault
+        // types name them as the contract does, which a module's `use super::*` cannot do for
+        // types declared in a function body.
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        static #descriptor_static: #k::ServiceDescriptor =
+            #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*]);
+    }
+}
+
+/// The struct of `op`'s encoded arguments: its value parameters, those marked
+/// `#[keel(default)]` with `#[serde(default)]`.
+fn args_struct(trait_name: &Ident, service_name: &str, op: &Operation) -> TokenStream2 {
+    let k = quote!(::keel::__private);
+    let ident = args_ident(trait_name, &op.name);
+    let fields = op.value_params().map(|(n, t)| {
+        if op.defaults.contains(n) {
+            quote!(#[serde(default)] pub(super) #n: #t)
+        } else {
+            quote!(pub(super) #n: #t)
+        }
+    });
+    let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
+    let schema = if OPENAPI {
+        quote! {
+            #[derive(#k::schemars::JsonSchema)]
+            #[schemars(crate = "::keel::__private::schemars")]
+        }
+    } else {
+        quote!()
+    };
+    quote! {
+        #[doc = #doc]
+        #[doc(hidden)]
+        #[derive(#k::serde::Serialize, #k::serde::Deserialize)]
+        #schema
+        #[serde(crate = "::keel::__private::serde")]
+        #[allow(non_camel_case_types)]
+        pub(super) struct #ident { #(#fields,)* }
+    }
+}
+
+/// The `OperationInfo` of `op`: its name, parameters, return and fault types as written, its
+/// call model, and (with the `openapi` feature) its schemas.
+fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
+    let k = quote!(::keel::__private);
+    let name = op.name.to_string();
+    let params = op.contract_params().map(|(n, t)| {
+        let n = n.to_string();
+        let t = type_string(t);
+        quote!(#k::ParamInfo::new(#n, #t))
+    });
+    let stream_request = op.stream_param.is_some();
+    let stream_response = op.stream_reply;
+    let (returns, fault) = match (&op.fallible, &op.status_result) {
+        (Some((t, e)), _) => (type_string(t), {
+            let e = type_string(e);
+            quote!(::core::option::Option::Some(#e))
+        }),
+        (None, Some(t)) => (type_string(t), quote!(::core::option::Option::None)),
+        (None, None) => (type_string(&op.ret), quote!(::core::option::Option::None)),
+    };
+    let one_way = op.one_way;
+    let blocking = !op.is_async;
+    let idempotent = op.idempotent;
+    let schemas = if OPENAPI {
+        let descriptor_mod = module_ident(trait_name);
+        let args = args_ident(trait_name, &op.name);
+        let success = match (&op.fallible, &op.status_result) {
+            (Some((t, _)), _) | (None, Some(t)) => t,
+            (None, None) => &op.ret,
+        };
+        let returns = if op.one_way || op.stream_reply {
+            quote!(::core::option::Option::None)
+        } else {
+            quote!(::core::option::Option::Some(#k::schema_of::<#success>))
+        };
+        let fault = match &op.fallible {
+            Some((_, e)) => quote!(::core::option::Option::Some(#k::schema_of::<#e>)),
+            None => quote!(::core::option::Option::None),
+        };
+        let docs = doc_text(&op.method.attrs);
+        quote! {
+            .with_schemas(#k::OperationSchemas::new(
+                #k::schema_inline::<#descriptor_mod::#args>,
+                #returns,
+                #fault,
+                #docs,
+            ))
+        }
+    } else {
+        quote!()
+    };
+    quote! {
+        #k::OperationInfo::new(
+            #name,
+            &[#(#params),*],
+            #returns,
+            #fault,
+            #one_way,
+            #blocking,
+            #stream_request,
+            #stream_response,
+        )
+        .with_idempotent(#idempotent)
+        #schemas
+    }
+}
+
+/// `t` as written, without spaces (`Vec<u8>`, `keel::ByteStream`).
+fn type_string(t: &Type) -> String {
+    quote!(#t).to_string().replace(' ', "")
+}
+
+/// The text of the `///` comments in `attrs`, one line each, without the space after `///`.
+fn doc_text(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .map(|line| line.strip_prefix(' ').unwrap_or(&line).to_string())
+        .collect();
+    lines.join("\n").trim().to_string()
+}
