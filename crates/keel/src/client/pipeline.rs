@@ -239,6 +239,7 @@ impl Channel {
     /// `after` (`None` without interceptors), or what they saw and the status one refused the
     /// call with.
     #[allow(clippy::result_large_err)]
+    #[inline]
     fn before(&self, call: &mut Outgoing) -> Result<Option<Intercepted>, (Intercepted, Status)> {
         let chain = &self.inner.interceptors;
         if chain.is_empty() {
@@ -261,6 +262,7 @@ impl Channel {
     }
 
     /// Runs the `after` of the interceptors whose `before` ran, in reverse order.
+    #[inline]
     fn after(&self, intercepted: Option<Intercepted>, answer: &Answer) {
         let Some(Intercepted { seen, ran }) = intercepted else {
             return;
@@ -282,12 +284,14 @@ impl Channel {
     /// Whether `call` may be sent again after an answer that says the host could not take
     /// it: idempotent, without a request stream (which cannot be sent twice), on a channel
     /// whose [`RetryPolicy`](super::RetryPolicy) retries.
+    #[inline]
     fn may_retry(&self, call: &Outgoing) -> bool {
         call.idempotent && self.inner.config.retry.max_attempts > 1 && call.upload.is_none()
     }
 
     /// Compresses the request body as the channel's settings say (and asks for compressed
     /// replies).
+    #[inline]
     fn compress(&self, call: &mut Outgoing) {
         let config = &self.inner.config;
         if let Some(codec) = config.compression {
@@ -336,6 +340,7 @@ impl Channel {
     }
 
     /// Stores a call's reply metadata where its options ask.
+    #[inline]
     fn store_reply_metadata(&self, answer: &Answer, options: &CallOptions) {
         if let Some(slot) = &options.reply {
             match answer {
