@@ -14,13 +14,13 @@
 //! that many threads in the same run: the bar of bursts beyond 100 clients follows it
 //! ([`verdict::burst_limit_ms`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use keel_examples::service1::Service1BlockingClient;
 use serde::Serialize;
 
+use super::fire::fire;
 use super::phases::{self, Phases, Snapshot};
 use super::{host_builder, ms, Binding, HostSettings};
 use crate::prom::Metrics;
@@ -39,8 +39,6 @@ const SERVICE1: [(&str, &str); 1] = [("service", "Service1")];
 /// call's server time is recorded once its answer is written, which can be after the client
 /// has read it).
 const COUNTED_WITHIN: Duration = Duration::from_secs(1);
-/// Stack of each client thread (1,000 of them at once).
-pub(crate) const CLIENT_STACK: usize = 256 * 1024;
 
 /// Settings of the burst experiment. Serialized (in `keel-lab all`'s profile) without the
 /// binding, which the report carries once.
@@ -156,153 +154,6 @@ pub(crate) struct Burst {
     pub(crate) pass: bool,
     /// The bar and any reasons it was missed.
     pub(crate) verdict: Verdict,
-}
-
-/// A burst's timings: release to last reply, and each client's own call (index order).
-#[derive(Debug, Clone)]
-pub(crate) struct Fired {
-    /// When the barrier released the calls.
-    pub(crate) start: Instant,
-    /// Release to the last reply.
-    pub(crate) total: Duration,
-    /// Each client's call, in client order.
-    pub(crate) calls: Vec<Duration>,
-}
-
-/// A start line: client threads report ready, then wait until the gate opens (or is aborted).
-///
-/// Each waiter parks on its own and the opener unparks them one by one: a condition variable's
-/// `notify_all` would wake 1,000 threads at once to fight over its mutex, and that herd
-/// (tens of ms on 2 cores) would be the lab's cost, not the host's.
-#[derive(Debug, Default)]
-struct Gate {
-    /// Ready threads (the opener waits for them on `cv`).
-    ready: Mutex<Vec<std::thread::Thread>>,
-    cv: Condvar,
-    /// 0: closed, 1: open, 2: aborted.
-    state: AtomicU8,
-}
-
-impl Gate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<std::thread::Thread>> {
-        self.ready.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Reports ready and waits for the gate; `false` if aborted.
-    fn arrive_and_wait(&self) -> bool {
-        self.lock().push(std::thread::current());
-        self.cv.notify_all();
-        loop {
-            match self.state.load(Ordering::Acquire) {
-                0 => std::thread::park(),
-                state => return state == 1,
-            }
-        }
-    }
-
-    /// Waits until `n` threads are ready.
-    fn wait_ready(&self, n: usize) {
-        let mut ready = self.lock();
-        while ready.len() < n {
-            ready = self.cv.wait(ready).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    /// Opens the gate (aborting: the waiting threads give up).
-    fn open(&self, abort: bool) {
-        self.state
-            .store(if abort { 2 } else { 1 }, Ordering::Release);
-        for t in self.lock().iter() {
-            t.unpark();
-        }
-    }
-}
-
-/// A client the burst harness drives, one per client thread: keel's blocking Service1 client,
-/// or the thread-per-connection baseline's socket ([`super::thread_server::LineClient`]).
-pub(crate) trait BurstClient {
-    /// `get_data(i, work_ms)`: the server sleeps `work_ms` and answers `You entered: {i}`.
-    fn call(&mut self, i: usize, work_ms: u64) -> anyhow::Result<String>;
-    /// Closes the client (after its call was timed).
-    fn close(self);
-}
-
-impl BurstClient for Service1BlockingClient {
-    fn call(&mut self, i: usize, work_ms: u64) -> anyhow::Result<String> {
-        Ok(self.get_data(i as i32, work_ms)?)
-    }
-
-    fn close(self) {
-        Service1BlockingClient::close(&self);
-    }
-}
-
-/// Opens `clients` blocking clients, each on its own thread, then releases all their
-/// `get_data(i, work_ms)` calls at once and waits for every reply (the seeds' `ThreadProc`).
-pub(crate) fn fire(url: &str, clients: usize, work_ms: u64) -> anyhow::Result<Fired> {
-    fire_with(clients, work_ms, |_| {
-        Ok(Service1BlockingClient::connect(url)?)
-    })
-}
-
-/// The burst harness: `clients` threads each open a client with `connect(i)`, wait at a gate
-/// that releases them all at once, make one timed call and close the client.
-pub(crate) fn fire_with<C: BurstClient>(
-    clients: usize,
-    work_ms: u64,
-    connect: impl Fn(usize) -> anyhow::Result<C> + Sync,
-) -> anyhow::Result<Fired> {
-    let gate = Gate::default();
-    let (start, results) = std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(clients);
-        for i in 0..clients {
-            let (gate, connect) = (&gate, &connect);
-            let h = std::thread::Builder::new()
-                .name(format!("lab-client-{i}"))
-                .stack_size(CLIENT_STACK)
-                .spawn_scoped(s, move || {
-                    let client = connect(i);
-                    if !gate.arrive_and_wait() {
-                        anyhow::bail!("aborted");
-                    }
-                    let mut client = client?;
-                    let t = Instant::now();
-                    let reply = client.call(i, work_ms);
-                    let end = Instant::now();
-                    client.close();
-                    let reply = reply?;
-                    anyhow::ensure!(
-                        reply == format!("You entered: {i}"),
-                        "unexpected reply {reply:?}"
-                    );
-                    Ok((end - t, end))
-                });
-            match h {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    gate.open(true);
-                    return Err(anyhow::anyhow!("cannot start client thread {i}: {e}"));
-                }
-            }
-        }
-        gate.wait_ready(clients);
-        let start = Instant::now();
-        gate.open(false);
-        let results = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("client thread panicked"))?
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok::<_, anyhow::Error>((start, results))
-    })?;
-    let last = results.iter().map(|r| r.1).max().unwrap_or(start);
-    Ok(Fired {
-        start,
-        total: last.saturating_duration_since(start),
-        calls: results.into_iter().map(|r| r.0).collect(),
-    })
 }
 
 /// Runs the experiment.
@@ -575,6 +426,7 @@ pub(crate) fn phase_table(r: &Burst) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keel_examples::service1::Service1BlockingClient;
 
     fn params() -> Params {
         Params {

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::burst::fire;
+use super::fire::fire;
 use super::{ms, start_host, Binding, HostSettings};
 use crate::verdict::{self, Verdict};
 

@@ -225,7 +225,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Idle> {
     } else {
         None
     };
-    super::burst::fire(&url, GROW_CLIENTS, GROW_WORK_MS)?;
+    super::fire::fire(&url, GROW_CLIENTS, GROW_WORK_MS)?;
 
     let client = CalculatorBlockingClient::connect(&url)?;
     let mut lat = Latencies::new();
@@ -254,7 +254,7 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Idle> {
     let mut gaps = Vec::new();
     let mut raw_after = Vec::new();
     for g in 1..=p.gaps {
-        super::burst::fire(&url, GROW_CLIENTS, GROW_WORK_MS)?;
+        super::fire::fire(&url, GROW_CLIENTS, GROW_WORK_MS)?;
         for _ in 0..WARM_CALLS {
             client.add(1.0, 2.0)?;
         }

@@ -7,6 +7,7 @@
 
 pub(crate) mod burst;
 pub(crate) mod concurrent;
+pub(crate) mod fire;
 pub(crate) mod first_call;
 pub(crate) mod idle;
 pub(crate) mod overload;

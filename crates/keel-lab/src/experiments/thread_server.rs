@@ -2,7 +2,7 @@
 //! the way a server was written before pools. `std::net::TcpListener`, one OS thread per
 //! accepted connection, each request a line `"<i> <work_ms>\n"`, answered after the same sleep
 //! with `"You entered: <i>\n"`. The burst's clients are the same client threads keel's bursts
-//! use ([`super::burst::fire_with`]), with a blocking socket each instead of a keel client.
+//! use ([`super::fire::fire_with`]), with a blocking socket each instead of a keel client.
 //!
 //! Its server threads exist before the release (one per accepted connection), so what its
 //! burst costs above the work is the machine's own: waking the client threads and as many
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::burst::{BurstClient, Fired, CLIENT_STACK};
+use super::fire::{BurstClient, Fired, CLIENT_STACK};
 
 /// The listen backlog: every client connects at once before a burst (std's `bind` asks for
 /// 128, and an overflow would hold a connect for a SYN retry).
@@ -55,10 +55,10 @@ impl ThreadServer {
     }
 
     /// Opens `clients` connections, each on its own client thread, and releases their calls at
-    /// once, as [`super::burst::fire`] does for keel.
+    /// once, as [`super::fire::fire`] does for keel.
     pub(crate) fn fire(&self, clients: usize, work_ms: u64) -> anyhow::Result<Fired> {
         let addr = self.addr();
-        super::burst::fire_with(clients, work_ms, |_| LineClient::connect(addr))
+        super::fire::fire_with(clients, work_ms, |_| LineClient::connect(addr))
     }
 }
 
