@@ -713,6 +713,14 @@ fn completed(probes: &[ProbeImpl]) -> Vec<u64> {
         .collect()
 }
 
+/// Whether every probe has served at least `calls` calls within a minute.
+async fn every_host_served(probes: &[ProbeImpl], calls: u64) -> bool {
+    eventually_within(Duration::from_secs(60), || {
+        completed(probes).iter().all(|&c| c >= calls)
+    })
+    .await
+}
+
 /// `n` `http://` hosts serving the probe, and their handlers (whose counters the test reads).
 fn http_hosts(n: usize) -> (Vec<keel::Host>, Vec<ProbeImpl>) {
     (0..n)
@@ -883,10 +891,7 @@ async fn nginx_a_drained_host_costs_no_failed_call() {
     };
     let load = Load::http(&nginx.addr(), 8, 2);
     assert!(
-        eventually_within(Duration::from_secs(60), || completed(&probes)
-            .iter()
-            .all(|&c| c >= 100))
-        .await,
+        every_host_served(&probes, 100).await,
         "timed out waiting until every host served 100 calls"
     );
 
@@ -1021,10 +1026,7 @@ async fn haproxy_spreads_one_channel_with_connection_age() {
         ProbeClient::new(keel::Channel::new(&format!("tcp://{}", haproxy.addr())).unwrap());
     let load = Load::probe(&client, 4, 1);
     assert!(
-        eventually_within(Duration::from_secs(60), || completed(&probes)
-            .iter()
-            .all(|&c| c >= 100))
-        .await,
+        every_host_served(&probes, 100).await,
         "timed out waiting until every host served 100 calls"
     );
     let (tally, _) = load.stop().await;
