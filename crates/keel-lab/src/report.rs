@@ -477,28 +477,24 @@ fn threads_chart(b: &Burst) -> String {
         s,
         r#"<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg" font-family="sans-serif" font-size="12">"#
     );
-    if let Some(base) = &b.baseline {
+    // A burst's span as a shaded band, labelled with its length.
+    let mut band = |start_ms: f64, end_ms: f64, fill: &str, ink: &str, label: String| {
         let _ = write!(
             s,
-            r##"<rect x="{:.1}" y="{t}" width="{:.1}" height="{ph}" fill="#e5e7eb"/><text x="{:.1}" y="{:.1}" fill="#374151">baseline {:.3} s</text>"##,
-            x(base.start_ms),
-            (x(base.end_ms) - x(base.start_ms)).max(1.0),
-            x(base.start_ms) + 3.0,
+            r##"<rect x="{:.1}" y="{t}" width="{:.1}" height="{ph}" fill="{fill}"/><text x="{:.1}" y="{:.1}" fill="{ink}">{label}</text>"##,
+            x(start_ms),
+            (x(end_ms) - x(start_ms)).max(1.0),
+            x(start_ms) + 3.0,
             t + 14.0,
-            base.total_ms / 1000.0
         );
+    };
+    if let Some(base) = &b.baseline {
+        let label = format!("baseline {:.3} s", base.total_ms / 1000.0);
+        band(base.start_ms, base.end_ms, "#e5e7eb", "#374151", label);
     }
     for (i, r) in b.rounds.iter().enumerate() {
-        let _ = write!(
-            s,
-            r##"<rect x="{:.1}" y="{t}" width="{:.1}" height="{ph}" fill="#dbeafe"/><text x="{:.1}" y="{:.1}" fill="#1e40af">burst {} {:.3} s</text>"##,
-            x(r.start_ms),
-            (x(r.end_ms) - x(r.start_ms)).max(1.0),
-            x(r.start_ms) + 3.0,
-            t + 14.0,
-            i + 1,
-            r.total_ms / 1000.0
-        );
+        let label = format!("burst {} {:.3} s", i + 1, r.total_ms / 1000.0);
+        band(r.start_ms, r.end_ms, "#dbeafe", "#1e40af", label);
     }
     // Axes and grid.
     let mut v = 0.0;
