@@ -135,7 +135,7 @@ async fn measure(cli: &Cli, url: &str) -> (f64, f64, f64) {
     }
     let mut builder = keel::Channel::builder(url);
     if cli.http2 {
-        builder = builder.http_version(keel::HttpVersion::Http2);
+        builder = builder.http_version(keel::client::HttpVersion::Http2);
     }
     if let Some(name) = &cli.compression {
         let codec = keel::Compression::from_token(name).expect("zstd or gzip");

@@ -36,7 +36,7 @@ fn host(url: &str) -> Result<keel::Host, keel::Error> {
     builder(url).start()
 }
 
-fn builder(url: &str) -> keel::HostBuilder {
+fn builder(url: &str) -> keel::host::HostBuilder {
     keel::Host::builder()
         .service(Service1Server::new(Service1Impl))
         .endpoint(url)

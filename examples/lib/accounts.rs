@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use keel::{Context, Interceptor, Status};
+use keel::host::Interceptor;
+use keel::{Context, Status};
 use serde::{Deserialize, Serialize};
 
 /// The token `--serve` accepts unless told otherwise (`--token T`); it authenticates the user
@@ -106,7 +107,7 @@ pub fn host(url: &str, token: &str) -> Result<keel::Host, keel::Error> {
 }
 
 /// The builder of [`host`], to add settings before it starts.
-pub fn builder(url: &str, token: &str) -> keel::HostBuilder {
+pub fn builder(url: &str, token: &str) -> keel::host::HostBuilder {
     keel::Host::builder()
         .service(AccountsServer::new(Bank))
         .interceptor(BearerAuth::new(token, DEMO_USER))
@@ -117,8 +118,8 @@ pub fn builder(url: &str, token: &str) -> keel::HostBuilder {
 #[derive(Debug, Clone)]
 pub struct SendToken(pub String);
 
-impl keel::ClientInterceptor for SendToken {
-    fn before(&self, call: &mut keel::ClientCall) -> Result<(), Status> {
+impl keel::client::Interceptor for SendToken {
+    fn before(&self, call: &mut keel::client::ClientCall) -> Result<(), Status> {
         call.metadata_mut()
             .insert("authorization", &format!("Bearer {}", self.0))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;

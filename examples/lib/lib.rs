@@ -54,7 +54,10 @@ impl ModeArgs {
 }
 
 /// `builder` with the admin endpoint `--admin URL` asked for, if it did.
-pub fn with_admin(builder: keel::HostBuilder, admin: Option<&str>) -> keel::HostBuilder {
+pub fn with_admin(
+    builder: keel::host::HostBuilder,
+    admin: Option<&str>,
+) -> keel::host::HostBuilder {
     match admin {
         Some(url) => builder.admin(url),
         None => builder,

@@ -3,9 +3,9 @@
 //! Every keel call has a `keel.call` span on each side (see keel's crate docs, "Tracing"). With
 //! a `tracing-opentelemetry` layer installed:
 //!
-//! - [`InjectTraceContext`], a [`keel::ClientInterceptor`], writes the client span's
+//! - [`InjectTraceContext`], a [`keel::client::Interceptor`], writes the client span's
 //!   OpenTelemetry context into the call's metadata as `traceparent` and `tracestate`;
-//! - [`ExtractTraceContext`], a [`keel::Interceptor`], reads them on the host and makes the
+//! - [`ExtractTraceContext`], a [`keel::host::Interceptor`], reads them on the host and makes the
 //!   host's `keel.call` span a child of the client's.
 //!
 //! ```no_run
@@ -44,7 +44,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use keel::{ClientCall, ClientInterceptor, Context, Interceptor, Metadata, Status};
+use keel::client::{self, ClientCall};
+use keel::host::Interceptor;
+use keel::{Context, Metadata, Status};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -97,7 +99,7 @@ impl InjectTraceContext {
     }
 }
 
-impl ClientInterceptor for InjectTraceContext {
+impl client::Interceptor for InjectTraceContext {
     fn before(&self, call: &mut ClientCall) -> Result<(), Status> {
         let cx = tracing::Span::current().context();
         self.propagator

@@ -53,7 +53,7 @@ pub fn host(url: &str) -> Result<keel::Host, keel::Error> {
 }
 
 /// The builder of [`host`], to add settings before it starts.
-pub fn builder(url: &str) -> keel::HostBuilder {
+pub fn builder(url: &str) -> keel::host::HostBuilder {
     keel::Host::builder()
         .service(TransferServer::new(TransferImpl))
         .endpoint(url)

@@ -55,7 +55,7 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
                 Self { channel: self.channel.clone(), options: self.options.clone().with_metadata(metadata) }
             }
             /// A copy of this client that stores each call's reply metadata in `slot`.
-            #vis fn with_reply_metadata(&self, slot: &::keel::ReplyMetadata) -> Self {
+            #vis fn with_reply_metadata(&self, slot: &::keel::client::ReplyMetadata) -> Self {
                 Self { channel: self.channel.clone(), options: self.options.clone().with_reply_metadata(slot) }
             }
             /// The contract's description: its operations (and, with keel's `openapi`
@@ -102,7 +102,7 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
                 Self { inner: self.inner.with_metadata(metadata) }
             }
             /// A copy of this client that stores each call's reply metadata in `slot`.
-            #vis fn with_reply_metadata(&self, slot: &::keel::ReplyMetadata) -> Self {
+            #vis fn with_reply_metadata(&self, slot: &::keel::client::ReplyMetadata) -> Self {
                 Self { inner: self.inner.with_reply_metadata(slot) }
             }
             /// The channel this client calls over.

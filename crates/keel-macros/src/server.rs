@@ -9,7 +9,7 @@ use syn::{Ident, ItemTrait};
 use crate::descriptor::{args_ident, module_ident, static_ident};
 use crate::parse::Operation;
 
-/// The server type and its `keel::Service` impl, for the contract `item` whose operations are
+/// The server type and its `keel::service::Service` impl, for the contract `item` whose operations are
 /// `ops`.
 pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
     let vis = &item.vis;

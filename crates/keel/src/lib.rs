@@ -51,20 +51,37 @@
 //!
 //! From async code, use the generated `CalculatorClient` instead: the same methods, `async`.
 //!
+//! # Where things are
+//!
+//! The names above are keel's everyday ones, at the root: [`contract`], [`Host`], [`Channel`],
+//! [`Context`], [`Error`], [`Status`] and [`StatusCode`], [`Metadata`], [`ByteStream`],
+//! [`Compression`]. The rest is grouped by who uses it:
+//!
+//! - [`host`]: building and running a host ([`HostBuilder`](host::HostBuilder), its
+//!   [`HostConfig`](host::HostConfig) and [`HostStats`](host::HostStats)), and the host's
+//!   [`Interceptor`](host::Interceptor);
+//! - [`client`]: building a channel ([`ChannelBuilder`](client::ChannelBuilder)), retries, the
+//!   client's [`Interceptor`](client::Interceptor), reply metadata;
+//! - [`metadata`], [`stream`], [`service`]: the parts of a call and of a contract;
+//! - [`tls`], [`http`], [`metrics`], [`openapi`], [`pool`]: TLS settings and certificates, the
+//!   HTTP convention (and embedding a host in another HTTP server), metrics names and the
+//!   Prometheus recorder, the OpenAPI document, the worker pool.
+//!
 //! # Metadata, context, status codes, interceptors
 //!
 //! A call carries [`Metadata`] beside its arguments (an auth token, a tenant, a trace id): per
 //! call with a generated client's `with_metadata`, for every call of a channel with
-//! [`ChannelBuilder::default_metadata`], or added by a [`ClientInterceptor`]. A handler that
+//! [`ChannelBuilder::default_metadata`](client::ChannelBuilder::default_metadata), or added by a [`client::Interceptor`]. A handler that
 //! declares a [`Context`] parameter sees it, with the caller's address, the binding, its TLS
 //! certificate under mutual TLS, the deadline and a cancellation signal; it can send metadata
-//! back ([`Context::insert_reply_metadata`], read by the caller through [`ReplyMetadata`]). An
+//! back ([`Context::insert_reply_metadata`], read by the caller through [`ReplyMetadata`](client::ReplyMetadata)). An
 //! operation returning `Result<T, keel::Status>` answers with any code of gRPC's set
 //! ([`Status::not_found`], [`Status::unauthenticated`], ...) with a message and details. An
-//! [`Interceptor`] added to the host sees every call before and after it, and may refuse it.
+//! [`host::Interceptor`] added to the host sees every call before and after it, and may refuse it.
 //!
 //! ```
-//! use keel::{Context, Interceptor, Status};
+//! use keel::host::Interceptor;
+//! use keel::{Context, Status};
 //!
 //! #[keel::contract]
 //! pub trait Accounts {
@@ -123,7 +140,7 @@
 //! # Endpoints and TLS
 //!
 //! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
-//! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`]); clients
+//! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`](host::HostBuilder::tls)); clients
 //! trust the system's root certificates unless told otherwise (`ChannelBuilder::tls`). For
 //! development, the `tls` module makes a self-signed certificate and both sides' settings:
 //!
@@ -189,7 +206,7 @@
 //! // HTTP/1.1 (a pool of keep-alive connections) or, with `HttpVersion::Http2`, one HTTP/2
 //! // connection.
 //! let channel = keel::Channel::builder(host.url())
-//!     .http_version(keel::HttpVersion::Http2)
+//!     .http_version(keel::client::HttpVersion::Http2)
 //!     .build()?;
 //! let client = CalculatorBlockingClient::new(channel);
 //! client.open()?;
@@ -211,12 +228,12 @@
 //!
 //! # Settings, and running inside your application
 //!
-//! Every setting has a setter with its default in its docs: [`HostBuilder`] for hosts (throttle,
-//! pool, limits, timeouts, TLS), [`ChannelBuilder`] for clients (deadline, limits, TLS, HTTP
+//! Every setting has a setter with its default in its docs: [`HostBuilder`](host::HostBuilder) for hosts (throttle,
+//! pool, limits, timeouts, TLS), [`ChannelBuilder`](client::ChannelBuilder) for clients (deadline, limits, TLS, HTTP
 //! version). [`Host::config`] and [`Channel::config`] report what is in force.
 //!
 //! A host builds its own runtime unless given the application's with
-//! [`HostBuilder::runtime`]; blocking operations run on keel-pool either way. Its HTTP binding
+//! [`HostBuilder::runtime`](host::HostBuilder::runtime); blocking operations run on keel-pool either way. Its HTTP binding
 //! is also a `tower::Service` ([`Host::http_service`]), so an axum app can serve keel contracts
 //! beside its own routes on one port (see [`http::HttpService`]). `ARCHITECTURE.md` in the
 //! repository shows the layers and one call's path through the files.
@@ -228,15 +245,15 @@
 //! a call that starts after a quiet second; a host that answers nothing within 1 s (at least
 //! four round trips) is gone: the connection's calls fail [`StatusCode::Unavailable`] then,
 //! not at their deadlines, and the next call opens a new connection
-//! ([`ChannelBuilder::keepalive`]; the host's side is [`HostBuilder::keepalive`] and its limit
-//! on a client's pings [`HostBuilder::ping_policy`]; the frames are in `PROTOCOL.md`).
+//! ([`ChannelBuilder::keepalive`](client::ChannelBuilder::keepalive); the host's side is [`HostBuilder::keepalive`](host::HostBuilder::keepalive) and its limit
+//! on a client's pings [`HostBuilder::ping_policy`](host::HostBuilder::ping_policy); the frames are in `PROTOCOL.md`).
 //!
 //! Calls of operations marked `#[keel(idempotent)]` are sent again after a failure that says
 //! the host could not take them: `Unavailable`, `Busy`, `ShuttingDown`, or a connection that
 //! could not be made or broke. Up to 3 attempts, with jittered exponential backoff (an HTTP
 //! host's `Retry-After` is waited out), under a budget of 10 % of the channel's calls plus 10
-//! a second, so retries cannot multiply the load of an outage ([`RetryPolicy`];
-//! [`ChannelStats::retries`] counts them). Calls of other operations are never sent again once
+//! a second, so retries cannot multiply the load of an outage ([`RetryPolicy`](client::RetryPolicy);
+//! [`ChannelStats::retries`](client::ChannelStats::retries) counts them). Calls of other operations are never sent again once
 //! they may have reached a host; those a host says it did not process (after a GoAway) are, on
 //! any binding.
 //!
@@ -265,9 +282,9 @@
 //! connection, and client calls, latency and reconnects through the `metrics` facade: any
 //! recorder the application installs gets them, **if installed before hosts and channels are
 //! built** (names and labels in [`metrics`]). With the `prometheus` feature (on by default), a
-//! host's admin endpoint ([`HostBuilder::admin`]) serves them as Prometheus text at
+//! host's admin endpoint ([`HostBuilder::admin`](host::HostBuilder::admin)) serves them as Prometheus text at
 //! `GET /metrics`, with `GET /healthz` and `GET /readyz` beside. A shutdown first turns
-//! `/readyz` to 503 and keeps serving for [`HostBuilder::drain_grace`], so that a load balancer
+//! `/readyz` to 503 and keeps serving for [`HostBuilder::drain_grace`](host::HostBuilder::drain_grace), so that a load balancer
 //! stops sending work before GoAway closes connections.
 //!
 //! ```
@@ -317,38 +334,38 @@
 //! (a `std::thread::sleep`, a blocking read or lock in an `async fn`), the mistake that brings
 //! the seeds' stalls back in async Rust: a poll longer than 10 ms is reported, naming the
 //! operation, in a `log` warning, the counter `keel_server_handler_blocking_total` and
-//! [`HostStats::handlers_blocked`] ([`HostBuilder::blocking_watchdog`]).
+//! [`HostStats::handlers_blocked`](host::HostStats::handlers_blocked) ([`HostBuilder::blocking_watchdog`](host::HostBuilder::blocking_watchdog)).
 //!
 //! # Limits
 //!
 //! Everything a peer can make a host hold is bounded, with a safe default and a setter on
-//! [`HostBuilder`]; what a host does at each limit is defined (a status, or a close with a
+//! [`HostBuilder`](host::HostBuilder); what a host does at each limit is defined (a status, or a close with a
 //! reason), and every other client keeps being served.
 //!
 //! | resource | limit (setter) | default | at the limit |
 //! |---|---|---|---|
-//! | connections | [`max_connections`](HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest, is closed to admit the newcomer; refused only if all have calls in flight |
-//! | time to connect | [`handshake_timeout`](HostBuilder::handshake_timeout) | 10 s | closed (TLS and keel's handshakes each) |
-//! | idle time | [`idle_timeout`](HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
-//! | a peer that vanished (keel-wire, HTTP/2) | [`keepalive`](HostBuilder::keepalive) | a Ping after 60 s with nothing received; nothing back in 20 s | closed, its calls stopped (keel's client pings its own quiet connections every 20 s and gives a silent host 1 s: [`ChannelBuilder::keepalive`]) |
-//! | pings (keel-wire) | [`ping_policy`](HostBuilder::ping_policy) | 5 s between pings with no call between them; 2 strikes | GoAway `too many pings`, closed |
+//! | connections | [`max_connections`](host::HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest, is closed to admit the newcomer; refused only if all have calls in flight |
+//! | time to connect | [`handshake_timeout`](host::HostBuilder::handshake_timeout) | 10 s | closed (TLS and keel's handshakes each) |
+//! | idle time | [`idle_timeout`](host::HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
+//! | a peer that vanished (keel-wire, HTTP/2) | [`keepalive`](host::HostBuilder::keepalive) | a Ping after 60 s with nothing received; nothing back in 20 s | closed, its calls stopped (keel's client pings its own quiet connections every 20 s and gives a silent host 1 s: [`ChannelBuilder::keepalive`](client::ChannelBuilder::keepalive)) |
+//! | pings (keel-wire) | [`ping_policy`](host::HostBuilder::ping_policy) | 5 s between pings with no call between them; 2 strikes | GoAway `too many pings`, closed |
 //! | a peer that vanished (TCP) | fixed: TCP keepalive | probes after 60 s without traffic, every 10 s, 3 of them | the kernel closes the connection (about 90 s); calls on it fail and the client reconnects |
-//! | connection age | [`max_connection_age`](HostBuilder::max_connection_age) | off (grace 30 s) | GoAway at the age ±10 % (HTTP/2 GOAWAY; HTTP/1.1 `connection: close` on the next answer); the client moves its next calls to a new connection without failing one; calls still running after the grace are answered `ShuttingDown` |
-//! | time to finish a frame, request head or body | [`frame_timeout`](HostBuilder::frame_timeout) | 30 s | closed (an HTTP body: 408) |
-//! | unsent output | [`max_unsent_bytes`](HostBuilder::max_unsent_bytes) | 1 MiB | the connection is not read until its peer reads; closed if it does not within `frame_timeout` |
-//! | bytes being received (frames and bodies over 64 KiB), per connection | [`max_receive_bytes_per_connection`](HostBuilder::max_receive_bytes_per_connection) | 16 MiB | waits for room within `frame_timeout`, then closed (an HTTP body: 408) |
-//! | bytes being received, whole host | [`max_receive_bytes`](HostBuilder::max_receive_bytes) | 256 MiB | the same |
-//! | message size | [`max_message_size`](HostBuilder::max_message_size) | 4 MiB | `TooLarge` (413), checked before allocating, and for a compressed body while it decompresses; the connection is kept |
-//! | calls in flight per connection | [`max_calls_per_connection`](HostBuilder::max_calls_per_connection) | a quarter of the throttle's places (512) | `Busy` (503) |
+//! | connection age | [`max_connection_age`](host::HostBuilder::max_connection_age) | off (grace 30 s) | GoAway at the age ±10 % (HTTP/2 GOAWAY; HTTP/1.1 `connection: close` on the next answer); the client moves its next calls to a new connection without failing one; calls still running after the grace are answered `ShuttingDown` |
+//! | time to finish a frame, request head or body | [`frame_timeout`](host::HostBuilder::frame_timeout) | 30 s | closed (an HTTP body: 408) |
+//! | unsent output | [`max_unsent_bytes`](host::HostBuilder::max_unsent_bytes) | 1 MiB | the connection is not read until its peer reads; closed if it does not within `frame_timeout` |
+//! | bytes being received (frames and bodies over 64 KiB), per connection | [`max_receive_bytes_per_connection`](host::HostBuilder::max_receive_bytes_per_connection) | 16 MiB | waits for room within `frame_timeout`, then closed (an HTTP body: 408) |
+//! | bytes being received, whole host | [`max_receive_bytes`](host::HostBuilder::max_receive_bytes) | 256 MiB | the same |
+//! | message size | [`max_message_size`](host::HostBuilder::max_message_size) | 4 MiB | `TooLarge` (413), checked before allocating, and for a compressed body while it decompresses; the connection is kept |
+//! | calls in flight per connection | [`max_calls_per_connection`](host::HostBuilder::max_calls_per_connection) | a quarter of the throttle's places (512) | `Busy` (503) |
 //! | HTTP/2 streams per connection | follows the above | max(calls per connection, 128) | the client waits (`SETTINGS_MAX_CONCURRENT_STREAMS`) |
 //! | HTTP request head | fixed | 64 KiB (HTTP/1.1 buffer, HTTP/2 header list) | 431, or the connection is closed |
-//! | calls running, host-wide | [`max_concurrent_calls`](HostBuilder::max_concurrent_calls) | 1,024 | queued |
-//! | calls queued | [`max_queued_calls`](HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
-//! | stream window | [`max_stream_window`](HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
-//! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
-//! | pool threads | [`max_threads`](HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
-//! | listen backlog | [`listen_backlog`](HostBuilder::listen_backlog) | the system's limit: `net.core.somaxconn` on Linux (4,096 since 5.4), at most 65,535; 1,024 elsewhere or if unreadable | the kernel's (`somaxconn` caps it): a connect beyond it waits for a SYN retry |
-//! | admin endpoint ([`admin`](HostBuilder::admin)) | fixed | 16 connections, 5 s per request head (and idle), 16 KiB heads, bodies not read, 60 s per connection | a newcomer is closed; a slow head or an idle connection is closed |
+//! | calls running, host-wide | [`max_concurrent_calls`](host::HostBuilder::max_concurrent_calls) | 1,024 | queued |
+//! | calls queued | [`max_queued_calls`](host::HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
+//! | stream window | [`max_stream_window`](host::HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
+//! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](host::HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
+//! | pool threads | [`max_threads`](host::HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
+//! | listen backlog | [`listen_backlog`](host::HostBuilder::listen_backlog) | the system's limit: `net.core.somaxconn` on Linux (4,096 since 5.4), at most 65,535; 1,024 elsewhere or if unreadable | the kernel's (`somaxconn` caps it): a connect beyond it waits for a SYN retry |
+//! | admin endpoint ([`admin`](host::HostBuilder::admin)) | fixed | 16 connections, 5 s per request head (and idle), 16 KiB heads, bodies not read, 60 s per connection | a newcomer is closed; a slow head or an idle connection is closed |
 //! | metadata per message | fixed ([`MAX_METADATA_BYTES`]) | 16 KiB (keel-wire); over HTTP, the 64 KiB head | keel-wire: malformed, the connection is closed; keel's clients refuse to send more |
 //!
 //! # What `#[keel::contract]` generates
@@ -356,11 +373,11 @@
 //! For `trait Calculator`:
 //! - the trait itself, with `async fn` operations returning `Send` futures and
 //!   `Send + Sync + 'static` as supertraits;
-//! - `CalculatorServer<S>`: wraps an implementation for [`HostBuilder::service`];
+//! - `CalculatorServer<S>`: wraps an implementation for [`HostBuilder::service`](host::HostBuilder::service);
 //! - `CalculatorClient`: async methods returning `Result<T, keel::Error>`, plus `connect`,
 //!   `new(Channel)`, `with_deadline`, `with_metadata`, `with_reply_metadata`, `open`, `close`;
 //! - `CalculatorBlockingClient`: the same, blocking, for code without a runtime;
-//! - `CalculatorClient::descriptor()`: the contract's [`ServiceDescriptor`], for
+//! - `CalculatorClient::descriptor()`: the contract's [`ServiceDescriptor`](service::ServiceDescriptor), for
 //!   [`openapi::document`].
 //!
 //! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
@@ -417,41 +434,56 @@
 
 #![forbid(unsafe_code)]
 
-// The layers, each importing only those above it in this list (see ARCHITECTURE.md):
+// The layers, each importing only those above it in this list (see ARCHITECTURE.md). `client`
+// and `host` are also the public modules of their side; the others are reached through the
+// re-exports below.
 mod bindings;
-mod client;
+pub mod client;
 mod core;
 mod dispatch;
-mod host;
+pub mod host;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 mod transport;
 
+// The everyday names, at the root: a contract, a host and a channel, what a handler gets and
+// what a caller gets back.
 /// The chunk type of a [`ByteStream`] (the `bytes` crate's, re-exported).
 pub use bytes::Bytes;
 pub use keel_macros::contract;
 
-#[cfg(feature = "http")]
-pub use crate::bindings::http;
-pub use crate::bindings::HttpVersion;
-pub use crate::client::{
-    CallOptions, Channel, ChannelBuilder, ChannelStats, ClientCall, ClientConfig,
-    ClientInterceptor, ReplyMetadata, RetryPolicy,
-};
+pub use crate::client::Channel;
 pub use crate::core::compress::Compression;
 pub use crate::core::context::Context;
 pub use crate::core::error::Error;
-pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
-pub use crate::core::metrics;
-pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
+pub use crate::core::metadata::Metadata;
 pub use crate::core::status::{Status, StatusCode};
-pub use crate::core::stream::{BlockingReader, ByteSender, ByteStream};
-pub use crate::dispatch::{Interceptor, ThrottleConfig};
-pub use crate::host::{
-    ConnectionInfo, Host, HostBuilder, HostConfig, HostStats, PoolConfig, ShutdownReport,
-};
+pub use crate::core::stream::ByteStream;
+pub use crate::host::Host;
+
+#[cfg(feature = "http")]
+pub use crate::bindings::http;
+pub use crate::core::metrics;
 #[cfg(feature = "tls")]
 pub use crate::transport::tls;
+
+/// The key/value pairs that travel with a call ([`Metadata`]), and their limits.
+pub mod metadata {
+    pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
+}
+
+/// Bodies that flow in chunks: [`ByteStream`], the sending half a handler
+/// or caller writes into, and a blocking reader for plain `fn` operations.
+pub mod stream {
+    pub use crate::core::stream::{BlockingReader, ByteSender, ByteStream};
+}
+
+/// What `#[keel::contract]` describes: a contract's [`ServiceDescriptor`](service::ServiceDescriptor)
+/// (its operations and parameters), and the [`Service`](service::Service) trait a generated
+/// `{Contract}Server` implements for [`HostBuilder::service`](host::HostBuilder::service).
+pub mod service {
+    pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
+}
 
 /// The `schemars` crate (feature `openapi`), whose [`JsonSchema`](schemars::JsonSchema) every
 /// parameter, return and fault type of a contract implements for the OpenAPI document
@@ -462,14 +494,88 @@ pub use schemars;
 
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
 pub use keel_pool as pool;
-pub use keel_wire::{Keepalive, PingPolicy};
+
+// The previous release's root names, hidden and deprecated for one release: each warns with
+// its new path. (Traits cannot be aliased: `Interceptor` is now `host::Interceptor`,
+// `Interceptor` is `client::Interceptor`, `Service` is `service::Service`.)
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::client::ChannelBuilder`")]
+pub type ChannelBuilder = client::ChannelBuilder;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::client::ChannelStats`")]
+pub type ChannelStats = client::ChannelStats;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::client::ClientCall`")]
+pub type ClientCall = client::ClientCall;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::client::ClientConfig`")]
+pub type ClientConfig = client::ClientConfig;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::client::ReplyMetadata`")]
+pub type ReplyMetadata = client::ReplyMetadata;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::client::RetryPolicy`")]
+pub type RetryPolicy = client::RetryPolicy;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::client::HttpVersion`")]
+pub type HttpVersion = client::HttpVersion;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::HostBuilder`")]
+pub type HostBuilder = host::HostBuilder;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::HostConfig`")]
+pub type HostConfig = host::HostConfig;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::HostStats`")]
+pub type HostStats = host::HostStats;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::PoolConfig`")]
+pub type PoolConfig = host::PoolConfig;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::ShutdownReport`")]
+pub type ShutdownReport = host::ShutdownReport;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::ConnectionInfo`")]
+pub type ConnectionInfo = host::ConnectionInfo;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::ThrottleConfig`")]
+pub type ThrottleConfig = host::ThrottleConfig;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::Keepalive`")]
+pub type Keepalive = host::Keepalive;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::host::PingPolicy`")]
+pub type PingPolicy = host::PingPolicy;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::metadata::MetadataError`")]
+pub type MetadataError = metadata::MetadataError;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::service::OperationInfo`")]
+pub type OperationInfo = service::OperationInfo;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::service::ParamInfo`")]
+pub type ParamInfo = service::ParamInfo;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::service::ServiceDescriptor`")]
+pub type ServiceDescriptor = service::ServiceDescriptor;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::stream::BlockingReader`")]
+pub type BlockingReader = stream::BlockingReader;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::stream::ByteSender`")]
+pub type ByteSender = stream::ByteSender;
+#[doc(hidden)]
+#[deprecated(note = "moved to `keel::metadata::MAX_METADATA_BYTES`")]
+pub const MAX_METADATA_BYTES: usize = metadata::MAX_METADATA_BYTES;
 
 /// What generated code calls (as tonic's `codegen`). Not a public API: may change in any
 /// release; `#[keel::contract]` and keel are always used at the same version.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::client::CallOptions;
-    pub use crate::client::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
+    pub use crate::client::call::CallOptions;
+    pub use crate::client::call::{
+        call, call_fallible, call_one_way, call_stream, call_stream_fallible,
+    };
     pub use crate::core::compress::DecompressError;
     pub use crate::core::context::Context;
     pub use crate::core::format::Format;

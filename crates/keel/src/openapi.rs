@@ -139,7 +139,7 @@ const ERROR_ANSWERS: &[(&str, &str, &str)] = &[
 /// contracts it hosts at `GET /openapi.json`.
 ///
 /// Get a contract's descriptor from its generated client (`CalculatorClient::descriptor()`)
-/// or from a server ([`Service::descriptor`](crate::Service::descriptor)). The title lists
+/// or from a server ([`Service::descriptor`](crate::service::Service::descriptor)). The title lists
 /// the services; the version is keel's, which the convention follows.
 pub fn document(services: &[&ServiceDescriptor]) -> String {
     let mut text = serde_json::to_string_pretty(&sorted(document_value(services)))

@@ -202,7 +202,7 @@ async fn an_unreachable_host_costs_no_call_of_any_kind() {
     let host = child_host_at(free_port());
     let nobody = free_port();
     let channel = Channel::balanced([host.url().to_string(), format!("tcp://127.0.0.1:{nobody}")])
-        .retry(keel::RetryPolicy::disabled())
+        .retry(keel::client::RetryPolicy::disabled())
         .build()
         .unwrap();
     let client = WhoamiClient::new(channel.clone());

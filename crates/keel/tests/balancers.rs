@@ -735,7 +735,7 @@ fn http_hosts(n: usize) -> (Vec<keel::Host>, Vec<ProbeImpl>) {
 /// `n` keel-wire hosts with an admin endpoint, `settings(i, builder)` on top.
 fn wire_hosts(
     n: usize,
-    settings: impl Fn(usize, keel::HostBuilder) -> keel::HostBuilder,
+    settings: impl Fn(usize, keel::host::HostBuilder) -> keel::host::HostBuilder,
 ) -> (Vec<keel::Host>, Vec<ProbeImpl>) {
     (0..n)
         .map(|i| {
@@ -841,7 +841,7 @@ async fn nginx_spreads_calls_over_reused_upstream_connections() {
     }
 
     let per_host = completed(&probes);
-    let stats: Vec<keel::HostStats> = hosts.iter().map(|h| h.stats()).collect();
+    let stats: Vec<keel::host::HostStats> = hosts.iter().map(|h| h.stats()).collect();
     println!("nginx, 8 raw HTTP/1.1 clients, {} calls:", tally.ok());
     for (i, (calls, s)) in per_host.iter().zip(&stats).enumerate() {
         println!(
@@ -1032,7 +1032,7 @@ async fn haproxy_spreads_one_channel_with_connection_age() {
     let (tally, _) = load.stop().await;
 
     let per_host = completed(&probes);
-    let stats: Vec<keel::HostStats> = hosts.iter().map(|h| h.stats()).collect();
+    let stats: Vec<keel::host::HostStats> = hosts.iter().map(|h| h.stats()).collect();
     let sessions = haproxy_stats(&haproxy);
     let channel = client.channel().stats();
     println!(

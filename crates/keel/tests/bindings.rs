@@ -456,7 +456,7 @@ async fn unknown_service_is_reported(b: Binding) {
 }
 
 async fn the_throttle_queues_then_refuses_with_busy(b: Binding) {
-    let host = b.host_with(|h| h.throttle(keel::ThrottleConfig::new(1, 1)));
+    let host = b.host_with(|h| h.max_concurrent_calls(1).max_queued_calls(1));
     let c = b.client(&host).await;
     let running = tokio::spawn({
         let c = c.clone();
@@ -476,7 +476,7 @@ async fn the_throttle_queues_then_refuses_with_busy(b: Binding) {
 }
 
 async fn a_queued_call_whose_deadline_passes_never_runs(b: Binding) {
-    let host = b.host_with(|h| h.throttle(keel::ThrottleConfig::new(1, 10)));
+    let host = b.host_with(|h| h.max_concurrent_calls(1).max_queued_calls(10));
     let c = b.client(&host).await;
     let blocker = tokio::spawn({
         let c = c.clone();
@@ -507,7 +507,8 @@ async fn graceful_shutdown_with_a_thousand_calls_in_flight_loses_none(b: Binding
     let host = b.host_serving(
         probe.clone(),
         |h| {
-            h.throttle(keel::ThrottleConfig::new(2_000, 2_000))
+            h.max_concurrent_calls(2_000)
+                .max_queued_calls(2_000)
                 .max_calls_per_connection(2_000)
                 .close_timeout(Duration::from_secs(4))
         },

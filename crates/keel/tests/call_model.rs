@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Binding;
-use keel::{
-    ClientCall, ClientInterceptor, Context, Interceptor, Metadata, ReplyMetadata, Status,
-    StatusCode,
-};
+use keel::client::{self, ClientCall, ReplyMetadata};
+use keel::host::Interceptor;
+use keel::{Channel, Context, Metadata, Status, StatusCode};
 use serde::{Deserialize, Serialize};
 
 /// What a handler saw of its call.
@@ -163,7 +162,7 @@ struct ClientHook {
     log: Arc<Mutex<Vec<String>>>,
 }
 
-impl ClientInterceptor for ClientHook {
+impl client::Interceptor for ClientHook {
     fn before(&self, call: &mut ClientCall) -> Result<(), Status> {
         if self.refuse_find && call.operation() == "find" {
             return Err(Status::failed_precondition("find is off"));
@@ -203,9 +202,7 @@ async fn metadata_and_context_travel_both_ways(b: Binding) {
     let host = host(b, Impl::default(), &log);
     let channel = b.channel_with(host.url(), |c| {
         c.default_metadata("x-tenant", "acme")
-            .unwrap()
             .default_metadata("x-overridden", "default")
-            .unwrap()
     });
     let client = CallsClient::new(channel);
     let mut md = Metadata::new();
@@ -404,4 +401,21 @@ async fn oversized_metadata_is_refused_locally_on_every_binding() {
         assert_eq!(client.find(1).await.unwrap(), "alice");
         host.shutdown_async().await;
     }
+}
+
+/// `default_metadata` keeps the builder's chain: an invalid key or value is reported by
+/// `build`, naming it, and nothing is built.
+#[test]
+fn an_invalid_default_metadata_fails_the_build() {
+    let err = Channel::builder("tcp://127.0.0.1:1")
+        .default_metadata("x-fine", "yes")
+        .default_metadata("content-type", "text/plain")
+        .deadline(Duration::from_secs(1))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("content-type"), "{err}");
+    assert!(Channel::builder("tcp://127.0.0.1:1")
+        .default_metadata("x-fine", "yes")
+        .build()
+        .is_ok());
 }

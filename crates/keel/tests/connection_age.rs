@@ -76,7 +76,7 @@ async fn a_call_past_the_grace_is_answered_shutting_down() {
 
 #[tokio::test]
 async fn off_by_default() {
-    assert_eq!(keel::HostConfig::default().max_connection_age, None);
+    assert_eq!(keel::host::HostConfig::default().max_connection_age, None);
     let host = Binding::Tcp.host();
     let c = Binding::Tcp.client(&host).await;
     for _ in 0..3 {

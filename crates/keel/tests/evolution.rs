@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use common::Binding;
-use keel::{Metadata, ReplyMetadata, StatusCode};
+use keel::client::ReplyMetadata;
+use keel::{Metadata, StatusCode};
 
 /// The contract as it was.
 pub mod v1 {

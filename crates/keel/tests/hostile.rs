@@ -104,7 +104,7 @@ enum Gate {
 }
 
 /// The small limits every case's host runs with.
-fn small_limits(h: keel::HostBuilder) -> keel::HostBuilder {
+fn small_limits(h: keel::host::HostBuilder) -> keel::host::HostBuilder {
     h.frame_timeout(FRAME_TIMEOUT)
         .handshake_timeout(HANDSHAKE_TIMEOUT)
         .max_connections(MAX_CONNECTIONS)
@@ -125,7 +125,7 @@ struct Case {
 impl Case {
     async fn start(
         b: Binding,
-        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
         exclusive: bool,
         bystander: bool,
     ) -> Case {
@@ -154,7 +154,7 @@ impl Case {
     /// A case with a bystander.
     async fn new(
         b: Binding,
-        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
     ) -> Case {
         Case::start(b, settings, false, true).await
     }
@@ -162,7 +162,7 @@ impl Case {
     /// A case about memory: runs alone, with a bystander, and checks the heap's peak at the end.
     async fn memory(
         b: Binding,
-        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
     ) -> Case {
         Case::start(b, settings, true, true).await
     }
@@ -170,14 +170,14 @@ impl Case {
     /// A case that runs alone (it counts on the machine's attention), with a bystander.
     async fn alone(
         b: Binding,
-        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
     ) -> Case {
         let mut case = Case::start(b, settings, true, true).await;
         case.memory = None;
         case
     }
 
-    fn stats(&self) -> keel::HostStats {
+    fn stats(&self) -> keel::host::HostStats {
         self.host.stats()
     }
 
@@ -1219,10 +1219,7 @@ async fn never_reads(b: Binding, pings: bool) {
     // keel-wire's ping limit would send a ping flood away at its third ping (raw_wire.rs
     // tests that): lifted here, the bound on unsent output is what must stop it.
     let case = Case::memory(b, |h| {
-        h.ping_policy(keel::PingPolicy {
-            min_interval: Duration::ZERO,
-            max_strikes: 0,
-        })
+        h.ping_policy(keel::host::PingPolicy::new(Duration::ZERO, 0))
     })
     .await;
     let modes: Vec<Option<Version>> = if b.is_wire() {
@@ -1549,7 +1546,7 @@ async fn three_thousand_connects_in_a_row_all_get_through(b: Binding) {
 
 async fn one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle(b: Binding) {
     // 64 places in the throttle: a connection may have a quarter of them, 16.
-    let case = Case::new(b, |h| h.throttle(keel::ThrottleConfig::new(32, 32))).await;
+    let case = Case::new(b, |h| h.max_concurrent_calls(32).max_queued_calls(32)).await;
     let greedy = ProbeClient::new(b.channel(&case.url));
     greedy.open().await.unwrap();
     let calls: Vec<_> = (0..40)

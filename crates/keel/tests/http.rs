@@ -64,7 +64,7 @@ impl Calc for CalcImpl {
 
 /// A host serving the probe and `Calc` over `http://127.0.0.1:0`.
 fn host_with(
-    settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+    settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
     calc: CalcImpl,
 ) -> keel::Host {
     settings(
@@ -178,14 +178,14 @@ impl Raw {
     }
 }
 
-fn channel(url: &str, version: keel::HttpVersion) -> keel::Channel {
+fn channel(url: &str, version: keel::client::HttpVersion) -> keel::Channel {
     keel::Channel::builder(url)
         .http_version(version)
         .build()
         .unwrap()
 }
 
-async fn one_connection_for_sequential_calls(version: keel::HttpVersion) {
+async fn one_connection_for_sequential_calls(version: keel::client::HttpVersion) {
     let host = host();
     let c = ProbeClient::new(channel(host.url(), version));
     c.open().await.unwrap();
@@ -218,12 +218,12 @@ async fn one_connection_for_sequential_calls(version: keel::HttpVersion) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_sequential_calls_use_one_http1_connection() {
-    one_connection_for_sequential_calls(keel::HttpVersion::Http1).await
+    one_connection_for_sequential_calls(keel::client::HttpVersion::Http1).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_sequential_calls_use_one_http2_connection() {
-    one_connection_for_sequential_calls(keel::HttpVersion::Http2).await
+    one_connection_for_sequential_calls(keel::client::HttpVersion::Http2).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,7 +406,7 @@ async fn every_error_answer_over_raw_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_is_503_with_retry_after() {
     let host = host_with(
-        |h| h.throttle(keel::ThrottleConfig::new(1, 0)),
+        |h| h.max_concurrent_calls(1).max_queued_calls(0),
         CalcImpl::default(),
     );
     for h2 in [false, true] {
@@ -582,7 +582,7 @@ async fn describe_answers_the_contract_as_json() {
 async fn a_dropped_h2_request_cancels_its_call() {
     let calc = CalcImpl::default();
     let host = host_with(
-        |h| h.throttle(keel::ThrottleConfig::new(1, 10)),
+        |h| h.max_concurrent_calls(1).max_queued_calls(10),
         calc.clone(),
     );
     let raw = Raw::connect(host.url(), true).await;

@@ -102,19 +102,12 @@ async fn a_quiet_but_live_connection_is_kept() {
     // The host's ping limit must allow this client's pings (300 ms apart, with no call
     // between them while the long call runs).
     let host = common::host_with(
-        |h| {
-            h.ping_policy(keel::PingPolicy {
-                min_interval: Duration::from_millis(100),
-                max_strikes: 2,
-            })
-        },
+        |h| h.ping_policy(keel::host::PingPolicy::new(Duration::from_millis(100), 2)),
         "tcp://127.0.0.1:0",
     );
     let proxy = Proxy::start(host.url()).await;
-    let keepalive = keel::Keepalive {
-        interval: Duration::from_millis(300),
-        timeout: Duration::from_millis(200),
-    };
+    let keepalive =
+        keel::host::Keepalive::new(Duration::from_millis(300), Duration::from_millis(200));
     let channel = Channel::builder(proxy.url())
         .keepalive(Some(keepalive))
         .build()
@@ -206,11 +199,11 @@ async fn http2_pings_find_a_silent_drop_too() {
     let host = common::host_with(|h| h, "http://127.0.0.1:0");
     let proxy = Proxy::start(host.url()).await;
     let channel = Channel::builder(proxy.url())
-        .http_version(keel::HttpVersion::Http2)
-        .keepalive(Some(keel::Keepalive {
-            interval: Duration::from_millis(500),
-            timeout: Duration::from_millis(500),
-        }))
+        .http_version(keel::client::HttpVersion::Http2)
+        .keepalive(Some(keel::client::Keepalive::new(
+            Duration::from_millis(500),
+            Duration::from_millis(500),
+        )))
         .build()
         .unwrap();
     let client = ProbeClient::new(channel.clone());
@@ -336,18 +329,11 @@ async fn a_call_left_unpolled_holds_up_no_other_call() {
 async fn a_call_left_unpolled_does_not_fail_keepalive() {
     // A host that allows this client's pings (100 ms apart).
     let host = common::host_with(
-        |h| {
-            h.ping_policy(keel::PingPolicy {
-                min_interval: Duration::from_millis(20),
-                max_strikes: 2,
-            })
-        },
+        |h| h.ping_policy(keel::host::PingPolicy::new(Duration::from_millis(20), 2)),
         "tcp://127.0.0.1:0",
     );
-    let keepalive = keel::Keepalive {
-        interval: Duration::from_millis(100),
-        timeout: Duration::from_millis(300),
-    };
+    let keepalive =
+        keel::host::Keepalive::new(Duration::from_millis(100), Duration::from_millis(300));
     let channel = Channel::builder(host.url())
         .keepalive(Some(keepalive))
         .build()

@@ -407,10 +407,10 @@ fn no_connection_left(host: &keel::Host) -> bool {
 fn a_client_that_stops_answering_is_closed_by_the_host() {
     let host = common::host_with(
         |h| {
-            h.keepalive(Some(keel::Keepalive {
-                interval: Duration::from_millis(300),
-                timeout: Duration::from_millis(300),
-            }))
+            h.keepalive(Some(keel::host::Keepalive::new(
+                Duration::from_millis(300),
+                Duration::from_millis(300),
+            )))
         },
         "tcp://127.0.0.1:0",
     );

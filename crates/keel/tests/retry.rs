@@ -5,7 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use keel::{Channel, RetryPolicy, Status, StatusCode};
+use keel::client::RetryPolicy;
+use keel::{Channel, Status, StatusCode};
 
 /// Fails on demand.
 #[keel::contract]

@@ -117,7 +117,10 @@ async fn an_axum_app_serves_a_keel_contract_and_an_ordinary_route_on_one_port() 
     assert_eq!(raw_http(&addr, unknown).await.0, 404);
 
     // keel's own client, over HTTP/1.1 and HTTP/2 (h2c), to the same port.
-    for version in [keel::HttpVersion::Http1, keel::HttpVersion::Http2] {
+    for version in [
+        keel::client::HttpVersion::Http1,
+        keel::client::HttpVersion::Http2,
+    ] {
         let channel = keel::Channel::builder(format!("http://{addr}"))
             .http_version(version)
             .build()

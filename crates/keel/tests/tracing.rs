@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use keel::{ClientCall, ClientInterceptor, Context, Interceptor, Status};
+use keel::client::{self, ClientCall};
+use keel::host::Interceptor;
+use keel::{Context, Status};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt as _};
@@ -88,7 +90,7 @@ impl Interceptor for SeenSpan {
     }
 }
 
-impl ClientInterceptor for SeenSpan {
+impl client::Interceptor for SeenSpan {
     fn before(&self, _: &mut ClientCall) -> Result<(), Status> {
         self.0.lock().unwrap().push(name(&tracing::Span::current()));
         Ok(())

@@ -80,7 +80,7 @@ async fn settle() {
 async fn a_blocking_async_handler_is_reported_and_nothing_else_is() {
     let warnings = warnings();
     assert_eq!(
-        keel::HostConfig::default().blocking_watchdog,
+        keel::host::HostConfig::default().blocking_watchdog,
         Some(Duration::from_millis(10))
     );
 

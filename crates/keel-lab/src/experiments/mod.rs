@@ -74,14 +74,22 @@ pub(crate) struct HostSettings {
 }
 
 impl HostSettings {
-    /// The keel host configuration for these settings.
-    pub(crate) fn config(&self) -> keel::HostConfig {
-        let mut cfg = keel::HostConfig::default();
-        cfg.pool.keep_alive = self.keep_alive;
-        let room = (self.clients + self.clients / 10 + 16).max(1024);
-        cfg.pool.max_threads = Some(room);
-        cfg.throttle = keel::ThrottleConfig::new(room, 1024);
-        cfg
+    /// Pool threads and running calls that cover the clients, with headroom.
+    fn room(&self) -> usize {
+        (self.clients + self.clients / 10 + 16).max(1024)
+    }
+
+    /// `builder` with these settings.
+    fn apply(&self, builder: keel::host::HostBuilder) -> keel::host::HostBuilder {
+        let room = self.room();
+        let builder = builder
+            .max_threads(room)
+            .max_concurrent_calls(room)
+            .max_queued_calls(1024);
+        match self.keep_alive {
+            Some(keep_alive) => builder.thread_keep_alive(keep_alive),
+            None => builder,
+        }
     }
 }
 
@@ -92,16 +100,15 @@ pub(crate) fn start_host(binding: Binding, settings: HostSettings) -> anyhow::Re
 
 /// The builder of [`start_host`]'s host, for an experiment that adds to it (an admin
 /// endpoint).
-pub(crate) fn host_builder(binding: Binding, settings: HostSettings) -> keel::HostBuilder {
+pub(crate) fn host_builder(binding: Binding, settings: HostSettings) -> keel::host::HostBuilder {
     use keel_examples::calculator::{Calc, CalculatorServer};
     use keel_examples::service1::{Service1Impl, Service1Server};
-    let config = settings.config();
-    keel::Host::builder()
-        .service(CalculatorServer::new(Calc))
-        .service(Service1Server::new(Service1Impl))
-        .endpoint(binding.listen_url())
-        .pool(config.pool)
-        .throttle(config.throttle)
+    settings.apply(
+        keel::Host::builder()
+            .service(CalculatorServer::new(Calc))
+            .service(Service1Server::new(Service1Impl))
+            .endpoint(binding.listen_url()),
+    )
 }
 
 /// A short name for how a call failed, for counting errors by kind.
@@ -268,11 +275,16 @@ mod tests {
 
     #[test]
     fn host_config_covers_the_clients() {
-        let cfg = HostSettings {
+        let settings = HostSettings {
             keep_alive: Some(Duration::from_secs(1)),
             clients: 1000,
-        }
-        .config();
+        };
+        let host = settings
+            .apply(keel::Host::builder().worker_threads(1))
+            .start()
+            .unwrap();
+        let cfg = host.config().clone();
+        host.shutdown();
         assert!(cfg.pool.max_threads.unwrap() >= 1100);
         assert!(cfg.throttle.max_concurrent_calls >= 1100);
         assert_eq!(cfg.pool.keep_alive, Some(Duration::from_secs(1)));

@@ -51,9 +51,9 @@ impl KeelConn {
         let b = keel::Channel::builder(url);
         let b = match system {
             System::KeelH1 => b
-                .http_version(keel::HttpVersion::Http1)
+                .http_version(keel::client::HttpVersion::Http1)
                 .http_max_connections(1),
-            System::KeelH2 => b.http_version(keel::HttpVersion::Http2),
+            System::KeelH2 => b.http_version(keel::client::HttpVersion::Http2),
             _ => b,
         };
         let channel = b.connect().await?;

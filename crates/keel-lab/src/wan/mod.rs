@@ -157,11 +157,11 @@ impl Binding {
 
     /// A channel builder for `url` on this binding: the HTTP version it speaks and, over TLS,
     /// trust in the lab's self-signed certificate.
-    pub(crate) fn channel_builder(self, url: &str) -> anyhow::Result<keel::ChannelBuilder> {
+    pub(crate) fn channel_builder(self, url: &str) -> anyhow::Result<keel::client::ChannelBuilder> {
         let b = keel::Channel::builder(url);
         let b = match self {
-            Binding::Http1 | Binding::HttpsH1 => b.http_version(keel::HttpVersion::Http1),
-            Binding::H2c | Binding::HttpsH2 => b.http_version(keel::HttpVersion::Http2),
+            Binding::Http1 | Binding::HttpsH1 => b.http_version(keel::client::HttpVersion::Http1),
+            Binding::H2c | Binding::HttpsH2 => b.http_version(keel::client::HttpVersion::Http2),
             Binding::Tcp | Binding::Tcps => b,
         };
         Ok(if self.is_tls() {

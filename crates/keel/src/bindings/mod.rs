@@ -32,7 +32,7 @@ use crate::dispatch::{ConnInfo, Dispatcher};
 use crate::transport::{ClientTlsSettings, Connected, Endpoint, Protocol};
 
 /// Which HTTP version a client speaks on `http://` and `https://` endpoints (see
-/// [`ChannelBuilder::http_version`](crate::ChannelBuilder::http_version)).
+/// [`ChannelBuilder::http_version`](crate::client::ChannelBuilder::http_version)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HttpVersion {

@@ -6,7 +6,7 @@
 //! - **Discovery.** Each URL's host name is resolved to all its addresses (a Kubernetes
 //!   headless Service's name gives every ready pod); each address is a *member* with its own
 //!   binding (its own connection). Names are resolved again every
-//!   [`resolve_interval`](crate::ChannelBuilder::resolve_interval) and at once after a connect
+//!   [`resolve_interval`](crate::client::ChannelBuilder::resolve_interval) and at once after a connect
 //!   failure. A member whose address disappears is dropped once its calls finish; members that
 //!   stay keep their connections.
 //! - **Balancing.** Power of two choices: two members drawn at random, the call goes to the one

@@ -2,11 +2,12 @@
 
 use std::any::Any;
 use std::fmt::Debug;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{CallOptions, Channel};
+use super::{Channel, ReplyMetadata};
 use crate::bindings::{Outgoing, Replied};
 use crate::core::codec;
 use crate::core::error::{Error, Kind};
@@ -181,5 +182,35 @@ pub async fn call_one_way<A: Serialize>(
     match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
         Ok(_) => Ok(()),
         Err(status) => Err(Error::from_status(status)),
+    }
+}
+
+/// Per-call options carried by a generated client (see its `with_deadline`, `with_metadata`
+/// and `with_reply_metadata`).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct CallOptions {
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) metadata: Metadata,
+    pub(crate) reply: Option<ReplyMetadata>,
+}
+
+impl CallOptions {
+    /// These options with a per-call deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> CallOptions {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// These options with request metadata (merged over the channel's defaults).
+    pub fn with_metadata(mut self, metadata: Metadata) -> CallOptions {
+        self.metadata = metadata;
+        self
+    }
+
+    /// These options with a place the reply metadata of each call is stored in.
+    pub fn with_reply_metadata(mut self, slot: &ReplyMetadata) -> CallOptions {
+        self.reply = Some(slot.clone());
+        self
     }
 }

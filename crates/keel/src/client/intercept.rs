@@ -6,7 +6,7 @@ use crate::core::error::Error;
 use crate::core::metadata::Metadata;
 use crate::core::status::Status;
 
-/// One call as a [`ClientInterceptor`] sees it: which operation, its request metadata (which
+/// One call as an [`Interceptor`] sees it: which operation, its request metadata (which
 /// `before` may change), and when it started.
 #[derive(Debug)]
 pub struct ClientCall {
@@ -53,18 +53,19 @@ impl ClientCall {
 }
 
 /// Sees every call a channel makes, in the order interceptors were added
-/// ([`ChannelBuilder::interceptor`](crate::ChannelBuilder::interceptor)): `before` ahead of
+/// ([`ChannelBuilder::interceptor`](crate::client::ChannelBuilder::interceptor)): `before` ahead of
 /// encoding and sending (it may add metadata, or refuse the call with a [`Status`], which the
 /// caller then gets as its error without anything being sent), `after` (in reverse order) once
 /// the call has its outcome.
 ///
 /// ```
-/// use keel::{ClientCall, ClientInterceptor, Status};
+/// use keel::client::{ClientCall, Interceptor};
+/// use keel::Status;
 ///
 /// /// Sends a bearer token with every call.
 /// struct Bearer(String);
 ///
-/// impl ClientInterceptor for Bearer {
+/// impl Interceptor for Bearer {
 ///     fn before(&self, call: &mut ClientCall) -> Result<(), Status> {
 ///         call.metadata_mut()
 ///             .insert("authorization", &format!("Bearer {}", self.0))
@@ -78,7 +79,7 @@ impl ClientCall {
 ///     .build()?;
 /// # Ok::<(), keel::Error>(())
 /// ```
-pub trait ClientInterceptor: Send + Sync + 'static {
+pub trait Interceptor: Send + Sync + 'static {
     /// Runs before the call is sent; an `Err` fails the call with that status.
     fn before(&self, call: &mut ClientCall) -> Result<(), Status> {
         let _ = call;

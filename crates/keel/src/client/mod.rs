@@ -1,18 +1,24 @@
-//! The client side: a [`Channel`] is one logical connection to a host, shared by every client
-//! (and every clone of a client) built on it. It owns its configuration ([`ChannelBuilder`])
-//! and hands plain settings to its binding: on keel-wire, calls are multiplexed over one
-//! connection; on HTTP, see [`crate::http`].
+//! The client side: a [`Channel`] is one logical connection to a host (or, [balanced](Channel::balanced),
+//! to several), shared by every generated client (and every clone of one) built on it. Build one
+//! with [`Channel::builder`] ([`ChannelBuilder`], each setting's default documented);
+//! [`Channel::config`] reports the settings in force and [`Channel::stats`] what it did. An
+//! [`Interceptor`] sees every call of a channel; [`RetryPolicy`] says how idempotent calls are
+//! sent again; [`ReplyMetadata`] catches a call's reply metadata.
+//!
+//! Inside keel, the channel owns its configuration and hands plain settings to its binding: on
+//! keel-wire, calls are multiplexed over one connection; on HTTP, see `keel::http`.
 
 mod balance;
-mod call;
+pub(crate) mod call;
 mod intercept;
 mod metrics;
 mod pipeline;
 mod retry;
 mod rt;
 
-pub use call::{call, call_fallible, call_one_way, call_stream, call_stream_fallible};
-pub use intercept::{ClientCall, ClientInterceptor};
+pub use crate::bindings::HttpVersion;
+pub use crate::core::keepalive::Keepalive;
+pub use intercept::{ClientCall, Interceptor};
 pub use retry::RetryPolicy;
 pub(crate) use rt::block_on;
 
@@ -21,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::metrics::ChannelMetrics;
-use crate::bindings::{self, Answer, ClientSettings, HttpVersion, Outgoing};
+use crate::bindings::{self, Answer, ClientSettings, Outgoing};
 use crate::core::compress::Compression;
 use crate::core::error::Error;
 use crate::core::metadata::Metadata;
@@ -73,7 +79,7 @@ pub struct ClientConfig {
     /// on TCP keepalive. `None` turns it off. Default: 20 s interval (below the
     /// idle timeouts of common NATs and L4 load balancers, which are minutes: AWS NLB 350 s,
     /// Azure Load Balancer 4 min), 1 s timeout.
-    pub keepalive: Option<crate::Keepalive>,
+    pub keepalive: Option<Keepalive>,
     /// How calls of `#[keel(idempotent)]` operations are retried after failures that say the
     /// host could not take them (`Unavailable`, `Busy`, `ShuttingDown`, a lost connection),
     /// and the budget that keeps retries from amplifying an outage. Calls of other operations
@@ -87,10 +93,7 @@ pub struct ClientConfig {
 }
 
 /// The client's keepalive default: see [`ClientConfig::keepalive`].
-const CLIENT_KEEPALIVE: crate::Keepalive = crate::Keepalive {
-    interval: Duration::from_secs(20),
-    timeout: Duration::from_secs(1),
-};
+const CLIENT_KEEPALIVE: Keepalive = Keepalive::new(Duration::from_secs(20), Duration::from_secs(1));
 
 impl Default for ClientConfig {
     fn default() -> Self {
@@ -126,7 +129,7 @@ impl ClientConfig {
             tls: (),
             http_version: self.http_version,
             http_max_connections: self.http_max_connections,
-            keepalive: self.keepalive,
+            keepalive: self.keepalive.map(Into::into),
             reconnects: ChannelMetrics::reconnects(binding),
         }
     }
@@ -142,7 +145,7 @@ impl ClientConfig {
 /// # async fn example() -> Result<(), keel::Error> {
 /// let channel = keel::Channel::builder("http://127.0.0.1:7000")
 ///     .deadline(Duration::from_secs(5))
-///     .http_version(keel::HttpVersion::Http2)
+///     .http_version(keel::client::HttpVersion::Http2)
 ///     .connect()
 ///     .await?;
 /// # Ok(()) }
@@ -153,7 +156,10 @@ pub struct ChannelBuilder {
     /// With [`Channel::balanced`]: every URL, `url` first.
     balanced: Option<Vec<String>>,
     config: ClientConfig,
-    interceptors: Vec<Arc<dyn ClientInterceptor>>,
+    interceptors: Vec<Arc<dyn Interceptor>>,
+    /// The first setting refused on the way (an invalid metadata key or value), reported by
+    /// [`ChannelBuilder::build`] so that the chain of setters never breaks.
+    refused: Option<String>,
 }
 
 impl std::fmt::Debug for ChannelBuilder {
@@ -163,19 +169,22 @@ impl std::fmt::Debug for ChannelBuilder {
             .field("balanced", &self.balanced)
             .field("config", &self.config)
             .field("interceptors", &self.interceptors.len())
+            .field("refused", &self.refused)
             .finish()
     }
 }
 
 impl ChannelBuilder {
     /// Adds metadata sent with every call: a text value for `key` (see [`Metadata::insert`]
-    /// for the rules; binary values: [`ChannelBuilder::metadata`]). Default: none.
-    pub fn default_metadata(mut self, key: &str, value: &str) -> Result<Self, Error> {
-        self.config
-            .metadata
-            .insert(key, value)
-            .map_err(|e| Error::new(crate::core::error::Kind::Config, e.to_string()))?;
-        Ok(self)
+    /// for the rules; binary values: [`ChannelBuilder::metadata`]). An invalid key or value
+    /// makes [`build`](ChannelBuilder::build) (and `connect`) fail with a `Config` error naming
+    /// it. Default: none.
+    pub fn default_metadata(mut self, key: &str, value: &str) -> Self {
+        if let Err(e) = self.config.metadata.insert(key, value) {
+            self.refused
+                .get_or_insert_with(|| format!("default metadata `{key}`: {e}"));
+        }
+        self
     }
 
     /// Compresses requests of at least [`compress_above`](ChannelBuilder::compress_above) bytes
@@ -201,8 +210,8 @@ impl ChannelBuilder {
     }
 
     /// Adds an interceptor that sees every call of this channel, after those added before it
-    /// (see [`ClientInterceptor`]). Default: none.
-    pub fn interceptor<I: ClientInterceptor>(mut self, interceptor: I) -> Self {
+    /// (see [`Interceptor`]). Default: none.
+    pub fn interceptor<I: Interceptor>(mut self, interceptor: I) -> Self {
         self.interceptors.push(Arc::new(interceptor));
         self
     }
@@ -248,7 +257,7 @@ impl ChannelBuilder {
 
     /// keel-wire and HTTP/2: pings on quiet connections and the verdict on a silent host (see
     /// [`ClientConfig::keepalive`]); `None` turns it off. Default: 20 s interval, 1 s timeout.
-    pub fn keepalive(mut self, keepalive: Option<crate::Keepalive>) -> Self {
+    pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
         self.config.keepalive = keepalive;
         self
     }
@@ -275,8 +284,12 @@ impl ChannelBuilder {
     }
 
     /// The channel; nothing is connected yet. Fails for an invalid URL or a binding this build
-    /// leaves out, and for a balanced channel over URLs of different schemes.
+    /// leaves out, for a balanced channel over URLs of different schemes, and for invalid
+    /// [`default_metadata`](ChannelBuilder::default_metadata).
     pub fn build(self) -> Result<Channel, Error> {
+        if let Some(refused) = self.refused {
+            return Err(Error::new(crate::core::error::Kind::Config, refused));
+        }
         let urls = self
             .balanced
             .clone()
@@ -368,36 +381,6 @@ pub struct ChannelStats {
     pub retries_refused_by_budget: u64,
 }
 
-/// Per-call options carried by a generated client (see its `with_deadline`, `with_metadata`
-/// and `with_reply_metadata`).
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct CallOptions {
-    deadline: Option<Duration>,
-    metadata: Metadata,
-    reply: Option<ReplyMetadata>,
-}
-
-impl CallOptions {
-    /// These options with a per-call deadline.
-    pub fn with_deadline(mut self, deadline: Duration) -> CallOptions {
-        self.deadline = Some(deadline);
-        self
-    }
-
-    /// These options with request metadata (merged over the channel's defaults).
-    pub fn with_metadata(mut self, metadata: Metadata) -> CallOptions {
-        self.metadata = metadata;
-        self
-    }
-
-    /// These options with a place the reply metadata of each call is stored in.
-    pub fn with_reply_metadata(mut self, slot: &ReplyMetadata) -> CallOptions {
-        self.reply = Some(slot.clone());
-        self
-    }
-}
-
 /// Where a call's reply metadata lands (as grpc-go's `grpc.Header` call option): give it to a
 /// generated client's `with_reply_metadata`, make the call, then read it. Shared by clones; a
 /// later call through the same client replaces what an earlier one left.
@@ -405,7 +388,7 @@ impl CallOptions {
 /// ```no_run
 /// # #[keel::contract] pub trait Echo { async fn echo(&self, s: String) -> String; }
 /// # async fn example(client: EchoClient) -> Result<(), keel::Error> {
-/// let reply = keel::ReplyMetadata::new();
+/// let reply = keel::client::ReplyMetadata::new();
 /// client.with_reply_metadata(&reply).echo("hi".into()).await?;
 /// println!("served by {:?}", reply.get().get("served-by"));
 /// # Ok(()) }
@@ -452,7 +435,7 @@ impl std::fmt::Debug for Inner {
 
 struct Inner {
     config: ClientConfig,
-    interceptors: Vec<Arc<dyn ClientInterceptor>>,
+    interceptors: Vec<Arc<dyn Interceptor>>,
     /// The binding (or a balanced channel's members): every call's attempts go through it.
     transport: bindings::Client,
     /// Calls made, for [`Channel::stats`].
@@ -476,6 +459,7 @@ impl Channel {
             balanced: None,
             config: ClientConfig::default(),
             interceptors: Vec::new(),
+            refused: None,
         }
     }
 
@@ -508,6 +492,7 @@ impl Channel {
             balanced: Some(urls),
             config: ClientConfig::default(),
             interceptors: Vec::new(),
+            refused: None,
         }
     }
 
@@ -562,7 +547,7 @@ impl Channel {
     ///
     /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
     /// it ends or the caller drops it.
-    pub(crate) async fn call(&self, call: Outgoing, options: &CallOptions) -> Answer {
+    pub(crate) async fn call(&self, call: Outgoing, options: &call::CallOptions) -> Answer {
         let (service, operation) = (call.service, call.operation);
         // The call's span (see the crate docs, "Tracing"): interceptors run inside it, so one
         // can inject its trace context into the call's metadata. Nothing is formatted or

@@ -18,7 +18,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{retry, CallOptions, Channel};
+use super::call::CallOptions;
+use super::{retry, Channel};
 use crate::bindings::{Again, Answer, Attempt, Client, Outgoing};
 use crate::core::compress::{self, DecompressError};
 use crate::core::error::{Error, Kind};

@@ -22,17 +22,17 @@ use crate::core::error::Kind;
 use crate::core::status::StatusCode;
 
 /// How a channel retries calls of `#[keel(idempotent)]` operations (see
-/// [`ChannelBuilder::retry`](crate::ChannelBuilder::retry)).
+/// [`ChannelBuilder::retry`](crate::client::ChannelBuilder::retry)).
 ///
 /// ```
 /// use std::time::Duration;
 ///
-/// let policy = keel::RetryPolicy::default()
+/// let policy = keel::client::RetryPolicy::default()
 ///     .max_attempts(4)
 ///     .backoff(Duration::from_millis(20), Duration::from_secs(2))
 ///     .budget(0.2, 5);
 /// assert_eq!(policy.max_attempts, 4);
-/// let never = keel::RetryPolicy::disabled();
+/// let never = keel::client::RetryPolicy::disabled();
 /// assert_eq!(never.max_attempts, 1);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -29,7 +29,7 @@ pub const MAX_METADATA_BYTES: usize = keel_wire::metadata::MAX_METADATA_LEN;
 /// assert_eq!(md.get("authorization"), Some("Bearer s3cret"));
 /// assert_eq!(md.get_bin("trace-bin"), Some(&[1u8, 2, 3][..]));
 /// assert!(md.insert("content-type", "text/plain").is_err()); // reserved
-/// # Ok::<(), keel::MetadataError>(())
+/// # Ok::<(), keel::metadata::MetadataError>(())
 /// ```
 #[derive(Clone, Default)]
 pub struct Metadata {

@@ -4,7 +4,7 @@
 //! keel records its counters, gauges and histograms through the `metrics` crate, so the
 //! application picks the exporter: install any `metrics` recorder, or call
 //! [`install_prometheus`] (feature `prometheus`, on by default), whose text a host's admin
-//! endpoint serves at `GET /metrics` ([`HostBuilder::admin`](crate::HostBuilder::admin)).
+//! endpoint serves at `GET /metrics` ([`HostBuilder::admin`](crate::host::HostBuilder::admin)).
 //!
 //! **Install the recorder before building hosts and channels.** keel registers its handles
 //! once, when a host starts (per service and operation, per binding) and when a channel is
@@ -29,7 +29,7 @@
 //! | `keel_server_pool_wait_seconds` | histogram | service, operation | blocking operations: from the hand-off to keel-pool to the start on a pool thread |
 //! | `keel_server_handler_seconds` | histogram | service, operation | the handler itself, with decoding its arguments and encoding its reply (over keel-wire a call started at once is timed from the reader's latest clock reading, the read or the previous call's end; over HTTP from when its body has been read) |
 //! | `keel_server_call_duration_seconds` | histogram | service, operation | the whole server time, from the request's arrival to the answer |
-//! | `keel_server_handler_blocking_total` | counter | service, operation | polls of an `async` handler that held its runtime worker longer than the blocking watchdog's threshold ([`HostBuilder::blocking_watchdog`](crate::HostBuilder::blocking_watchdog)), one per poll |
+//! | `keel_server_handler_blocking_total` | counter | service, operation | polls of an `async` handler that held its runtime worker longer than the blocking watchdog's threshold ([`HostBuilder::blocking_watchdog`](crate::host::HostBuilder::blocking_watchdog)), one per poll |
 //!
 //! The phases are separate histograms, not a `phase` label, so that no query adds up a total and
 //! its parts. They are recorded for calls that start; the total for every call answered.

@@ -11,6 +11,8 @@
 //! - [`format`]: [`Format`](format::Format), how a call's bodies are encoded (MessagePack,
 //!   postcard, JSON);
 //! - [`codec`]: how arguments, replies and faults are encoded in a format;
+//! - [`keepalive`]: [`Keepalive`](keepalive::Keepalive) and [`PingPolicy`](keepalive::PingPolicy),
+//!   the liveness settings both sides share;
 //! - [`depth`]: the nesting limit decoding keeps in every format;
 //! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
@@ -28,6 +30,7 @@ pub(crate) mod depth;
 pub(crate) mod error;
 pub(crate) mod finite;
 pub(crate) mod format;
+pub(crate) mod keepalive;
 pub(crate) mod metadata;
 pub mod metrics;
 pub(crate) mod msgpack;

@@ -63,7 +63,7 @@ pub struct OperationInfo {
     pub stream_response: bool,
     /// `#[keel(idempotent)]`: running it twice has the effect of running it once, so a client
     /// may send it again after a failure that leaves unknown whether it ran (see
-    /// [`RetryPolicy`](crate::RetryPolicy)).
+    /// [`RetryPolicy`](crate::client::RetryPolicy)).
     pub idempotent: bool,
     /// The JSON Schema of its parameters, return value and fault, and its documentation: what
     /// the OpenAPI document ([`crate::openapi`]) is made of. Always `Some` for a contract

@@ -4,7 +4,7 @@ use crate::core::context::Context;
 use crate::core::status::{Status, StatusCode};
 
 /// Sees every call a host serves, in the order interceptors were added
-/// ([`HostBuilder::interceptor`](crate::HostBuilder::interceptor)): `before` once the service
+/// ([`HostBuilder::interceptor`](crate::host::HostBuilder::interceptor)): `before` once the service
 /// and operation are known and before the arguments are decoded, `after` (in reverse order)
 /// once the call has an answer, before that answer is sent.
 ///
@@ -17,7 +17,8 @@ use crate::core::status::{Status, StatusCode};
 /// block (an interceptor that needs I/O belongs in the handler, or in front of the host).
 ///
 /// ```
-/// use keel::{Context, Interceptor, Status, StatusCode};
+/// use keel::host::Interceptor;
+/// use keel::{Context, Status, StatusCode};
 ///
 /// /// Lets in only callers that present `Authorization: Bearer <token>`.
 /// struct Auth {

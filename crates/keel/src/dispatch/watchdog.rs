@@ -24,7 +24,7 @@ use metrics::{counter, Counter};
 use super::ticker::{Ticker, Watch};
 use crate::core::metrics as m;
 
-/// The default threshold ([`HostBuilder::blocking_watchdog`](crate::HostBuilder::blocking_watchdog)).
+/// The default threshold ([`HostBuilder::blocking_watchdog`](crate::host::HostBuilder::blocking_watchdog)).
 pub(crate) const DEFAULT_THRESHOLD: Duration = Duration::from_millis(10);
 
 /// The smallest threshold the watchdog takes (its tick is a quarter of the smallest one).
@@ -40,7 +40,7 @@ struct WatchedOp {
     threshold: Duration,
     /// `keel_server_handler_blocking_total`.
     reported: Counter,
-    /// The host's count ([`HostStats::handlers_blocked`](crate::HostStats::handlers_blocked)).
+    /// The host's count ([`HostStats::handlers_blocked`](crate::host::HostStats::handlers_blocked)).
     host_count: Arc<AtomicU64>,
 }
 

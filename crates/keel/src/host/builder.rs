@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::{accept_loop, idle_reaper, Host, HostRuntime};
 use crate::bindings::ServerSettings;
 use crate::core::error::{Error, Kind};
+use crate::core::keepalive::{Keepalive, PingPolicy};
 use crate::core::service::Service;
 use crate::dispatch::{Dispatcher, Interceptor, Limits, ThrottleConfig};
 use crate::transport::socket::ServerSecurity;
@@ -105,7 +106,7 @@ pub struct HostConfig {
     pub admin: Option<String>,
     /// The blocking watchdog's threshold: a poll of an `async` operation's handler that holds
     /// its runtime worker longer than this is reported (a `log` warning naming the operation,
-    /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::HostStats::handlers_blocked)).
+    /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::host::HostStats::handlers_blocked)).
     /// `None` turns it off. Default: 10 ms.
     pub blocking_watchdog: Option<Duration>,
     /// A connection older than this (±10 % per connection, so that connections opened together
@@ -124,12 +125,12 @@ pub struct HostConfig {
     /// stops holding a connection and its calls long before TCP notices. keel's clients ping
     /// their quiet connections every 20 s themselves, so the host's pings reach only clients
     /// that do not. `None` turns it off. Default: 60 s interval, 20 s timeout.
-    pub keepalive: Option<crate::Keepalive>,
+    pub keepalive: Option<Keepalive>,
     /// keel-wire: how often a client may ping. A ping less than `min_interval` after the
     /// previous one, with no call between them, is a strike; one strike past `max_strikes`
     /// and the connection is told GoAway ("too many pings") and closed, as gRPC does. A
     /// ping sent with a call is never a strike. Default: 5 s, 2 strikes.
-    pub ping_policy: crate::PingPolicy,
+    pub ping_policy: PingPolicy,
     /// Which web origins may call the HTTP binding from a browser (CORS). Default: `None`
     /// (off: a page from another origin cannot read the host's answers).
     #[cfg(feature = "http")]
@@ -141,16 +142,10 @@ pub struct HostConfig {
 }
 
 /// The host's keepalive default: see [`HostConfig::keepalive`].
-const HOST_KEEPALIVE: keel_wire::Keepalive = keel_wire::Keepalive {
-    interval: Duration::from_secs(60),
-    timeout: Duration::from_secs(20),
-};
+const HOST_KEEPALIVE: Keepalive = Keepalive::new(Duration::from_secs(60), Duration::from_secs(20));
 
 /// The host's ping limit by default: see [`HostConfig::ping_policy`].
-const PING_POLICY: keel_wire::PingPolicy = keel_wire::PingPolicy {
-    min_interval: Duration::from_secs(5),
-    max_strikes: 2,
-};
+const PING_POLICY: PingPolicy = PingPolicy::new(Duration::from_secs(5), 2);
 
 impl Default for HostConfig {
     fn default() -> Self {
@@ -217,8 +212,8 @@ impl HostConfig {
             max_stream_window: self.max_stream_window,
             max_streams_per_connection: self.max_streams_per_connection,
             max_calls_per_connection: self.calls_per_connection(),
-            keepalive: self.keepalive,
-            ping_policy: self.ping_policy,
+            keepalive: self.keepalive.map(Into::into),
+            ping_policy: self.ping_policy.into(),
             #[cfg(feature = "http")]
             cors: self.cors.clone(),
         }
@@ -302,6 +297,7 @@ impl HostBuilder {
 
     /// Sets admission control (both throttle limits at once). Default:
     /// [`ThrottleConfig::default`].
+    #[deprecated(note = "set `max_concurrent_calls` and `max_queued_calls`")]
     pub fn throttle(mut self, throttle: ThrottleConfig) -> Self {
         self.config.throttle = throttle;
         self
@@ -321,6 +317,9 @@ impl HostBuilder {
 
     /// Sets all of the blocking-operation pool's settings at once. Default:
     /// [`PoolConfig::default`] (keel-pool's defaults).
+    #[deprecated(
+        note = "set `min_threads`, `max_threads`, `thread_keep_alive` and `thread_stack_size`"
+    )]
     pub fn pool(mut self, pool: PoolConfig) -> Self {
         self.config.pool = pool;
         self
@@ -339,9 +338,16 @@ impl HostBuilder {
     }
 
     /// How long a pool thread above the floor stays idle before retiring. Default: keel-pool's.
-    pub fn keep_alive(mut self, keep_alive: Duration) -> Self {
+    /// (Not to be confused with [`keepalive`](HostBuilder::keepalive), pings on connections.)
+    pub fn thread_keep_alive(mut self, keep_alive: Duration) -> Self {
         self.config.pool.keep_alive = Some(keep_alive);
         self
+    }
+
+    /// The old name of [`thread_keep_alive`](HostBuilder::thread_keep_alive).
+    #[deprecated(note = "renamed `thread_keep_alive` (`keepalive` is about pings)")]
+    pub fn keep_alive(self, keep_alive: Duration) -> Self {
+        self.thread_keep_alive(keep_alive)
     }
 
     /// Stack size of pool threads. Default: keel-pool's.
@@ -384,7 +390,7 @@ impl HostBuilder {
     /// stretch between two `.await`s that yield) longer than `threshold` is reported once, as a
     /// `log` warning (target `keel::watchdog`) naming the operation, the counter
     /// `keel_server_handler_blocking_total{service, operation}` and
-    /// [`HostStats::handlers_blocked`](crate::HostStats::handlers_blocked). A blocked worker
+    /// [`HostStats::handlers_blocked`](crate::host::HostStats::handlers_blocked). A blocked worker
     /// holds up every other call it would run: make such an operation a plain `fn` (keel-pool
     /// runs it) or move the blocking part to `tokio::task::spawn_blocking`. `None` turns the
     /// watchdog off; thresholds under 1 ms count as 1 ms. Default: `Some(10 ms)`.
@@ -468,7 +474,7 @@ impl HostBuilder {
     /// keel-wire and HTTP/2: pings a connection nothing arrived on for `keepalive.interval`,
     /// and closes it if nothing arrives within `keepalive.timeout` after that; `None` turns it off.
     /// Default: 60 s, 20 s (see [`HostConfig::keepalive`]).
-    pub fn keepalive(mut self, keepalive: Option<crate::Keepalive>) -> Self {
+    pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
         self.config.keepalive = keepalive;
         self
     }
@@ -476,7 +482,7 @@ impl HostBuilder {
     /// keel-wire: how often a client may ping before it is told GoAway (see
     /// [`HostConfig::ping_policy`]). Default: 5 s between pings with no call between them, 2
     /// strikes.
-    pub fn ping_policy(mut self, policy: crate::PingPolicy) -> Self {
+    pub fn ping_policy(mut self, policy: PingPolicy) -> Self {
         self.config.ping_policy = policy;
         self
     }
@@ -516,7 +522,7 @@ impl HostBuilder {
 
     /// The listen backlog of TCP and Unix endpoints. Default: the system's limit
     /// (`net.core.somaxconn` on Linux, at most 65,535; 1,024 elsewhere), see
-    /// [`HostConfig::listen_backlog`](crate::HostConfig::listen_backlog).
+    /// [`HostConfig::listen_backlog`](crate::host::HostConfig::listen_backlog).
     pub fn listen_backlog(mut self, n: u32) -> Self {
         self.config.listen_backlog = n;
         self

@@ -1,11 +1,19 @@
-//! The host: serves contracts on endpoints. It owns its configuration ([`HostBuilder`]), the
-//! runtime its I/O and async operations run on (its own, or the caller's), the listeners and
-//! their accept loops; it hands plain settings down to dispatch and the bindings.
+//! The host side: a [`Host`] serves contracts on endpoints. Build one with [`Host::builder`]
+//! ([`HostBuilder`]: services, endpoints, then settings, each with its default documented);
+//! [`Host::config`] reports the settings in force, [`Host::stats`] and [`Host::connections`]
+//! what it is doing. An [`Interceptor`] sees every call; [`Keepalive`] and [`PingPolicy`] set
+//! how the host checks on its clients.
+//!
+//! Inside keel, the host owns its configuration, the runtime its I/O and async operations run
+//! on (its own, or the caller's), the listeners and their accept loops; it hands plain settings
+//! down to dispatch and the bindings.
 
 #[cfg(feature = "http")]
 mod admin;
 mod builder;
 
+pub use crate::core::keepalive::{Keepalive, PingPolicy};
+pub use crate::dispatch::{Interceptor, ThrottleConfig};
 pub use builder::{HostBuilder, HostConfig, PoolConfig};
 
 use std::sync::atomic::Ordering;
@@ -59,7 +67,7 @@ pub struct HostStats {
     /// Calls accepted since start.
     pub calls_total: u64,
     /// Polls of `async` handlers that held their runtime worker past the blocking watchdog's
-    /// threshold ([`HostBuilder::blocking_watchdog`](crate::HostBuilder::blocking_watchdog)).
+    /// threshold ([`HostBuilder::blocking_watchdog`](crate::host::HostBuilder::blocking_watchdog)).
     pub handlers_blocked: u64,
 }
 

@@ -483,7 +483,7 @@ mod backlog_tests {
             assert_eq!(system_backlog(), n.min(MAX_DEFAULT_BACKLOG));
         }
         assert_eq!(
-            crate::HostConfig::default().listen_backlog,
+            crate::host::HostConfig::default().listen_backlog,
             system_backlog()
         );
     }

@@ -39,9 +39,9 @@
 //! private CA ([`ClientTls::from_roots_pem_file`]). Anything else rustls can do is available
 //! through the escape hatch [`rustls_unstable`], outside keel's semver guarantees.
 //!
-//! [`HostBuilder::tls`]: crate::HostBuilder::tls
-//! [`ChannelBuilder::tls`]: crate::ChannelBuilder::tls
-//! [`HostConfig::handshake_timeout`]: crate::HostConfig::handshake_timeout
+//! [`HostBuilder::tls`]: crate::host::HostBuilder::tls
+//! [`ChannelBuilder::tls`]: crate::client::ChannelBuilder::tls
+//! [`HostConfig::handshake_timeout`]: crate::host::HostConfig::handshake_timeout
 
 use std::fmt;
 use std::path::Path;
@@ -159,7 +159,7 @@ impl Identity {
 }
 
 /// A host's TLS settings: its certificate chain and key, and whether clients must present a
-/// certificate. Give it to [`HostBuilder::tls`](crate::HostBuilder::tls).
+/// certificate. Give it to [`HostBuilder::tls`](crate::host::HostBuilder::tls).
 ///
 /// Cheap to clone. Its `Debug` output shows no key material.
 #[derive(Clone)]
@@ -294,7 +294,7 @@ impl ServerTls {
 }
 
 /// A client's TLS settings: which certificates it trusts, its own certificate for mutual TLS,
-/// and the server name it checks. Give it to [`ChannelBuilder::tls`](crate::ChannelBuilder::tls).
+/// and the server name it checks. Give it to [`ChannelBuilder::tls`](crate::client::ChannelBuilder::tls).
 ///
 /// Without one, a client trusts the system's root certificates.
 ///

@@ -292,7 +292,7 @@ impl Probe for ProbeImpl {
 }
 
 pub fn host_with(
-    settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+    settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
     url: &str,
 ) -> keel::Host {
     settings(
@@ -356,7 +356,7 @@ impl Binding {
     /// A host serving the probe at `url`, with `settings` on top of what this binding needs.
     pub fn host_at(
         self,
-        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
         url: &str,
     ) -> keel::Host {
         self.host_serving(ProbeImpl::default(), settings, url)
@@ -366,7 +366,7 @@ impl Binding {
     pub fn host_serving(
         self,
         probe: ProbeImpl,
-        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
         url: &str,
     ) -> keel::Host {
         let builder = keel::Host::builder()
@@ -384,7 +384,7 @@ impl Binding {
 
     /// Starts `builder` (services and settings of the caller's) on a fresh endpoint of this
     /// binding, with what the binding needs (a certificate for TLS).
-    pub fn start(self, builder: keel::HostBuilder) -> keel::Host {
+    pub fn start(self, builder: keel::host::HostBuilder) -> keel::Host {
         let builder = builder.endpoint(self.listen_url());
         #[cfg(feature = "tls")]
         let builder = match self {
@@ -398,7 +398,7 @@ impl Binding {
 
     pub fn host_with(
         self,
-        settings: impl FnOnce(keel::HostBuilder) -> keel::HostBuilder,
+        settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
     ) -> keel::Host {
         self.host_at(settings, &self.listen_url())
     }
@@ -408,15 +408,15 @@ impl Binding {
     }
 
     /// A channel builder for `url` with what this binding's hosts need (e.g. trust for TLS).
-    pub fn channel_builder(self, url: &str) -> keel::ChannelBuilder {
+    pub fn channel_builder(self, url: &str) -> keel::client::ChannelBuilder {
         let builder = keel::Channel::builder(url);
         match self {
             #[cfg(feature = "tls")]
             Binding::Tcps | Binding::Https => {
                 builder.tls(test_cert().client_tls().expect("client tls"))
             }
-            Binding::Http1 => builder.http_version(keel::HttpVersion::Http1),
-            Binding::Http2 => builder.http_version(keel::HttpVersion::Http2),
+            Binding::Http1 => builder.http_version(keel::client::HttpVersion::Http1),
+            Binding::Http2 => builder.http_version(keel::client::HttpVersion::Http2),
             Binding::Tcp | Binding::Unix => builder,
         }
     }
@@ -425,7 +425,7 @@ impl Binding {
     pub fn channel_with(
         self,
         url: &str,
-        settings: impl FnOnce(keel::ChannelBuilder) -> keel::ChannelBuilder,
+        settings: impl FnOnce(keel::client::ChannelBuilder) -> keel::client::ChannelBuilder,
     ) -> keel::Channel {
         settings(self.channel_builder(url))
             .build()

@@ -76,7 +76,7 @@ impl Calculator for Calc {
     }
 }
 
-fn assert_service<S: keel::Service>(_: &S) {}
+fn assert_service<S: keel::service::Service>(_: &S) {}
 
 #[allow(dead_code)]
 async fn use_client(client: CalculatorClient) -> Result<(), keel::Error> {
@@ -108,7 +108,7 @@ fn use_blocking_client(client: CalculatorBlockingClient) -> Result<(), keel::Err
 fn main() {
     let server = CalculatorServer::new(Calc);
     assert_service(&server);
-    let ops = keel::Service::descriptor(&server).operations;
+    let ops = keel::service::Service::descriptor(&server).operations;
     assert_eq!(ops.len(), 9);
     assert!(ops.iter().any(|op| op.name == "log" && op.one_way));
     assert!(ops

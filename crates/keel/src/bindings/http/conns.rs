@@ -1,5 +1,5 @@
 //! The client's connections: each one's driver runs in a task of its own, registered here so
-//! that closing a channel ends them all and [`ChannelStats`](crate::ChannelStats) can count them.
+//! that closing a channel ends them all and [`ChannelStats`](crate::client::ChannelStats) can count them.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use crate::core::error::{Error, Kind};
 
 /// Which web origins may call a host from a browser, for
-/// [`HostBuilder::cors`](crate::HostBuilder::cors). Off unless set: without it a browser page
+/// [`HostBuilder::cors`](crate::host::HostBuilder::cors). Off unless set: without it a browser page
 /// from another origin cannot read a keel host's answers (its preflight gets 405).
 ///
 /// With it, the HTTP binding answers a browser's preflight (`OPTIONS` with `Origin` and
