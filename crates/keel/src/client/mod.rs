@@ -9,6 +9,7 @@
 //! keel-wire, calls are multiplexed over one connection; on HTTP, see `keel::http`.
 
 mod balance;
+mod builder;
 pub(crate) mod call;
 mod intercept;
 mod metrics;
@@ -18,350 +19,21 @@ mod rt;
 
 pub use crate::bindings::HttpVersion;
 pub use crate::core::keepalive::Keepalive;
+pub use builder::{ChannelBuilder, ClientConfig};
 pub use intercept::{ClientCall, Interceptor};
 pub use retry::RetryPolicy;
 pub(crate) use rt::block_on;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use self::metrics::ChannelMetrics;
-use crate::bindings::{self, Answer, ClientSettings, Outgoing};
-use crate::core::compress::Compression;
+use crate::bindings::{self, Answer, Outgoing};
 use crate::core::error::Error;
 use crate::core::metadata::Metadata;
 use crate::core::status::StatusCode;
-use crate::transport::Endpoint;
 use tracing::Instrument as _;
-
-/// A channel's settings, as [`ChannelBuilder`] collects them and [`Channel::config`] reports
-/// them.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ClientConfig {
-    /// Deadline for each call unless the call sets its own. Default: 60 s.
-    pub deadline: Duration,
-    /// Limit for connecting plus the handshake. Default: 10 s.
-    pub connect_timeout: Duration,
-    /// Largest reply body this client accepts. Default: 4 MiB.
-    pub max_message_size: u32,
-    /// Largest flow-control window one streamed download may grow to (it starts at 256 KiB
-    /// and grows toward the link's bandwidth-delay product). Default: 8 MiB.
-    pub max_stream_window: u32,
-    /// Whom to trust on TLS endpoints (`tcps://`, `https://`), and the client's certificate for
-    /// mutual TLS. Default: `None`, which trusts the system's root certificates (loaded once per
-    /// process, on the first TLS connection).
-    #[cfg(feature = "tls")]
-    pub tls: Option<crate::tls::ClientTls>,
-    /// The HTTP version spoken on `http://` and `https://` endpoints. Default:
-    /// [`HttpVersion::Auto`].
-    pub http_version: HttpVersion,
-    /// HTTP/1.1: the most connections open at once (each carries one call at a time); a call
-    /// that finds them all busy waits for one. Default: 32.
-    pub http_max_connections: usize,
-    /// Metadata sent with every call (a call's own metadata replaces values of the same
-    /// keys). Default: none.
-    pub metadata: Metadata,
-    /// Compression for requests of at least `compress_above` bytes (when it makes them
-    /// smaller), and asked of the host for replies. Default: `None` (calls and replies travel
-    /// uncompressed; compression costs CPU that a fast network does not repay).
-    pub compression: Option<Compression>,
-    /// The smallest request body worth compressing. Default: 1 KiB.
-    pub compress_above: usize,
-    /// keel-wire: a connection nothing arrived on for `interval` is pinged (keeping NAT and
-    /// load-balancer state alive), and so is one a call starts on after nothing arrived for
-    /// `timeout` (the ping goes with the call). If nothing arrives within `timeout` after a
-    /// ping (at least four round trips), the host or the path to it is gone: the connection
-    /// closes, its calls fail `Unavailable` at once instead of at their deadlines, and the
-    /// next call opens a new connection. HTTP/2 connections ping on the same interval and
-    /// timeout (hyper's keepalive; no ping goes with a call); HTTP/1.1 cannot ping and relies
-    /// on TCP keepalive. `None` turns it off. Default: 20 s interval (below the
-    /// idle timeouts of common NATs and L4 load balancers, which are minutes: AWS NLB 350 s,
-    /// Azure Load Balancer 4 min), 1 s timeout.
-    pub keepalive: Option<Keepalive>,
-    /// How calls of `#[keel(idempotent)]` operations are retried after failures that say the
-    /// host could not take them (`Unavailable`, `Busy`, `ShuttingDown`, a lost connection),
-    /// and the budget that keeps retries from amplifying an outage. Calls of other operations
-    /// are never sent again once they may have reached a host. Default:
-    /// [`RetryPolicy::default`] (3 attempts, 10 ms → 1 s backoff with jitter, retries at most
-    /// 10 % of calls plus 10 a second).
-    pub retry: RetryPolicy,
-    /// A [balanced](Channel::balanced) channel resolves its URLs' names again this often (and
-    /// after a connect failure). Default: 30 s.
-    pub resolve_interval: Duration,
-}
-
-/// The client's keepalive default: see [`ClientConfig::keepalive`].
-const CLIENT_KEEPALIVE: Keepalive = Keepalive::new(Duration::from_secs(20), Duration::from_secs(1));
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        ClientConfig {
-            deadline: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(10),
-            max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
-            max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
-            #[cfg(feature = "tls")]
-            tls: None,
-            http_version: HttpVersion::Auto,
-            http_max_connections: 32,
-            metadata: Metadata::new(),
-            compression: None,
-            compress_above: 1024,
-            keepalive: Some(CLIENT_KEEPALIVE),
-            retry: RetryPolicy::default(),
-            resolve_interval: Duration::from_secs(30),
-        }
-    }
-}
-
-impl ClientConfig {
-    /// What the bindings need of these settings.
-    fn settings(&self, binding: &'static str) -> ClientSettings {
-        ClientSettings {
-            connect_timeout: self.connect_timeout,
-            max_message_size: self.max_message_size,
-            max_stream_window: self.max_stream_window,
-            #[cfg(feature = "tls")]
-            tls: self.tls.clone(),
-            #[cfg(not(feature = "tls"))]
-            tls: (),
-            http_version: self.http_version,
-            http_max_connections: self.http_max_connections,
-            keepalive: self.keepalive.map(Into::into),
-            reconnects: ChannelMetrics::reconnects(binding),
-        }
-    }
-}
-
-/// Builds a [`Channel`]: the host's URL, then settings, then [`ChannelBuilder::build`] (nothing
-/// connected yet) or [`ChannelBuilder::connect`] (connected and past the handshake). Every
-/// setter documents its default.
-///
-/// ```no_run
-/// use std::time::Duration;
-///
-/// # async fn example() -> Result<(), keel::Error> {
-/// let channel = keel::Channel::builder("http://127.0.0.1:7000")
-///     .deadline(Duration::from_secs(5))
-///     .http_version(keel::client::HttpVersion::Http2)
-///     .connect()
-///     .await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct ChannelBuilder {
-    url: String,
-    /// With [`Channel::balanced`]: every URL, `url` first.
-    balanced: Option<Vec<String>>,
-    config: ClientConfig,
-    interceptors: Vec<Arc<dyn Interceptor>>,
-    /// The first setting refused on the way (an invalid metadata key or value), reported by
-    /// [`ChannelBuilder::build`] so that the chain of setters never breaks.
-    refused: Option<String>,
-}
-
-impl std::fmt::Debug for ChannelBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChannelBuilder")
-            .field("url", &self.url)
-            .field("balanced", &self.balanced)
-            .field("config", &self.config)
-            .field("interceptors", &self.interceptors.len())
-            .field("refused", &self.refused)
-            .finish()
-    }
-}
-
-impl ChannelBuilder {
-    /// Adds metadata sent with every call: a text value for `key` (see [`Metadata::insert`]
-    /// for the rules; binary values: [`ChannelBuilder::metadata`]). An invalid key or value
-    /// makes [`build`](ChannelBuilder::build) (and `connect`) fail with a `Config` error naming
-    /// it. Default: none.
-    pub fn default_metadata(mut self, key: &str, value: &str) -> Self {
-        if let Err(e) = self.config.metadata.insert(key, value) {
-            self.refused
-                .get_or_insert_with(|| format!("default metadata `{key}`: {e}"));
-        }
-        self
-    }
-
-    /// Compresses requests of at least [`compress_above`](ChannelBuilder::compress_above) bytes
-    /// with `codec` when that makes them smaller, and asks the host to compress its replies
-    /// (keel-wire: zstd; HTTP: `Accept-Encoding: zstd, gzip`). Streamed bodies are never
-    /// compressed. Default: off.
-    pub fn compression(mut self, codec: Compression) -> Self {
-        self.config.compression = Some(codec);
-        self
-    }
-
-    /// The smallest request body worth compressing (with [`ChannelBuilder::compression`]).
-    /// Default: 1 KiB.
-    pub fn compress_above(mut self, bytes: usize) -> Self {
-        self.config.compress_above = bytes;
-        self
-    }
-
-    /// Sets the metadata sent with every call. Default: none.
-    pub fn metadata(mut self, metadata: Metadata) -> Self {
-        self.config.metadata = metadata;
-        self
-    }
-
-    /// Adds an interceptor that sees every call of this channel, after those added before it
-    /// (see [`Interceptor`]). Default: none.
-    pub fn interceptor<I: Interceptor>(mut self, interceptor: I) -> Self {
-        self.interceptors.push(Arc::new(interceptor));
-        self
-    }
-
-    /// Deadline for each call unless the call sets its own. Default: 60 s.
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.config.deadline = deadline;
-        self
-    }
-
-    /// Limit for connecting plus the handshake. Default: 10 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
-
-    /// Largest reply body this client accepts. Default: 4 MiB.
-    pub fn max_message_size(mut self, bytes: u32) -> Self {
-        self.config.max_message_size = bytes;
-        self
-    }
-
-    /// Largest flow-control window one streamed download may grow to. Default: 8 MiB.
-    pub fn max_stream_window(mut self, bytes: u32) -> Self {
-        self.config.max_stream_window = bytes;
-        self
-    }
-
-    /// Whom to trust on TLS endpoints, and the client's certificate for mutual TLS. Default:
-    /// the system's root certificates, no client certificate.
-    #[cfg(feature = "tls")]
-    pub fn tls(mut self, tls: crate::tls::ClientTls) -> Self {
-        self.config.tls = Some(tls);
-        self
-    }
-
-    /// The HTTP version spoken on `http://` and `https://` endpoints. Default:
-    /// [`HttpVersion::Auto`].
-    pub fn http_version(mut self, version: HttpVersion) -> Self {
-        self.config.http_version = version;
-        self
-    }
-
-    /// keel-wire and HTTP/2: pings on quiet connections and the verdict on a silent host (see
-    /// [`ClientConfig::keepalive`]); `None` turns it off. Default: 20 s interval, 1 s timeout.
-    pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
-        self.config.keepalive = keepalive;
-        self
-    }
-
-    /// How calls of `#[keel(idempotent)]` operations are retried (see
-    /// [`ClientConfig::retry`]); [`RetryPolicy::disabled`] turns retries off. Default:
-    /// [`RetryPolicy::default`].
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.config.retry = policy;
-        self
-    }
-
-    /// HTTP/1.1: the most connections open at once. Default: 32.
-    pub fn http_max_connections(mut self, n: usize) -> Self {
-        self.config.http_max_connections = n;
-        self
-    }
-
-    /// [`Channel::balanced`]: how often the URLs' names are resolved again (they also are
-    /// after a connect failure). Default: 30 s.
-    pub fn resolve_interval(mut self, interval: Duration) -> Self {
-        self.config.resolve_interval = interval;
-        self
-    }
-
-    /// The channel; nothing is connected yet. Fails for an invalid URL or a binding this build
-    /// leaves out, for a balanced channel over URLs of different schemes, and for invalid
-    /// [`default_metadata`](ChannelBuilder::default_metadata).
-    pub fn build(self) -> Result<Channel, Error> {
-        if let Some(refused) = self.refused {
-            return Err(Error::new(crate::core::error::Kind::Config, refused));
-        }
-        let urls = self
-            .balanced
-            .clone()
-            .unwrap_or_else(|| vec![self.url.clone()]);
-        if urls.is_empty() {
-            return Err(Error::new(
-                crate::core::error::Kind::Config,
-                "a balanced channel needs at least one URL",
-            ));
-        }
-        let mut endpoints = Vec::with_capacity(urls.len());
-        for url in &urls {
-            let endpoint = Endpoint::parse(url)?;
-            #[cfg(not(feature = "tls"))]
-            if endpoint.is_tls() {
-                return Err(crate::transport::tls_feature_needed(&endpoint));
-            }
-            if let Some(first) = endpoints.first() {
-                let first: &Endpoint = first;
-                if first.scheme() != endpoint.scheme() {
-                    return Err(Error::new(
-                        crate::core::error::Kind::Config,
-                        format!(
-                            "a balanced channel's URLs share one scheme: `{}` and `{url}` differ",
-                            urls[0]
-                        ),
-                    ));
-                }
-            }
-            endpoints.push(endpoint);
-        }
-        let binding = endpoints[0].scheme();
-        let settings = self.config.settings(binding);
-        let transport = match self.balanced {
-            None => bindings::client(endpoints.remove(0), settings)?,
-            Some(_) => bindings::Client::Other(Box::new(balance::Balanced(Arc::new(
-                balance::Balancer::new(endpoints, settings, self.config.resolve_interval),
-            )))),
-        };
-        Ok(self.finish(transport, binding))
-    }
-
-    /// The channel over `transport`, a binding of scheme `binding`.
-    fn finish(self, transport: bindings::Client, binding: &'static str) -> Channel {
-        Channel {
-            inner: Arc::new(Inner {
-                retry_budget: retry::RetryBudget::new(&self.config.retry),
-                retries: AtomicU64::new(0),
-                retries_refused: AtomicU64::new(0),
-                config: self.config,
-                interceptors: self.interceptors,
-                transport,
-                calls: AtomicU64::new(0),
-                metrics: ChannelMetrics::new(binding),
-                url: self.url,
-            }),
-        }
-    }
-
-    /// The channel with its calls carried by `transport` (the attempt loop's tests).
-    #[cfg(test)]
-    pub(crate) fn build_on(self, transport: Box<dyn bindings::ClientTransport>) -> Channel {
-        self.finish(bindings::Client::Other(transport), "test")
-    }
-
-    /// The channel, connected and past the handshake.
-    pub async fn connect(self) -> Result<Channel, Error> {
-        let channel = self.build()?;
-        channel.open().await?;
-        Ok(channel)
-    }
-}
 
 /// A channel's connection and call counters, from [`Channel::stats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -454,13 +126,7 @@ struct Inner {
 impl Channel {
     /// A builder for a channel to `url` (e.g. `tcp://127.0.0.1:7000`).
     pub fn builder(url: impl Into<String>) -> ChannelBuilder {
-        ChannelBuilder {
-            url: url.into(),
-            balanced: None,
-            config: ClientConfig::default(),
-            interceptors: Vec::new(),
-            refused: None,
-        }
+        ChannelBuilder::new(url.into(), None)
     }
 
     /// A builder for a channel that spreads its calls over several hosts: every address of
@@ -487,13 +153,7 @@ impl Channel {
         S: Into<String>,
     {
         let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
-        ChannelBuilder {
-            url: urls.first().cloned().unwrap_or_default(),
-            balanced: Some(urls),
-            config: ClientConfig::default(),
-            interceptors: Vec::new(),
-            refused: None,
-        }
+        ChannelBuilder::new(urls.first().cloned().unwrap_or_default(), Some(urls))
     }
 
     /// A channel to `url` with default settings; nothing is connected yet.
