@@ -51,7 +51,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             let builder = accounts::builder(&url, &cli.token);
             let host = keel_examples::with_admin(builder, cli.mode.admin.as_deref()).start()?;
             println!("accepting `authorization: Bearer {}`", cli.token);
-            keel_examples::serve_forever(host)
+            keel_examples::serve_until_signal(host)
         }
         Mode::Connect(url) => call(&url, &cli.token).await,
         Mode::Both => {

@@ -42,7 +42,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         Mode::Serve(url) => {
             let builder = calculator::builder(&url);
             let host = keel_examples::with_admin(builder, cli.mode.admin.as_deref()).start()?;
-            keel_examples::serve_forever(host)
+            keel_examples::serve_until_signal(host)
         }
         Mode::Connect(url) => call(&url),
         Mode::Both => {

@@ -78,7 +78,7 @@ fn main() {
         let host = keel_examples::with_admin(builder, cli.admin.as_deref())
             .start()
             .expect("host starts");
-        keel_examples::serve_forever(host);
+        keel_examples::serve_until_signal(host);
     }
     let (mut child, url) = spawn_host(&cli.url);
     let rt = tokio::runtime::Builder::new_multi_thread()

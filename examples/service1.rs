@@ -47,7 +47,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     match cli.mode.mode() {
         Mode::Serve(url) => {
             let host = keel_examples::with_admin(builder(&url), cli.mode.admin.as_deref());
-            keel_examples::serve_forever(host.start()?)
+            keel_examples::serve_until_signal(host.start()?)
         }
         Mode::Connect(url) => burst(&url),
         Mode::Both => {

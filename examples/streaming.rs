@@ -198,7 +198,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     if let Some(url) = args.serve {
         let builder = keel_examples::with_admin(transfer::builder(&url), args.admin.as_deref());
-        keel_examples::serve_forever(builder.start()?);
+        keel_examples::serve_until_signal(builder.start()?);
     }
     let host = ChildHost::start(&args.binding.listen_url())?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -64,15 +64,27 @@ pub fn with_admin(
     }
 }
 
-/// Serves until the process is interrupted (Ctrl-C), then exits.
-pub fn serve_forever(host: keel::Host) -> ! {
+/// Serves until SIGINT (Ctrl-C) or SIGTERM, drains (calls in flight are answered), then exits
+/// the process: `Host::serve_until_signal`, on a thread of its own so that async `main`s can
+/// call it too.
+pub fn serve_until_signal(host: keel::Host) -> ! {
     println!("listening on {}", host.url());
     if let Some(admin) = host.admin_url() {
         println!("admin endpoint on {admin} (/metrics, /healthz, /readyz)");
     }
-    println!("press Ctrl-C to stop");
-    loop {
-        std::thread::park();
+    println!("press Ctrl-C (or send SIGTERM) to drain and stop");
+    let served = std::thread::spawn(move || host.serve_until_signal())
+        .join()
+        .expect("the serving thread does not panic");
+    match served {
+        Ok(report) => {
+            println!("drained; {} calls abandoned", report.abandoned_calls);
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1)
+        }
     }
 }
 

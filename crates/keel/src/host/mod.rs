@@ -11,6 +11,7 @@
 #[cfg(feature = "http")]
 mod admin;
 mod builder;
+mod signal;
 
 pub use crate::core::keepalive::{Keepalive, PingPolicy};
 pub use crate::dispatch::{Interceptor, ThrottleConfig};
