@@ -14,6 +14,10 @@
 //! binaries (`apt-get install nginx haproxy`); a test whose balancer is missing is skipped with
 //! a note, unless `KEEL_REQUIRE_NGINX=1` / `KEEL_REQUIRE_HAPROXY=1` (CI sets both), where it
 //! fails. Run with `--nocapture` to see calls, failures and connections per host.
+//!
+//! Every test here but `child_host` is in the `external` test group (`#[ignore]`):
+//! `cargo test --workspace` leaves them out, CI runs them, and
+//! `cargo test -p keel --test balancers -- --ignored` runs them (`docs/testing.md`).
 #![cfg(feature = "http")]
 #![allow(missing_docs)]
 
@@ -813,6 +817,7 @@ fn completed_in(child: &mut ChildHost) -> u64 {
 /// per host that nginx keeps and reuses, not one per call. keel's own HTTP/1.1 client works
 /// through it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "external: runs nginx"]
 async fn nginx_spreads_calls_over_reused_upstream_connections() {
     let (hosts, probes) = http_hosts(3);
     let upstreams: Vec<String> = hosts
@@ -880,6 +885,7 @@ async fn nginx_spreads_calls_over_reused_upstream_connections() {
 /// not run), and once it stopped its port refuses connections: nginx sends both to another
 /// host, so no call fails, and the drained host gets no more calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "external: runs nginx"]
 async fn nginx_a_drained_host_costs_no_failed_call() {
     let (mut hosts, probes) = http_hosts(3);
     let upstreams: Vec<String> = hosts
@@ -949,6 +955,7 @@ async fn nginx_a_drained_host_costs_no_failed_call() {
 /// running are lost with it; nginx sees their connections break and sends them to another host
 /// (`non_idempotent` on the idempotent operations' location), so no idempotent call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "external: runs nginx"]
 async fn nginx_a_killed_host_costs_no_failed_idempotent_call() {
     let mut victim = child_host_at("http://127.0.0.1:0");
     let (hosts, probes) = http_hosts(2);
@@ -1015,6 +1022,7 @@ async fn nginx_a_killed_host_costs_no_failed_idempotent_call() {
 /// a new one, and HAProxy sends that to the next host: over a few seconds the channel's calls
 /// spread over all three, each connection carrying many calls, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "external: runs HAProxy"]
 async fn haproxy_spreads_one_channel_with_connection_age() {
     let (hosts, probes) = wire_hosts(3, |_, h| {
         h.max_connection_age(Duration::from_secs(1), Duration::from_secs(10))
@@ -1079,6 +1087,7 @@ async fn haproxy_spreads_one_channel_with_connection_age() {
 /// from then on, and the channel's connection there moves on at the drain's GoAway: no call
 /// fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "external: runs HAProxy"]
 async fn haproxy_marks_a_draining_host_down_before_it_closes() {
     let (mut hosts, probes) = wire_hosts(3, |i, h| {
         let h = h.max_connection_age(Duration::from_secs(1), Duration::from_secs(10));
@@ -1182,6 +1191,7 @@ async fn haproxy_marks_a_draining_host_down_before_it_closes() {
 /// operation is idempotent: keel's client retries these (`#[keel(idempotent)]`) on a new
 /// connection, which HAProxy sends to a live host, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "external: runs HAProxy"]
 async fn haproxy_a_killed_host_costs_no_failed_idempotent_call() {
     let mut victim = child_host_at("tcp://127.0.0.1:0");
     let (hosts, probes) = wire_hosts(2, |_, h| {

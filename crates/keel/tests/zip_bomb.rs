@@ -8,6 +8,10 @@
 //! checked as well, which would also see memory allocated behind the allocator's back.
 //!
 //! The tests take turns (a lock), since the allocator's counters are the whole process's.
+//!
+//! The gigabyte bombs are in the `slow` test group (`#[ignore]`: each bomb is first decoded
+//! whole, 1 GiB, to show it is real): `cargo test --workspace` leaves them out, CI runs them,
+//! and `cargo test -p keel --test zip_bomb -- --ignored` runs them (`docs/testing.md`).
 
 mod common;
 
@@ -113,6 +117,7 @@ fn check_bound(what: &str, peak: usize, rss_growth: Option<usize>, bound: usize)
 }
 
 #[test]
+#[ignore = "slow: decodes two 1 GiB bombs"]
 fn gigabyte_bombs_are_too_large_and_never_allocated() {
     for c in [Compression::Zstd, Compression::Gzip] {
         let bomb = bomb(c);

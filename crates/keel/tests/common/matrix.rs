@@ -12,7 +12,9 @@
 /// One module per binding; in each, one test per case of every group whose tags the binding
 /// has. A group is `[tags] { cases }`: `[]` is every binding, `[wire plain]` every binding
 /// tagged both `wire` and `plain`. A case is `async fn name;` (a test on a 2-thread runtime
-/// calling `name(b).await`) or `fn name;` (a plain test calling `name(b)`).
+/// calling `name(b).await`) or `fn name;` (a plain test calling `name(b)`). Attributes before a
+/// case go on each binding's test: `#[ignore = "slow: ..."]` puts it in a test group
+/// (`docs/testing.md`).
 ///
 /// ```ignore
 /// common::binding_matrix! {
@@ -140,15 +142,17 @@ macro_rules! __matrix_if {
 /// One test per case.
 macro_rules! __matrix_cases {
     ($b:expr;) => {};
-    ($b:expr; async fn $case:ident; $($rest:tt)*) => {
+    ($b:expr; $(#[$attr:meta])* async fn $case:ident; $($rest:tt)*) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $(#[$attr])*
         async fn $case() {
             super::$case($b).await
         }
         $crate::common::matrix::__matrix_cases! { $b; $($rest)* }
     };
-    ($b:expr; fn $case:ident; $($rest:tt)*) => {
+    ($b:expr; $(#[$attr:meta])* fn $case:ident; $($rest:tt)*) => {
         #[test]
+        $(#[$attr])*
         fn $case() {
             super::$case($b)
         }
