@@ -288,7 +288,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn human(bytes: u64) -> String {
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{} GiB", bytes >> 30)
     } else if bytes >= 1 << 20 {
         format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)

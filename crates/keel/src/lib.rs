@@ -431,6 +431,12 @@
 //! host.shutdown();
 //! # Ok::<(), keel::Error>(())
 //! ```
+//!
+//! # Testing in keel's time
+//!
+//! With the feature `test-util` (for tests, never for production), `keel::testing` pauses the
+//! clock keel reads for keepalive, deadlines and a connection's age and idleness, and moves it
+//! forward: a test of a 20 s keepalive takes no 20 s. keel's own tests use it.
 
 #![forbid(unsafe_code)]
 
@@ -491,6 +497,9 @@ pub mod service {
 /// `#[schemars(crate = "keel::schemars")]`, without a dependency of your own on schemars.
 #[cfg(feature = "openapi")]
 pub use schemars;
+
+#[cfg(feature = "test-util")]
+pub use crate::core::testing;
 
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
 pub use keel_pool as pool;

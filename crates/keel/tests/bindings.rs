@@ -630,7 +630,7 @@ async fn a_new_host_taking_over_a_draining_hosts_address_loses_no_call(b: Bindin
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
                     let want = format!("caller {n} call {i}");
-                    let got = if i % 2 == 0 {
+                    let got = if i.is_multiple_of(2) {
                         c.echo(want.clone()).await
                     } else {
                         c.echo_async(want.clone()).await

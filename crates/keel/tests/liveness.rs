@@ -10,37 +10,48 @@
 //! Also here: calls' deadlines, which one timer per connection enforces against a host that
 //! never answers, and a call that reads its own reply but is left unpolled, which must hold up
 //! neither other calls nor keepalive.
+//!
+//! A dead path needs nothing but keel's timers to be found, so those tests run in keel's time
+//! (`keel::testing::pause`, [`common::drive`]): the 20 s keepalive interval takes no 20 s. The
+//! tests of live connections (pongs that must come back within a timeout), HTTP/2's pings
+//! (tokio's timers) and one deadline test keep real time, and take
+//! [`keel::testing::real_time`] so that no paused test stops keel's clock under them.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually_within, host, ProbeClient, Proxy};
+use common::{drive, eventually_within, host, ProbeClient, Proxy};
 use keel::{Channel, StatusCode};
+
+/// How far [`drive`] moves keel's clock at a time.
+const STEP: Duration = Duration::from_millis(100);
 
 /// The case, with default settings: an idle connection is blackholed. The client's
 /// keepalive ping (after 20 s of quiet) goes unanswered, so the connection is dropped 1 s
 /// later, and the first call after that goes to a new connection and succeeds at once.
+/// In keel's time: the 21 s pass in steps of [`STEP`].
 #[tokio::test]
 async fn an_idle_connection_dropped_silently_is_replaced_before_the_next_call() {
+    let clock = keel::testing::pause();
     let host = host();
     let proxy = Proxy::start(host.url()).await;
     let channel = Channel::new(proxy.url()).unwrap();
     let client = ProbeClient::new(channel.clone());
     assert_eq!(client.echo("before".into()).await.unwrap(), "before");
     proxy.blackhole_existing();
-    let dropped = Instant::now();
 
-    // Interval (20 s) plus timeout (1 s), with room for a slow machine.
-    assert!(
-        eventually_within(Duration::from_secs(40), || channel.stats().connections_open
-            == 0)
-        .await,
-        "the dead connection is still open after {:?}: {:?}",
-        dropped.elapsed(),
-        channel.stats()
-    );
-    let detected = dropped.elapsed();
+    // Interval (20 s) plus timeout (1 s), with room to spare.
+    let detected = drive(&clock, STEP, Duration::from_secs(40), || {
+        channel.stats().connections_open == 0
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the dead connection is still open after 40 s: {:?}",
+            channel.stats()
+        )
+    });
     let start = Instant::now();
     assert_eq!(client.echo("after".into()).await.unwrap(), "after");
     let first_call = start.elapsed();
@@ -63,9 +74,10 @@ async fn an_idle_connection_dropped_silently_is_replaced_before_the_next_call() 
 
 /// A call made on a connection that has been quiet longer than the keepalive timeout carries a
 /// ping. If the path died meanwhile, the call fails `Unavailable` at the ping's timeout (1 s),
-/// not at its deadline (60 s), and the next call goes to a new connection.
+/// not at its deadline (60 s), and the next call goes to a new connection. In keel's time.
 #[tokio::test]
 async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
+    let clock = keel::testing::pause();
     let host = host();
     let proxy = Proxy::start(host.url()).await;
     let channel = Channel::new(proxy.url()).unwrap();
@@ -73,11 +85,17 @@ async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
     assert_eq!(client.echo("before".into()).await.unwrap(), "before");
     proxy.blackhole_existing();
     // Quiet for longer than the keepalive timeout, well short of its interval.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    clock.advance(Duration::from_millis(1_500));
 
-    let start = Instant::now();
-    let err = client.echo("lost".into()).await.unwrap_err();
-    let failed_after = start.elapsed();
+    let lost = tokio::spawn({
+        let client = client.clone();
+        async move { client.echo("lost".into()).await }
+    });
+    // Past the call's deadline (60 s) if it comes to that.
+    let failed_after = drive(&clock, STEP, Duration::from_secs(90), || lost.is_finished())
+        .await
+        .expect("the call on the dead path never ended");
+    let err = lost.await.unwrap().unwrap_err();
     assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
     // The same shape as a reset or closed connection.
     assert!(err.is_connection(), "{err}");
@@ -99,6 +117,8 @@ async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
 /// connection that answers its pings is never dropped, however long its calls run.
 #[tokio::test]
 async fn a_quiet_but_live_connection_is_kept() {
+    // Real time: live pings must be answered within their real timeout.
+    let _real = keel::testing::real_time();
     // The host's ping limit must allow this client's pings (300 ms apart, with no call
     // between them while the long call runs).
     let host = common::host_with(
@@ -163,9 +183,11 @@ impl Store for StoreImpl {
 /// With retries, the first call after a silent drop succeeds, if its operation is idempotent:
 /// the ping that went with it finds the path dead within 1 s, and the call goes again on a
 /// new connection. (A call of an operation that is not idempotent fails `Unavailable`
-/// instead: it may have run.)
+/// instead: it may have run.) In keel's time, up to the retry; keel's clock then stands while
+/// the retry's backoff and the new connection take their real time.
 #[tokio::test]
 async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
+    let clock = keel::testing::pause();
     let host = keel::Host::builder()
         .service(StoreServer::new(StoreImpl))
         .endpoint("tcp://127.0.0.1:0")
@@ -176,11 +198,21 @@ async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
     let store = StoreClient::new(channel.clone());
     assert_eq!(store.get("a".into()).await.unwrap(), "value of a");
     proxy.blackhole_existing();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    clock.advance(Duration::from_millis(1_500));
 
-    let start = Instant::now();
-    assert_eq!(store.get("b".into()).await.unwrap(), "value of b");
-    let took = start.elapsed();
+    let b = tokio::spawn({
+        let store = store.clone();
+        async move { store.get("b".into()).await }
+    });
+    let took = drive(&clock, STEP, Duration::from_secs(90), || {
+        channel.stats().retries > 0 || b.is_finished()
+    })
+    .await
+    .expect("the call after the drop was neither retried nor answered");
+    let b = tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("the retry did not end within 10 s, keel's clock standing still");
+    assert_eq!(b.unwrap().unwrap(), "value of b");
     println!(
         "idempotent call after the drop succeeded in {} ms ({} retry)",
         took.as_millis(),
@@ -196,6 +228,8 @@ async fn an_idempotent_call_after_a_silent_drop_succeeds_within_two_seconds() {
 #[cfg(feature = "http")]
 #[tokio::test]
 async fn http2_pings_find_a_silent_drop_too() {
+    // Real time: HTTP/2 keepalive waits on tokio's timers, which keel's clock does not move.
+    let _real = keel::testing::real_time();
     let host = common::host_with(|h| h, "http://127.0.0.1:0");
     let proxy = Proxy::start(host.url()).await;
     let channel = Channel::builder(proxy.url())
@@ -234,6 +268,8 @@ fn without_keepalive(url: &str) -> (Channel, ProbeClient) {
 /// host's answers to later calls on a new path.
 #[tokio::test]
 async fn a_call_nobody_answers_times_out_at_its_deadline() {
+    // Real time: the one deadline test on keel's timer thread waiting by itself.
+    let _real = keel::testing::real_time();
     let host = host();
     let proxy = Proxy::start(host.url()).await;
     let (_channel, client) = without_keepalive(proxy.url());
@@ -261,8 +297,10 @@ async fn a_call_nobody_answers_times_out_at_its_deadline() {
 
 /// One timer serves a connection's calls: a call with a short deadline, started while one with
 /// a long deadline waits, still times out at its own deadline, and the long one keeps waiting.
+/// In keel's time, 10 ms at a step: not before the deadline either.
 #[tokio::test]
 async fn a_short_deadline_behind_a_long_one_fires_on_time() {
+    let clock = keel::testing::pause();
     let host = host();
     let proxy = Proxy::start(host.url()).await;
     let (_channel, client) = without_keepalive(proxy.url());
@@ -273,14 +311,26 @@ async fn a_short_deadline_behind_a_long_one_fires_on_time() {
         async move { client.echo("long".into()).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let start = Instant::now();
-    let err = client
-        .with_deadline(Duration::from_millis(300))
-        .echo("short".into())
-        .await
-        .unwrap_err();
-    let took = start.elapsed();
+    clock.advance(Duration::from_millis(50));
+    let deadline = Duration::from_millis(300);
+    let short = tokio::spawn({
+        let client = client.with_deadline(deadline);
+        async move { client.echo("short".into()).await }
+    });
+    let took = drive(
+        &clock,
+        Duration::from_millis(10),
+        Duration::from_secs(3),
+        || short.is_finished(),
+    )
+    .await;
+    let took = took.unwrap_or_else(|| panic!("the short call did not time out within 3 s"));
+    let err = short.await.unwrap().unwrap_err();
     assert!(err.is_timeout(), "{err}");
+    assert!(
+        took >= deadline,
+        "timed out after {took:?}, before {deadline:?}"
+    );
     assert!(
         took < Duration::from_secs(3),
         "the short call timed out after {took:?}"
@@ -303,6 +353,8 @@ fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool {
 /// answered at once, and the one left aside gets its answer when it is polled again.
 #[tokio::test]
 async fn a_call_left_unpolled_holds_up_no_other_call() {
+    // Keel's clock running: no paused test may stop it, or move it past the calls' deadlines.
+    let _real = keel::testing::real_time();
     let host = host();
     let (channel, client) = without_keepalive(host.url());
     assert_eq!(client.echo("first".into()).await.unwrap(), "first");
@@ -327,6 +379,8 @@ async fn a_call_left_unpolled_holds_up_no_other_call() {
 /// make its live host look dead (the connection's timer reads before it judges).
 #[tokio::test]
 async fn a_call_left_unpolled_does_not_fail_keepalive() {
+    // Real time: the pongs must be read within their real timeout.
+    let _real = keel::testing::real_time();
     // A host that allows this client's pings (100 ms apart).
     let host = common::host_with(
         |h| h.ping_policy(keel::host::PingPolicy::new(Duration::from_millis(20), 2)),

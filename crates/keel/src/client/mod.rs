@@ -26,10 +26,10 @@ pub(crate) use rt::block_on;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use self::metrics::ChannelMetrics;
 use crate::bindings::{self, Answer, Outgoing};
+use crate::core::clock;
 use crate::core::error::Error;
 use crate::core::metadata::Metadata;
 use crate::core::status::StatusCode;
@@ -224,7 +224,7 @@ impl Channel {
             server.address = %self.inner.url,
             rpc.code = tracing::field::Empty,
         );
-        let started = Instant::now();
+        let started = clock::now();
         let answer = if span.is_disabled() {
             // No subscriber wants it: nothing to enter, and the call's future is not moved
             // into an `Instrumented` (a copy of it per call).

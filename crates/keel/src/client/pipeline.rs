@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::call::CallOptions;
 use super::{retry, Channel};
 use crate::bindings::{Again, Answer, Attempt, Client, Outgoing};
+use crate::core::clock;
 use crate::core::compress::{self, DecompressError};
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
@@ -159,7 +160,7 @@ impl Channel {
             }
         };
         if let Some(stream_back) = stream_back {
-            match tokio::time::timeout_at(deadline.into(), stream_back).await {
+            match tokio::time::timeout_at(clock::to_tokio(deadline), stream_back).await {
                 Ok(Ok(Some(stream))) => call.upload = Some(stream),
                 Ok(_) => {
                     let (service, operation) = (call.service, call.operation);
@@ -199,7 +200,7 @@ impl Channel {
             return None;
         }
         let wait = policy.backoff_for(spent.retries).max(asked);
-        let now = Instant::now();
+        let now = clock::now();
         if now + wait >= deadline {
             return None;
         }

@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::bindings::Answer;
+use crate::core::clock;
 use crate::core::error::Kind;
 use crate::core::status::StatusCode;
 
@@ -155,7 +156,7 @@ impl RetryBudget {
             state: Mutex::new(BudgetState {
                 // A new channel may retry as if it had been idle for a second.
                 tokens: min_per_second,
-                updated: Instant::now(),
+                updated: clock::now(),
                 calls: 0,
             }),
         }

@@ -14,6 +14,9 @@
 //! Its precision is the OS's (a condition variable's timed wait), about the same as tokio's
 //! 1 ms wheel. Short waits that are armed only now and then (a frame's timeout, a queued call's
 //! wait) stay on tokio's timers.
+//!
+//! Its deadlines are on keel's clock ([`clock`]); a test that moves the clock
+//! (`keel::testing`, feature `test-util`) wakes this thread, which fires what is due at once.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,6 +24,8 @@ use std::pin::Pin;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
+
+use super::clock;
 
 /// A future that completes at `at` (at once if `at` has passed).
 pub(crate) fn sleep_until(at: Instant) -> Sleep {
@@ -40,14 +45,24 @@ type Key = (Instant, u64);
 
 struct Timer {
     state: Mutex<State>,
-    /// Wakes the timer thread when the earliest deadline moved earlier.
+    /// Wakes the timer thread when the earliest deadline moved earlier (or, with `test-util`,
+    /// the clock moved).
     moved: Condvar,
+    /// Tells [`clock_moved`] that the thread has woken what was due.
+    #[cfg(feature = "test-util")]
+    settled: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     entries: BTreeMap<Key, Entry>,
     next_id: u64,
+    /// Times a test moved the clock.
+    #[cfg(feature = "test-util")]
+    moves: u64,
+    /// Of those, the moves after which the thread has woken every entry due.
+    #[cfg(feature = "test-util")]
+    settled: u64,
 }
 
 /// A sleeper's waker (the entry leaves the map when its deadline passed).
@@ -55,12 +70,16 @@ struct Entry {
     waker: Waker,
 }
 
+/// The timer, once a wait started it.
+static TIMER: OnceLock<&'static Timer> = OnceLock::new();
+
 fn timer() -> &'static Timer {
-    static TIMER: OnceLock<&'static Timer> = OnceLock::new();
     TIMER.get_or_init(|| {
         let t: &'static Timer = Box::leak(Box::new(Timer {
             state: Mutex::new(State::default()),
             moved: Condvar::new(),
+            #[cfg(feature = "test-util")]
+            settled: Condvar::new(),
         }));
         if let Err(e) = std::thread::Builder::new()
             .name("keel-timer".into())
@@ -83,7 +102,10 @@ impl Timer {
     fn run(&self) {
         let mut st = self.lock();
         loop {
-            let now = Instant::now();
+            // Read before the clock: a move counted here is in the reading.
+            #[cfg(feature = "test-util")]
+            let moves = st.moves;
+            let now = clock::now();
             // Wakers are woken outside the lock.
             let mut due = Vec::new();
             while let Some(entry) = st.entries.first_entry() {
@@ -99,6 +121,11 @@ impl Timer {
                 }
                 st = self.lock();
                 continue;
+            }
+            #[cfg(feature = "test-util")]
+            if st.settled < moves {
+                st.settled = moves;
+                self.settled.notify_all();
             }
             st = match st.entries.first_key_value() {
                 Some((&(at, _), _)) => {
@@ -134,7 +161,7 @@ impl Future for Sleep {
                     return Poll::Pending;
                 }
             },
-            None if self.at <= Instant::now() => return Poll::Ready(()),
+            None if self.at <= clock::now() => return Poll::Ready(()),
             None => {}
         }
         let key = (self.at, st.next_id);
@@ -160,6 +187,23 @@ impl Drop for Sleep {
         if let Some(key) = self.key.take() {
             timer().lock().entries.remove(&key);
         }
+    }
+}
+
+/// keel's clock moved (`keel::testing`): the thread looks again, and this returns once it has
+/// woken every entry due by the clock's new reading. Nothing to do before the thread exists:
+/// no entry does either.
+#[cfg(feature = "test-util")]
+pub(crate) fn clock_moved() {
+    let Some(t) = TIMER.get() else {
+        return;
+    };
+    let mut st = t.lock();
+    st.moves += 1;
+    let moved = st.moves;
+    t.moved.notify_one();
+    while st.settled < moved {
+        st = t.settled.wait(st).unwrap_or_else(|e| e.into_inner());
     }
 }
 

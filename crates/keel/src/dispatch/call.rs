@@ -23,6 +23,7 @@ use super::schedule::{self, Job, Scheduler};
 use super::throttle::Admission;
 use super::watchdog::Watched;
 use super::Arrival;
+use crate::core::clock;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
 use crate::core::format::Format;
@@ -210,17 +211,19 @@ pub(crate) fn dispatch(
         }
         Admission::Queued(place) => {
             let rt = tokio::runtime::Handle::current();
-            let queued = Instant::now();
+            let queued = clock::now();
             rt.spawn(async move {
                 let permit = match call.deadline {
-                    Some(d) => match tokio::time::timeout_at(d.into(), place.wait()).await {
-                        Ok(p) => p,
-                        Err(_) => return call.finish(Err(deadline_status())),
-                    },
+                    Some(d) => {
+                        match tokio::time::timeout_at(clock::to_tokio(d), place.wait()).await {
+                            Ok(p) => p,
+                            Err(_) => return call.finish(Err(deadline_status())),
+                        }
+                    }
                     None => place.wait().await,
                 };
                 call.metrics.throttle_wait.record(Since(queued));
-                call.start(invocation, permit, &mut Instant::now(), None);
+                call.start(invocation, permit, &mut clock::now(), None);
             });
         }
         Admission::Busy => {
@@ -257,7 +260,7 @@ struct Call {
 
 impl Call {
     fn finish(self, outcome: Outcome) {
-        self.finish_at(outcome, Instant::now());
+        self.finish_at(outcome, clock::now());
     }
 
     /// [`finish`](Call::finish) with the clock already read at `ended`.
@@ -389,7 +392,7 @@ impl Call {
     /// on the pool (its time counts toward the operation's pace). Returns the clock's reading
     /// at its end.
     fn ran(self, outcome: Outcome, started: Instant, blocking: bool) -> Instant {
-        let ended = Instant::now();
+        let ended = clock::now();
         if blocking {
             self.metrics
                 .pace
@@ -427,7 +430,7 @@ impl Job for Blocking {
             permit: _permit,
             handed,
         } = self;
-        let started = now.unwrap_or_else(Instant::now);
+        let started = now.unwrap_or_else(clock::now);
         let wait = Elapsed {
             from: handed,
             to: started,
@@ -513,7 +516,7 @@ impl<F: Future<Output = Outcome> + Unpin> Future for Deadline<F> {
         };
         let timer = this
             .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(clock::to_tokio(deadline))));
         match timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(Status::new(
                 StatusCode::DeadlineExceeded,

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::schedule::Owner;
 use super::{Arrival, Dispatcher};
+use crate::core::clock;
 use crate::core::compress::{self, Compression};
 use crate::core::context::Context;
 use crate::core::metadata::Metadata;
@@ -128,7 +129,7 @@ impl ConnInfo {
             peer: peer_addr.map_or_else(|| binding.to_string(), |a| a.to_string()),
             peer_addr,
             peer_certificates,
-            opened: Instant::now(),
+            opened: clock::now(),
             calls: AtomicU64::new(0),
         }
     }
@@ -188,7 +189,7 @@ impl ConnShared {
             out,
             calls: Mutex::new(Calls {
                 map: CallMap::default(),
-                last_active: Instant::now(),
+                last_active: clock::now(),
             }),
             max_calls,
             closing: AtomicBool::new(false),
@@ -349,7 +350,7 @@ impl ConnShared {
 
     /// The caller no longer wants call `call_id`: stop it; no answer is sent.
     pub(crate) fn cancel(&self, call_id: u64) {
-        if let Some(InFlight { ctx, .. }) = self.remove(call_id, Instant::now) {
+        if let Some(InFlight { ctx, .. }) = self.remove(call_id, clock::now) {
             ctx.stop();
             self.dispatcher.call_finished();
         }
@@ -360,7 +361,7 @@ impl ConnShared {
     /// GoAway with whatever is still in flight answered `ShuttingDown`. Returns whether it was
     /// told GoAway now.
     pub(crate) fn age(&self, now_ms: u64, max_age: Duration, grace: Duration) -> bool {
-        if self.info.opened.elapsed() < max_age || self.closing.load(Ordering::Acquire) {
+        if clock::now() - self.info.opened < max_age || self.closing.load(Ordering::Acquire) {
             return false;
         }
         let told = self.aged_at.load(Ordering::Acquire);

@@ -242,7 +242,7 @@ impl Dispatcher {
             conns: Mutex::new(HashMap::new()),
             handshaking: Mutex::new(BTreeMap::new()),
             next_conn: AtomicU64::new(1),
-            epoch: Instant::now(),
+            epoch: crate::core::clock::now(),
             stats,
             metrics,
         }
@@ -388,7 +388,7 @@ impl Dispatcher {
 
     /// Milliseconds since the dispatcher started (the clock of connections' activity).
     pub(crate) fn now_ms(&self) -> u64 {
-        self.ms_at(Instant::now())
+        self.ms_at(crate::core::clock::now())
     }
 
     /// `at` on the clock of [`now_ms`](Dispatcher::now_ms).

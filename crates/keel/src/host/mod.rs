@@ -19,7 +19,7 @@ pub use builder::{HostBuilder, HostConfig, PoolConfig};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::bindings::{self, ServerSettings};
 use crate::dispatch::{ConnInfo, Dispatcher};
@@ -171,7 +171,7 @@ impl Host {
                 id: c.id,
                 binding: c.info.binding,
                 peer: c.info.peer.clone(),
-                age: c.info.opened.elapsed(),
+                age: crate::core::clock::now() - c.info.opened,
                 calls: c.info.calls.load(Ordering::Relaxed),
                 calls_in_flight: c.in_flight(),
             })
@@ -436,7 +436,7 @@ impl Drop for HandshakeEnded {
 async fn age_reaper(dispatcher: Arc<Dispatcher>, max_age: Duration, grace: Duration) {
     let period = (max_age / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     loop {
-        crate::core::timer::sleep_until(Instant::now() + period).await;
+        crate::core::timer::sleep_until(crate::core::clock::now() + period).await;
         dispatcher.age_connections(max_age, grace);
     }
 }
@@ -445,7 +445,7 @@ async fn age_reaper(dispatcher: Arc<Dispatcher>, max_age: Duration, grace: Durat
 async fn idle_reaper(dispatcher: Arc<Dispatcher>, idle_timeout: Duration) {
     let period = (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(60));
     loop {
-        crate::core::timer::sleep_until(Instant::now() + period).await;
+        crate::core::timer::sleep_until(crate::core::clock::now() + period).await;
         dispatcher.reap_idle(idle_timeout);
     }
 }

@@ -25,7 +25,7 @@ pub mod rng;
 
 pub use child::{free_port, serve_child_host, ChildHost};
 pub(crate) use matrix::binding_matrix;
-pub use poll::{eventually, eventually_blocking, eventually_within};
+pub use poll::{drive, eventually, eventually_blocking, eventually_within};
 pub use proxy::Proxy;
 pub use rng::XorShift;
 

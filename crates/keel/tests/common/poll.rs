@@ -1,5 +1,5 @@
 //! The one polling helper: wait for a condition without betting on how long it takes (in a
-//! runtime, or on a plain thread).
+//! runtime, on a plain thread, or in keel's time with its clock paused).
 
 use std::time::{Duration, Instant};
 
@@ -35,4 +35,30 @@ pub fn eventually_blocking(limit: Duration, mut cond: impl FnMut() -> bool) -> b
         std::thread::sleep(EVERY);
     }
     cond()
+}
+
+/// [`eventually_within`] in keel's time: moves keel's clock, paused by `clock`, forward `step`
+/// at a time, with a real pause of 1 ms after each step for what it woke to act, until `cond`
+/// holds. Returns how far keel's clock moved by then, or `None` if `cond` did not hold within
+/// `limit` of keel's time. keel's time runs far ahead of real time here: it suits waits that
+/// need nothing but keel's timers (a dead path, a deadline, an age), not one that also waits in
+/// real time (a handler's sleep, a retry's backoff), which would look many steps long.
+pub async fn drive(
+    clock: &keel::testing::Paused,
+    step: Duration,
+    limit: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Option<Duration> {
+    let start = clock.now();
+    loop {
+        let moved = clock.now() - start;
+        if cond() {
+            return Some(moved);
+        }
+        if moved >= limit {
+            return None;
+        }
+        clock.advance(step);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }

@@ -29,6 +29,7 @@ use crate::bindings::{
     Again, Answer, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion,
     Outgoing, Replied, StreamBack,
 };
+use crate::core::clock;
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
@@ -235,7 +236,7 @@ impl HttpClient {
                 Proto::H2 => self.send_h2(request, body, call.download).await,
             }
         };
-        let why = match tokio::time::timeout_at(deadline.into(), sent).await {
+        let why = match tokio::time::timeout_at(clock::to_tokio(deadline), sent).await {
             Ok(Tried::Done(answer)) => return Attempt::Answered(answer),
             Ok(Tried::NoConnection(e)) => Again::NoConnection(e),
             Ok(Tried::NotSent) => Again::NotSent,
@@ -537,7 +538,7 @@ impl HttpClient {
             Proto::H2 => format!("{}://{authority}{path}", self.endpoint.scheme()),
         };
         let uri: Uri = uri.parse().map_err(|e| self.config_error(e))?;
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        let remaining = deadline.saturating_duration_since(clock::now());
         // Rounded up, so a sub-millisecond remainder is not sent as "no time at all".
         let remaining_ms = remaining.as_micros().div_ceil(1000).max(1);
         let remaining_ms = u64::try_from(remaining_ms).unwrap_or(u64::MAX);

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ::http::header::{
     HeaderValue, ACCEPT, ACCEPT_ENCODING, ALLOW, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE,
@@ -596,7 +596,7 @@ async fn call<B: Received>(
     service: &str,
     operation: &str,
 ) -> Response<Body> {
-    let received = Instant::now();
+    let received = crate::core::clock::now();
     let Ctx {
         conn, next_call_id, ..
     } = ctx;
@@ -735,7 +735,7 @@ async fn call<B: Received>(
     };
     // The call starts now, with its body read: `received` is when its head arrived, and a
     // handler's (and a pool wait's) time must not include the upload.
-    let mut clock = Instant::now();
+    let mut clock = crate::core::clock::now();
     dispatch(conn, incoming, received, &mut clock, None);
     // The arguments are decoded: the body's memory is free again.
     drop(body);

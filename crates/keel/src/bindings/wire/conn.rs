@@ -23,6 +23,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
 use super::sink::{SendError, Sink};
+use crate::core::clock;
 use crate::core::error::{Error, Kind};
 use crate::core::status::StatusCode;
 use crate::core::stream::{ByteStream, Credit};
@@ -386,7 +387,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
 
     /// The consumer of an inbound stream took `n` bytes.
     fn consumed(&self, call_id: u64, n: usize) {
-        let now = Instant::now();
+        let now = clock::now();
         self.with(|st| st.core.consumed(call_id, n, now));
     }
 
@@ -499,7 +500,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
 
     /// Host: a measurement ping (its Pong gives the RTT stream windows grow against).
     pub(crate) fn ping(&self) {
-        let now = Instant::now();
+        let now = clock::now();
         self.with(|st| st.core.ping(now));
     }
 
@@ -510,7 +511,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
 
     /// Turns keepalive on (see [`Keepalive`]); [`WireConn::run_timers`] runs its timer.
     pub(crate) fn set_keepalive(&self, keepalive: Keepalive) {
-        let now = Instant::now();
+        let now = clock::now();
         self.with(|st| st.core.set_keepalive(keepalive, now));
     }
 
@@ -569,7 +570,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
                 }
                 continue;
             }
-            let now = Instant::now();
+            let now = clock::now();
             if calls_at.is_some_and(|at| at <= now) {
                 let gone = self.with(|st| {
                     let passed = |c: &C| c.deadline().is_some_and(|d| d <= now);

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{Again, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
+use crate::core::clock;
 use crate::core::error::{Error, Kind};
 use crate::transport::Endpoint;
 use client::Conn;
@@ -91,7 +92,7 @@ impl WireClient {
 
     /// [`conn`](WireClient::conn), failing with a timeout at `deadline`.
     async fn conn_by(&self, deadline: Instant) -> Result<Arc<Conn>, Error> {
-        match tokio::time::timeout_at(deadline.into(), self.conn()).await {
+        match tokio::time::timeout_at(clock::to_tokio(deadline), self.conn()).await {
             Ok(conn) => conn,
             Err(_) => Err(Error::new(
                 Kind::Timeout,
@@ -126,7 +127,7 @@ impl WireClient {
             },
         };
         let (now, remaining) = started.unwrap_or_else(|| {
-            let now = Instant::now();
+            let now = clock::now();
             (now, deadline.saturating_duration_since(now))
         });
         conn.attempt(call, deadline, now, remaining).await

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 
 use super::conn::{Expiring, WireConn};
 use crate::bindings::{Answer, Replied};
+use crate::core::clock;
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
@@ -310,7 +311,7 @@ impl ReadSide {
             buf,
             codec,
             handshake: Some(handshake),
-            read_at: Instant::now(),
+            read_at: clock::now(),
             task: None,
             socket_waker: Waker::from(waker.clone()),
             waker,
@@ -344,7 +345,7 @@ impl ReadSide {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => None,
                 Poll::Ready(Ok(_)) => {
-                    self.read_at = Instant::now();
+                    self.read_at = clock::now();
                     continue;
                 }
                 Poll::Ready(Err(e)) => Some(e),

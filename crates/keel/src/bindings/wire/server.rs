@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::conn::WireConn;
 use super::sink::{SendError, Sink};
 use crate::bindings::ServerSettings;
+use crate::core::clock;
 use crate::core::compress::Compression;
 use crate::core::format::Format;
 use crate::core::metadata::Metadata;
@@ -469,7 +470,7 @@ struct ReadClock {
 impl ReadClock {
     /// Bytes were just read.
     fn now() -> ReadClock {
-        let now = Instant::now();
+        let now = clock::now();
         ReadClock {
             read_at: now,
             latest: now,

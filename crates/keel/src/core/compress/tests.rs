@@ -33,7 +33,7 @@ fn json_body(n: usize) -> Vec<u8> {
             1000 + i * 7,
             i,
             i * 31 % 977,
-            i % 3 == 0,
+            i.is_multiple_of(3),
             i * 13 % 100,
             i % 10
         ));
@@ -82,7 +82,11 @@ fn text_body(n: usize) -> Vec<u8> {
     let mut i = 0;
     while out.len() < n {
         out.extend_from_slice(WORDS[usize::from(picks[i]) % WORDS.len()].as_bytes());
-        out.push(if picks[i] % 11 == 0 { b'\n' } else { b' ' });
+        out.push(if picks[i].is_multiple_of(11) {
+            b'\n'
+        } else {
+            b' '
+        });
         i += 1;
     }
     out.truncate(n);
