@@ -29,7 +29,7 @@ use super::{
     DEADLINE_HEADER, DETAILS_HEADER, JSON_CONTENT_TYPE, MSGPACK_CONTENT_TYPE,
     POSTCARD_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
 };
-use crate::bindings::ServerSettings;
+use crate::bindings::{ConnectionRegistry, ServerSettings};
 use crate::core::compress::Compression;
 use crate::core::format::Format;
 use crate::core::metadata::Metadata;
@@ -141,6 +141,7 @@ impl Ctx {
 pub(crate) async fn serve(
     connected: Connected,
     dispatcher: Arc<Dispatcher>,
+    registry: &dyn ConnectionRegistry,
     settings: Arc<ServerSettings>,
     info: ConnInfo,
 ) {
@@ -159,7 +160,7 @@ pub(crate) async fn serve(
         max_calls,
         Some(head_watch.clone()),
     );
-    dispatcher.register(ctx.conn.clone());
+    registry.register(ctx.conn.clone());
 
     // Not hyper's header read timeout: it also runs while a keep-alive connection waits for
     // its next request, and would close idle connections keel keeps for the client's life.
@@ -252,7 +253,7 @@ pub(crate) async fn serve(
     // but a request handed over after all is run (or spawned) rather than dropped unanswered.
     streams.run();
     ctx.abandon();
-    dispatcher.unregister(ctx.conn.id);
+    registry.unregister(ctx.conn.id);
 }
 
 /// A future hyper hands over to run beside the connection (an HTTP/2 request's).

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::WireConn;
 use super::sink::{SendError, Sink};
-use crate::bindings::ServerSettings;
+use crate::bindings::{ConnectionRegistry, ServerSettings};
 use crate::core::compress::Compression;
 use crate::core::format::Format;
 use crate::core::metadata::Metadata;
@@ -133,6 +133,7 @@ impl Responder for WireResponder {
 pub(crate) async fn serve(
     io: Box<dyn Io>,
     dispatcher: Arc<Dispatcher>,
+    registry: &dyn ConnectionRegistry,
     settings: Arc<ServerSettings>,
     info: ConnInfo,
 ) {
@@ -215,7 +216,7 @@ pub(crate) async fn serve(
         max_calls,
         dispatcher.clone(),
     ));
-    dispatcher.register(conn.clone());
+    registry.register(conn.clone());
     if dispatcher.is_shutting_down() {
         conn.go_away("host shutting down");
     }
@@ -260,7 +261,7 @@ pub(crate) async fn serve(
     wire.close("connection closed");
     let gone = Status::new(StatusCode::Cancelled, "connection closed");
     conn.abandon_all(&gone);
-    dispatcher.unregister(conn.id);
+    registry.unregister(conn.id);
     // A peer that reads nothing would keep the writer (and with it the socket) forever: what
     // is queued gets the frame timeout to drain, unless the peer already left it unread that
     // long (the reader gave up on it): then the socket goes now.
