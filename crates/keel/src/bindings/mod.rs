@@ -10,7 +10,7 @@
 //! A binding sits on the transport (sockets, TLS) and on dispatch (the host side hands every
 //! call to [`crate::dispatch::dispatch`]); it takes plain settings ([`ClientSettings`],
 //! [`ServerSettings`]) from the client and the host above it, and registers the connections it
-//! serves with the host's registry through [`ConnectionRegistry`].
+//! serves with the host's registry through [`HostConnRegistry`].
 
 #[cfg(feature = "http")]
 pub mod http;
@@ -29,8 +29,8 @@ use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::Status;
 use crate::core::stream::ByteStream;
-use crate::dispatch::{ConnInfo, ConnShared, Dispatcher};
-use crate::transport::{ClientTlsSettings, Connected, Endpoint, Protocol};
+use crate::dispatch::{Dispatcher, HostConn, HostConnInfo};
+use crate::transport::{ClientTlsSettings, Endpoint, Protocol, SecuredStream};
 
 /// Which HTTP version a client speaks on `http://` and `https://` endpoints (see
 /// [`ChannelBuilder::http_version`](crate::client::ChannelBuilder::http_version)).
@@ -103,10 +103,10 @@ pub(crate) struct ServerSettings {
 /// Where a binding registers the connections it serves: the host's registry of open
 /// connections (`host/registry.rs`: the connection limit, idle reaping, age, the drain).
 /// Defined here, below the host, so that bindings reach it without importing the host.
-pub(crate) trait ConnectionRegistry: Send + Sync {
+pub(crate) trait HostConnRegistry: Send + Sync {
     /// The connection's handshakes are over: it is open. After the host stopped, it is closed
     /// at once.
-    fn register(&self, conn: Arc<ConnShared>);
+    fn register(&self, conn: Arc<HostConn>);
     /// The connection `id` is closed: answers nothing more, forgets it.
     fn unregister(&self, id: u64);
 }
@@ -288,12 +288,12 @@ pub(crate) fn client(endpoint: Endpoint, settings: ClientSettings) -> Result<Cli
 /// Serves one accepted (and secured) connection of `protocol` until it closes, registered with
 /// `registry` while it is open. One line per binding.
 pub(crate) async fn serve(
-    connected: Connected,
+    connected: SecuredStream,
     protocol: Protocol,
     dispatcher: Arc<Dispatcher>,
-    registry: &dyn ConnectionRegistry,
+    registry: &dyn HostConnRegistry,
     settings: Arc<ServerSettings>,
-    info: ConnInfo,
+    info: HostConnInfo,
 ) {
     match protocol {
         Protocol::Wire => wire::serve(connected.io, dispatcher, registry, settings, info).await,

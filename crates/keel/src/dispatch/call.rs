@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
-use super::conn::{ConnShared, ReplyTo};
+use super::conn::{HostConn, ReplyTo};
 use super::metrics::{Elapsed, OpMetrics, Since};
 use super::schedule::{self, Job, Scheduler};
 use super::throttle::Admission;
@@ -75,7 +75,7 @@ pub(crate) type BlockingCalls = Scheduler<Blocking>;
 /// `blocking`: the reader's hand-off of the connection's blocking calls, which may hold them
 /// for the rest of a read batch; `None` hands a blocking call to the pool at once.
 pub(crate) fn dispatch(
-    conn: &Arc<ConnShared>,
+    conn: &Arc<HostConn>,
     req: Incoming<'_>,
     received: Instant,
     clock: &mut Instant,
@@ -240,7 +240,7 @@ fn deadline_status() -> Status {
 
 /// A tracked call on its way to a handler and back.
 struct Call {
-    conn: Arc<ConnShared>,
+    conn: Arc<HostConn>,
     call_id: u64,
     one_way: bool,
     deadline: Option<Instant>,

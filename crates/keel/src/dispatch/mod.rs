@@ -4,7 +4,7 @@
 //!
 //! The [`Dispatcher`] is what a host's bindings share: the services, the throttle, the pool,
 //! and the count of calls arriving and in flight that a drain waits for. (The registry of open
-//! connections, each a [`ConnShared`], is the host's: `host/registry.rs`.) It imports neither
+//! connections, each a [`HostConn`], is the host's: `host/registry.rs`.) It imports neither
 //! the host nor any binding: bindings call [`dispatch`] with an [`Incoming`] call and answer it
 //! through their [`Responder`].
 
@@ -22,7 +22,7 @@ pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 #[cfg(feature = "http")]
 pub(crate) use call::poll_once_then_spawn;
 pub(crate) use call::{dispatch, BlockingCalls, Incoming};
-pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, ReplyTo, Responder};
+pub(crate) use conn::{HostAnswer, HostConn, HostConnInfo, ReplyTo, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
 pub(crate) use schedule::deferring;
@@ -127,7 +127,7 @@ impl std::fmt::Debug for Dispatcher {
 
 /// A call that arrived and that the host serves: counted from its arrival (before it is
 /// decoded or tracked), so that a drain beginning meanwhile waits for it. Tracking the call
-/// ([`ConnShared::track`]) counts it in flight instead; dropped (the call was refused), it
+/// ([`HostConn::track`]) counts it in flight instead; dropped (the call was refused), it
 /// counts no more.
 #[derive(Debug)]
 pub(crate) struct Arrival {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bindings::{self, ServerSettings};
-use crate::dispatch::{ConnInfo, Dispatcher};
+use crate::dispatch::{Dispatcher, HostConnInfo};
 use crate::transport::socket::Listener;
 use registry::Registry;
 
@@ -416,7 +416,7 @@ async fn accept_loop(
                 Err(_) => return d.timed_out(binding),
             };
             let endpoint = listener.endpoint();
-            let info = ConnInfo::new(
+            let info = HostConnInfo::new(
                 id,
                 endpoint.scheme(),
                 peer,

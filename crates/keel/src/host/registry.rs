@@ -2,7 +2,7 @@
 //! connection limit (evict the oldest handshake, else the connection idle longest), idle
 //! reaping, connection age, and the drain that tells every connection to go away.
 //!
-//! Bindings register the connections they serve through [`ConnectionRegistry`] (defined with
+//! Bindings register the connections they serve through [`HostConnRegistry`] (defined with
 //! the bindings, so that they need not import the host); the accept loop, the reapers, the
 //! admin endpoint and [`Host`](super::Host) use the rest.
 
@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
-use crate::bindings::ConnectionRegistry;
+use crate::bindings::HostConnRegistry;
 use crate::core::status::{Status, StatusCode};
-use crate::dispatch::{ConnShared, Dispatcher};
+use crate::dispatch::{Dispatcher, HostConn};
 
 /// A connection in its handshakes: the task running them (once spawned), and its binding.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ pub(crate) struct Drained {
 pub(crate) struct Registry {
     dispatcher: Arc<Dispatcher>,
     /// Connections open (past their handshakes), by id.
-    conns: Mutex<HashMap<u64, Arc<ConnShared>>>,
+    conns: Mutex<HashMap<u64, Arc<HostConn>>>,
     /// Connections still in their handshakes (TLS, keel's), by id (so in accept order), with
     /// the task running each (once it is known): the first to go when the connection limit
     /// needs room.
@@ -69,7 +69,7 @@ impl Registry {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn conn_map(&self) -> MutexGuard<'_, HashMap<u64, Arc<ConnShared>>> {
+    fn conn_map(&self) -> MutexGuard<'_, HashMap<u64, Arc<HostConn>>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -79,7 +79,7 @@ impl Registry {
     }
 
     /// Every open connection.
-    pub(crate) fn conns(&self) -> Vec<Arc<ConnShared>> {
+    pub(crate) fn conns(&self) -> Vec<Arc<HostConn>> {
         self.conn_map().values().cloned().collect()
     }
 
@@ -251,8 +251,8 @@ impl Registry {
     }
 }
 
-impl ConnectionRegistry for Registry {
-    fn register(&self, conn: Arc<ConnShared>) {
+impl HostConnRegistry for Registry {
+    fn register(&self, conn: Arc<HostConn>) {
         let d = &self.dispatcher;
         d.stats.opened.fetch_add(1, Ordering::Relaxed);
         if let Some(m) = d.metrics.conn(conn.info.binding) {

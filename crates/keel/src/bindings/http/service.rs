@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::body::{Body, BoxError};
 use super::server::{handle, Ctx, Stop};
 use crate::bindings::ServerSettings;
-use crate::dispatch::{ConnInfo, Dispatcher};
+use crate::dispatch::{Dispatcher, HostConnInfo};
 
 /// A host's HTTP binding as a [`tower_service::Service`], from
 /// [`Host::http_service`](crate::Host::http_service). It answers `POST /{Service}/{operation}`
@@ -69,7 +69,7 @@ impl HttpService {
         id: u64,
     ) -> HttpService {
         let (stop, stopped) = watch::channel(Stop::Serving);
-        let info = ConnInfo::new(id, "http-service", None, None);
+        let info = HostConnInfo::new(id, "http-service", None, None);
         // Not registered as a connection: the HTTP server that mounts it has its own, and the
         // throttle (not a per-connection share) bounds the calls of all of them together.
         let ctx = Ctx::new(dispatcher, settings, info, stop, usize::MAX, None);

@@ -27,7 +27,7 @@ use crate::core::error::{Error, Kind};
 use crate::core::status::StatusCode;
 use crate::core::stream::{ByteStream, Credit};
 
-/// Why [`WireConn::send_call`] sent nothing.
+/// Why [`WireEnd::send_call`] sent nothing.
 #[derive(Debug)]
 pub(crate) enum NotSent {
     /// The core refused the call: the connection is closed, or the host said GoAway.
@@ -37,7 +37,7 @@ pub(crate) enum NotSent {
 }
 
 /// What a client keeps for each pending call: the connection's timer reads its deadline (see
-/// [`WireConn::run_timers`]). A host keeps nothing (`()`).
+/// [`WireEnd::run_timers`]). A host keeps nothing (`()`).
 pub(crate) trait Expiring {
     /// When the call stops waiting for its reply; `None`: never.
     fn deadline(&self) -> Option<Instant>;
@@ -59,7 +59,7 @@ pub(crate) enum Reader {
     Call(u64),
 }
 
-/// A call [`WireConn::send_call`] sent.
+/// A call [`WireEnd::send_call`] sent.
 #[derive(Debug)]
 pub(crate) struct Sent {
     pub(crate) call_id: u64,
@@ -77,10 +77,12 @@ const MAX_CHUNK: usize = 64 * 1024;
 /// window bounds what the receiver holds, this bounds what the sender holds.
 const SEND_QUEUE_LIMIT: usize = 256 * 1024;
 
-/// One connection's shared state. `C` is what a client's pending call carries (the slot its
-/// reply goes to); a host uses `()`.
+/// One end of a keel-wire connection, client or host: keel-wire's sans-IO core
+/// ([`keel_wire::Connection`]) under a lock, the write path, the async ends of its streams and
+/// its timer. `C` is what a client's pending call carries (the slot its reply goes to); a host
+/// uses `()`.
 #[derive(Debug)]
-pub(crate) struct WireConn<C> {
+pub(crate) struct WireEnd<C> {
     state: Mutex<State<C>>,
     sink: Arc<Sink>,
     /// Largest StreamData payload we may send (the peer's message limit, capped).
@@ -88,7 +90,7 @@ pub(crate) struct WireConn<C> {
     /// New calls may start here: not closed, and (client) no GoAway received. Mirrors the
     /// core's state so the call path can ask without the lock.
     accepting: AtomicBool,
-    /// Wakes the timer ([`WireConn::run_timers`]) when its deadline moved earlier (a call with
+    /// Wakes the timer ([`WireEnd::run_timers`]) when its deadline moved earlier (a call with
     /// an earlier deadline, a call's probe ping) or the connection closed.
     timer: Notify,
     /// The sink's [`queued_bytes`](Sink::queued_bytes) once the last keepalive ping was queued:
@@ -146,7 +148,7 @@ impl Outbound {
     }
 }
 
-/// An outbound stream registered with the connection, for [`WireConn::pump`].
+/// An outbound stream registered with the connection, for [`WireEnd::pump`].
 #[derive(Debug)]
 pub(crate) struct OutboundHandle {
     call_id: u64,
@@ -180,7 +182,7 @@ impl<C> State<C> {
     }
 }
 
-impl<C: Expiring + Send + 'static> WireConn<C> {
+impl<C: Expiring + Send + 'static> WireEnd<C> {
     /// The state of a connection whose handshake just completed on `side`. `max_window` bounds
     /// the windows of streams we receive; `peer_max_message` the chunks we send.
     pub(crate) fn new(
@@ -188,12 +190,12 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         sink: Arc<Sink>,
         max_window: u32,
         peer_max_message: u32,
-    ) -> Arc<WireConn<C>> {
+    ) -> Arc<WireEnd<C>> {
         let window = WindowConfig {
             initial: DEFAULT_INITIAL_WINDOW,
             max: max_window.max(DEFAULT_INITIAL_WINDOW),
         };
-        Arc::new(WireConn {
+        Arc::new(WireEnd {
             state: Mutex::new(State {
                 core: Connection::new(side, window),
                 inbound: HashMap::new(),
@@ -285,8 +287,8 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
     }
 
     /// Feeds one frame from the peer, read at `now`, other than the two every call brings:
-    /// a host's Requests go to [`handle_request`](WireConn::handle_request) (which admits
-    /// them), a client's Replies to [`handle_reply`](WireConn::handle_reply). (A Request sent
+    /// a host's Requests go to [`handle_request`](WireEnd::handle_request) (which admits
+    /// them), a client's Replies to [`handle_reply`](WireEnd::handle_reply). (A Request sent
     /// to a client or a Reply sent to a host comes here, and is the error the core makes of
     /// it.) Stream frames are handled here (data delivered to its consumer, credit to its
     /// pump); what is left for the caller comes back: a host's Cancel, a client's GoAway.
@@ -362,7 +364,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
                 st.inbound.insert(call_id, tx);
             }
         });
-        let weak: Weak<WireConn<C>> = Arc::downgrade(self);
+        let weak: Weak<WireEnd<C>> = Arc::downgrade(self);
         let credit: Arc<dyn Credit> = Arc::new(InboundCredit {
             conn: weak,
             call_id,
@@ -508,7 +510,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         self.with(|st| st.core.set_rtt(rtt));
     }
 
-    /// Turns keepalive on (see [`Keepalive`]); [`WireConn::run_timers`] runs its timer.
+    /// Turns keepalive on (see [`Keepalive`]); [`WireEnd::run_timers`] runs its timer.
     pub(crate) fn set_keepalive(&self, keepalive: Keepalive) {
         let now = Instant::now();
         self.with(|st| st.core.set_keepalive(keepalive, now));
@@ -797,7 +799,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
 
 /// Connects a remote [`ByteStream`] to its connection's flow control.
 struct InboundCredit<C> {
-    conn: Weak<WireConn<C>>,
+    conn: Weak<WireEnd<C>>,
     call_id: u64,
 }
 

@@ -29,7 +29,7 @@ use keel_wire::{Codec, Event, Frame, HelloReply, Reply};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 
-use super::conn::{Expiring, WireConn};
+use super::conn::{Expiring, WireEnd};
 use crate::bindings::{Answer, Replied};
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
@@ -148,7 +148,7 @@ impl Expiring for ReplySlot {
 }
 
 /// Fails every waiting call with an error of `kind` and closes the connection's state.
-pub(super) fn fail_all_with(wire: &WireConn<ReplySlot>, kind: Kind, reason: &str) {
+pub(super) fn fail_all_with(wire: &WireEnd<ReplySlot>, kind: Kind, reason: &str) {
     for (_, slot) in wire.close(reason) {
         slot.send(Delivery::Answer(Err(Error::new(kind, reason.to_string()))));
     }
@@ -166,12 +166,13 @@ pub(super) struct Handshake {
 impl Handshake {
     /// Decodes the HelloReply from `buf` if it is whole: `Ok(true)` once accepted (the host's
     /// limits apply from now on), `Ok(false)` while more bytes are needed. A refusal (or not a
-    /// keel host) is the error, for [`Conn::handshake`](super::client::Conn::handshake) and
-    /// the calls already sent.
+    /// keel host) is the error, for
+    /// [`WireClientConn::handshake`](super::client::WireClientConn::handshake) and the calls
+    /// already sent.
     fn try_complete(
         &self,
         buf: &mut BytesMut,
-        wire: &WireConn<ReplySlot>,
+        wire: &WireEnd<ReplySlot>,
     ) -> Result<bool, (Kind, String)> {
         let endpoint = &self.endpoint;
         let outcome = match keel_wire::decode_hello_reply(buf) {
@@ -323,7 +324,7 @@ impl ReadSide {
     /// (`Pending`: it wakes [`SocketWaker`]'s target when it has) or the connection ended.
     /// With `batches`, it also returns after a read that answered several calls, so that the
     /// reader task can let them run before it reads on.
-    fn poll(&mut self, wire: &Arc<WireConn<ReplySlot>>, batches: bool) -> Poll<Step> {
+    fn poll(&mut self, wire: &Arc<WireEnd<ReplySlot>>, batches: bool) -> Poll<Step> {
         if self.ended {
             return Poll::Ready(Step::Ended);
         }
@@ -363,7 +364,7 @@ impl ReadSide {
     }
 
     /// The connection ended: its calls fail, the reader task stops.
-    fn end(&mut self, wire: &Arc<WireConn<ReplySlot>>, kind: Kind, reason: String) -> Step {
+    fn end(&mut self, wire: &Arc<WireEnd<ReplySlot>>, kind: Kind, reason: String) -> Step {
         self.ended = true;
         if let Some(h) = self.handshake.take() {
             h.done.send_replace(Some(Err((kind, reason.clone()))));
@@ -377,10 +378,7 @@ impl ReadSide {
 
     /// Handles every whole frame in the buffer; returns how many calls were answered, or why
     /// the connection must end.
-    fn handle_buffered(
-        &mut self,
-        wire: &Arc<WireConn<ReplySlot>>,
-    ) -> Result<usize, (Kind, String)> {
+    fn handle_buffered(&mut self, wire: &Arc<WireEnd<ReplySlot>>) -> Result<usize, (Kind, String)> {
         if self.buf.is_empty() {
             return Ok(0);
         }
@@ -422,7 +420,7 @@ impl ReadSide {
 
     /// The reader task reads from now on (a call stops reading): the socket wakes the task,
     /// and what it has that nobody polled for yet is handled here.
-    fn give_to_task(&mut self, wire: &Arc<WireConn<ReplySlot>>) {
+    fn give_to_task(&mut self, wire: &Arc<WireEnd<ReplySlot>>) {
         let Some(task) = &self.task else {
             // The task has not run yet: its first poll reads.
             return;
@@ -442,7 +440,7 @@ impl ReadSide {
 
 /// Handles one frame read at `read_at`; true if it answered a call. An error ends the
 /// connection.
-fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Result<bool, String> {
+fn handle(wire: &Arc<WireEnd<ReplySlot>>, frame: Frame, read_at: Instant) -> Result<bool, String> {
     // Replies, most of what a client reads, are looked at in place.
     let frame = match frame {
         Frame::Reply(reply) => {
@@ -474,7 +472,7 @@ fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Re
 
 /// Leaves `reply`'s answer in `slot`, the slot of the call it answers; `download`: its
 /// response is a stream, whose data follows.
-fn answer(wire: &Arc<WireConn<ReplySlot>>, reply: Reply, slot: ReplySlot, download: bool) {
+fn answer(wire: &Arc<WireEnd<ReplySlot>>, reply: Reply, slot: ReplySlot, download: bool) {
     let metadata = Metadata::from_wire(&reply.metadata);
     let compression = match Compression::from_wire_id(reply.compression) {
         Ok(c) => c,
@@ -527,7 +525,7 @@ impl Reading {
 
     /// The reader task: reads for every call except while one call alone reads for itself
     /// (see the module docs), until the connection ends.
-    pub(super) async fn run(self: Arc<Self>, wire: Arc<WireConn<ReplySlot>>) {
+    pub(super) async fn run(self: Arc<Self>, wire: Arc<WireEnd<ReplySlot>>) {
         loop {
             match poll_fn(|cx| self.poll_task(&wire, cx)).await {
                 Step::Ended => return,
@@ -545,7 +543,7 @@ impl Reading {
         }
     }
 
-    fn poll_task(&self, wire: &Arc<WireConn<ReplySlot>>, cx: &mut Context<'_>) -> Poll<Step> {
+    fn poll_task(&self, wire: &Arc<WireEnd<ReplySlot>>, cx: &mut Context<'_>) -> Poll<Step> {
         let mut side = self.lock();
         match &mut side.task {
             Some(w) if w.will_wake(cx.waker()) => {}
@@ -566,7 +564,7 @@ impl Reading {
     /// only call in flight.
     pub(super) async fn answer(
         &self,
-        wire: &Arc<WireConn<ReplySlot>>,
+        wire: &Arc<WireEnd<ReplySlot>>,
         call_id: u64,
         cell: &AnswerCell,
     ) -> Delivery {
@@ -577,7 +575,7 @@ impl Reading {
 
     fn poll_answer(
         &self,
-        wire: &Arc<WireConn<ReplySlot>>,
+        wire: &Arc<WireEnd<ReplySlot>>,
         call_id: u64,
         cell: &AnswerCell,
         cx: &mut Context<'_>,
@@ -611,7 +609,7 @@ impl Reading {
 
     /// Call `call_id` stopped waiting (answered, or given up): if it was reading the socket,
     /// the task reads from now on.
-    pub(super) fn release(&self, wire: &Arc<WireConn<ReplySlot>>, call_id: u64) {
+    pub(super) fn release(&self, wire: &Arc<WireEnd<ReplySlot>>, call_id: u64) {
         if wire.release_socket(call_id) {
             self.lock().give_to_task(wire);
         }
@@ -619,13 +617,13 @@ impl Reading {
 
     /// A call started while another read the socket: the task reads for both from now on
     /// (the connection's [`Reader`](super::conn::Reader) already says so).
-    pub(super) fn give_to_task(&self, wire: &Arc<WireConn<ReplySlot>>) {
+    pub(super) fn give_to_task(&self, wire: &Arc<WireEnd<ReplySlot>>) {
         self.lock().give_to_task(wire);
     }
 
     /// The connection's timer is about to judge keepalive: if a call reads the socket, the
     /// task takes it back, and what arrived is handled first.
-    pub(super) fn reclaim(&self, wire: &Arc<WireConn<ReplySlot>>) {
+    pub(super) fn reclaim(&self, wire: &Arc<WireEnd<ReplySlot>>) {
         if wire.take_socket_back() {
             self.lock().give_to_task(wire);
         }

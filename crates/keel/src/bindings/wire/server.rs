@@ -9,9 +9,9 @@ use bytes::{Buf, Bytes, BytesMut};
 use keel_wire::{Codec, Event, Frame, HelloReply, Limits, Reply, Side, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::conn::WireConn;
+use super::conn::WireEnd;
 use super::sink::{SendError, Sink};
-use crate::bindings::{ConnectionRegistry, ServerSettings};
+use crate::bindings::{HostConnRegistry, ServerSettings};
 use crate::core::compress::Compression;
 use crate::core::format::Format;
 use crate::core::metadata::Metadata;
@@ -19,8 +19,8 @@ use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
-    dispatch, BlockingCalls, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget,
-    ReplyTo, Reservation, Responder,
+    dispatch, BlockingCalls, Dispatcher, HostAnswer, HostConn, HostConnInfo, Incoming,
+    ReceiveBudget, ReplyTo, Reservation, Responder,
 };
 use crate::transport::{Io, IoReader};
 
@@ -28,7 +28,7 @@ use crate::transport::{Io, IoReader};
 #[derive(Debug)]
 struct WireResponder {
     /// Replies are written by whichever thread produced them (see [`Sink`]).
-    wire: Arc<WireConn<()>>,
+    wire: Arc<WireEnd<()>>,
     /// Where streamed replies are pumped from (answers may come from pool threads).
     runtime: tokio::runtime::Handle,
     /// Largest reply body the client accepts (from its hello).
@@ -133,9 +133,9 @@ impl Responder for WireResponder {
 pub(crate) async fn serve(
     io: Box<dyn Io>,
     dispatcher: Arc<Dispatcher>,
-    registry: &dyn ConnectionRegistry,
+    registry: &dyn HostConnRegistry,
     settings: Arc<ServerSettings>,
-    info: ConnInfo,
+    info: HostConnInfo,
 ) {
     let mut io = io;
     let mut buf = BytesMut::with_capacity(8 * 1024);
@@ -192,7 +192,7 @@ pub(crate) async fn serve(
     let mut out_codec = Codec::new(Limits::with_max_message_size(hello.max_message_size));
     out_codec.set_version(version);
     let (sink, flusher) = Sink::new(wr, out_codec);
-    let wire = WireConn::new(
+    let wire = WireEnd::new(
         Side::Host,
         sink,
         settings.max_stream_window,
@@ -210,7 +210,7 @@ pub(crate) async fn serve(
         peer_max_message: hello.max_message_size,
     };
     let max_calls = settings.max_calls_per_connection;
-    let conn = Arc::new(ConnShared::new(
+    let conn = Arc::new(HostConn::new(
         Box::new(out),
         info,
         max_calls,
@@ -303,8 +303,8 @@ async fn read_loop(
     mut rd: IoReader,
     mut buf: BytesMut,
     mut codec: Codec,
-    conn: Arc<ConnShared>,
-    wire: Arc<WireConn<()>>,
+    conn: Arc<HostConn>,
+    wire: Arc<WireEnd<()>>,
     limits: ReadLimits,
 ) {
     // The frame being received: by when it must be whole, and the memory reserved for it.
@@ -480,10 +480,10 @@ impl ReadClock {
 
 /// A Request read at `clock.read_at`, decoded in place or not: the core keeps its books, and
 /// it is dispatched, or refused (after a GoAway, past the streams limit, with an unknown
-/// compression). `Err` when the connection must fail (see `WireConn::handle_request`).
+/// compression). `Err` when the connection must fail (see `WireEnd::handle_request`).
 fn on_request<B: AsRef<[u8]>>(
-    conn: &Arc<ConnShared>,
-    wire: &Arc<WireConn<()>>,
+    conn: &Arc<HostConn>,
+    wire: &Arc<WireEnd<()>>,
     req: &keel_wire::Request<B>,
     clock: &mut ReadClock,
     blocking: &mut BlockingCalls,
@@ -574,7 +574,7 @@ fn holds_a_batch(codec: &Codec, buf: &BytesMut) -> bool {
 /// What the reader does after reading a batch: replies wait for the rest of the batch
 /// (`Sink::cork`), and its blocking calls are handed to the pool together
 /// (`Scheduler::hold`).
-fn start_batch(wire: &WireConn<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
+fn start_batch(wire: &WireEnd<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
     wire.sink().cork();
     blocking.hold();
     *batch = true;
@@ -586,7 +586,7 @@ fn start_batch(wire: &WireConn<()>, blocking: &mut BlockingCalls, batch: &mut bo
 /// In that order: the thread a hand-off wakes often runs at once on the reader's core,
 /// preempting it. Still corked, the sink would hold that thread's replies until the reader ran
 /// again to uncork it; uncorked, the thread writes them as soon as its calls have run.
-fn end_batch(wire: &WireConn<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
+fn end_batch(wire: &WireEnd<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
     if std::mem::take(batch) {
         wire.sink().uncork();
         blocking.release();

@@ -30,7 +30,7 @@ use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
-use crate::dispatch::{dispatch, ConnShared, Incoming, ReplyTo};
+use crate::dispatch::{dispatch, HostConn, Incoming, ReplyTo};
 
 /// `POST /{Service}/{operation}`: one call.
 pub(super) async fn call<B: Received>(
@@ -270,7 +270,7 @@ fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
 
 /// Cancels a call whose request future is dropped before its answer arrived.
 struct CancelOnDrop<'a> {
-    conn: &'a Arc<ConnShared>,
+    conn: &'a Arc<HostConn>,
     call_id: u64,
     armed: bool,
 }

@@ -12,10 +12,10 @@ use crate::core::format::Format;
 #[cfg(not(feature = "openapi"))]
 use crate::core::service::ServiceDescriptor;
 use crate::core::status::{Status, StatusCode};
-use crate::dispatch::ConnShared;
+use crate::dispatch::HostConn;
 
 /// `GET /{Service}`: the contract as JSON.
-pub(super) fn describe(conn: &ConnShared, service: &str) -> Response<Body> {
+pub(super) fn describe(conn: &HostConn, service: &str) -> Response<Body> {
     let Some(s) = conn.dispatcher.service(service) else {
         let msg = format!("no service `{service}` on this host");
         return error(Status::new(StatusCode::UnknownService, msg), Format::Json);
@@ -33,7 +33,7 @@ pub(super) fn describe(conn: &ConnShared, service: &str) -> Response<Body> {
 
 /// `GET /openapi.json`: the OpenAPI document of every contract the host serves.
 #[cfg(feature = "openapi")]
-pub(super) fn openapi(conn: &ConnShared) -> Response<Body> {
+pub(super) fn openapi(conn: &HostConn) -> Response<Body> {
     let json = crate::openapi::document(&conn.dispatcher.descriptors());
     let mut response = Response::new(body::full(Bytes::from(json)));
     set_content_type(&mut response, JSON_CONTENT_TYPE);

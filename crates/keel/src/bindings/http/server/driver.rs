@@ -14,20 +14,20 @@ use tokio::sync::watch;
 use super::io_watch::{HeadWatch, Watched};
 use super::route::handle;
 use super::{Ctx, Stop};
-use crate::bindings::{ConnectionRegistry, ServerSettings};
-use crate::dispatch::{poll_once_then_spawn, ConnInfo, Dispatcher};
-use crate::transport::Connected;
+use crate::bindings::{HostConnRegistry, ServerSettings};
+use crate::dispatch::{poll_once_then_spawn, Dispatcher, HostConnInfo};
+use crate::transport::SecuredStream;
 
 /// The fewest concurrent streams an HTTP/2 connection is offered.
 const H2_MIN_STREAMS: usize = 128;
 
 /// Serves one accepted HTTP connection until it closes.
 pub(crate) async fn serve(
-    connected: Connected,
+    connected: SecuredStream,
     dispatcher: Arc<Dispatcher>,
-    registry: &dyn ConnectionRegistry,
+    registry: &dyn HostConnRegistry,
     settings: Arc<ServerSettings>,
-    info: ConnInfo,
+    info: HostConnInfo,
 ) {
     let (stop, mut stopped) = watch::channel(Stop::Serving);
     // HTTP/1.1 heads are watched unless TLS agreed on HTTP/2 (cleartext HTTP/2 is recognised

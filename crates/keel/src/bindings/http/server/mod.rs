@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use crate::bindings::ServerSettings;
 use crate::core::status::{Status, StatusCode};
-use crate::dispatch::{ConnInfo, ConnShared, Dispatcher, ReceiveBudget, Responder};
+use crate::dispatch::{Dispatcher, HostConn, HostConnInfo, ReceiveBudget, Responder};
 use io_watch::HeadWatch;
 
 /// How far the host has asked an HTTP connection to stop.
@@ -78,7 +78,7 @@ impl Responder for HttpResponder {
 /// What every request of one HTTP connection shares.
 #[derive(Debug, Clone)]
 pub(super) struct Ctx {
-    pub(super) conn: Arc<ConnShared>,
+    pub(super) conn: Arc<HostConn>,
     /// The next call's id: the key of its entry among the connection's calls in flight (HTTP
     /// carries no call ids).
     next_call_id: Arc<AtomicU64>,
@@ -95,13 +95,13 @@ impl Ctx {
     pub(super) fn new(
         dispatcher: &Arc<Dispatcher>,
         settings: Arc<ServerSettings>,
-        info: ConnInfo,
+        info: HostConnInfo,
         stop: watch::Sender<Stop>,
         max_calls: usize,
         watch: Option<Arc<HeadWatch>>,
     ) -> Ctx {
         let responder = HttpResponder { stop };
-        let conn = Arc::new(ConnShared::new(
+        let conn = Arc::new(HostConn::new(
             Box::new(responder),
             info,
             max_calls,
