@@ -444,6 +444,7 @@ mod dispatch;
 pub mod host;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+mod runtime;
 mod transport;
 
 // The everyday names, at the root: a contract, a host and a channel, what a handler gets and

@@ -15,7 +15,6 @@ mod intercept;
 mod metrics;
 mod schedule;
 mod throttle;
-mod ticker;
 mod watchdog;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};

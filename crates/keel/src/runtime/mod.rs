@@ -1,0 +1,13 @@
+//! keel's own threads and runtimes, in one place: none of them ever runs user code, and each
+//! exists so that the runtime's workers park without a timeout or so that a plain `fn main`
+//! needs no runtime of its own.
+//!
+//! - [`ticker`]: a thread that ticks while something is watched and parks when nothing is: the
+//!   blocking watchdog's and the run guard's (both in `dispatch/`);
+//! - [`client`]: the `keel-client` runtime behind blocking clients.
+//!
+//! The host's runtime (its own, or the caller's) is the host's (`host/mod.rs`). Imports nothing
+//! else of keel's: every layer above may use it.
+
+pub(crate) mod client;
+pub(crate) mod ticker;
