@@ -49,8 +49,10 @@ impl Expiring for () {
     }
 }
 
-/// Who waits on a client connection's socket for its next bytes (see the client's
-/// [`read`](super::read) module).
+/// Who waits on a client connection's socket for its next bytes. Kept here, with the call
+/// table; when it changes hands is decided by the client's [`read`](super::read) module
+/// (through [`WireEnd::with_reader`]), except that a call starting makes the task read
+/// ([`WireEnd::send_call`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reader {
     /// The connection's reader task (always on a host).
@@ -709,57 +711,13 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         })
     }
 
-    /// Client: whether the reader task reads the socket (no call reads for itself).
-    pub(crate) fn task_reads(&self) -> bool {
-        self.lock().reader == Reader::Task
-    }
-
-    /// Client: whether call `call_id` may read the socket now: it does already, or it is the
-    /// only call in flight (then it does from now on).
-    pub(crate) fn claim_socket(&self, call_id: u64) -> bool {
+    /// Client: runs `f` on who reads the socket, with the call table, under the lock that
+    /// starts calls (so "the only call in flight" cannot change meanwhile). The rules for who
+    /// reads when are the read side's (`read.rs`, "Who reads the socket").
+    pub(crate) fn with_reader<R>(&self, f: impl FnOnce(&mut Reader, &Connection<C>) -> R) -> R {
         let mut st = self.lock();
-        match st.reader {
-            Reader::Call(id) => id == call_id,
-            Reader::Task => {
-                let alone = st.core.pending_calls() == 1 && st.core.is_pending(call_id);
-                if alone {
-                    st.reader = Reader::Call(call_id);
-                }
-                alone
-            }
-        }
-    }
-
-    /// Client: call `call_id`, which reads the socket and just polled it, keeps waiting on it
-    /// only while it is still the only call in flight and unanswered. False: the task reads
-    /// from now on, and the caller must hand it the socket.
-    pub(crate) fn keep_socket(&self, call_id: u64) -> bool {
-        let mut st = self.lock();
-        let keep = st.reader == Reader::Call(call_id)
-            && st.core.pending_calls() == 1
-            && st.core.is_pending(call_id);
-        if !keep {
-            st.reader = Reader::Task;
-        }
-        keep
-    }
-
-    /// Client: call `call_id` stopped waiting. True if it was reading the socket: the task
-    /// reads from now on, and the caller must hand it the socket.
-    pub(crate) fn release_socket(&self, call_id: u64) -> bool {
-        let mut st = self.lock();
-        let was = st.reader == Reader::Call(call_id);
-        if was {
-            st.reader = Reader::Task;
-        }
-        was
-    }
-
-    /// Client: the task reads from now on. True if a call was reading: the caller must hand
-    /// the task the socket.
-    pub(crate) fn take_socket_back(&self) -> bool {
-        let mut st = self.lock();
-        std::mem::replace(&mut st.reader, Reader::Task) != Reader::Task
+        let st = &mut *st;
+        f(&mut st.reader, &st.core)
     }
 
     /// Client: whether new calls may start here (not closed, no GoAway received).

@@ -15,6 +15,9 @@
 //! too. The connection's timer also takes it back before it judges keepalive, so a caller that
 //! stopped polling its call (without dropping it) cannot make a live host look dead.
 //!
+//! The rules for who reads are here, in "Who reads the socket" below; the [`Reader`] itself
+//! is kept with the call table ([`WireEnd::with_reader`]).
+//!
 //! [`Reader`]: super::conn::Reader
 
 use std::future::poll_fn;
@@ -29,7 +32,7 @@ use keel_wire::{Codec, Event, Frame, HelloReply, Reply};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 
-use super::conn::{Expiring, WireEnd};
+use super::conn::{Expiring, Reader, WireEnd};
 use crate::bindings::{Answer, Replied};
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
@@ -552,7 +555,7 @@ impl Reading {
         if side.ended {
             return Poll::Ready(Step::Ended);
         }
-        if !wire.task_reads() {
+        if !task_reads(wire) {
             // A call reads; it gives the socket back when it stops.
             return Poll::Pending;
         }
@@ -591,7 +594,7 @@ impl Reading {
         // bindings::tcp::graceful_shutdown_with_a_thousand_calls_in_flight_loses_none).
         {
             let mut side = self.lock();
-            if wire.claim_socket(call_id) {
+            if claim_socket(wire, call_id) {
                 side.waker.aim(cx.waker());
                 // Aimed first, then looked. The socket needs no poll if it is armed and has not
                 // fired: it wakes this call when the reply comes.
@@ -599,7 +602,7 @@ impl Reading {
                     // Ready: the connection ended (this call's answer says so).
                     let _ = side.poll(wire, false);
                 }
-                if !wire.keep_socket(call_id) {
+                if !keep_socket(wire, call_id) {
                     side.give_to_task(wire);
                 }
             }
@@ -610,7 +613,7 @@ impl Reading {
     /// Call `call_id` stopped waiting (answered, or given up): if it was reading the socket,
     /// the task reads from now on.
     pub(super) fn release(&self, wire: &Arc<WireEnd<ReplySlot>>, call_id: u64) {
-        if wire.release_socket(call_id) {
+        if release_socket(wire, call_id) {
             self.lock().give_to_task(wire);
         }
     }
@@ -624,8 +627,64 @@ impl Reading {
     /// The connection's timer is about to judge keepalive: if a call reads the socket, the
     /// task takes it back, and what arrived is handled first.
     pub(super) fn reclaim(&self, wire: &Arc<WireEnd<ReplySlot>>) {
-        if wire.take_socket_back() {
+        if take_socket_back(wire) {
             self.lock().give_to_task(wire);
         }
     }
+}
+
+// Who reads the socket: the reader task, or the one call in flight (see the module docs). Each
+// rule is one look at the connection's `Reader` under the lock that starts calls.
+
+/// Whether the reader task reads the socket (no call reads for itself).
+fn task_reads(wire: &WireEnd<ReplySlot>) -> bool {
+    wire.with_reader(|reader, _| *reader == Reader::Task)
+}
+
+/// Whether call `call_id` may read the socket now: it does already, or it is the only call in
+/// flight (then it does from now on).
+fn claim_socket(wire: &WireEnd<ReplySlot>, call_id: u64) -> bool {
+    wire.with_reader(|reader, core| match *reader {
+        Reader::Call(id) => id == call_id,
+        Reader::Task => {
+            let alone = core.pending_calls() == 1 && core.is_pending(call_id);
+            if alone {
+                *reader = Reader::Call(call_id);
+            }
+            alone
+        }
+    })
+}
+
+/// Call `call_id`, which reads the socket and just polled it, keeps waiting on it only while
+/// it is still the only call in flight and unanswered. False: the task reads from now on, and
+/// the caller must hand it the socket.
+fn keep_socket(wire: &WireEnd<ReplySlot>, call_id: u64) -> bool {
+    wire.with_reader(|reader, core| {
+        let keep = *reader == Reader::Call(call_id)
+            && core.pending_calls() == 1
+            && core.is_pending(call_id);
+        if !keep {
+            *reader = Reader::Task;
+        }
+        keep
+    })
+}
+
+/// Call `call_id` stopped waiting. True if it was reading the socket: the task reads from now
+/// on, and the caller must hand it the socket.
+fn release_socket(wire: &WireEnd<ReplySlot>, call_id: u64) -> bool {
+    wire.with_reader(|reader, _| {
+        let was = *reader == Reader::Call(call_id);
+        if was {
+            *reader = Reader::Task;
+        }
+        was
+    })
+}
+
+/// The task reads from now on. True if a call was reading: the caller must hand the task the
+/// socket.
+fn take_socket_back(wire: &WireEnd<ReplySlot>) -> bool {
+    wire.with_reader(|reader, _| std::mem::replace(reader, Reader::Task) != Reader::Task)
 }
