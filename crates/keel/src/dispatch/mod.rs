@@ -52,7 +52,9 @@ pub(crate) struct Limits {
     pub(crate) compress_replies_above: usize,
 }
 
-/// Counters the dispatcher keeps for the host's stats.
+/// Counters for the host's stats, in one place: the host's registry (`host/registry.rs`) counts
+/// connections opened, closed, refused and evicted; it and the bindings, those timed out
+/// ([`Dispatcher::timed_out`]); dispatch, the calls.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) opened: AtomicU64,
