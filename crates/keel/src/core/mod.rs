@@ -17,9 +17,7 @@
 //! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
 //! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`);
-//! - [`random`]: jitter and random picks without an RNG crate;
-//! - [`timer`]: a timer thread for the long waits that are nearly always armed (keepalive,
-//!   client deadlines, reapers), which keeps the runtime's parks free of timeouts.
+//! - [`random`]: jitter and random picks without an RNG crate.
 //!
 //! Imports nothing else of keel's.
 
@@ -38,4 +36,3 @@ pub(crate) mod random;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod stream;
-pub(crate) mod timer;

@@ -442,7 +442,7 @@ impl Drop for HandshakeEnded {
 async fn age_reaper(registry: Arc<Registry>, max_age: Duration, grace: Duration) {
     let period = (max_age / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     loop {
-        crate::core::timer::sleep_until(Instant::now() + period).await;
+        crate::runtime::timer::sleep_until(Instant::now() + period).await;
         registry.age_connections(max_age, grace);
     }
 }
@@ -451,7 +451,7 @@ async fn age_reaper(registry: Arc<Registry>, max_age: Duration, grace: Duration)
 async fn idle_reaper(registry: Arc<Registry>, idle_timeout: Duration) {
     let period = (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(60));
     loop {
-        crate::core::timer::sleep_until(Instant::now() + period).await;
+        crate::runtime::timer::sleep_until(Instant::now() + period).await;
         registry.reap_idle(idle_timeout);
     }
 }

@@ -2,6 +2,9 @@
 //! exists so that the runtime's workers park without a timeout or so that a plain `fn main`
 //! needs no runtime of its own.
 //!
+//! - [`timer`]: the `keel-timer` thread for the long waits that are nearly always armed
+//!   (keepalive, client deadlines, the host's reapers), which keeps the runtime's parks free of
+//!   timeouts;
 //! - [`ticker`]: a thread that ticks while something is watched and parks when nothing is: the
 //!   blocking watchdog's and the run guard's (both in `dispatch/`);
 //! - [`client`]: the `keel-client` runtime behind blocking clients.
@@ -11,3 +14,4 @@
 
 pub(crate) mod client;
 pub(crate) mod ticker;
+pub(crate) mod timer;

@@ -562,7 +562,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                     true
                 }
                 Some(at) => tokio::select! {
-                    _ = crate::core::timer::sleep_until(at) => false,
+                    _ = crate::runtime::timer::sleep_until(at) => false,
                     _ = moved => true,
                 },
             };
