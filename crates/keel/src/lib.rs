@@ -440,9 +440,9 @@
 
 #![forbid(unsafe_code)]
 
-// The layers, each importing only those above it in this list (see ARCHITECTURE.md). `client`
-// and `host` are also the public modules of their side; the others are reached through the
-// re-exports below.
+// The layers, from the bottom: runtime, core, transport, dispatch, bindings, then host and
+// client; each imports only layers below it (ARCHITECTURE.md). `client` and `host` are also the
+// public modules of their side; the others are reached through the re-exports below.
 mod bindings;
 pub mod client;
 mod core;
@@ -450,6 +450,7 @@ mod dispatch;
 pub mod host;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+mod runtime;
 mod transport;
 
 // The everyday names, at the root: a contract, a host and a channel, what a handler gets and
@@ -499,7 +500,7 @@ pub mod service {
 pub use schemars;
 
 #[cfg(feature = "test-util")]
-pub use crate::core::testing;
+pub use crate::runtime::testing;
 
 /// The elastic worker pool that runs blocking operations (the `keel-pool` crate).
 pub use keel_pool as pool;

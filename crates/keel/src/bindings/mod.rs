@@ -9,7 +9,8 @@
 //!
 //! A binding sits on the transport (sockets, TLS) and on dispatch (the host side hands every
 //! call to [`crate::dispatch::dispatch`]); it takes plain settings ([`ClientSettings`],
-//! [`ServerSettings`]) from the client and the host above it.
+//! [`ServerSettings`]) from the client and the host above it, and registers the connections it
+//! serves with the host's registry through [`HostConnRegistry`].
 
 #[cfg(feature = "http")]
 pub mod http;
@@ -28,8 +29,8 @@ use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::Status;
 use crate::core::stream::ByteStream;
-use crate::dispatch::{ConnInfo, Dispatcher};
-use crate::transport::{ClientTlsSettings, Connected, Endpoint, Protocol};
+use crate::dispatch::{Dispatcher, HostConn, HostConnInfo};
+use crate::transport::{ClientTlsSettings, Endpoint, Protocol, SecuredStream};
 
 /// Which HTTP version a client speaks on `http://` and `https://` endpoints (see
 /// [`ChannelBuilder::http_version`](crate::client::ChannelBuilder::http_version)).
@@ -97,6 +98,17 @@ pub(crate) struct ServerSettings {
     /// HTTP: which web origins may call from a browser (`None`: CORS off).
     #[cfg(feature = "http")]
     pub(crate) cors: Option<http::Cors>,
+}
+
+/// Where a binding registers the connections it serves: the host's registry of open
+/// connections (`host/registry.rs`: the connection limit, idle reaping, age, the drain).
+/// Defined here, below the host, so that bindings reach it without importing the host.
+pub(crate) trait HostConnRegistry: Send + Sync {
+    /// The connection's handshakes are over: it is open. After the host stopped, it is closed
+    /// at once.
+    fn register(&self, conn: Arc<HostConn>);
+    /// The connection `id` is closed: answers nothing more, forgets it.
+    fn unregister(&self, id: u64);
 }
 
 /// One call on its way out, whatever the binding.
@@ -273,19 +285,22 @@ pub(crate) fn client(endpoint: Endpoint, settings: ClientSettings) -> Result<Cli
     })
 }
 
-/// Serves one accepted (and secured) connection of `protocol` until it closes. One line per
-/// binding.
+/// Serves one accepted (and secured) connection of `protocol` until it closes, registered with
+/// `registry` while it is open. One line per binding.
 pub(crate) async fn serve(
-    connected: Connected,
+    connected: SecuredStream,
     protocol: Protocol,
     dispatcher: Arc<Dispatcher>,
+    registry: &dyn HostConnRegistry,
     settings: Arc<ServerSettings>,
-    info: ConnInfo,
+    info: HostConnInfo,
 ) {
     match protocol {
-        Protocol::Wire => wire::serve(connected.io, dispatcher, settings, info).await,
+        Protocol::Wire => wire::serve(connected.io, dispatcher, registry, settings, info).await,
         #[cfg(feature = "http")]
-        Protocol::Http => http::server::serve(connected, dispatcher, settings, info).await,
+        Protocol::Http => {
+            http::server::serve(connected, dispatcher, registry, settings, info).await
+        }
         #[cfg(not(feature = "http"))]
         Protocol::Http => unreachable!("refused at start without the `http` feature"),
     }

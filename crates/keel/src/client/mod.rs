@@ -15,24 +15,23 @@ mod intercept;
 mod metrics;
 mod pipeline;
 mod retry;
-mod rt;
 
 pub use crate::bindings::HttpVersion;
 pub use crate::core::keepalive::Keepalive;
+pub(crate) use crate::runtime::client::block_on;
 pub use builder::{ChannelBuilder, ClientConfig};
 pub use intercept::{ClientCall, Interceptor};
 pub use retry::RetryPolicy;
-pub(crate) use rt::block_on;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use self::metrics::ChannelMetrics;
 use crate::bindings::{self, Answer, Outgoing};
-use crate::core::clock;
 use crate::core::error::Error;
 use crate::core::metadata::Metadata;
 use crate::core::status::StatusCode;
+use crate::runtime::clock;
 use tracing::Instrument as _;
 
 /// A channel's connection and call counters, from [`Channel::stats`].

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use super::call::CallOptions;
 use super::{retry, Channel};
 use crate::bindings::{Again, Answer, Attempt, Client, Outgoing};
-use crate::core::clock;
 use crate::core::compress::{self, DecompressError};
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
+use crate::runtime::clock;
 
 /// How many times one call is sent again because an attempt did not run it (not sent, or not
 /// processed): a host that refuses it on every new connection is shutting down.

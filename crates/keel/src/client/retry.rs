@@ -18,9 +18,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::bindings::Answer;
-use crate::core::clock;
 use crate::core::error::Kind;
 use crate::core::status::StatusCode;
+use crate::runtime::clock;
 
 /// How a channel retries calls of `#[keel(idempotent)]` operations (see
 /// [`ChannelBuilder::retry`](crate::client::ChannelBuilder::retry)).

@@ -165,7 +165,7 @@ impl Context {
     /// Time left until the deadline (zero once it passed); `None` without a deadline.
     pub fn remaining(&self) -> Option<Duration> {
         self.deadline()
-            .map(|d| d.saturating_duration_since(super::clock::now()))
+            .map(|d| d.saturating_duration_since(crate::runtime::clock::now()))
     }
 
     /// Whether the call is over for the host: the caller cancelled it or went away, its

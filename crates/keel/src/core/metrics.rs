@@ -150,7 +150,7 @@ pub(crate) struct Since(pub(crate) std::time::Instant);
 
 impl metrics::IntoF64 for Since {
     fn into_f64(self) -> f64 {
-        (super::clock::now() - self.0).as_secs_f64()
+        (crate::runtime::clock::now() - self.0).as_secs_f64()
     }
 }
 

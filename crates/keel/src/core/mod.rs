@@ -17,15 +17,10 @@
 //! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
 //! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`);
-//! - [`random`]: jitter and random picks without an RNG crate;
-//! - [`timer`]: a timer thread for the long waits that are nearly always armed (keepalive,
-//!   client deadlines, reapers), which keeps the runtime's parks free of timeouts;
-//! - [`clock`]: the clock those waits, deadlines and connection ages are read from, which tests
-//!   can pause and move (`keel::testing`, feature `test-util`).
+//! - [`random`]: jitter and random picks without an RNG crate.
 //!
-//! Imports nothing else of keel's.
+//! Imports nothing else of keel's but the clock (`runtime/`, the layer below).
 
-pub(crate) mod clock;
 pub(crate) mod codec;
 pub(crate) mod compress;
 pub(crate) mod context;
@@ -41,6 +36,3 @@ pub(crate) mod random;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod stream;
-#[cfg(feature = "test-util")]
-pub mod testing;
-pub(crate) mod timer;

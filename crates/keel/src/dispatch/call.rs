@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
-use super::conn::{ConnShared, ReplyTo};
+use super::conn::{HostConn, ReplyTo};
 use super::metrics::{Elapsed, OpMetrics, Since};
 use super::schedule::{self, Job, Scheduler};
 use super::throttle::Admission;
 use super::watchdog::Watched;
 use super::Arrival;
-use crate::core::clock;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
 use crate::core::format::Format;
@@ -31,6 +30,7 @@ use crate::core::metadata::Metadata;
 use crate::core::service::{Invocation, Outcome};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
+use crate::runtime::clock;
 
 /// A call as it arrived, whatever the binding.
 #[derive(Debug)]
@@ -76,7 +76,7 @@ pub(crate) type BlockingCalls = Scheduler<Blocking>;
 /// `blocking`: the reader's hand-off of the connection's blocking calls, which may hold them
 /// for the rest of a read batch; `None` hands a blocking call to the pool at once.
 pub(crate) fn dispatch(
-    conn: &Arc<ConnShared>,
+    conn: &Arc<HostConn>,
     req: Incoming<'_>,
     received: Instant,
     clock: &mut Instant,
@@ -243,7 +243,7 @@ fn deadline_status() -> Status {
 
 /// A tracked call on its way to a handler and back.
 struct Call {
-    conn: Arc<ConnShared>,
+    conn: Arc<HostConn>,
     call_id: u64,
     one_way: bool,
     deadline: Option<Instant>,

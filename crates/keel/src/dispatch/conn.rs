@@ -16,12 +16,12 @@ use tokio::sync::oneshot;
 
 use super::schedule::Owner;
 use super::{Arrival, Dispatcher};
-use crate::core::clock;
 use crate::core::compress::{self, Compression};
 use crate::core::context::Context;
 use crate::core::metadata::Metadata;
 use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
+use crate::runtime::clock;
 
 /// One call's answer as a binding sends it.
 #[derive(Debug)]
@@ -96,9 +96,10 @@ impl ReplyTo {
     }
 }
 
-/// Facts about one connection, for `Host::connections`.
+/// Facts about one host connection: who is at the other end (for a call's `Context`), and what
+/// `Host::connections` reports of it (as the public `ConnectionInfo`).
 #[derive(Debug)]
-pub(crate) struct ConnInfo {
+pub(crate) struct HostConnInfo {
     /// The host's id for it, unique for the host's life (in accept order).
     pub(crate) id: u64,
     /// The binding's scheme: `tcp`, `tcps`, `unix`, `http`, `https`.
@@ -115,15 +116,15 @@ pub(crate) struct ConnInfo {
     pub(crate) calls: AtomicU64,
 }
 
-impl ConnInfo {
+impl HostConnInfo {
     /// Connection `id` of `binding` with `peer`, accepted now.
     pub(crate) fn new(
         id: u64,
         binding: &'static str,
         peer_addr: Option<SocketAddr>,
         peer_certificates: Option<Arc<[Bytes]>>,
-    ) -> ConnInfo {
-        ConnInfo {
+    ) -> HostConnInfo {
+        HostConnInfo {
             id,
             binding,
             peer: peer_addr.map_or_else(|| binding.to_string(), |a| a.to_string()),
@@ -158,9 +159,11 @@ struct Calls {
     last_active: Instant,
 }
 
-/// One connection's calls in flight and its way to answer them.
+/// One host connection as dispatch sees it, whatever its binding: its call table (calls in
+/// flight, each with where its answer goes), its way to answer them, and the controls the
+/// host's registry uses (GoAway, close, idle, age).
 #[derive(Debug)]
-pub(crate) struct ConnShared {
+pub(crate) struct HostConn {
     pub(crate) id: u64,
     out: Box<dyn Responder>,
     calls: Mutex<Calls>,
@@ -172,19 +175,19 @@ pub(crate) struct ConnShared {
     aged_at: AtomicU64,
     /// Told GoAway, for any reason.
     told_go_away: AtomicBool,
-    pub(crate) info: ConnInfo,
+    pub(crate) info: HostConnInfo,
     pub(crate) dispatcher: Arc<Dispatcher>,
 }
 
-impl ConnShared {
+impl HostConn {
     /// A connection whose answers go to `out`, with at most `max_calls` calls in flight.
     pub(crate) fn new(
         out: Box<dyn Responder>,
-        info: ConnInfo,
+        info: HostConnInfo,
         max_calls: usize,
         dispatcher: Arc<Dispatcher>,
-    ) -> ConnShared {
-        ConnShared {
+    ) -> HostConn {
+        HostConn {
             id: info.id,
             out,
             calls: Mutex::new(Calls {
@@ -335,7 +338,7 @@ impl ConnShared {
     }
 
     /// Acknowledges the receipt of one-way call `call_id`, tracked with a waiter of its own (a
-    /// call answered by the connection is acknowledged with [`reply`](ConnShared::reply)). The
+    /// call answered by the connection is acknowledged with [`reply`](HostConn::reply)). The
     /// outcome is not reported: the call stays tracked, with nothing more to answer.
     pub(crate) fn acknowledge(&self, call_id: u64) {
         let reply_to = self
@@ -428,7 +431,7 @@ impl ConnShared {
     }
 }
 
-impl Owner for ConnShared {
+impl Owner for HostConn {
     fn pool(&self) -> &keel_pool::Pool {
         &self.dispatcher.pool
     }

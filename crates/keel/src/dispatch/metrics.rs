@@ -62,12 +62,12 @@ impl OpMetrics {
     }
 }
 
-/// The bindings connection metrics are kept for, by `ConnInfo::binding`.
+/// The bindings connection metrics are kept for, by `HostConnInfo::binding`.
 const BINDINGS: [&str; 6] = ["tcp", "tcps", "unix", "http", "https", "http-service"];
 
-/// One binding's connection handles.
+/// One binding's host-connection metric handles.
 #[derive(Debug)]
-pub(crate) struct ConnMetrics {
+pub(crate) struct HostConnMetrics {
     #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) open: Gauge,
     pub(crate) opened: Counter,
@@ -78,10 +78,10 @@ pub(crate) struct ConnMetrics {
     pub(crate) calls: Histogram,
 }
 
-impl ConnMetrics {
-    fn new(binding: &'static str) -> ConnMetrics {
+impl HostConnMetrics {
+    fn new(binding: &'static str) -> HostConnMetrics {
         let labels = [("binding", binding)];
-        ConnMetrics {
+        HostConnMetrics {
             open: gauge!(m::CONNS_OPEN, &labels),
             opened: counter!(m::CONNS_OPENED, &labels),
             closed: counter!(m::CONNS_CLOSED, &labels),
@@ -98,7 +98,7 @@ impl ConnMetrics {
 #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
 pub(crate) struct HostMetrics {
     /// Per binding (the order of `BINDINGS`), registered on the binding's first connection.
-    conns: [OnceLock<ConnMetrics>; BINDINGS.len()],
+    conns: [OnceLock<HostConnMetrics>; BINDINGS.len()],
     pub(crate) throttle_rejected: Counter,
     pub(crate) pool_queue_wait: Histogram,
     throttle_running: Gauge,
@@ -157,9 +157,9 @@ impl HostMetrics {
     }
 
     /// The handles of `binding`'s connections.
-    pub(crate) fn conn(&self, binding: &'static str) -> Option<&ConnMetrics> {
+    pub(crate) fn conn(&self, binding: &'static str) -> Option<&HostConnMetrics> {
         let i = BINDINGS.iter().position(|b| *b == binding)?;
-        Some(self.conns[i].get_or_init(|| ConnMetrics::new(BINDINGS[i])))
+        Some(self.conns[i].get_or_init(|| HostConnMetrics::new(BINDINGS[i])))
     }
 
     /// Sets the gauges (and the pool's counters) from the host's own atomics, at scrape time.

@@ -3,9 +3,10 @@
 //! operations) or the runtime (`async fn` operations).
 //!
 //! The [`Dispatcher`] is what a host's bindings share: the services, the throttle, the pool,
-//! and the registry of open connections (each a [`ConnShared`]) with the drain that stops them.
-//! It imports neither the host nor any binding: bindings call [`dispatch`] with an [`Incoming`]
-//! call and answer it through their [`Responder`].
+//! and the count of calls arriving and in flight that a drain waits for. (The registry of open
+//! connections, each a [`HostConn`], is the host's: `host/registry.rs`.) It imports neither
+//! the host nor any binding: bindings call [`dispatch`] with an [`Incoming`] call and answer it
+//! through their [`Responder`].
 
 mod budget;
 mod call;
@@ -14,32 +15,29 @@ mod intercept;
 mod metrics;
 mod schedule;
 mod throttle;
-mod ticker;
 mod watchdog;
 
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 #[cfg(feature = "http")]
 pub(crate) use call::poll_once_then_spawn;
 pub(crate) use call::{dispatch, BlockingCalls, Incoming};
-pub(crate) use conn::{ConnInfo, ConnShared, HostAnswer, ReplyTo, Responder};
+pub(crate) use conn::{HostAnswer, HostConn, HostConnInfo, ReplyTo, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
 pub(crate) use schedule::deferring;
 pub use throttle::ThrottleConfig;
 pub(crate) use watchdog::DEFAULT_THRESHOLD as WATCHDOG_THRESHOLD;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use tokio::task::AbortHandle;
 
 use crate::core::service::Service;
 #[cfg(feature = "openapi")]
 use crate::core::service::ServiceDescriptor;
-use crate::core::status::{Status, StatusCode};
 use metrics::{HostMetrics, OpMetrics};
 use throttle::Throttle;
 
@@ -54,7 +52,9 @@ pub(crate) struct Limits {
     pub(crate) compress_replies_above: usize,
 }
 
-/// Counters the dispatcher keeps for the host's stats.
+/// Counters for the host's stats, in one place: the host's registry (`host/registry.rs`) counts
+/// connections opened, closed, refused and evicted; it and the bindings, those timed out
+/// ([`Dispatcher::timed_out`]); dispatch, the calls.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) opened: AtomicU64,
@@ -79,7 +79,7 @@ pub(crate) struct Served {
     pub(crate) metrics: Box<[Arc<OpMetrics>]>,
 }
 
-/// What every connection of a host shares: services, admission, the pool, open connections.
+/// What every connection of a host shares: services, admission, the pool, the calls in flight.
 pub(crate) struct Dispatcher {
     /// Looked up by name on every call (foldhash: several times cheaper than SipHash on a
     /// short name; the keys are the host's own).
@@ -102,21 +102,12 @@ pub(crate) struct Dispatcher {
     /// Cleared when a shutdown begins, before the drain (what the admin endpoint's `/readyz`
     /// says).
     ready: AtomicBool,
-    /// Set once the host has stopped: a connection that finishes its handshakes later is
-    /// closed as it registers.
-    registrations_closed: AtomicBool,
     /// Calls tracked (admitted, not yet answered).
     in_flight: AtomicUsize,
     /// Calls that arrived and are served, not yet tracked (their arguments are being read or
     /// checked): a drain waits for them too.
     arriving: AtomicUsize,
     drained: Notify,
-    conns: Mutex<HashMap<u64, Arc<ConnShared>>>,
-    /// Connections still in their handshakes (TLS, keel's), by id (so in accept order), with
-    /// the task running each (once it is known): the first to go when the connection limit
-    /// needs room.
-    handshaking: Mutex<BTreeMap<u64, Handshake>>,
-    next_conn: AtomicU64,
     /// Where `now_ms` counts from.
     epoch: Instant,
     pub(crate) stats: Counters,
@@ -137,7 +128,7 @@ impl std::fmt::Debug for Dispatcher {
 
 /// A call that arrived and that the host serves: counted from its arrival (before it is
 /// decoded or tracked), so that a drain beginning meanwhile waits for it. Tracking the call
-/// ([`ConnShared::track`]) counts it in flight instead; dropped (the call was refused), it
+/// ([`HostConn::track`]) counts it in flight instead; dropped (the call was refused), it
 /// counts no more.
 #[derive(Debug)]
 pub(crate) struct Arrival {
@@ -162,20 +153,6 @@ impl Drop for Arrival {
             d.arrival_ended();
         }
     }
-}
-
-/// A connection in its handshakes: the task running them (once spawned), and its binding.
-#[derive(Debug)]
-struct Handshake {
-    task: Option<AbortHandle>,
-    binding: &'static str,
-}
-
-/// What [`Dispatcher::drain`] left unfinished.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Drained {
-    /// Calls still running at the close timeout, answered `ShuttingDown`.
-    pub(crate) abandoned_calls: usize,
 }
 
 impl Dispatcher {
@@ -235,14 +212,10 @@ impl Dispatcher {
             receive_budget: Budget::new(limits.max_receive_bytes),
             shutting_down: AtomicBool::new(false),
             ready: AtomicBool::new(true),
-            registrations_closed: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             arriving: AtomicUsize::new(0),
             drained: Notify::new(),
-            conns: Mutex::new(HashMap::new()),
-            handshaking: Mutex::new(BTreeMap::new()),
-            next_conn: AtomicU64::new(1),
-            epoch: crate::core::clock::now(),
+            epoch: crate::runtime::clock::now(),
             stats,
             metrics,
         }
@@ -291,19 +264,18 @@ impl Dispatcher {
         self.ready.store(false, Ordering::Release);
     }
 
-    /// Sets the gauges read at scrape time from the host's own counters.
+    /// Sets the gauges read at scrape time from the host's own counters; `conns` holds the
+    /// binding of every open connection.
     #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
-    pub(crate) fn observe_metrics(&self) {
+    pub(crate) fn observe_metrics(&self, conns: &[&'static str]) {
         let pool = self.pool.metrics();
-        let bindings: Vec<&'static str> =
-            self.conn_map().values().map(|c| c.info.binding).collect();
         self.metrics.observe(&Observed {
             running: self.throttle.running(),
             queued: self.queued(),
             max_concurrent: self.throttle.max_concurrent(),
             max_queued: self.throttle.max_queued(),
             pool: &pool,
-            conns: &bindings,
+            conns,
             ready: self.is_ready(),
         });
     }
@@ -312,6 +284,11 @@ impl Dispatcher {
     /// drain's own check: a call and a drain that begin at once see each other.)
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// A drain begins (or the host stopped): calls that arrive from now on are refused.
+    pub(crate) fn set_shutting_down(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
     }
 
     fn call_started(&self) {
@@ -377,134 +354,14 @@ impl Dispatcher {
         self.throttle.queued()
     }
 
-    /// A fresh connection id, unique for the host's life.
-    pub(crate) fn next_conn_id(&self) -> u64 {
-        self.next_conn.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn conn_map(&self) -> MutexGuard<'_, HashMap<u64, Arc<ConnShared>>> {
-        self.conns.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Milliseconds since the dispatcher started (the clock of connections' activity).
     pub(crate) fn now_ms(&self) -> u64 {
-        self.ms_at(crate::core::clock::now())
+        self.ms_at(crate::runtime::clock::now())
     }
 
     /// `at` on the clock of [`now_ms`](Dispatcher::now_ms).
     pub(crate) fn ms_at(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.epoch).as_millis() as u64
-    }
-
-    /// Connections open now (registered, past their handshakes).
-    pub(crate) fn conn_count(&self) -> usize {
-        self.conn_map().len()
-    }
-
-    fn handshakes(&self) -> MutexGuard<'_, BTreeMap<u64, Handshake>> {
-        self.handshaking.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether `limit` connections count toward the connection limit: those in their
-    /// handshakes, and those registered that the host is not closing already.
-    pub(crate) fn is_full(&self, limit: usize) -> bool {
-        let handshaking = self.handshakes().len();
-        let conns = self.conn_map();
-        // The exact count walks the connections: only needed near the limit.
-        handshaking + conns.len() >= limit
-            && handshaking + conns.values().filter(|c| !c.is_closing()).count() >= limit
-    }
-
-    /// A connection accepted as `id` on `binding` is about to start its handshakes: it counts
-    /// toward the connection limit from now until [`handshake_ended`](Dispatcher::handshake_ended)
-    /// (its registration, or its task's end). Called before its task is spawned, so that the
-    /// task cannot register it first and leave this entry behind: a live connection would then
-    /// count twice, and the limit could evict it as a handshake.
-    pub(crate) fn handshake_starting(&self, id: u64, binding: &'static str) {
-        self.handshakes().insert(
-            id,
-            Handshake {
-                task: None,
-                binding,
-            },
-        );
-    }
-
-    /// The task running connection `id`'s handshakes, for eviction (if they are not over
-    /// already).
-    pub(crate) fn handshake_task(&self, id: u64, task: AbortHandle) {
-        if let Some(h) = self.handshakes().get_mut(&id) {
-            h.task = Some(task);
-        }
-    }
-
-    /// Connection `id`'s handshakes are over (it registered, or failed).
-    pub(crate) fn handshake_ended(&self, id: u64) {
-        self.handshakes().remove(&id);
-    }
-
-    /// Makes room for a newcomer at the connection limit: ends the oldest handshake still
-    /// going, or else closes the connection idle longest. False if every connection has calls
-    /// in flight.
-    pub(crate) fn evict_one(&self) -> bool {
-        let oldest = {
-            let mut handshakes = self.handshakes();
-            // (One whose task is not known yet was accepted a moment ago, on this very loop.)
-            let id = handshakes
-                .iter()
-                .find(|(_, h)| h.task.is_some())
-                .map(|(id, _)| *id);
-            id.and_then(|id| handshakes.remove(&id))
-        };
-        if let Some(Handshake {
-            task: Some(task),
-            binding,
-        }) = oldest
-        {
-            task.abort();
-            self.evicted(binding);
-            return true;
-        }
-        let now = self.now_ms();
-        let idlest = self
-            .conns()
-            .into_iter()
-            .filter(|c| !c.is_closing())
-            .filter_map(|c| c.idle_ms(now).map(|idle| (idle, c)))
-            .max_by_key(|(idle, _)| *idle);
-        match idlest {
-            Some((_, c)) => {
-                if c.shut("connection limit reached: closing the connection idle longest") {
-                    self.evicted(c.info.binding);
-                }
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Closes every connection that has had no call in flight for `idle_timeout`.
-    pub(crate) fn reap_idle(&self, idle_timeout: Duration) {
-        let now = self.now_ms();
-        let limit = idle_timeout.as_millis() as u64;
-        for c in self.conns() {
-            if c.idle_ms(now).is_some_and(|idle| idle >= limit)
-                && c.shut("idle timeout: no call for too long")
-            {
-                self.timed_out(c.info.binding);
-            }
-        }
-    }
-
-    /// Sends GoAway to every connection older than `max_age` (each with its own jitter of
-    /// up to ±10 %, so that connections opened together do not all leave together), and closes
-    /// those told so once their calls are done, or after `grace`. Returns how many were told.
-    pub(crate) fn age_connections(&self, max_age: Duration, grace: Duration) -> usize {
-        let now = self.now_ms();
-        self.conns()
-            .iter()
-            .filter(|c| c.age(now, jittered(max_age, c.id), grace))
-            .count()
     }
 
     /// A connection of `binding` was closed for taking too long (a handshake, a frame, a head,
@@ -516,73 +373,8 @@ impl Dispatcher {
         }
     }
 
-    /// A connection of `binding` was closed to make room at the connection limit.
-    fn evicted(&self, binding: &'static str) {
-        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-        if let Some(m) = self.metrics.conn(binding) {
-            m.evicted.increment(1);
-        }
-    }
-
-    /// A connection of `binding` was refused at the connection limit.
-    pub(crate) fn refused(&self, binding: &'static str) {
-        self.stats.refused.fetch_add(1, Ordering::Relaxed);
-        if let Some(m) = self.metrics.conn(binding) {
-            m.refused.increment(1);
-        }
-    }
-
-    /// Registers an open connection (its handshakes are over). After the host stopped it is
-    /// closed at once.
-    pub(crate) fn register(&self, conn: Arc<ConnShared>) {
-        self.stats.opened.fetch_add(1, Ordering::Relaxed);
-        if let Some(m) = self.metrics.conn(conn.info.binding) {
-            m.opened.increment(1);
-        }
-        self.handshake_ended(conn.id);
-        self.conn_map().insert(conn.id, conn.clone());
-        if self.registrations_closed.load(Ordering::Acquire) {
-            conn.shut("host shut down");
-        }
-    }
-
-    /// The host has stopped: connections registering from now on are closed at once, and the
-    /// handshakes still going are ended.
-    pub(crate) fn close_registrations(&self) {
-        self.shutting_down.store(true, Ordering::Release);
-        self.registrations_closed.store(true, Ordering::Release);
-        let handshakes = std::mem::take(&mut *self.handshakes());
-        for task in handshakes.into_values().filter_map(|h| h.task) {
-            task.abort();
-        }
-    }
-
-    /// The connection is closed: answers nothing more, forgets it.
-    pub(crate) fn unregister(&self, id: u64) {
-        let removed = self.conn_map().remove(&id);
-        if let Some(conn) = removed {
-            self.stats.closed.fetch_add(1, Ordering::Relaxed);
-            if let Some(m) = self.metrics.conn(conn.info.binding) {
-                m.closed.increment(1);
-                m.calls
-                    .record(conn.info.calls.load(Ordering::Relaxed) as f64);
-            }
-        }
-    }
-
-    /// Every open connection.
-    pub(crate) fn conns(&self) -> Vec<Arc<ConnShared>> {
-        self.conn_map().values().cloned().collect()
-    }
-
-    /// Stop taking calls, let those in flight finish within `close_timeout`, answer the rest
-    /// `ShuttingDown`, and close every connection.
-    pub(crate) async fn drain(&self, close_timeout: Duration) -> Drained {
-        self.shutting_down.store(true, Ordering::SeqCst);
-        for c in self.conns() {
-            c.go_away("host shutting down");
-        }
-        let deadline = tokio::time::Instant::now() + close_timeout;
+    /// Waits until no call is in flight or arriving, or until `deadline`: the drain's wait.
+    pub(crate) async fn settle(&self, deadline: tokio::time::Instant) {
         loop {
             let notified = self.drained.notified();
             if self.settled() {
@@ -592,26 +384,5 @@ impl Dispatcher {
                 break;
             }
         }
-        let abandoned = self.in_flight();
-        let status = Status::new(
-            StatusCode::ShuttingDown,
-            "host shut down before the call completed (close timeout)",
-        );
-        for c in self.conns() {
-            if c.in_flight() > 0 {
-                c.abandon_all(&status);
-            } else {
-                c.close();
-            }
-        }
-        Drained {
-            abandoned_calls: abandoned,
-        }
     }
-}
-
-/// `max_age` scaled by a factor in [0.9, 1.1) drawn from connection `id` (a fixed hash, so a
-/// connection keeps its factor).
-fn jittered(max_age: Duration, id: u64) -> Duration {
-    max_age.mul_f64(0.9 + 0.2 * crate::core::random::unit_from(id))
 }

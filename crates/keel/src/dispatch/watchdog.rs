@@ -21,8 +21,8 @@ use std::{future::Future, pin::Pin};
 
 use metrics::{counter, Counter};
 
-use super::ticker::{Ticker, Watch};
 use crate::core::metrics as m;
+use crate::runtime::ticker::{Ticker, Watch};
 
 /// The default threshold ([`HostBuilder::blocking_watchdog`](crate::host::HostBuilder::blocking_watchdog)).
 pub(crate) const DEFAULT_THRESHOLD: Duration = Duration::from_millis(10);

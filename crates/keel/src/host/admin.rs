@@ -23,8 +23,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::registry::Registry;
 use crate::core::error::{Error, Kind};
-use crate::dispatch::Dispatcher;
 
 /// Admin connections open at once; more are closed as they arrive.
 const MAX_CONNECTIONS: usize = 16;
@@ -81,7 +81,7 @@ pub(super) fn bind(url: &str, runtime: &tokio::runtime::Handle) -> Result<Admin,
 }
 
 /// Serves the admin endpoint until the task is aborted (its connections end with it).
-pub(super) async fn serve(admin: Admin, dispatcher: Arc<Dispatcher>) {
+pub(super) async fn serve(admin: Admin, registry: Arc<Registry>) {
     let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let admin = Arc::new(admin);
     // Dropped with this task: aborts every connection's task.
@@ -100,11 +100,11 @@ pub(super) async fn serve(admin: Admin, dispatcher: Arc<Dispatcher>) {
             drop(io);
             continue;
         };
-        let (admin, dispatcher) = (admin.clone(), dispatcher.clone());
+        let (admin, registry) = (admin.clone(), registry.clone());
         conns.spawn(async move {
             let _place = place;
             let service = service_fn(move |req| {
-                let answer = answer(&admin, &dispatcher, &req);
+                let answer = answer(&admin, &registry, &req);
                 async move { Ok::<_, Infallible>(answer) }
             });
             let conn = http1::Builder::new()
@@ -117,11 +117,7 @@ pub(super) async fn serve(admin: Admin, dispatcher: Arc<Dispatcher>) {
     }
 }
 
-fn answer(
-    admin: &Admin,
-    dispatcher: &Dispatcher,
-    req: &Request<Incoming>,
-) -> Response<Full<Bytes>> {
+fn answer(admin: &Admin, registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
         return text(
@@ -137,21 +133,21 @@ fn answer(
     }
     match path {
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if dispatcher.is_ready() => text(StatusCode::OK, "ready\n"),
+        "/readyz" if registry.dispatcher().is_ready() => text(StatusCode::OK, "ready\n"),
         "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
-        _ => metrics(admin, dispatcher),
+        _ => metrics(admin, registry),
     }
 }
 
 #[cfg(feature = "prometheus")]
-fn metrics(admin: &Admin, dispatcher: &Dispatcher) -> Response<Full<Bytes>> {
+fn metrics(admin: &Admin, registry: &Registry) -> Response<Full<Bytes>> {
     let Some(prometheus) = &admin.prometheus else {
         return text(
             StatusCode::NOT_FOUND,
             "keel's metrics go to the application's own metrics recorder\n",
         );
     };
-    dispatcher.observe_metrics();
+    registry.dispatcher().observe_metrics(&registry.bindings());
     let mut r = Response::new(Full::new(Bytes::from(prometheus.render())));
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
@@ -159,7 +155,7 @@ fn metrics(admin: &Admin, dispatcher: &Dispatcher) -> Response<Full<Bytes>> {
 }
 
 #[cfg(not(feature = "prometheus"))]
-fn metrics(_admin: &Admin, _dispatcher: &Dispatcher) -> Response<Full<Bytes>> {
+fn metrics(_admin: &Admin, _registry: &Registry) -> Response<Full<Bytes>> {
     let _ = METRICS_CONTENT_TYPE;
     text(
         StatusCode::NOT_FOUND,

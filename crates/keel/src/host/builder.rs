@@ -626,6 +626,7 @@ impl HostBuilder {
             config.blocking_watchdog,
         ));
         let settings = Arc::new(config.server_settings());
+        let registry = Arc::new(super::registry::Registry::new(dispatcher.clone()));
 
         // Every endpoint is bound before any is served: a failure leaves nothing running.
         let mut urls = Vec::new();
@@ -647,27 +648,28 @@ impl HostBuilder {
             .map(|listener| {
                 handle.spawn(accept_loop(
                     listener,
-                    dispatcher.clone(),
+                    registry.clone(),
                     settings.clone(),
                     config.max_connections,
                 ))
             })
             .collect();
-        accept_tasks.push(handle.spawn(idle_reaper(dispatcher.clone(), config.idle_timeout)));
+        accept_tasks.push(handle.spawn(idle_reaper(registry.clone(), config.idle_timeout)));
         if let Some(age) = config.max_connection_age {
             let grace = config.max_connection_age_grace;
-            accept_tasks.push(handle.spawn(super::age_reaper(dispatcher.clone(), age, grace)));
+            accept_tasks.push(handle.spawn(super::age_reaper(registry.clone(), age, grace)));
         }
         #[cfg(feature = "http")]
         let admin_url = admin.map(|admin| {
             let url = admin.url.clone();
-            accept_tasks.push(handle.spawn(super::admin::serve(admin, dispatcher.clone())));
+            accept_tasks.push(handle.spawn(super::admin::serve(admin, registry.clone())));
             url
         });
         #[cfg(not(feature = "http"))]
         let admin_url = None;
         Ok(Host {
             dispatcher,
+            registry,
             settings,
             config,
             runtime,

@@ -5,12 +5,13 @@
 //! how the host checks on its clients.
 //!
 //! Inside keel, the host owns its configuration, the runtime its I/O and async operations run
-//! on (its own, or the caller's), the listeners and their accept loops; it hands plain settings
-//! down to dispatch and the bindings.
+//! on (its own, or the caller's), the listeners and their accept loops, and the registry of its
+//! connections (`registry.rs`); it hands plain settings down to dispatch and the bindings.
 
 #[cfg(feature = "http")]
 mod admin;
 mod builder;
+mod registry;
 mod signal;
 
 pub use crate::core::keepalive::{Keepalive, PingPolicy};
@@ -22,8 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bindings::{self, ServerSettings};
-use crate::dispatch::{ConnInfo, Dispatcher};
+use crate::dispatch::{Dispatcher, HostConnInfo};
 use crate::transport::socket::Listener;
+use registry::Registry;
 
 /// One open connection of a host, from [`Host::connections`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +106,8 @@ impl HostRuntime {
 #[derive(Debug)]
 pub struct Host {
     dispatcher: Arc<Dispatcher>,
+    /// Its connections.
+    registry: Arc<Registry>,
     /// What the bindings take; kept for [`Host::http_service`].
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     settings: Arc<ServerSettings>,
@@ -164,14 +168,14 @@ impl Host {
     /// Every open connection, oldest first: binding, peer, age and calls so far.
     pub fn connections(&self) -> Vec<ConnectionInfo> {
         let mut all: Vec<ConnectionInfo> = self
-            .dispatcher
+            .registry
             .conns()
             .iter()
             .map(|c| ConnectionInfo {
                 id: c.id,
                 binding: c.info.binding,
                 peer: c.info.peer.clone(),
-                age: crate::core::clock::now() - c.info.opened,
+                age: crate::runtime::clock::now() - c.info.opened,
                 calls: c.info.calls.load(Ordering::Relaxed),
                 calls_in_flight: c.in_flight(),
             })
@@ -186,7 +190,7 @@ impl Host {
         HostStats {
             connections_opened: d.stats.opened.load(Ordering::Relaxed),
             connections_closed: d.stats.closed.load(Ordering::Relaxed),
-            connections_open: d.conn_count(),
+            connections_open: self.registry.conn_count(),
             connections_refused: d.stats.refused.load(Ordering::Relaxed),
             connections_evicted: d.stats.evicted.load(Ordering::Relaxed),
             connections_timed_out: d.stats.timed_out.load(Ordering::Relaxed),
@@ -207,7 +211,8 @@ impl Host {
     /// service is cheap to clone.
     #[cfg(feature = "http")]
     pub fn http_service(&self) -> crate::http::HttpService {
-        crate::http::HttpService::new(&self.dispatcher, self.settings.clone())
+        let id = self.registry.next_id();
+        crate::http::HttpService::new(&self.dispatcher, self.settings.clone(), id)
     }
 
     /// Drains and stops: reports the host not ready (the admin endpoint's `/readyz` answers
@@ -244,7 +249,7 @@ impl Host {
         }
         let runtime = std::mem::replace(&mut self.runtime, HostRuntime::Owned(None));
         let stop = Stop {
-            dispatcher: self.dispatcher.clone(),
+            registry: self.registry.clone(),
             close_timeout: self.config.close_timeout,
             drain_grace: self.config.drain_grace,
             accept_tasks: std::mem::take(&mut self.accept_tasks),
@@ -252,7 +257,7 @@ impl Host {
         // A thread of its own, so this works from async code and from plain `main` alike.
         let run = move || match runtime {
             HostRuntime::Owned(Some(rt)) => {
-                let pool = stop.dispatcher.pool.clone();
+                let pool = stop.registry.dispatcher().pool.clone();
                 let report = rt.block_on(stop.run());
                 rt.shutdown_timeout(Duration::from_secs(1));
                 pool.shutdown(Duration::from_secs(1));
@@ -261,7 +266,7 @@ impl Host {
             HostRuntime::Shared(handle) => {
                 // The drain runs as a task of the caller's runtime, which must be running
                 // (checked below: not called from inside it).
-                let pool = stop.dispatcher.pool.clone();
+                let pool = stop.registry.dispatcher().pool.clone();
                 let (tx, rx) = std::sync::mpsc::channel();
                 handle.spawn(async move {
                     let _ = tx.send(stop.run().await);
@@ -283,12 +288,12 @@ impl Host {
             // On the caller's runtime: drain right here, as a task of it.
             self.runtime = HostRuntime::Owned(None);
             let stop = Stop {
-                dispatcher: self.dispatcher.clone(),
+                registry: self.registry.clone(),
                 close_timeout: self.config.close_timeout,
                 drain_grace: self.config.drain_grace,
                 accept_tasks: std::mem::take(&mut self.accept_tasks),
             };
-            let pool = stop.dispatcher.pool.clone();
+            let pool = stop.registry.dispatcher().pool.clone();
             let report = stop.run().await;
             // Joining pool threads blocks: off the runtime's workers.
             let _ =
@@ -305,7 +310,7 @@ impl Host {
 
 /// The steps of a graceful shutdown that run on the host's runtime.
 struct Stop {
-    dispatcher: Arc<Dispatcher>,
+    registry: Arc<Registry>,
     close_timeout: Duration,
     /// How long to serve on after turning not ready, before the drain.
     drain_grace: Duration,
@@ -316,23 +321,23 @@ impl Stop {
     async fn run(self) -> ShutdownReport {
         // Not ready first, so that load balancers stop sending work before GoAway closes
         // connections; calls go on being served meanwhile.
-        self.dispatcher.set_unready();
+        self.registry.dispatcher().set_unready();
         if !self.drain_grace.is_zero() {
             tokio::time::sleep(self.drain_grace).await;
         }
-        let drained = self.dispatcher.drain(self.close_timeout).await;
+        let drained = self.registry.drain(self.close_timeout).await;
         for t in &self.accept_tasks {
             t.abort();
         }
         // A connection still in its handshakes would register after this: none may.
-        self.dispatcher.close_registrations();
+        self.registry.close_registrations();
         // Connections accepted after the drain closed the others carry no calls.
-        for c in self.dispatcher.conns() {
+        for c in self.registry.conns() {
             c.close();
         }
         // Give writers a moment to flush the final answers.
         let flush_until = tokio::time::Instant::now() + Duration::from_secs(1);
-        while self.dispatcher.conn_count() > 0 && tokio::time::Instant::now() < flush_until {
+        while self.registry.conn_count() > 0 && tokio::time::Instant::now() < flush_until {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         ShutdownReport {
@@ -355,12 +360,12 @@ impl Drop for Host {
             }
             HostRuntime::Shared(_) => {
                 // The caller's runtime goes on: end what runs there for this host.
-                self.dispatcher.close_registrations();
+                self.registry.close_registrations();
                 let gone = crate::core::status::Status::new(
                     crate::core::status::StatusCode::ShuttingDown,
                     "host dropped",
                 );
-                for c in self.dispatcher.conns() {
+                for c in self.registry.conns() {
                     c.abandon_all(&gone);
                 }
                 self.dispatcher.pool.shutdown_now();
@@ -371,11 +376,11 @@ impl Drop for Host {
 
 /// Accepts connections until the task is aborted; each runs in a task of its own.
 ///
-/// At the connection limit a newcomer is admitted by making room ([`Dispatcher::evict_one`]);
+/// At the connection limit a newcomer is admitted by making room ([`Registry::evict_one`]);
 /// only when every connection has calls in flight is it refused.
 async fn accept_loop(
     listener: Listener,
-    dispatcher: Arc<Dispatcher>,
+    registry: Arc<Registry>,
     settings: Arc<ServerSettings>,
     max_connections: usize,
 ) {
@@ -390,17 +395,18 @@ async fn accept_loop(
                 continue;
             }
         };
-        if dispatcher.is_full(max_connections) && !dispatcher.evict_one() {
-            dispatcher.refused(binding);
+        if registry.is_full(max_connections) && !registry.evict_one() {
+            registry.refused(binding);
             drop(io);
             continue;
         }
-        let id = dispatcher.next_conn_id();
+        let id = registry.next_id();
         // Counted before its task can run (and register it, ending the count).
-        dispatcher.handshake_starting(id, binding);
-        let (d, settings, listener) = (dispatcher.clone(), settings.clone(), listener.clone());
+        registry.handshake_starting(id, binding);
+        let (r, settings, listener) = (registry.clone(), settings.clone(), listener.clone());
         let task = tokio::spawn(async move {
-            let _ended = HandshakeEnded(d.clone(), id);
+            let _ended = HandshakeEnded(r.clone(), id);
+            let d = r.dispatcher().clone();
             // TLS runs here, not in the accept loop, so a slow peer delays only itself.
             let secured =
                 tokio::time::timeout(settings.handshake_timeout, listener.secure(io)).await;
@@ -410,20 +416,20 @@ async fn accept_loop(
                 Err(_) => return d.timed_out(binding),
             };
             let endpoint = listener.endpoint();
-            let info = ConnInfo::new(
+            let info = HostConnInfo::new(
                 id,
                 endpoint.scheme(),
                 peer,
                 connected.peer_certificates.clone(),
             );
-            bindings::serve(connected, endpoint.protocol(), d, settings, info).await;
+            bindings::serve(connected, endpoint.protocol(), d, &*r, settings, info).await;
         });
-        dispatcher.handshake_task(id, task.abort_handle());
+        registry.handshake_task(id, task.abort_handle());
     }
 }
 
 /// Takes a connection out of the handshakes when its task ends, however it ends.
-struct HandshakeEnded(Arc<Dispatcher>, u64);
+struct HandshakeEnded(Arc<Registry>, u64);
 
 impl Drop for HandshakeEnded {
     fn drop(&mut self) {
@@ -433,19 +439,19 @@ impl Drop for HandshakeEnded {
 
 /// Tells connections past `max_age` GoAway and closes them once done (or after `grace`),
 /// until aborted.
-async fn age_reaper(dispatcher: Arc<Dispatcher>, max_age: Duration, grace: Duration) {
+async fn age_reaper(registry: Arc<Registry>, max_age: Duration, grace: Duration) {
     let period = (max_age / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     loop {
-        crate::core::timer::sleep_until(crate::core::clock::now() + period).await;
-        dispatcher.age_connections(max_age, grace);
+        crate::runtime::timer::sleep_until(crate::runtime::clock::now() + period).await;
+        registry.age_connections(max_age, grace);
     }
 }
 
 /// Closes the connections that stayed without calls for `idle_timeout`, until aborted.
-async fn idle_reaper(dispatcher: Arc<Dispatcher>, idle_timeout: Duration) {
+async fn idle_reaper(registry: Arc<Registry>, idle_timeout: Duration) {
     let period = (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(60));
     loop {
-        crate::core::timer::sleep_until(crate::core::clock::now() + period).await;
-        dispatcher.reap_idle(idle_timeout);
+        crate::runtime::timer::sleep_until(crate::runtime::clock::now() + period).await;
+        registry.reap_idle(idle_timeout);
     }
 }

@@ -114,8 +114,8 @@ impl AsyncWrite for IoWriter {
     }
 }
 
-/// A connected (and, for TLS schemes, secured) byte stream.
-pub(crate) struct Connected {
+/// A connected (and, for TLS schemes, secured) byte stream, with what its TLS handshake agreed.
+pub(crate) struct SecuredStream {
     pub(crate) io: Box<dyn Io>,
     /// The protocol agreed by TLS ALPN, if any (`h2`, `http/1.1`, `keel/1`).
     pub(crate) alpn: Option<Vec<u8>>,
@@ -123,9 +123,9 @@ pub(crate) struct Connected {
     pub(crate) peer_certificates: Option<std::sync::Arc<[bytes::Bytes]>>,
 }
 
-impl fmt::Debug for Connected {
+impl fmt::Debug for SecuredStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connected")
+        f.debug_struct("SecuredStream")
             .field("alpn", &self.alpn.as_deref().map(String::from_utf8_lossy))
             .finish_non_exhaustive()
     }

@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 #[cfg(not(feature = "tls"))]
 use super::tls_feature_needed;
 use super::{ClientTlsSettings, ServerTlsSettings};
-use super::{Connected, Endpoint, Io};
+use super::{Endpoint, Io, SecuredStream};
 use crate::core::error::Error;
 #[cfg(feature = "tls")]
 use crate::core::error::Kind;
@@ -369,14 +369,14 @@ impl Listener {
     /// Runs the security layer of the endpoint over an accepted connection: the TLS handshake
     /// on TLS schemes (failing for a peer that does not speak TLS, or lacks a client
     /// certificate the host requires), nothing on plain ones.
-    pub(crate) async fn secure(&self, io: Box<dyn Io>) -> std::io::Result<Connected> {
+    pub(crate) async fn secure(&self, io: Box<dyn Io>) -> std::io::Result<SecuredStream> {
         #[cfg(feature = "tls")]
         if let Some(acceptor) = &self.security.tls {
             return super::tls::accept(acceptor, io).await;
         }
         // A TLS endpoint without an acceptor cannot start (see `ServerSecurity::for_endpoint`).
         debug_assert!(!self.endpoint.is_tls());
-        Ok(Connected {
+        Ok(SecuredStream {
             io,
             alpn: None,
             peer_certificates: None,
@@ -396,9 +396,9 @@ impl Endpoint {
         io: Box<dyn Io>,
         tls: &ClientTlsSettings,
         alpn: &[&[u8]],
-    ) -> Result<Connected, Error> {
+    ) -> Result<SecuredStream, Error> {
         if !self.is_tls() {
-            return Ok(Connected {
+            return Ok(SecuredStream {
                 io,
                 alpn: None,
                 peer_certificates: None,
@@ -416,7 +416,7 @@ impl Endpoint {
                 }
             };
             match tls.connect(io, self.host(), alpn).await {
-                Ok((io, alpn)) => Ok(Connected {
+                Ok((io, alpn)) => Ok(SecuredStream {
                     io,
                     alpn,
                     peer_certificates: None,

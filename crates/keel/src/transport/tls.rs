@@ -53,7 +53,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
-use super::{Connected, Io};
+use super::{Io, SecuredStream};
 use crate::core::error::{Error, Kind};
 
 /// The escape hatch to rustls, for what keel's own TLS settings do not cover (custom
@@ -490,7 +490,7 @@ pub(crate) enum TlsConnectError {
 pub(crate) async fn accept(
     acceptor: &tokio_rustls::TlsAcceptor,
     io: Box<dyn Io>,
-) -> std::io::Result<Connected> {
+) -> std::io::Result<SecuredStream> {
     let stream = acceptor.accept(io).await?;
     let session = stream.get_ref().1;
     let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
@@ -500,7 +500,7 @@ pub(crate) async fn accept(
             .map(|c| bytes::Bytes::copy_from_slice(c.as_ref()))
             .collect()
     });
-    Ok(Connected {
+    Ok(SecuredStream {
         io: Box::new(stream),
         alpn,
         peer_certificates,

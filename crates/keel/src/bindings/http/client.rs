@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::body::{self, Body, ReadError, Received};
-use super::conns::{Registry, Tasks};
+use super::conns::{ClientConns, Tasks};
 use super::h2conn::{self, RecvBody, RequestBody};
 use super::{
     details_decode, metadata_from_headers, metadata_to_headers, ARGS_HEADER, DEADLINE_HEADER,
@@ -29,13 +29,13 @@ use crate::bindings::{
     Again, Answer, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion,
     Outgoing, Replied, StreamBack,
 };
-use crate::core::clock;
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
+use crate::runtime::clock;
 use crate::transport::{Endpoint, ALPN_H2, ALPN_HTTP1};
 
 /// [`DEADLINE_HEADER`], parsed once.
@@ -57,16 +57,16 @@ pub(crate) struct HttpClient {
     /// `Auto` over TLS: the version ALPN agreed on the first connection (HTTP/2 is tried first).
     negotiated: Mutex<Option<Proto>>,
     /// Idle HTTP/1.1 connections, most recently used last.
-    idle: Arc<Mutex<Vec<H1Conn>>>,
+    idle: Arc<Mutex<Vec<H1ClientConn>>>,
     /// HTTP/1.1 connections draining a streamed answer the caller stopped reading.
     draining: Arc<body::Draining>,
     /// One permit per HTTP/1.1 call in progress, so at most `http_max_connections` exist.
     h1_slots: Arc<Semaphore>,
     /// The HTTP/2 connection, if any.
-    h2: Mutex<Option<H2Conn>>,
+    h2: Mutex<Option<H2ClientConn>>,
     /// Serialises HTTP/2 connection attempts so a burst of first calls opens one connection.
     h2_connecting: tokio::sync::Mutex<()>,
-    conns: Arc<Registry>,
+    conns: Arc<ClientConns>,
 }
 
 impl fmt::Debug for HttpClient {
@@ -79,13 +79,15 @@ impl fmt::Debug for HttpClient {
     }
 }
 
-struct H1Conn {
+/// A client's HTTP/1.1 connection: where its next request is sent.
+struct H1ClientConn {
     sender: http1::SendRequest<Body>,
     id: u64,
 }
 
+/// A client's HTTP/2 connection: where its requests' streams are opened.
 #[derive(Clone)]
-struct H2Conn {
+struct H2ClientConn {
     sender: h2::client::SendRequest<Bytes>,
     id: u64,
     /// The connection's upload tasks, ended with it.
@@ -94,8 +96,8 @@ struct H2Conn {
 
 /// A freshly opened connection.
 enum Established {
-    H1(H1Conn),
-    H2(H2Conn),
+    H1(H1ClientConn),
+    H2(H2ClientConn),
 }
 
 /// What one try of a call over one version ended with.
@@ -134,7 +136,7 @@ impl HttpClient {
             h1_slots: Arc::new(Semaphore::new(slots)),
             h2: Mutex::new(None),
             h2_connecting: tokio::sync::Mutex::new(()),
-            conns: Arc::new(Registry::new(config.reconnects.clone())),
+            conns: Arc::new(ClientConns::new(config.reconnects.clone())),
             config,
         }
     }
@@ -180,7 +182,7 @@ impl HttpClient {
     /// flow-control windows) are in force before the first call: until they arrive a client
     /// may send only HTTP/2's default 64 KiB on a stream, and a first large upload would stall
     /// for a round trip. (`OPTIONS /` asks nothing of the host; any answer will do.)
-    async fn settle_h2(&self, conn: H2Conn) -> Result<(), Error> {
+    async fn settle_h2(&self, conn: H2ClientConn) -> Result<(), Error> {
         let authority = self.endpoint.authority().unwrap_or_default();
         let uri = format!("{}://{authority}/", self.endpoint.scheme());
         let request = Request::builder()
@@ -365,7 +367,7 @@ impl HttpClient {
     }
 
     /// The live HTTP/2 connection, connecting if there is none; `None` if ALPN chose HTTP/1.1.
-    async fn h2_conn(&self) -> Result<Option<H2Conn>, Error> {
+    async fn h2_conn(&self) -> Result<Option<H2ClientConn>, Error> {
         if let Some(c) = self.current_h2() {
             return Ok(Some(c));
         }
@@ -386,7 +388,7 @@ impl HttpClient {
         }
     }
 
-    fn current_h2(&self) -> Option<H2Conn> {
+    fn current_h2(&self) -> Option<H2ClientConn> {
         let slot = self.h2.lock().unwrap_or_else(|e| e.into_inner());
         slot.as_ref().filter(|c| self.conns.is_open(c.id)).cloned()
     }
@@ -400,7 +402,7 @@ impl HttpClient {
     }
 
     /// An HTTP/2 connection opened where HTTP/1.1 was expected (ALPN): use it from now on.
-    fn adopt_h2(&self, conn: H2Conn) {
+    fn adopt_h2(&self, conn: H2ClientConn) {
         *self.negotiated.lock().unwrap_or_else(|e| e.into_inner()) = Some(Proto::H2);
         let old = self
             .h2
@@ -412,7 +414,7 @@ impl HttpClient {
         }
     }
 
-    fn take_idle(&self) -> Option<H1Conn> {
+    fn take_idle(&self) -> Option<H1ClientConn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(c) = idle.pop() {
             if !c.sender.is_closed() && self.conns.is_open(c.id) {
@@ -431,7 +433,7 @@ impl HttpClient {
         }
     }
 
-    fn put_idle(&self, conn: H1Conn) {
+    fn put_idle(&self, conn: H1ClientConn) {
         self.idle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -480,7 +482,7 @@ impl HttpClient {
                         .await
                         .map_err(|e| handshake_err(endpoint, e))?;
                     let id = self.conns.spawn(driver, None);
-                    Established::H1(H1Conn { sender, id })
+                    Established::H1(H1ClientConn { sender, id })
                 }
                 Proto::H2 => {
                     let io = h2conn::Counted::new(connected.io);
@@ -495,7 +497,7 @@ impl HttpClient {
                     // lost connection; the next call reconnects).
                     let driver = h2conn::drive(driver, read, self.config.keepalive);
                     let id = self.conns.spawn(driver, Some(tasks.clone()));
-                    Established::H2(H2Conn { sender, id, tasks })
+                    Established::H2(H2ClientConn { sender, id, tasks })
                 }
             })
         };
@@ -786,9 +788,9 @@ impl Drop for HttpClient {
 /// An HTTP/1.1 connection in use by one call: back to the pool if the call read its answer to
 /// the end on a connection that stays open, closed otherwise.
 struct Lease {
-    idle: Arc<Mutex<Vec<H1Conn>>>,
-    conns: Arc<Registry>,
-    conn: Option<H1Conn>,
+    idle: Arc<Mutex<Vec<H1ClientConn>>>,
+    conns: Arc<ClientConns>,
+    conn: Option<H1ClientConn>,
     keep: bool,
     /// The call's place under `http_max_connections`, held until the connection is free.
     _permit: Option<OwnedSemaphorePermit>,

@@ -54,14 +54,14 @@ impl Tasks {
     }
 }
 
-/// One open connection: its driver's task, and for HTTP/2 its upload tasks.
+/// The tasks of one open client connection: its driver's, and for HTTP/2 its uploads'.
 #[derive(Debug)]
-struct Conn {
+struct ClientConnTasks {
     driver: AbortHandle,
     tasks: Option<Tasks>,
 }
 
-impl Conn {
+impl ClientConnTasks {
     fn abort(self) {
         self.driver.abort();
         if let Some(tasks) = self.tasks {
@@ -70,10 +70,11 @@ impl Conn {
     }
 }
 
-/// Every connection's driver task, so that `close` can end them and stats can count them.
+/// Every open connection of one HTTP client, by its tasks, so that `close` can end them and
+/// stats can count them.
 #[derive(Debug)]
-pub(super) struct Registry {
-    drivers: Mutex<HashMap<u64, Conn>>,
+pub(super) struct ClientConns {
+    drivers: Mutex<HashMap<u64, ClientConnTasks>>,
     /// The tasks of HTTP/2 connections whose driver ended (after the host's GOAWAY) while
     /// their streams still run: `kill_all` ends them too.
     lingering: Mutex<Vec<Tasks>>,
@@ -84,10 +85,10 @@ pub(super) struct Registry {
     pub(super) reconnects: metrics::Counter,
 }
 
-impl Registry {
+impl ClientConns {
     /// An empty registry; `reconnects` counts the connections opened after the first.
-    pub(super) fn new(reconnects: metrics::Counter) -> Registry {
-        Registry {
+    pub(super) fn new(reconnects: metrics::Counter) -> ClientConns {
+        ClientConns {
             drivers: Mutex::default(),
             lingering: Mutex::default(),
             next_id: AtomicU64::new(0),
@@ -97,7 +98,7 @@ impl Registry {
         }
     }
 
-    fn drivers(&self) -> MutexGuard<'_, HashMap<u64, Conn>> {
+    fn drivers(&self) -> MutexGuard<'_, HashMap<u64, ClientConnTasks>> {
         self.drivers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -120,7 +121,7 @@ impl Registry {
             registry.driver_ended(id);
         });
         let driver = task.abort_handle();
-        drivers.insert(id, Conn { driver, tasks });
+        drivers.insert(id, ClientConnTasks { driver, tasks });
         if self.opened.fetch_add(1, Ordering::Relaxed) > 0 {
             self.reconnects.increment(1);
         }
@@ -130,7 +131,7 @@ impl Registry {
     /// Connection `id`'s driver ended: the connection takes no more requests; what still
     /// runs for it (streams in flight) lingers until it ends, or `kill_all`.
     fn driver_ended(&self, id: u64) {
-        if let Some(Conn {
+        if let Some(ClientConnTasks {
             tasks: Some(tasks), ..
         }) = self.remove(id)
         {
@@ -142,7 +143,7 @@ impl Registry {
         }
     }
 
-    fn remove(&self, id: u64) -> Option<Conn> {
+    fn remove(&self, id: u64) -> Option<ClientConnTasks> {
         let removed = self.drivers().remove(&id);
         if removed.is_some() {
             self.closed.fetch_add(1, Ordering::Relaxed);

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::body::{Body, BoxError};
 use super::server::{handle, Ctx, Stop};
 use crate::bindings::ServerSettings;
-use crate::dispatch::{ConnInfo, Dispatcher};
+use crate::dispatch::{Dispatcher, HostConnInfo};
 
 /// A host's HTTP binding as a [`tower_service::Service`], from
 /// [`Host::http_service`](crate::Host::http_service). It answers `POST /{Service}/{operation}`
@@ -62,9 +62,14 @@ impl Drop for Inner {
 }
 
 impl HttpService {
-    pub(crate) fn new(dispatcher: &Arc<Dispatcher>, settings: Arc<ServerSettings>) -> HttpService {
+    /// The service of the host whose calls go to `dispatcher`, counted as its connection `id`.
+    pub(crate) fn new(
+        dispatcher: &Arc<Dispatcher>,
+        settings: Arc<ServerSettings>,
+        id: u64,
+    ) -> HttpService {
         let (stop, stopped) = watch::channel(Stop::Serving);
-        let info = ConnInfo::new(dispatcher.next_conn_id(), "http-service", None, None);
+        let info = HostConnInfo::new(id, "http-service", None, None);
         // Not registered as a connection: the HTTP server that mounts it has its own, and the
         // throttle (not a per-connection share) bounds the calls of all of them together.
         let ctx = Ctx::new(dispatcher, settings, info, stop, usize::MAX, None);

@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
-use super::conn::{NotSent, Sent, WireConn};
+use super::conn::{NotSent, Sent, WireEnd};
 use super::read::{fail_all_with, Delivery, Handshake, ReadSide, Reading, ReplySlot};
 use super::sink::{SendError, Sink};
 use crate::bindings::{Again, Attempt, ClientSettings, Outgoing};
@@ -20,10 +20,11 @@ use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::transport::Endpoint;
 
-/// One connection of a client.
+/// One keel-wire connection of a client: the handle its calls go through (the client's half
+/// of a [`WireEnd`], its read side, its tasks).
 #[derive(Debug)]
-pub(crate) struct Conn {
-    wire: Arc<WireConn<ReplySlot>>,
+pub(crate) struct WireClientConn {
+    wire: Arc<WireEnd<ReplySlot>>,
     /// The read side: the reader task's, or the one call in flight's.
     reading: Arc<Reading>,
     /// The runtime the connection's tasks (and upload pumps) run on.
@@ -37,12 +38,12 @@ pub(crate) struct Conn {
     tasks: [AbortHandle; 3],
 }
 
-impl Conn {
+impl WireClientConn {
     /// Connects and completes the handshake within the configured connect timeout.
     pub(crate) async fn connect(
         endpoint: &Endpoint,
         config: &ClientSettings,
-    ) -> Result<Conn, Error> {
+    ) -> Result<WireClientConn, Error> {
         let fut = Self::connect_inner(endpoint, config);
         match tokio::time::timeout(config.connect_timeout, fut).await {
             Ok(r) => r,
@@ -59,8 +60,11 @@ impl Conn {
     /// Connects, secures, and sends keel's Hello, without waiting for the host's answer: the
     /// first call goes right behind it (the handshake is pipelined with it, as HTTP/2's
     /// preface is), so a fresh connection's first call costs one round trip. The reader task
-    /// takes the HelloReply; [`Conn::handshake`] waits for it.
-    async fn connect_inner(endpoint: &Endpoint, config: &ClientSettings) -> Result<Conn, Error> {
+    /// takes the HelloReply; [`WireClientConn::handshake`] waits for it.
+    async fn connect_inner(
+        endpoint: &Endpoint,
+        config: &ClientSettings,
+    ) -> Result<WireClientConn, Error> {
         let connect_err = |e: std::io::Error| {
             Error::new(Kind::Connect, format!("{endpoint}: {e}")).with_source(e)
         };
@@ -87,7 +91,7 @@ impl Conn {
         let assumed = keel_wire::DEFAULT_MAX_MESSAGE_SIZE;
         let (rd, wr) = io.split();
         let (sink, flusher) = Sink::new(wr, Codec::new(Limits::with_max_message_size(assumed)));
-        let wire = WireConn::new(Side::Client, sink, config.max_stream_window, assumed);
+        let wire = WireEnd::new(Side::Client, sink, config.max_stream_window, assumed);
         let peer_max_message = Arc::new(AtomicU32::new(assumed));
         let (handshake, handshaken) = watch::channel(None);
         let flusher = tokio::spawn(flusher);
@@ -112,7 +116,7 @@ impl Conn {
             endpoint.clone(),
             reader.abort_handle(),
         ));
-        Ok(Conn {
+        Ok(WireClientConn {
             wire,
             reading,
             runtime: tokio::runtime::Handle::current(),
@@ -289,7 +293,7 @@ impl Conn {
     }
 }
 
-impl Drop for Conn {
+impl Drop for WireClientConn {
     fn drop(&mut self) {
         self.close("connection dropped");
     }
@@ -298,7 +302,7 @@ impl Drop for Conn {
 /// Cancels a call whose future is dropped before its reply arrived (and gives the socket back
 /// to the reader task if the call was reading it).
 struct CallGuard<'a> {
-    wire: &'a Arc<WireConn<ReplySlot>>,
+    wire: &'a Arc<WireEnd<ReplySlot>>,
     reading: &'a Reading,
     call_id: u64,
     armed: bool,
@@ -314,7 +318,7 @@ impl Drop for CallGuard<'_> {
 }
 
 /// Closes the connection's state and fails every waiting call with `reason`.
-fn fail_all(wire: &WireConn<ReplySlot>, reason: &str) {
+fn fail_all(wire: &WireEnd<ReplySlot>, reason: &str) {
     fail_all_with(wire, Kind::Connection, reason);
 }
 
@@ -323,7 +327,7 @@ fn fail_all(wire: &WireConn<ReplySlot>, reason: &str) {
 /// path to it is: the connection closes, its calls fail `Unavailable` at once (not at their
 /// deadlines), and the channel's next call opens a new connection.
 async fn run_timers(
-    wire: Arc<WireConn<ReplySlot>>,
+    wire: Arc<WireEnd<ReplySlot>>,
     reading: Arc<Reading>,
     endpoint: Endpoint,
     reader: AbortHandle,

@@ -23,12 +23,12 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
 use super::sink::{SendError, Sink};
-use crate::core::clock;
 use crate::core::error::{Error, Kind};
 use crate::core::status::StatusCode;
 use crate::core::stream::{ByteStream, Credit};
+use crate::runtime::clock;
 
-/// Why [`WireConn::send_call`] sent nothing.
+/// Why [`WireEnd::send_call`] sent nothing.
 #[derive(Debug)]
 pub(crate) enum NotSent {
     /// The core refused the call: the connection is closed, or the host said GoAway.
@@ -38,7 +38,7 @@ pub(crate) enum NotSent {
 }
 
 /// What a client keeps for each pending call: the connection's timer reads its deadline (see
-/// [`WireConn::run_timers`]). A host keeps nothing (`()`).
+/// [`WireEnd::run_timers`]). A host keeps nothing (`()`).
 pub(crate) trait Expiring {
     /// When the call stops waiting for its reply; `None`: never.
     fn deadline(&self) -> Option<Instant>;
@@ -50,8 +50,10 @@ impl Expiring for () {
     }
 }
 
-/// Who waits on a client connection's socket for its next bytes (see the client's
-/// [`read`](super::read) module).
+/// Who waits on a client connection's socket for its next bytes. Kept here, with the call
+/// table; when it changes hands is decided by the client's [`read`](super::read) module
+/// (through [`WireEnd::with_reader`]), except that a call starting makes the task read
+/// ([`WireEnd::send_call`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reader {
     /// The connection's reader task (always on a host).
@@ -60,7 +62,7 @@ pub(crate) enum Reader {
     Call(u64),
 }
 
-/// A call [`WireConn::send_call`] sent.
+/// A call [`WireEnd::send_call`] sent.
 #[derive(Debug)]
 pub(crate) struct Sent {
     pub(crate) call_id: u64,
@@ -78,10 +80,12 @@ const MAX_CHUNK: usize = 64 * 1024;
 /// window bounds what the receiver holds, this bounds what the sender holds.
 const SEND_QUEUE_LIMIT: usize = 256 * 1024;
 
-/// One connection's shared state. `C` is what a client's pending call carries (the slot its
-/// reply goes to); a host uses `()`.
+/// One end of a keel-wire connection, client or host: keel-wire's sans-IO core
+/// ([`keel_wire::Connection`]) under a lock, the write path, the async ends of its streams and
+/// its timer. `C` is what a client's pending call carries (the slot its reply goes to); a host
+/// uses `()`.
 #[derive(Debug)]
-pub(crate) struct WireConn<C> {
+pub(crate) struct WireEnd<C> {
     state: Mutex<State<C>>,
     sink: Arc<Sink>,
     /// Largest StreamData payload we may send (the peer's message limit, capped).
@@ -89,7 +93,7 @@ pub(crate) struct WireConn<C> {
     /// New calls may start here: not closed, and (client) no GoAway received. Mirrors the
     /// core's state so the call path can ask without the lock.
     accepting: AtomicBool,
-    /// Wakes the timer ([`WireConn::run_timers`]) when its deadline moved earlier (a call with
+    /// Wakes the timer ([`WireEnd::run_timers`]) when its deadline moved earlier (a call with
     /// an earlier deadline, a call's probe ping) or the connection closed.
     timer: Notify,
     /// The sink's [`queued_bytes`](Sink::queued_bytes) once the last keepalive ping was queued:
@@ -147,7 +151,7 @@ impl Outbound {
     }
 }
 
-/// An outbound stream registered with the connection, for [`WireConn::pump`].
+/// An outbound stream registered with the connection, for [`WireEnd::pump`].
 #[derive(Debug)]
 pub(crate) struct OutboundHandle {
     call_id: u64,
@@ -181,7 +185,7 @@ impl<C> State<C> {
     }
 }
 
-impl<C: Expiring + Send + 'static> WireConn<C> {
+impl<C: Expiring + Send + 'static> WireEnd<C> {
     /// The state of a connection whose handshake just completed on `side`. `max_window` bounds
     /// the windows of streams we receive; `peer_max_message` the chunks we send.
     pub(crate) fn new(
@@ -189,12 +193,12 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         sink: Arc<Sink>,
         max_window: u32,
         peer_max_message: u32,
-    ) -> Arc<WireConn<C>> {
+    ) -> Arc<WireEnd<C>> {
         let window = WindowConfig {
             initial: DEFAULT_INITIAL_WINDOW,
             max: max_window.max(DEFAULT_INITIAL_WINDOW),
         };
-        Arc::new(WireConn {
+        Arc::new(WireEnd {
             state: Mutex::new(State {
                 core: Connection::new(side, window),
                 inbound: HashMap::new(),
@@ -286,8 +290,8 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
     }
 
     /// Feeds one frame from the peer, read at `now`, other than the two every call brings:
-    /// a host's Requests go to [`handle_request`](WireConn::handle_request) (which admits
-    /// them), a client's Replies to [`handle_reply`](WireConn::handle_reply). (A Request sent
+    /// a host's Requests go to [`handle_request`](WireEnd::handle_request) (which admits
+    /// them), a client's Replies to [`handle_reply`](WireEnd::handle_reply). (A Request sent
     /// to a client or a Reply sent to a host comes here, and is the error the core makes of
     /// it.) Stream frames are handled here (data delivered to its consumer, credit to its
     /// pump); what is left for the caller comes back: a host's Cancel, a client's GoAway.
@@ -363,7 +367,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
                 st.inbound.insert(call_id, tx);
             }
         });
-        let weak: Weak<WireConn<C>> = Arc::downgrade(self);
+        let weak: Weak<WireEnd<C>> = Arc::downgrade(self);
         let credit: Arc<dyn Credit> = Arc::new(InboundCredit {
             conn: weak,
             call_id,
@@ -509,7 +513,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         self.with(|st| st.core.set_rtt(rtt));
     }
 
-    /// Turns keepalive on (see [`Keepalive`]); [`WireConn::run_timers`] runs its timer.
+    /// Turns keepalive on (see [`Keepalive`]); [`WireEnd::run_timers`] runs its timer.
     pub(crate) fn set_keepalive(&self, keepalive: Keepalive) {
         let now = clock::now();
         self.with(|st| st.core.set_keepalive(keepalive, now));
@@ -559,7 +563,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
                     true
                 }
                 Some(at) => tokio::select! {
-                    _ = crate::core::timer::sleep_until(at) => false,
+                    _ = crate::runtime::timer::sleep_until(at) => false,
                     _ = moved => true,
                 },
             };
@@ -708,57 +712,13 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
         })
     }
 
-    /// Client: whether the reader task reads the socket (no call reads for itself).
-    pub(crate) fn task_reads(&self) -> bool {
-        self.lock().reader == Reader::Task
-    }
-
-    /// Client: whether call `call_id` may read the socket now: it does already, or it is the
-    /// only call in flight (then it does from now on).
-    pub(crate) fn claim_socket(&self, call_id: u64) -> bool {
+    /// Client: runs `f` on who reads the socket, with the call table, under the lock that
+    /// starts calls (so "the only call in flight" cannot change meanwhile). The rules for who
+    /// reads when are the read side's (`read.rs`, "Who reads the socket").
+    pub(crate) fn with_reader<R>(&self, f: impl FnOnce(&mut Reader, &Connection<C>) -> R) -> R {
         let mut st = self.lock();
-        match st.reader {
-            Reader::Call(id) => id == call_id,
-            Reader::Task => {
-                let alone = st.core.pending_calls() == 1 && st.core.is_pending(call_id);
-                if alone {
-                    st.reader = Reader::Call(call_id);
-                }
-                alone
-            }
-        }
-    }
-
-    /// Client: call `call_id`, which reads the socket and just polled it, keeps waiting on it
-    /// only while it is still the only call in flight and unanswered. False: the task reads
-    /// from now on, and the caller must hand it the socket.
-    pub(crate) fn keep_socket(&self, call_id: u64) -> bool {
-        let mut st = self.lock();
-        let keep = st.reader == Reader::Call(call_id)
-            && st.core.pending_calls() == 1
-            && st.core.is_pending(call_id);
-        if !keep {
-            st.reader = Reader::Task;
-        }
-        keep
-    }
-
-    /// Client: call `call_id` stopped waiting. True if it was reading the socket: the task
-    /// reads from now on, and the caller must hand it the socket.
-    pub(crate) fn release_socket(&self, call_id: u64) -> bool {
-        let mut st = self.lock();
-        let was = st.reader == Reader::Call(call_id);
-        if was {
-            st.reader = Reader::Task;
-        }
-        was
-    }
-
-    /// Client: the task reads from now on. True if a call was reading: the caller must hand
-    /// the task the socket.
-    pub(crate) fn take_socket_back(&self) -> bool {
-        let mut st = self.lock();
-        std::mem::replace(&mut st.reader, Reader::Task) != Reader::Task
+        let st = &mut *st;
+        f(&mut st.reader, &st.core)
     }
 
     /// Client: whether new calls may start here (not closed, no GoAway received).
@@ -798,7 +758,7 @@ impl<C: Expiring + Send + 'static> WireConn<C> {
 
 /// Connects a remote [`ByteStream`] to its connection's flow control.
 struct InboundCredit<C> {
-    conn: Weak<WireConn<C>>,
+    conn: Weak<WireEnd<C>>,
     call_id: u64,
 }
 

@@ -1,7 +1,7 @@
 //! The keel wire protocol binding (`tcp://`, `tcps://`, `unix://`): every call of a client
 //! multiplexed over one connection, in frames from `keel-wire`.
 //!
-//! - [`client`]: one client connection ([`client::Conn`]);
+//! - [`client`]: one client connection ([`client::WireClientConn`]);
 //! - [`read`]: a client connection's read side: a reader task routing replies, or the one
 //!   call in flight reading its own;
 //! - [`server`]: one host connection, handshake then a reader handing requests to dispatch;
@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{Again, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing};
-use crate::core::clock;
 use crate::core::error::{Error, Kind};
+use crate::runtime::clock;
 use crate::transport::Endpoint;
-use client::Conn;
+use client::WireClientConn;
 
 /// A channel's keel-wire connection.
 #[derive(Debug)]
@@ -40,10 +40,10 @@ pub(crate) struct WireClient {
     settings: ClientSettings,
     /// The connection new calls go to, if any. A std mutex: held only to clone or swap an
     /// `Arc`.
-    conn: Mutex<Option<Arc<Conn>>>,
+    conn: Mutex<Option<Arc<WireClientConn>>>,
     /// Connections the host said GoAway on: no new calls, but the calls and streams already on
     /// them finish there. Kept until they close.
-    draining: Mutex<Vec<Arc<Conn>>>,
+    draining: Mutex<Vec<Arc<WireClientConn>>>,
     /// Serialises connection attempts so a burst of first calls opens one connection.
     connecting: tokio::sync::Mutex<()>,
     opened: AtomicU64,
@@ -62,13 +62,13 @@ impl WireClient {
     }
 
     /// The connection new calls go to: open, and the host has not said GoAway.
-    fn current(&self) -> Option<Arc<Conn>> {
+    fn current(&self) -> Option<Arc<WireClientConn>> {
         let guard = self.conn.lock();
         guard.as_ref().filter(|c| c.takes_calls()).cloned()
     }
 
     /// The live connection, connecting if there is none.
-    async fn conn(&self) -> Result<Arc<Conn>, Error> {
+    async fn conn(&self) -> Result<Arc<WireClientConn>, Error> {
         if let Some(c) = self.current() {
             return Ok(c);
         }
@@ -76,7 +76,7 @@ impl WireClient {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        let conn = Arc::new(Conn::connect(&self.endpoint, &self.settings).await?);
+        let conn = Arc::new(WireClientConn::connect(&self.endpoint, &self.settings).await?);
         if self.opened.fetch_add(1, Ordering::Relaxed) > 0 {
             self.settings.reconnects.increment(1);
         }
@@ -91,7 +91,7 @@ impl WireClient {
     }
 
     /// [`conn`](WireClient::conn), failing with a timeout at `deadline`.
-    async fn conn_by(&self, deadline: Instant) -> Result<Arc<Conn>, Error> {
+    async fn conn_by(&self, deadline: Instant) -> Result<Arc<WireClientConn>, Error> {
         match tokio::time::timeout_at(clock::to_tokio(deadline), self.conn()).await {
             Ok(conn) => conn,
             Err(_) => Err(Error::new(

@@ -15,6 +15,9 @@
 //! too. The connection's timer also takes it back before it judges keepalive, so a caller that
 //! stopped polling its call (without dropping it) cannot make a live host look dead.
 //!
+//! The rules for who reads are here, in "Who reads the socket" below; the [`Reader`] itself
+//! is kept with the call table ([`WireEnd::with_reader`]).
+//!
 //! [`Reader`]: super::conn::Reader
 
 use std::future::poll_fn;
@@ -29,14 +32,14 @@ use keel_wire::{Codec, Event, Frame, HelloReply, Reply};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 
-use super::conn::{Expiring, WireConn};
+use super::conn::{Expiring, Reader, WireEnd};
 use crate::bindings::{Answer, Replied};
-use crate::core::clock;
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
+use crate::runtime::clock;
 use crate::transport::{Endpoint, IoReader};
 
 /// What a waiting call receives: its answer, or why it has none.
@@ -149,7 +152,7 @@ impl Expiring for ReplySlot {
 }
 
 /// Fails every waiting call with an error of `kind` and closes the connection's state.
-pub(super) fn fail_all_with(wire: &WireConn<ReplySlot>, kind: Kind, reason: &str) {
+pub(super) fn fail_all_with(wire: &WireEnd<ReplySlot>, kind: Kind, reason: &str) {
     for (_, slot) in wire.close(reason) {
         slot.send(Delivery::Answer(Err(Error::new(kind, reason.to_string()))));
     }
@@ -167,12 +170,13 @@ pub(super) struct Handshake {
 impl Handshake {
     /// Decodes the HelloReply from `buf` if it is whole: `Ok(true)` once accepted (the host's
     /// limits apply from now on), `Ok(false)` while more bytes are needed. A refusal (or not a
-    /// keel host) is the error, for [`Conn::handshake`](super::client::Conn::handshake) and
-    /// the calls already sent.
+    /// keel host) is the error, for
+    /// [`WireClientConn::handshake`](super::client::WireClientConn::handshake) and the calls
+    /// already sent.
     fn try_complete(
         &self,
         buf: &mut BytesMut,
-        wire: &WireConn<ReplySlot>,
+        wire: &WireEnd<ReplySlot>,
     ) -> Result<bool, (Kind, String)> {
         let endpoint = &self.endpoint;
         let outcome = match keel_wire::decode_hello_reply(buf) {
@@ -324,7 +328,7 @@ impl ReadSide {
     /// (`Pending`: it wakes [`SocketWaker`]'s target when it has) or the connection ended.
     /// With `batches`, it also returns after a read that answered several calls, so that the
     /// reader task can let them run before it reads on.
-    fn poll(&mut self, wire: &Arc<WireConn<ReplySlot>>, batches: bool) -> Poll<Step> {
+    fn poll(&mut self, wire: &Arc<WireEnd<ReplySlot>>, batches: bool) -> Poll<Step> {
         if self.ended {
             return Poll::Ready(Step::Ended);
         }
@@ -364,7 +368,7 @@ impl ReadSide {
     }
 
     /// The connection ended: its calls fail, the reader task stops.
-    fn end(&mut self, wire: &Arc<WireConn<ReplySlot>>, kind: Kind, reason: String) -> Step {
+    fn end(&mut self, wire: &Arc<WireEnd<ReplySlot>>, kind: Kind, reason: String) -> Step {
         self.ended = true;
         if let Some(h) = self.handshake.take() {
             h.done.send_replace(Some(Err((kind, reason.clone()))));
@@ -378,10 +382,7 @@ impl ReadSide {
 
     /// Handles every whole frame in the buffer; returns how many calls were answered, or why
     /// the connection must end.
-    fn handle_buffered(
-        &mut self,
-        wire: &Arc<WireConn<ReplySlot>>,
-    ) -> Result<usize, (Kind, String)> {
+    fn handle_buffered(&mut self, wire: &Arc<WireEnd<ReplySlot>>) -> Result<usize, (Kind, String)> {
         if self.buf.is_empty() {
             return Ok(0);
         }
@@ -423,7 +424,7 @@ impl ReadSide {
 
     /// The reader task reads from now on (a call stops reading): the socket wakes the task,
     /// and what it has that nobody polled for yet is handled here.
-    fn give_to_task(&mut self, wire: &Arc<WireConn<ReplySlot>>) {
+    fn give_to_task(&mut self, wire: &Arc<WireEnd<ReplySlot>>) {
         let Some(task) = &self.task else {
             // The task has not run yet: its first poll reads.
             return;
@@ -443,7 +444,7 @@ impl ReadSide {
 
 /// Handles one frame read at `read_at`; true if it answered a call. An error ends the
 /// connection.
-fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Result<bool, String> {
+fn handle(wire: &Arc<WireEnd<ReplySlot>>, frame: Frame, read_at: Instant) -> Result<bool, String> {
     // Replies, most of what a client reads, are looked at in place.
     let frame = match frame {
         Frame::Reply(reply) => {
@@ -475,7 +476,7 @@ fn handle(wire: &Arc<WireConn<ReplySlot>>, frame: Frame, read_at: Instant) -> Re
 
 /// Leaves `reply`'s answer in `slot`, the slot of the call it answers; `download`: its
 /// response is a stream, whose data follows.
-fn answer(wire: &Arc<WireConn<ReplySlot>>, reply: Reply, slot: ReplySlot, download: bool) {
+fn answer(wire: &Arc<WireEnd<ReplySlot>>, reply: Reply, slot: ReplySlot, download: bool) {
     let metadata = Metadata::from_wire(&reply.metadata);
     let compression = match Compression::from_wire_id(reply.compression) {
         Ok(c) => c,
@@ -528,7 +529,7 @@ impl Reading {
 
     /// The reader task: reads for every call except while one call alone reads for itself
     /// (see the module docs), until the connection ends.
-    pub(super) async fn run(self: Arc<Self>, wire: Arc<WireConn<ReplySlot>>) {
+    pub(super) async fn run(self: Arc<Self>, wire: Arc<WireEnd<ReplySlot>>) {
         loop {
             match poll_fn(|cx| self.poll_task(&wire, cx)).await {
                 Step::Ended => return,
@@ -546,7 +547,7 @@ impl Reading {
         }
     }
 
-    fn poll_task(&self, wire: &Arc<WireConn<ReplySlot>>, cx: &mut Context<'_>) -> Poll<Step> {
+    fn poll_task(&self, wire: &Arc<WireEnd<ReplySlot>>, cx: &mut Context<'_>) -> Poll<Step> {
         let mut side = self.lock();
         match &mut side.task {
             Some(w) if w.will_wake(cx.waker()) => {}
@@ -555,7 +556,7 @@ impl Reading {
         if side.ended {
             return Poll::Ready(Step::Ended);
         }
-        if !wire.task_reads() {
+        if !task_reads(wire) {
             // A call reads; it gives the socket back when it stops.
             return Poll::Pending;
         }
@@ -567,7 +568,7 @@ impl Reading {
     /// only call in flight.
     pub(super) async fn answer(
         &self,
-        wire: &Arc<WireConn<ReplySlot>>,
+        wire: &Arc<WireEnd<ReplySlot>>,
         call_id: u64,
         cell: &AnswerCell,
     ) -> Delivery {
@@ -578,7 +579,7 @@ impl Reading {
 
     fn poll_answer(
         &self,
-        wire: &Arc<WireConn<ReplySlot>>,
+        wire: &Arc<WireEnd<ReplySlot>>,
         call_id: u64,
         cell: &AnswerCell,
         cx: &mut Context<'_>,
@@ -594,7 +595,7 @@ impl Reading {
         // bindings::tcp::graceful_shutdown_with_a_thousand_calls_in_flight_loses_none).
         {
             let mut side = self.lock();
-            if wire.claim_socket(call_id) {
+            if claim_socket(wire, call_id) {
                 side.waker.aim(cx.waker());
                 // Aimed first, then looked. The socket needs no poll if it is armed and has not
                 // fired: it wakes this call when the reply comes.
@@ -602,7 +603,7 @@ impl Reading {
                     // Ready: the connection ended (this call's answer says so).
                     let _ = side.poll(wire, false);
                 }
-                if !wire.keep_socket(call_id) {
+                if !keep_socket(wire, call_id) {
                     side.give_to_task(wire);
                 }
             }
@@ -612,23 +613,79 @@ impl Reading {
 
     /// Call `call_id` stopped waiting (answered, or given up): if it was reading the socket,
     /// the task reads from now on.
-    pub(super) fn release(&self, wire: &Arc<WireConn<ReplySlot>>, call_id: u64) {
-        if wire.release_socket(call_id) {
+    pub(super) fn release(&self, wire: &Arc<WireEnd<ReplySlot>>, call_id: u64) {
+        if release_socket(wire, call_id) {
             self.lock().give_to_task(wire);
         }
     }
 
     /// A call started while another read the socket: the task reads for both from now on
     /// (the connection's [`Reader`](super::conn::Reader) already says so).
-    pub(super) fn give_to_task(&self, wire: &Arc<WireConn<ReplySlot>>) {
+    pub(super) fn give_to_task(&self, wire: &Arc<WireEnd<ReplySlot>>) {
         self.lock().give_to_task(wire);
     }
 
     /// The connection's timer is about to judge keepalive: if a call reads the socket, the
     /// task takes it back, and what arrived is handled first.
-    pub(super) fn reclaim(&self, wire: &Arc<WireConn<ReplySlot>>) {
-        if wire.take_socket_back() {
+    pub(super) fn reclaim(&self, wire: &Arc<WireEnd<ReplySlot>>) {
+        if take_socket_back(wire) {
             self.lock().give_to_task(wire);
         }
     }
+}
+
+// Who reads the socket: the reader task, or the one call in flight (see the module docs). Each
+// rule is one look at the connection's `Reader` under the lock that starts calls.
+
+/// Whether the reader task reads the socket (no call reads for itself).
+fn task_reads(wire: &WireEnd<ReplySlot>) -> bool {
+    wire.with_reader(|reader, _| *reader == Reader::Task)
+}
+
+/// Whether call `call_id` may read the socket now: it does already, or it is the only call in
+/// flight (then it does from now on).
+fn claim_socket(wire: &WireEnd<ReplySlot>, call_id: u64) -> bool {
+    wire.with_reader(|reader, core| match *reader {
+        Reader::Call(id) => id == call_id,
+        Reader::Task => {
+            let alone = core.pending_calls() == 1 && core.is_pending(call_id);
+            if alone {
+                *reader = Reader::Call(call_id);
+            }
+            alone
+        }
+    })
+}
+
+/// Call `call_id`, which reads the socket and just polled it, keeps waiting on it only while
+/// it is still the only call in flight and unanswered. False: the task reads from now on, and
+/// the caller must hand it the socket.
+fn keep_socket(wire: &WireEnd<ReplySlot>, call_id: u64) -> bool {
+    wire.with_reader(|reader, core| {
+        let keep = *reader == Reader::Call(call_id)
+            && core.pending_calls() == 1
+            && core.is_pending(call_id);
+        if !keep {
+            *reader = Reader::Task;
+        }
+        keep
+    })
+}
+
+/// Call `call_id` stopped waiting. True if it was reading the socket: the task reads from now
+/// on, and the caller must hand it the socket.
+fn release_socket(wire: &WireEnd<ReplySlot>, call_id: u64) -> bool {
+    wire.with_reader(|reader, _| {
+        let was = *reader == Reader::Call(call_id);
+        if was {
+            *reader = Reader::Task;
+        }
+        was
+    })
+}
+
+/// The task reads from now on. True if a call was reading: the caller must hand the task the
+/// socket.
+fn take_socket_back(wire: &WireEnd<ReplySlot>) -> bool {
+    wire.with_reader(|reader, _| std::mem::replace(reader, Reader::Task) != Reader::Task)
 }

@@ -9,10 +9,9 @@ use bytes::{Buf, Bytes, BytesMut};
 use keel_wire::{Codec, Event, Frame, HelloReply, Limits, Reply, Side, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::conn::WireConn;
+use super::conn::WireEnd;
 use super::sink::{SendError, Sink};
-use crate::bindings::ServerSettings;
-use crate::core::clock;
+use crate::bindings::{HostConnRegistry, ServerSettings};
 use crate::core::compress::Compression;
 use crate::core::format::Format;
 use crate::core::metadata::Metadata;
@@ -20,16 +19,17 @@ use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
-    dispatch, BlockingCalls, ConnInfo, ConnShared, Dispatcher, HostAnswer, Incoming, ReceiveBudget,
-    ReplyTo, Reservation, Responder,
+    dispatch, BlockingCalls, Dispatcher, HostAnswer, HostConn, HostConnInfo, Incoming,
+    ReceiveBudget, ReplyTo, Reservation, Responder,
 };
+use crate::runtime::clock;
 use crate::transport::{Io, IoReader};
 
 /// The keel-wire responder: answers are Reply frames (then StreamData for a streamed reply).
 #[derive(Debug)]
 struct WireResponder {
     /// Replies are written by whichever thread produced them (see [`Sink`]).
-    wire: Arc<WireConn<()>>,
+    wire: Arc<WireEnd<()>>,
     /// Where streamed replies are pumped from (answers may come from pool threads).
     runtime: tokio::runtime::Handle,
     /// Largest reply body the client accepts (from its hello).
@@ -134,8 +134,9 @@ impl Responder for WireResponder {
 pub(crate) async fn serve(
     io: Box<dyn Io>,
     dispatcher: Arc<Dispatcher>,
+    registry: &dyn HostConnRegistry,
     settings: Arc<ServerSettings>,
-    info: ConnInfo,
+    info: HostConnInfo,
 ) {
     let mut io = io;
     let mut buf = BytesMut::with_capacity(8 * 1024);
@@ -192,7 +193,7 @@ pub(crate) async fn serve(
     let mut out_codec = Codec::new(Limits::with_max_message_size(hello.max_message_size));
     out_codec.set_version(version);
     let (sink, flusher) = Sink::new(wr, out_codec);
-    let wire = WireConn::new(
+    let wire = WireEnd::new(
         Side::Host,
         sink,
         settings.max_stream_window,
@@ -210,13 +211,13 @@ pub(crate) async fn serve(
         peer_max_message: hello.max_message_size,
     };
     let max_calls = settings.max_calls_per_connection;
-    let conn = Arc::new(ConnShared::new(
+    let conn = Arc::new(HostConn::new(
         Box::new(out),
         info,
         max_calls,
         dispatcher.clone(),
     ));
-    dispatcher.register(conn.clone());
+    registry.register(conn.clone());
     if dispatcher.is_shutting_down() {
         conn.go_away("host shutting down");
     }
@@ -261,7 +262,7 @@ pub(crate) async fn serve(
     wire.close("connection closed");
     let gone = Status::new(StatusCode::Cancelled, "connection closed");
     conn.abandon_all(&gone);
-    dispatcher.unregister(conn.id);
+    registry.unregister(conn.id);
     // A peer that reads nothing would keep the writer (and with it the socket) forever: what
     // is queued gets the frame timeout to drain, unless the peer already left it unread that
     // long (the reader gave up on it): then the socket goes now.
@@ -303,29 +304,24 @@ async fn read_loop(
     mut rd: IoReader,
     mut buf: BytesMut,
     mut codec: Codec,
-    conn: Arc<ConnShared>,
-    wire: Arc<WireConn<()>>,
+    conn: Arc<HostConn>,
+    wire: Arc<WireEnd<()>>,
     limits: ReadLimits,
 ) {
     // The frame being received: by when it must be whole, and the memory reserved for it.
     let mut frame_deadline: Option<tokio::time::Instant> = None;
-    let mut clock = ReadClock::now();
     let mut reserved: Option<(usize, Reservation)> = None;
-    // A frame this side must never receive: the peer is told why, and the connection ends.
-    let fail = |e: &keel_wire::ConnError| {
-        conn.go_away(&e.to_string());
-        conn.close();
+    let mut reader = HostReader {
+        // The connection's blocking calls go to the pool through it; however the loop ends,
+        // those it held are handed over (they are answered).
+        blocking: BlockingCalls::new(conn.clone()),
+        conn,
+        wire,
+        clock: ReadClock::now(),
+        limits,
+        version: codec.version(),
+        batch: false,
     };
-    let timed_out = |why: &str| {
-        conn.dispatcher.timed_out(conn.info.binding);
-        conn.shut(why);
-    };
-    // The connection's blocking calls go to the pool through it; however the loop ends, those it
-    // held are handed over (they are answered).
-    let mut blocking = BlockingCalls::new(conn.clone());
-    // Whether the bytes being decoded came as a batch (see `holds_a_batch`): replies are then
-    // corked and blocking calls held until the batch is handled.
-    let mut batch = false;
     loop {
         // A large frame's memory is reserved from the budgets before the codec makes room for
         // it (decoding a partial frame allocates its whole size) and before the rest is read.
@@ -334,12 +330,13 @@ async fn read_loop(
                 && buf.len() < size
                 && reserved.as_ref().is_none_or(|(s, _)| *s != size)
             {
-                let deadline = *frame_deadline
-                    .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
-                end_batch(&wire, &mut blocking, &mut batch);
-                match limits.budget.reserve(size, deadline).await {
+                let deadline = *frame_deadline.get_or_insert_with(|| {
+                    tokio::time::Instant::now() + reader.limits.frame_timeout
+                });
+                reader.end_batch();
+                match reader.limits.budget.reserve(size, deadline).await {
                     Some(r) => reserved = Some((size, r)),
-                    None => return timed_out("no room to receive this frame in time"),
+                    None => return reader.timed_out("no room to receive this frame in time"),
                 }
             }
         }
@@ -347,15 +344,7 @@ async fn read_loop(
         // (the arguments are decoded from it), so nothing is split off the buffer.
         if let Some((req, len)) = codec.decode_request_in_place(&buf) {
             (frame_deadline, reserved) = (None, None);
-            let handled = on_request(
-                &conn,
-                &wire,
-                &req,
-                &mut clock,
-                &mut blocking,
-                &limits,
-                codec.version(),
-            );
+            let handled = reader.on_request(&req);
             if len == buf.len() {
                 // Emptied (one call in flight, or a batch's last): the buffer keeps its start
                 // and all of its room, where advancing would leave less room to read into.
@@ -365,7 +354,7 @@ async fn read_loop(
             }
             match handled {
                 Ok(()) => continue,
-                Err(e) => return fail(&e),
+                Err(e) => return reader.fail(&e),
             }
         }
         // Nothing to decode in an empty buffer (after a batch's last frame): `decode` would say
@@ -380,19 +369,11 @@ async fn read_loop(
                 (frame_deadline, reserved) = (None, None);
                 let handled = match frame {
                     // One `decode_request_in_place` left to `decode` (after a skipped frame).
-                    Frame::Request(req) => on_request(
-                        &conn,
-                        &wire,
-                        &req,
-                        &mut clock,
-                        &mut blocking,
-                        &limits,
-                        codec.version(),
-                    ),
-                    frame => match wire.handle(frame, clock.read_at) {
+                    Frame::Request(req) => reader.on_request(&req),
+                    frame => match reader.wire.handle(frame, reader.clock.read_at) {
                         // Its streams are stopped already; the call itself is dispatch's.
                         Ok(Some(Event::Cancel { call_id })) => {
-                            conn.cancel(call_id);
+                            reader.conn.cancel(call_id);
                             Ok(())
                         }
                         Ok(_) => Ok(()),
@@ -400,7 +381,7 @@ async fn read_loop(
                     },
                 };
                 if let Err(e) = handled {
-                    return fail(&e);
+                    return reader.fail(&e);
                 }
                 continue;
             }
@@ -416,45 +397,186 @@ async fn read_loop(
                     let msg = format!(
                         "request of {size} bytes exceeds this host's limit of {limit} bytes"
                     );
-                    conn.reply(call_id, Err(Status::new(StatusCode::TooLarge, msg)));
+                    reader
+                        .conn
+                        .reply(call_id, Err(Status::new(StatusCode::TooLarge, msg)));
                 }
                 continue;
             }
             Err(e) => {
-                conn.go_away(&format!("protocol error: {e}"));
-                conn.close();
+                reader.conn.go_away(&format!("protocol error: {e}"));
+                reader.conn.close();
                 return;
             }
         }
-        end_batch(&wire, &mut blocking, &mut batch);
+        reader.end_batch();
         // Backpressure: while the peer leaves too much of our output unread (replies, pongs),
         // read nothing more from it; if it does not read within the frame timeout, close.
-        if wire.sink().unsent() > limits.max_unsent_bytes {
-            let wait = wire.sink().wait_below(limits.max_unsent_bytes);
+        let limits = &reader.limits;
+        if reader.wire.sink().unsent() > limits.max_unsent_bytes {
+            let wait = reader.wire.sink().wait_below(limits.max_unsent_bytes);
             if tokio::time::timeout(limits.frame_timeout, wait)
                 .await
                 .is_err()
             {
-                return timed_out("the client did not read its replies in time");
+                return reader.timed_out("the client did not read its replies in time");
             }
         }
         let read = if codec.in_frame(&buf) {
             let deadline = *frame_deadline
-                .get_or_insert_with(|| tokio::time::Instant::now() + limits.frame_timeout);
+                .get_or_insert_with(|| tokio::time::Instant::now() + reader.limits.frame_timeout);
             match tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)).await {
                 Ok(read) => read,
-                Err(_) => return timed_out("a frame was not completed in time"),
+                Err(_) => return reader.timed_out("a frame was not completed in time"),
             }
         } else {
             rd.read_buf(&mut buf).await
         };
         match read {
             Ok(0) | Err(_) => return,
-            Ok(_) => clock = ReadClock::now(),
+            Ok(_) => reader.clock = ReadClock::now(),
         }
         // Released above (`end_batch`), before the reader waits again.
         if holds_a_batch(&codec, &buf) {
-            start_batch(&wire, &mut blocking, &mut batch);
+            reader.start_batch();
+        }
+    }
+}
+
+/// What a host connection's read loop hands each Request to: the connection, its keel-wire
+/// end, the read's clock, the blocking calls it holds for a batch, its limits.
+struct HostReader {
+    conn: Arc<HostConn>,
+    wire: Arc<WireEnd<()>>,
+    clock: ReadClock,
+    blocking: BlockingCalls,
+    limits: ReadLimits,
+    /// The protocol version agreed in the handshake (how bodies are encoded).
+    version: u16,
+    /// Whether the bytes being decoded came as a batch (see `holds_a_batch`): replies are then
+    /// corked and blocking calls held until the batch is handled.
+    batch: bool,
+}
+
+impl HostReader {
+    /// A frame this side must never receive: the peer is told why, and the connection ends.
+    fn fail(&self, e: &keel_wire::ConnError) {
+        self.conn.go_away(&e.to_string());
+        self.conn.close();
+    }
+
+    /// The peer took too long (`why`): the connection is closed, and counted.
+    fn timed_out(&self, why: &str) {
+        self.conn.dispatcher.timed_out(self.conn.info.binding);
+        self.conn.shut(why);
+    }
+
+    /// A Request read at `clock.read_at`, decoded in place or not: the core keeps its books, and
+    /// it is dispatched, or refused (after a GoAway, past the streams limit, with an unknown
+    /// compression). `Err` when the connection must fail (see `WireEnd::handle_request`).
+    fn on_request<B: AsRef<[u8]>>(
+        &mut self,
+        req: &keel_wire::Request<B>,
+    ) -> Result<(), keel_wire::ConnError> {
+        let HostReader {
+            conn,
+            wire,
+            clock,
+            blocking,
+            limits,
+            version,
+            ..
+        } = self;
+        let admit = || conn.dispatcher.arrival();
+        let arrival = match wire.handle_request(req, clock.read_at, admit)? {
+            Some(Some(arrival)) => arrival,
+            Some(None) => {
+                // It arrived after this connection's GoAway, whose `last_call_id` is below its id:
+                // it is not processed, and the client sends it again on another connection.
+                conn.info.calls.fetch_add(1, Ordering::Relaxed);
+                if req.flags.streamed {
+                    wire.refuse_inbound(req.call_id);
+                }
+                let msg = "the host is going away: the call arrived after its GoAway";
+                conn.reply(req.call_id, Err(Status::new(StatusCode::ShuttingDown, msg)));
+                return Ok(());
+            }
+            // The connection is closed: nothing more is processed.
+            None => return Ok(()),
+        };
+        if req.flags.streamed && wire.inbound_streams() >= limits.max_streams {
+            // Each open stream may hold its window of bytes: their number is bounded.
+            wire.refuse_inbound(req.call_id);
+            let msg = format!(
+                "this connection already has {} streamed uploads open",
+                limits.max_streams
+            );
+            conn.reply(req.call_id, Err(Status::new(StatusCode::Busy, msg)));
+            return Ok(());
+        }
+        let compression = match Compression::from_wire_id(req.compression) {
+            Ok(c) => c,
+            Err(id) => {
+                let msg = format!("unknown compression id {id}");
+                if req.flags.streamed {
+                    wire.refuse_inbound(req.call_id);
+                }
+                conn.reply(req.call_id, Err(Status::new(StatusCode::BadRequest, msg)));
+                return Ok(());
+            }
+        };
+        let stream = if req.flags.streamed {
+            // Before the next frame is read: its data follows this request.
+            wire.inbound_stream(req.call_id)
+        } else {
+            ByteStream::empty()
+        };
+        let incoming = Incoming {
+            call_id: req.call_id,
+            one_way: req.flags.one_way,
+            deadline: (req.deadline_us > 0).then(|| Duration::from_micros(req.deadline_us)),
+            service: &req.service,
+            operation: &req.operation,
+            // Copied: the call's context may outlive the read buffer the block is in.
+            metadata: Metadata::from_wire_block(req.metadata.as_ref()),
+            compression,
+            reply_codec: req.flags.accepts_compressed.then_some(Compression::Zstd),
+            format: wire_format(*version),
+            body: req.body.as_ref(),
+            stream,
+            arrival,
+            reply_to: ReplyTo::Connection,
+        };
+        // Arrived when it was read: one clock read per read, not per call.
+        dispatch(
+            conn,
+            incoming,
+            clock.read_at,
+            &mut clock.latest,
+            Some(blocking),
+        );
+        Ok(())
+    }
+
+    /// What the reader does after reading a batch: replies wait for the rest of the batch
+    /// (`Sink::cork`), and its blocking calls are handed to the pool together
+    /// (`Scheduler::hold`).
+    fn start_batch(&mut self) {
+        self.wire.sink().cork();
+        self.blocking.hold();
+        self.batch = true;
+    }
+
+    /// What the reader does before it waits for anything, if it started a batch: what the batch
+    /// produced leaves in one write, and then the batch's blocking calls go to the pool together.
+    ///
+    /// In that order: the thread a hand-off wakes often runs at once on the reader's core,
+    /// preempting it. Still corked, the sink would hold that thread's replies until the reader ran
+    /// again to uncork it; uncorked, the thread writes them as soon as its calls have run.
+    fn end_batch(&mut self) {
+        if std::mem::take(&mut self.batch) {
+            self.wire.sink().uncork();
+            self.blocking.release();
         }
     }
 }
@@ -478,89 +600,6 @@ impl ReadClock {
     }
 }
 
-/// A Request read at `clock.read_at`, decoded in place or not: the core keeps its books, and
-/// it is dispatched, or refused (after a GoAway, past the streams limit, with an unknown
-/// compression). `Err` when the connection must fail (see `WireConn::handle_request`).
-fn on_request<B: AsRef<[u8]>>(
-    conn: &Arc<ConnShared>,
-    wire: &Arc<WireConn<()>>,
-    req: &keel_wire::Request<B>,
-    clock: &mut ReadClock,
-    blocking: &mut BlockingCalls,
-    limits: &ReadLimits,
-    version: u16,
-) -> Result<(), keel_wire::ConnError> {
-    let admit = || conn.dispatcher.arrival();
-    let arrival = match wire.handle_request(req, clock.read_at, admit)? {
-        Some(Some(arrival)) => arrival,
-        Some(None) => {
-            // It arrived after this connection's GoAway, whose `last_call_id` is below its id:
-            // it is not processed, and the client sends it again on another connection.
-            conn.info.calls.fetch_add(1, Ordering::Relaxed);
-            if req.flags.streamed {
-                wire.refuse_inbound(req.call_id);
-            }
-            let msg = "the host is going away: the call arrived after its GoAway";
-            conn.reply(req.call_id, Err(Status::new(StatusCode::ShuttingDown, msg)));
-            return Ok(());
-        }
-        // The connection is closed: nothing more is processed.
-        None => return Ok(()),
-    };
-    if req.flags.streamed && wire.inbound_streams() >= limits.max_streams {
-        // Each open stream may hold its window of bytes: their number is bounded.
-        wire.refuse_inbound(req.call_id);
-        let msg = format!(
-            "this connection already has {} streamed uploads open",
-            limits.max_streams
-        );
-        conn.reply(req.call_id, Err(Status::new(StatusCode::Busy, msg)));
-        return Ok(());
-    }
-    let compression = match Compression::from_wire_id(req.compression) {
-        Ok(c) => c,
-        Err(id) => {
-            let msg = format!("unknown compression id {id}");
-            if req.flags.streamed {
-                wire.refuse_inbound(req.call_id);
-            }
-            conn.reply(req.call_id, Err(Status::new(StatusCode::BadRequest, msg)));
-            return Ok(());
-        }
-    };
-    let stream = if req.flags.streamed {
-        // Before the next frame is read: its data follows this request.
-        wire.inbound_stream(req.call_id)
-    } else {
-        ByteStream::empty()
-    };
-    let incoming = Incoming {
-        call_id: req.call_id,
-        one_way: req.flags.one_way,
-        deadline: (req.deadline_us > 0).then(|| Duration::from_micros(req.deadline_us)),
-        service: &req.service,
-        operation: &req.operation,
-        // Copied: the call's context may outlive the read buffer the block is in.
-        metadata: Metadata::from_wire_block(req.metadata.as_ref()),
-        compression,
-        reply_codec: req.flags.accepts_compressed.then_some(Compression::Zstd),
-        format: wire_format(version),
-        body: req.body.as_ref(),
-        stream,
-        arrival,
-        reply_to: ReplyTo::Connection,
-    };
-    // Arrived when it was read: one clock read per read, not per call.
-    dispatch(
-        conn,
-        incoming,
-        clock.read_at,
-        &mut clock.latest,
-        Some(blocking),
-    );
-    Ok(())
-}
-
 /// Whether `buf` holds more than the frame at its front, whole or not: then what was read is
 /// a batch. A lone frame (one call in flight) needs no corking: its reply is written as it is
 /// sent, in one write all the same, and that saves the sink's and the held calls' locks
@@ -569,26 +608,4 @@ fn holds_a_batch(codec: &Codec, buf: &BytesMut) -> bool {
     codec
         .pending_frame_size(buf)
         .is_some_and(|size| buf.len() > size)
-}
-
-/// What the reader does after reading a batch: replies wait for the rest of the batch
-/// (`Sink::cork`), and its blocking calls are handed to the pool together
-/// (`Scheduler::hold`).
-fn start_batch(wire: &WireConn<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
-    wire.sink().cork();
-    blocking.hold();
-    *batch = true;
-}
-
-/// What the reader does before it waits for anything, if it started a batch: what the batch
-/// produced leaves in one write, and then the batch's blocking calls go to the pool together.
-///
-/// In that order: the thread a hand-off wakes often runs at once on the reader's core,
-/// preempting it. Still corked, the sink would hold that thread's replies until the reader ran
-/// again to uncork it; uncorked, the thread writes them as soon as its calls have run.
-fn end_batch(wire: &WireConn<()>, blocking: &mut BlockingCalls, batch: &mut bool) {
-    if std::mem::take(batch) {
-        wire.sink().uncork();
-        blocking.release();
-    }
 }

@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::super::ticker::{Ticker, Watch};
 use super::{spawn_each, Job, Owner};
+use crate::runtime::ticker::{Ticker, Watch};
 
 /// The most expected work (the sum of its calls' means) one run holds.
 pub(crate) const RUN_BUDGET: Duration = Duration::from_micros(100);

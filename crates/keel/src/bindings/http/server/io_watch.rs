@@ -1,0 +1,213 @@
+//! The IO watchdog of an HTTP connection: a request head that starts arriving and does not
+//! finish in time (slowloris), output the peer does not read, and when bytes last moved.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+
+use crate::transport::Io;
+
+/// Follows an HTTP connection's bytes: the request head an HTTP/1.1 connection is receiving,
+/// so that one that starts arriving and does not finish within the frame timeout closes the
+/// connection (a head "starts" when bytes arrive while no request is in progress; it ends when
+/// the request reaches [`handle`](super::route::handle)); output the peer does not take; and
+/// when bytes last moved.
+/// (A client that pipelines its next request behind a streamed answer longer than the frame
+/// timeout is closed too; keel's client and browsers do not pipeline.)
+#[derive(Debug)]
+pub(in crate::bindings::http) struct HeadWatch {
+    epoch: std::time::Instant,
+    /// Since when writing has been waiting for the peer to read, in ms since `epoch` (plus
+    /// one); 0 while output flows.
+    write_blocked: AtomicU64,
+    /// When bytes last moved either way, in ms since `epoch`.
+    last_io: AtomicU64,
+    /// When bytes arrived with no request in progress, in ms since `epoch` (plus one); 0 for
+    /// none.
+    started: AtomicU64,
+    /// Requests in progress.
+    in_request: AtomicUsize,
+    /// HTTP/2: its own framing, nothing to watch.
+    h2: AtomicBool,
+    /// Woken when a head starts.
+    armed: Notify,
+}
+
+impl HeadWatch {
+    pub(super) fn new(h2: bool) -> HeadWatch {
+        HeadWatch {
+            epoch: std::time::Instant::now(),
+            write_blocked: AtomicU64::new(0),
+            last_io: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            in_request: AtomicUsize::new(0),
+            h2: AtomicBool::new(h2),
+            armed: Notify::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A write (or flush) took bytes (`true`) or had to wait for the peer (`false`).
+    fn wrote(&self, progress: bool) {
+        if progress {
+            self.write_blocked.store(0, Ordering::Relaxed);
+            self.last_io.store(self.now_ms(), Ordering::Relaxed);
+        } else if self.write_blocked.load(Ordering::Relaxed) == 0 {
+            self.write_blocked
+                .store(self.now_ms() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether output has waited for the peer to read for `timeout` without any progress.
+    pub(super) fn write_stalled(&self, timeout: Duration) -> bool {
+        let since = self.write_blocked.load(Ordering::Relaxed);
+        since != 0 && (self.now_ms() + 1).saturating_sub(since) >= timeout.as_millis() as u64
+    }
+
+    /// Whether no byte moved either way for `timeout`.
+    pub(super) fn quiet(&self, timeout: Duration) -> bool {
+        self.now_ms()
+            .saturating_sub(self.last_io.load(Ordering::Relaxed))
+            >= timeout.as_millis() as u64
+    }
+
+    /// Whether the connection speaks HTTP/2 (by ALPN, or its preface arrived).
+    pub(super) fn is_h2(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
+    }
+
+    /// Bytes arrived (`first` is what was read).
+    fn received(&self, first: &[u8]) {
+        self.last_io.store(self.now_ms(), Ordering::Relaxed);
+        if self.h2.load(Ordering::Relaxed) {
+            return;
+        }
+        // HTTP/2's preface ("PRI * HTTP/2.0..."): no HTTP/1.1 request starts with `PRI`.
+        if first.starts_with(b"PRI") {
+            self.h2.store(true, Ordering::Relaxed);
+            return;
+        }
+        if self.in_request.load(Ordering::Acquire) == 0 && self.started.load(Ordering::Relaxed) == 0
+        {
+            let now = self.epoch.elapsed().as_millis() as u64 + 1;
+            self.started.store(now, Ordering::Release);
+            self.armed.notify_one();
+        }
+    }
+
+    /// What a write's outcome says about the peer reading.
+    fn wrote_as(&self, polled: &Poll<std::io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(n)) => self.wrote(*n > 0),
+            Poll::Pending => self.wrote(false),
+            Poll::Ready(Err(_)) => {}
+        }
+    }
+
+    /// A request's head is complete; the guard marks its end.
+    pub(super) fn request(self: &Arc<Self>) -> RequestGuard {
+        self.in_request.fetch_add(1, Ordering::AcqRel);
+        self.started.store(0, Ordering::Release);
+        RequestGuard(self.clone())
+    }
+
+    /// Completes when a head has been arriving for longer than `timeout`.
+    pub(super) async fn overdue(&self, timeout: Duration) {
+        loop {
+            let started = self.started.load(Ordering::Acquire);
+            if started == 0 {
+                self.armed.notified().await;
+                continue;
+            }
+            let due = self.epoch + Duration::from_millis(started - 1) + timeout;
+            tokio::time::sleep_until(due.into()).await;
+            if self.started.load(Ordering::Acquire) == started {
+                return;
+            }
+        }
+    }
+}
+
+/// A request in progress on a watched connection.
+pub(super) struct RequestGuard(Arc<HeadWatch>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.0.in_request.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's byte stream, reporting what arrives to its [`HeadWatch`].
+pub(super) struct Watched {
+    pub(super) io: Box<dyn Io>,
+    pub(super) watch: Arc<HeadWatch>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.watch.received(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch.wrote_as(&polled);
+        polled
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        match polled {
+            Poll::Ready(Ok(())) => self.watch.wrote(true),
+            Poll::Pending => self.watch.wrote(false),
+            Poll::Ready(Err(_)) => {}
+        }
+        polled
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch.wrote_as(&polled);
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}

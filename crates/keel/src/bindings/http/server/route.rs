@@ -1,0 +1,111 @@
+//! One request's route: `POST /{Service}/{operation}` (a call), `GET /{Service}` (its
+//! description), `GET /openapi.json`, CORS preflights; and what every answer gets on its way
+//! out (`connection: close` while the host drains, CORS headers).
+
+use ::http::header::{HeaderValue, CONNECTION, ORIGIN};
+use ::http::{Method, Request, Response, Version};
+
+use super::super::body::{self, Body, Received};
+use super::call::call;
+use super::describe::describe;
+#[cfg(feature = "openapi")]
+use super::describe::openapi;
+use super::responses::{error, head_too_large, wrong_method};
+use super::Ctx;
+use crate::core::format::Format;
+use crate::core::status::{Status, StatusCode};
+
+/// One request: routes it and answers.
+pub(in crate::bindings::http) async fn handle<B: Received>(
+    ctx: &Ctx,
+    req: Request<B>,
+) -> Response<Body> {
+    let _in_request = ctx.watch.as_ref().map(|w| w.request());
+    let conn = &ctx.conn;
+    let h1 = req.version() <= Version::HTTP_11;
+    if h1 && ctx.watch.is_some() && head_size(&req) > super::super::H1_MAX_BUF {
+        // hyper bounds the buffer it reads a head into, not the head: one that arrived in a
+        // single large read passes its check.
+        return head_too_large();
+    }
+    let cors = ctx.settings.cors.as_ref();
+    let origin = cors.and_then(|_| req.headers().get(ORIGIN).cloned());
+    if let Some(answer) = cors.and_then(|c| c.preflight(req.method(), req.headers())) {
+        return preflight_answer(answer);
+    }
+    let path = req.uri().path().to_string();
+    let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
+    let mut response = match (segments.next(), segments.next(), segments.next()) {
+        #[cfg(feature = "openapi")]
+        (Some("openapi.json"), None, _) => {
+            if req.method() == Method::GET {
+                openapi(conn)
+            } else {
+                wrong_method(req.method(), &path, Method::GET)
+            }
+        }
+        (Some(service), None, _) if !service.is_empty() => {
+            if req.method() == Method::GET {
+                describe(conn, service)
+            } else {
+                wrong_method(req.method(), &path, Method::GET)
+            }
+        }
+        (Some(service), Some(operation), None) if !service.is_empty() && !operation.is_empty() => {
+            if req.method() == Method::POST {
+                call(ctx, req, service, operation).await
+            } else {
+                wrong_method(req.method(), &path, Method::POST)
+            }
+        }
+        _ => error(
+            Status::new(
+                StatusCode::UnknownOperation,
+                format!("nothing at `{path}`: calls are POST /{{Service}}/{{operation}}, descriptions GET /{{Service}}"),
+            ),
+            Format::Json,
+        ),
+    };
+    if h1 && (conn.dispatcher.is_shutting_down() || conn.is_going_away()) {
+        // A draining host (or one retiring this connection for its age) answers this one and
+        // closes, so the client reconnects elsewhere.
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    if let Some(cors) = cors {
+        cors.decorate(origin.as_ref(), response.headers_mut());
+    }
+    response
+}
+
+/// The answer to a CORS preflight: 204 with the headers that allow the call, or 403.
+fn preflight_answer(answer: Result<::http::HeaderMap, String>) -> Response<Body> {
+    match answer {
+        Ok(headers) => {
+            let mut response = Response::new(body::empty());
+            *response.status_mut() = ::http::StatusCode::NO_CONTENT;
+            *response.headers_mut() = headers;
+            response
+        }
+        Err(msg) => {
+            let mut response = error(Status::new(StatusCode::PermissionDenied, msg), Format::Json);
+            *response.status_mut() = ::http::StatusCode::FORBIDDEN;
+            response
+        }
+    }
+}
+
+/// About how many bytes `req`'s head took on the wire (request line and header fields).
+fn head_size<B>(req: &Request<B>) -> usize {
+    let line = req.method().as_str().len()
+        + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + " HTTP/1.1\r\n".len()
+        + 1;
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
+        .sum();
+    line + fields + "\r\n".len()
+}

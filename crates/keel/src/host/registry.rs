@@ -1,0 +1,286 @@
+//! The host's registry of connections: those in their handshakes and those open, the
+//! connection limit (evict the oldest handshake, else the connection idle longest), idle
+//! reaping, connection age, and the drain that tells every connection to go away.
+//!
+//! Bindings register the connections they serve through [`HostConnRegistry`] (defined with
+//! the bindings, so that they need not import the host); the accept loop, the reapers, the
+//! admin endpoint and [`Host`](super::Host) use the rest.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+
+use crate::bindings::HostConnRegistry;
+use crate::core::status::{Status, StatusCode};
+use crate::dispatch::{Dispatcher, HostConn};
+
+/// A connection in its handshakes: the task running them (once spawned), and its binding.
+#[derive(Debug)]
+struct Handshake {
+    task: Option<AbortHandle>,
+    binding: &'static str,
+}
+
+/// What [`Registry::drain`] left unfinished.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Drained {
+    /// Calls still running at the close timeout, answered `ShuttingDown`.
+    pub(crate) abandoned_calls: usize,
+}
+
+/// Every connection of a host, from its accept to its close.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    dispatcher: Arc<Dispatcher>,
+    /// Connections open (past their handshakes), by id.
+    conns: Mutex<HashMap<u64, Arc<HostConn>>>,
+    /// Connections still in their handshakes (TLS, keel's), by id (so in accept order), with
+    /// the task running each (once it is known): the first to go when the connection limit
+    /// needs room.
+    handshaking: Mutex<BTreeMap<u64, Handshake>>,
+    /// Set once the host has stopped: a connection that finishes its handshakes later is
+    /// closed as it registers.
+    registrations_closed: AtomicBool,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    /// An empty registry of the connections whose calls go to `dispatcher`.
+    pub(crate) fn new(dispatcher: Arc<Dispatcher>) -> Registry {
+        Registry {
+            dispatcher,
+            conns: Mutex::new(HashMap::new()),
+            handshaking: Mutex::new(BTreeMap::new()),
+            registrations_closed: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// The dispatcher the connections' calls go to.
+    pub(crate) fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.dispatcher
+    }
+
+    /// A fresh connection id, unique for the host's life.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn conn_map(&self) -> MutexGuard<'_, HashMap<u64, Arc<HostConn>>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Connections open now (registered, past their handshakes).
+    pub(crate) fn conn_count(&self) -> usize {
+        self.conn_map().len()
+    }
+
+    /// Every open connection.
+    pub(crate) fn conns(&self) -> Vec<Arc<HostConn>> {
+        self.conn_map().values().cloned().collect()
+    }
+
+    /// The binding of every open connection (for the metrics' gauges).
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn bindings(&self) -> Vec<&'static str> {
+        self.conn_map().values().map(|c| c.info.binding).collect()
+    }
+
+    fn handshakes(&self) -> MutexGuard<'_, BTreeMap<u64, Handshake>> {
+        self.handshaking.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `limit` connections count toward the connection limit: those in their
+    /// handshakes, and those registered that the host is not closing already.
+    pub(crate) fn is_full(&self, limit: usize) -> bool {
+        let handshaking = self.handshakes().len();
+        let conns = self.conn_map();
+        // The exact count walks the connections: only needed near the limit.
+        handshaking + conns.len() >= limit
+            && handshaking + conns.values().filter(|c| !c.is_closing()).count() >= limit
+    }
+
+    /// A connection accepted as `id` on `binding` is about to start its handshakes: it counts
+    /// toward the connection limit from now until [`handshake_ended`](Registry::handshake_ended)
+    /// (its registration, or its task's end). Called before its task is spawned, so that the
+    /// task cannot register it first and leave this entry behind: a live connection would then
+    /// count twice, and the limit could evict it as a handshake.
+    pub(crate) fn handshake_starting(&self, id: u64, binding: &'static str) {
+        self.handshakes().insert(
+            id,
+            Handshake {
+                task: None,
+                binding,
+            },
+        );
+    }
+
+    /// The task running connection `id`'s handshakes, for eviction (if they are not over
+    /// already).
+    pub(crate) fn handshake_task(&self, id: u64, task: AbortHandle) {
+        if let Some(h) = self.handshakes().get_mut(&id) {
+            h.task = Some(task);
+        }
+    }
+
+    /// Connection `id`'s handshakes are over (it registered, or failed).
+    pub(crate) fn handshake_ended(&self, id: u64) {
+        self.handshakes().remove(&id);
+    }
+
+    /// Makes room for a newcomer at the connection limit: ends the oldest handshake still
+    /// going, or else closes the connection idle longest. False if every connection has calls
+    /// in flight.
+    pub(crate) fn evict_one(&self) -> bool {
+        let oldest = {
+            let mut handshakes = self.handshakes();
+            // (One whose task is not known yet was accepted a moment ago, on this very loop.)
+            let id = handshakes
+                .iter()
+                .find(|(_, h)| h.task.is_some())
+                .map(|(id, _)| *id);
+            id.and_then(|id| handshakes.remove(&id))
+        };
+        if let Some(Handshake {
+            task: Some(task),
+            binding,
+        }) = oldest
+        {
+            task.abort();
+            self.evicted(binding);
+            return true;
+        }
+        let now = self.dispatcher.now_ms();
+        let idlest = self
+            .conns()
+            .into_iter()
+            .filter(|c| !c.is_closing())
+            .filter_map(|c| c.idle_ms(now).map(|idle| (idle, c)))
+            .max_by_key(|(idle, _)| *idle);
+        match idlest {
+            Some((_, c)) => {
+                if c.shut("connection limit reached: closing the connection idle longest") {
+                    self.evicted(c.info.binding);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes every connection that has had no call in flight for `idle_timeout`.
+    pub(crate) fn reap_idle(&self, idle_timeout: Duration) {
+        let now = self.dispatcher.now_ms();
+        let limit = idle_timeout.as_millis() as u64;
+        for c in self.conns() {
+            if c.idle_ms(now).is_some_and(|idle| idle >= limit)
+                && c.shut("idle timeout: no call for too long")
+            {
+                self.dispatcher.timed_out(c.info.binding);
+            }
+        }
+    }
+
+    /// Sends GoAway to every connection older than `max_age` (each with its own jitter of
+    /// up to ±10 %, so that connections opened together do not all leave together), and closes
+    /// those told so once their calls are done, or after `grace`. Returns how many were told.
+    pub(crate) fn age_connections(&self, max_age: Duration, grace: Duration) -> usize {
+        let now = self.dispatcher.now_ms();
+        self.conns()
+            .iter()
+            .filter(|c| c.age(now, jittered(max_age, c.id), grace))
+            .count()
+    }
+
+    /// A connection of `binding` was closed to make room at the connection limit.
+    fn evicted(&self, binding: &'static str) {
+        let d = &self.dispatcher;
+        d.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = d.metrics.conn(binding) {
+            m.evicted.increment(1);
+        }
+    }
+
+    /// A connection of `binding` was refused at the connection limit.
+    pub(crate) fn refused(&self, binding: &'static str) {
+        let d = &self.dispatcher;
+        d.stats.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = d.metrics.conn(binding) {
+            m.refused.increment(1);
+        }
+    }
+
+    /// The host has stopped: connections registering from now on are closed at once, and the
+    /// handshakes still going are ended.
+    pub(crate) fn close_registrations(&self) {
+        self.dispatcher.set_shutting_down();
+        self.registrations_closed.store(true, Ordering::Release);
+        let handshakes = std::mem::take(&mut *self.handshakes());
+        for task in handshakes.into_values().filter_map(|h| h.task) {
+            task.abort();
+        }
+    }
+
+    /// Stop taking calls, let those in flight finish within `close_timeout`, answer the rest
+    /// `ShuttingDown`, and close every connection.
+    pub(crate) async fn drain(&self, close_timeout: Duration) -> Drained {
+        let d = &self.dispatcher;
+        d.set_shutting_down();
+        for c in self.conns() {
+            c.go_away("host shutting down");
+        }
+        d.settle(tokio::time::Instant::now() + close_timeout).await;
+        let abandoned = d.in_flight();
+        let status = Status::new(
+            StatusCode::ShuttingDown,
+            "host shut down before the call completed (close timeout)",
+        );
+        for c in self.conns() {
+            if c.in_flight() > 0 {
+                c.abandon_all(&status);
+            } else {
+                c.close();
+            }
+        }
+        Drained {
+            abandoned_calls: abandoned,
+        }
+    }
+}
+
+impl HostConnRegistry for Registry {
+    fn register(&self, conn: Arc<HostConn>) {
+        let d = &self.dispatcher;
+        d.stats.opened.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = d.metrics.conn(conn.info.binding) {
+            m.opened.increment(1);
+        }
+        self.handshake_ended(conn.id);
+        self.conn_map().insert(conn.id, conn.clone());
+        if self.registrations_closed.load(Ordering::Acquire) {
+            conn.shut("host shut down");
+        }
+    }
+
+    fn unregister(&self, id: u64) {
+        let removed = self.conn_map().remove(&id);
+        if let Some(conn) = removed {
+            let d = &self.dispatcher;
+            d.stats.closed.fetch_add(1, Ordering::Relaxed);
+            if let Some(m) = d.metrics.conn(conn.info.binding) {
+                m.closed.increment(1);
+                m.calls
+                    .record(conn.info.calls.load(Ordering::Relaxed) as f64);
+            }
+        }
+    }
+}
+
+/// `max_age` scaled by a factor in [0.9, 1.1) drawn from connection `id` (a fixed hash, so a
+/// connection keeps its factor).
+fn jittered(max_age: Duration, id: u64) -> Duration {
+    max_age.mul_f64(0.9 + 0.2 * crate::core::random::unit_from(id))
+}
