@@ -138,3 +138,33 @@ async fn an_axum_app_serves_a_keel_contract_and_an_ordinary_route_on_one_port() 
     server.abort();
     host.shutdown_async().await;
 }
+
+/// A blocking client called from async code panics with keel's message, which names the fix,
+/// instead of tokio's "Cannot start a runtime from within a runtime".
+#[tokio::test]
+#[should_panic(expected = "use the async client ({Contract}Client) with `.await` there")]
+async fn a_blocking_client_in_async_code_names_the_fix() {
+    let _ = GreeterBlockingClient::connect("tcp://127.0.0.1:1");
+}
+
+/// From `spawn_blocking`, where blocking is what the thread is for, a blocking client works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_client_works_from_spawn_blocking() {
+    let host = keel::Host::builder()
+        .service(GreeterServer::new(English))
+        .endpoint("tcp://127.0.0.1:0")
+        .runtime(tokio::runtime::Handle::current())
+        .start()
+        .unwrap();
+    let url = host.url().to_string();
+    let hello = tokio::task::spawn_blocking(move || {
+        GreeterBlockingClient::connect(&url)
+            .unwrap()
+            .hello("pool".into())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(hello, "hello pool");
+    host.shutdown_async().await;
+}
