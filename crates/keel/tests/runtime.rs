@@ -50,14 +50,19 @@ async fn raw_http(addr: &str, request: String) -> (u16, String) {
     (status, body)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_runs_on_the_callers_runtime() {
-    let host = keel::Host::builder()
+/// A `Greeter` host on tcp:// that runs on the calling test's runtime.
+fn host_on_this_runtime() -> keel::Host {
+    keel::Host::builder()
         .service(GreeterServer::new(English))
         .endpoint("tcp://127.0.0.1:0")
         .runtime(tokio::runtime::Handle::current())
         .start()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_runs_on_the_callers_runtime() {
+    let host = host_on_this_runtime();
     // No runtime of its own: its I/O runs on this test's workers.
     assert_eq!(threads_named("keel-host"), 0);
     let client = GreeterClient::connect(host.url()).await.unwrap();
@@ -150,12 +155,7 @@ async fn a_blocking_client_in_async_code_names_the_fix() {
 /// From `spawn_blocking`, where blocking is what the thread is for, a blocking client works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_client_works_from_spawn_blocking() {
-    let host = keel::Host::builder()
-        .service(GreeterServer::new(English))
-        .endpoint("tcp://127.0.0.1:0")
-        .runtime(tokio::runtime::Handle::current())
-        .start()
-        .unwrap();
+    let host = host_on_this_runtime();
     let url = host.url().to_string();
     let hello = tokio::task::spawn_blocking(move || {
         GreeterBlockingClient::connect(&url)

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::svg::{esc, fmt_tick, nice_step, svg_open};
+use super::svg::{axes, esc, fmt_tick, nice_step, svg_open};
 use crate::experiments::burst::{Burst, Sample};
 use crate::experiments::phases::{Phases, SEGMENTS};
 
@@ -79,14 +79,7 @@ pub(super) fn threads_chart(b: &Burst) -> String {
         );
         sec += x_step;
     }
-    let _ = write!(
-        s,
-        r##"<line x1="{l}" x2="{l}" y1="{t}" y2="{:.1}" stroke="#374151"/><line x1="{l}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#374151"/>"##,
-        t + ph,
-        l + pw,
-        t + ph,
-        t + ph
-    );
+    axes(&mut s, l, t, pw, ph);
     let _ = write!(
         s,
         r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">time (s)</text><text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle">pool threads</text>"##,

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::svg::{esc, nice_step, svg_open};
+use super::svg::{axes, esc, nice_step, svg_open};
 use crate::experiments::concurrent::Concurrent;
 use crate::experiments::first_call::FirstCall;
 
@@ -176,14 +176,7 @@ pub(super) fn first_call_chart(fc: &FirstCall) -> String {
             c.call
         );
     }
-    let _ = write!(
-        s,
-        r##"<line x1="{l}" x2="{l}" y1="{t}" y2="{:.1}" stroke="#374151"/><line x1="{l}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#374151"/>"##,
-        t + ph,
-        l + pw,
-        t + ph,
-        t + ph
-    );
+    axes(&mut s, l, t, pw, ph);
     let _ = write!(
         s,
         r##"<rect x="{l}" y="6" width="12" height="12" fill="#9ca3af"/><text x="{:.1}" y="16">WCF (seed 000, ms resolution)</text><rect x="{:.1}" y="6" width="12" height="12" fill="#2563eb"/><text x="{:.1}" y="16">keel (this run)</text></svg>"##,

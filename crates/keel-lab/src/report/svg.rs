@@ -17,6 +17,20 @@ pub(super) fn svg_open(w: f64, h: f64) -> String {
 }
 
 /// A "nice" axis step (1, 2 or 5 × 10^k) giving about `ticks` ticks up to `max`.
+/// A chart's two axes: the y axis at `l` from `t` down to the plot's bottom, the x axis along
+/// the bottom, for a plot area `pw` wide and `ph` high.
+pub(super) fn axes(s: &mut String, l: f64, t: f64, pw: f64, ph: f64) {
+    use std::fmt::Write as _;
+    let _ = write!(
+        s,
+        r##"<line x1="{l}" x2="{l}" y1="{t}" y2="{:.1}" stroke="#374151"/><line x1="{l}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#374151"/>"##,
+        t + ph,
+        l + pw,
+        t + ph,
+        t + ph
+    );
+}
+
 pub(super) fn nice_step(max: f64, ticks: usize) -> f64 {
     if max.is_nan() || max <= 0.0 || !max.is_finite() {
         return 1.0;
