@@ -133,6 +133,10 @@ fn client_method(trait_name: &Ident, i: usize, op: &Operation) -> TokenStream2 {
     let names: Vec<_> = op.value_params().map(|(n, _)| n).collect();
     let docs = op.method.attrs.iter().filter(|a| a.path().is_ident("doc"));
     let upload = match op.stream_param {
+        Some(i) if op.request_message.is_some() => {
+            let n = &op.params[i].0;
+            quote!(::core::option::Option::Some(#k::upload_messages(#n)))
+        }
         Some(i) => {
             let n = &op.params[i].0;
             quote!(::core::option::Option::Some(#n))
@@ -142,6 +146,16 @@ fn client_method(trait_name: &Ident, i: usize, op: &Operation) -> TokenStream2 {
     let target = quote!(&self.channel, &self.options, &#descriptor_static, #i, &__args, #upload);
     let (ret, call) = if op.one_way {
         (quote!(()), quote!(#k::call_one_way(#target).await))
+    } else if let Some(m) = &op.reply_message {
+        let ret = match (&op.fallible, &op.status_result) {
+            (Some((t, _)), _) | (None, Some(t)) => t,
+            (None, None) => &op.ret,
+        };
+        let call = match &op.fallible {
+            Some((_, e)) => quote!(#k::call_messages_fallible::<_, #m, #e>(#target).await),
+            None => quote!(#k::call_messages::<_, #m>(#target).await),
+        };
+        (quote!(#ret), call)
     } else if let Some((t, e)) = &op.fallible {
         if op.stream_reply {
             (

@@ -102,6 +102,8 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
     });
     let stream_request = op.stream_param.is_some();
     let stream_response = op.stream_reply;
+    let message_request = op.request_message.is_some();
+    let message_response = op.reply_message.is_some();
     let (returns, fault) = match (&op.fallible, &op.status_result) {
         (Some((t, e)), _) => (type_string(t), {
             let e = type_string(e);
@@ -120,10 +122,17 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
             (Some((t, _)), _) | (None, Some(t)) => t,
             (None, None) => &op.ret,
         };
-        let returns = if op.one_way || op.stream_reply {
+        let returns = if let Some(m) = &op.reply_message {
+            // A stream of messages: the schema of one message.
+            quote!(::core::option::Option::Some(#k::schema_of::<#m>))
+        } else if op.one_way || op.stream_reply {
             quote!(::core::option::Option::None)
         } else {
             quote!(::core::option::Option::Some(#k::schema_of::<#success>))
+        };
+        let request_message = match &op.request_message {
+            Some(m) => quote!(::core::option::Option::Some(#k::schema_of::<#m>)),
+            None => quote!(::core::option::Option::None),
         };
         let fault = match &op.fallible {
             Some((_, e)) => quote!(::core::option::Option::Some(#k::schema_of::<#e>)),
@@ -136,7 +145,7 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
                 #returns,
                 #fault,
                 #docs,
-            ))
+            ).with_request_message(#request_message))
         }
     } else {
         quote!()
@@ -153,6 +162,7 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
             #stream_response,
         )
         .with_idempotent(#idempotent)
+        .with_messages(#message_request, #message_response)
         #schemas
     }
 }

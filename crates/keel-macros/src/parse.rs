@@ -23,16 +23,22 @@ pub(crate) struct Operation {
     pub(crate) idempotent: bool,
     /// The parameters after `&self`, in order, as (name, type).
     pub(crate) params: Vec<(Ident, Type)>,
-    /// The index in `params` of the `ByteStream` parameter (the request stream), if any.
+    /// The index in `params` of the `ByteStream` or `MessageStream<T>` parameter (the request
+    /// stream), if any.
     pub(crate) stream_param: Option<usize>,
+    /// `T` when the request stream is a `MessageStream<T>` (typed messages, not bytes).
+    pub(crate) request_message: Option<Type>,
     /// The index in `params` of the `keel::Context` parameter, if any (not part of the
     /// contract: the host supplies it).
     pub(crate) context_param: Option<usize>,
     /// Parameters marked `#[keel(default)]`: a caller built from an older contract may leave
     /// them out.
     pub(crate) defaults: Vec<Ident>,
-    /// The operation returns a `ByteStream` (or `Result<ByteStream, E>`): a response stream.
+    /// The operation returns a `ByteStream` or `MessageStream<T>` (or either in a `Result`): a
+    /// response stream.
     pub(crate) stream_reply: bool,
+    /// `T` when the response stream is a `MessageStream<T>`.
+    pub(crate) reply_message: Option<Type>,
     /// The declared return type (`()` when omitted).
     pub(crate) ret: Type,
     /// `Some((T, E))` when the return type is `Result<T, E>`: E is the typed fault.
@@ -151,6 +157,7 @@ pub(crate) fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Opti
     }
     let mut params = Vec::new();
     let mut stream_param = None;
+    let mut request_message = None;
     let mut context_param = None;
     let mut defaults = Vec::new();
     for input in inputs {
@@ -192,22 +199,26 @@ pub(crate) fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Opti
             params.push((name, (*pt.ty).clone()));
             continue;
         }
+        let message = message_type(&pt.ty);
+        let streamed = is_byte_stream(&pt.ty) || message.is_some();
         if default {
-            if is_byte_stream(&pt.ty) {
-                local.push_spanned(&pt.ty, "a `ByteStream` parameter cannot have a default");
+            if streamed {
+                local.push_spanned(&pt.ty, "a stream parameter cannot have a default");
                 continue;
             }
             defaults.push(name.clone());
         }
-        if is_byte_stream(&pt.ty) {
+        if streamed {
             if stream_param.is_some() {
                 local.push_spanned(
                     &pt.ty,
-                    "an operation takes at most one `ByteStream` parameter (its request stream)",
+                    "an operation takes at most one stream parameter (`ByteStream` or \
+                     `MessageStream<T>`: its request stream)",
                 );
                 continue;
             }
             stream_param = Some(params.len());
+            request_message = message;
         }
         params.push((name, (*pt.ty).clone()));
     }
@@ -233,14 +244,16 @@ pub(crate) fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Opti
         Some((t, e)) if is_status(&e) => (None, Some(t)),
         other => (other, None),
     };
-    let stream_reply = match (&fallible, &status_result) {
-        (Some((t, _)), _) | (None, Some(t)) => is_byte_stream(t),
-        (None, None) => is_byte_stream(&ret),
+    let success = match (&fallible, &status_result) {
+        (Some((t, _)), _) | (None, Some(t)) => t,
+        (None, None) => &ret,
     };
+    let reply_message = message_type(success);
+    let stream_reply = is_byte_stream(success) || reply_message.is_some();
     if one_way && stream_param.is_some() {
         local.push(
             sig.ident.span(),
-            "a #[keel(one_way)] operation cannot take a `ByteStream`: it is acknowledged on receipt",
+            "a #[keel(one_way)] operation cannot take a stream: it is acknowledged on receipt",
         );
     }
     let ok = local.0.is_none();
@@ -255,9 +268,11 @@ pub(crate) fn parse_operation(method: &TraitItemFn, errors: &mut Errors) -> Opti
         idempotent,
         params,
         stream_param,
+        request_message,
         context_param,
         defaults,
         stream_reply,
+        reply_message,
         ret,
         fallible,
         status_result,
@@ -331,6 +346,30 @@ fn is_byte_stream(t: &Type) -> bool {
         Type::Paren(p) => is_byte_stream(&p.elem),
         Type::Group(g) => is_byte_stream(&g.elem),
         _ => false,
+    }
+}
+
+/// `T` of `MessageStream<T>` (by its last path segment, as written): a stream of messages.
+fn message_type(t: &Type) -> Option<Type> {
+    match t {
+        Type::Path(p) => {
+            let seg = p.path.segments.last()?;
+            if seg.ident != "MessageStream" {
+                return None;
+            }
+            let PathArguments::AngleBracketed(ab) = &seg.arguments else {
+                return None;
+            };
+            let mut types = ab.args.iter().filter_map(|a| match a {
+                GenericArgument::Type(t) => Some(t.clone()),
+                _ => None,
+            });
+            let t = types.next()?;
+            types.next().is_none().then_some(t)
+        }
+        Type::Paren(p) => message_type(&p.elem),
+        Type::Group(g) => message_type(&g.elem),
+        _ => None,
     }
 }
 

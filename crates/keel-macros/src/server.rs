@@ -90,6 +90,15 @@ fn dispatch_arm(trait_name: &Ident, i: usize, op: &Operation) -> TokenStream2 {
         op.fallible.is_some(),
         op.status_result.is_some(),
     ) {
+        _ if op.reply_message.is_some() => {
+            if op.status_result.is_some() {
+                quote!(__reply.or_status(__r))
+            } else if op.fallible.is_some() {
+                quote!(__reply.fallible(__r))
+            } else {
+                quote!(__reply.ok(__r))
+            }
+        }
         (true, _, true) => quote!(#k::stream_or_status(__r)),
         (false, _, true) => quote!(#k::encode_or_status(format, __r)),
         (true, true, _) => quote!(#k::stream_fallible(format, __r)),
@@ -102,7 +111,9 @@ fn dispatch_arm(trait_name: &Ident, i: usize, op: &Operation) -> TokenStream2 {
     } else {
         quote!()
     };
-    let take_stream = if op.stream_param.is_some() {
+    let take_stream = if let Some(t) = &op.request_message {
+        quote!(let __stream = #k::request_messages::<#t>(stream, format, ctx);)
+    } else if op.stream_param.is_some() {
         quote!(let __stream = stream;)
     } else {
         // Not this operation's: dropping it tells the sender to stop.
@@ -123,10 +134,16 @@ fn dispatch_arm(trait_name: &Ident, i: usize, op: &Operation) -> TokenStream2 {
             }))
         }
     };
+    let take_reply = if op.reply_message.is_some() {
+        quote!(let __reply = #k::reply_messages(format, ctx);)
+    } else {
+        quote!()
+    };
     quote! {
         #i => {
             let args: #descriptor_mod::#args_ident = #k::decode_args(format, body)?;
             #take_stream
+            #take_reply
             #take_ctx
             let svc = ::std::sync::Arc::clone(&self.inner);
             ::core::result::Result::Ok(#body)

@@ -463,6 +463,7 @@ pub use crate::client::Channel;
 pub use crate::core::compress::Compression;
 pub use crate::core::context::Context;
 pub use crate::core::error::Error;
+pub use crate::core::messages::MessageStream;
 pub use crate::core::metadata::Metadata;
 pub use crate::core::status::{Status, StatusCode};
 pub use crate::core::stream::ByteStream;
@@ -479,9 +480,11 @@ pub mod metadata {
     pub use crate::core::metadata::{Metadata, MetadataError, MAX_METADATA_BYTES};
 }
 
-/// Bodies that flow in chunks: [`ByteStream`], the sending half a handler
-/// or caller writes into, and a blocking reader for plain `fn` operations.
+/// What flows instead of arriving whole: [`ByteStream`] (bytes in chunks) and
+/// [`MessageStream`] (typed messages), the sending halves a handler or caller writes into, and
+/// blocking readers for plain `fn` operations.
 pub mod stream {
+    pub use crate::core::messages::{BlockingIter, MessageSender, MessageStream};
     pub use crate::core::stream::{BlockingReader, ByteSender, ByteStream};
 }
 
@@ -584,7 +587,8 @@ pub const MAX_METADATA_BYTES: usize = metadata::MAX_METADATA_BYTES;
 pub mod __private {
     pub use crate::client::call::CallOptions;
     pub use crate::client::call::{
-        call, call_fallible, call_one_way, call_stream, call_stream_fallible,
+        call, call_fallible, call_messages, call_messages_fallible, call_one_way, call_stream,
+        call_stream_fallible, upload_messages,
     };
     pub use crate::core::compress::DecompressError;
     pub use crate::core::context::Context;
@@ -657,6 +661,69 @@ pub mod __private {
         value: Result<crate::ByteStream, E>,
     ) -> Outcome {
         codec::stream_fallible(format, value)
+    }
+    /// The request stream of an operation that takes a `MessageStream<T>`: the call's bytes,
+    /// decoded as its binding frames them, within the host's message size and the call's
+    /// deadline.
+    pub fn request_messages<T: serde::de::DeserializeOwned>(
+        stream: crate::ByteStream,
+        format: Format,
+        ctx: &Context,
+    ) -> crate::MessageStream<T> {
+        crate::MessageStream::decode(
+            stream,
+            format,
+            crate::core::messages::framing::Framing::for_format(format),
+            ctx.max_message_size(),
+            ctx.deadline(),
+            None,
+        )
+    }
+    /// Where a reply stream of messages goes: its format, the framing the binding chose and
+    /// the call's deadline (taken from the context before the handler runs).
+    pub fn reply_messages(format: Format, ctx: &Context) -> ReplyMessages {
+        ReplyMessages {
+            format,
+            framing: ctx.reply_framing(),
+            deadline: ctx.deadline(),
+        }
+    }
+    /// See [`reply_messages`].
+    #[derive(Debug, Clone, Copy)]
+    pub struct ReplyMessages {
+        format: Format,
+        framing: crate::core::messages::framing::Framing,
+        deadline: Option<std::time::Instant>,
+    }
+    impl ReplyMessages {
+        /// A handler's `MessageStream<T>`.
+        pub fn ok<T: serde::Serialize + Send + 'static>(
+            self,
+            messages: crate::MessageStream<T>,
+        ) -> Outcome {
+            Ok(Payload::Stream(messages.encode(
+                self.format,
+                self.framing,
+                self.deadline,
+            )))
+        }
+        /// A handler's `Result<MessageStream<T>, keel::Status>`.
+        pub fn or_status<T: serde::Serialize + Send + 'static>(
+            self,
+            value: Result<crate::MessageStream<T>, Status>,
+        ) -> Outcome {
+            value.and_then(|m| self.ok(m))
+        }
+        /// A handler's `Result<MessageStream<T>, E>`: `Err` is a typed fault.
+        pub fn fallible<T: serde::Serialize + Send + 'static, E: serde::Serialize>(
+            self,
+            value: Result<crate::MessageStream<T>, E>,
+        ) -> Outcome {
+            match value {
+                Ok(m) => self.ok(m),
+                Err(e) => Err(codec::encode_fault(self.format, &e)),
+            }
+        }
     }
     /// The status for an operation index the service does not have.
     pub fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {

@@ -2,7 +2,7 @@
 
 use std::any::Any;
 use std::fmt::Debug;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -12,10 +12,13 @@ use crate::bindings::{Outgoing, Replied};
 use crate::core::codec;
 use crate::core::error::{Error, Kind};
 use crate::core::format::Format;
+use crate::core::messages::framing::Framing;
+use crate::core::messages::{FaultDecoder, MessageStream};
 use crate::core::metadata::Metadata;
 use crate::core::service::{Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
+use crate::runtime::clock;
 
 /// Operation `op` of `desc` called with `args` (encoded) and `upload`, as a channel sends it.
 fn outgoing<A: Serialize>(
@@ -168,6 +171,88 @@ where
         Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
         Err(status) => Err(fault_or_status::<E>(desc, op, status)),
     }
+}
+
+/// Calls an operation that returns a [`MessageStream`]: the stream's messages decode as `T`,
+/// and the call's deadline covers the whole stream.
+pub async fn call_messages<A, T>(
+    ch: &Channel,
+    opts: &CallOptions,
+    desc: &'static ServiceDescriptor,
+    op: usize,
+    args: &A,
+    upload: Option<ByteStream>,
+) -> Result<MessageStream<T>, Error>
+where
+    A: Serialize,
+    T: DeserializeOwned,
+{
+    let (budget, max) = ch.stream_limits(opts);
+    let deadline = clock::now() + budget;
+    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
+        Ok(payload) => Ok(messages(payload, max, deadline, None)),
+        Err(status) => Err(Error::from_status(status)),
+    }
+}
+
+/// Calls an operation that returns `Result<MessageStream<T>, E>`: a fault before the stream
+/// or at its end arrives as the error's [`Error::fault`].
+pub async fn call_messages_fallible<A, T, E>(
+    ch: &Channel,
+    opts: &CallOptions,
+    desc: &'static ServiceDescriptor,
+    op: usize,
+    args: &A,
+    upload: Option<ByteStream>,
+) -> Result<MessageStream<T>, Error>
+where
+    A: Serialize,
+    T: DeserializeOwned,
+    E: DeserializeOwned + Any + Send + Sync + Debug,
+{
+    let (budget, max) = ch.stream_limits(opts);
+    let deadline = clock::now() + budget;
+    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
+        Ok(payload) => Ok(messages(payload, max, deadline, Some(decode_fault::<E>))),
+        Err(status) => Err(fault_or_status::<E>(desc, op, status)),
+    }
+}
+
+/// The messages of a reply the operation streams (keel's clients call in MessagePack).
+fn messages<T: DeserializeOwned>(
+    replied: Replied,
+    max: usize,
+    deadline: Instant,
+    fault: Option<FaultDecoder>,
+) -> MessageStream<T> {
+    MessageStream::decode(
+        stream(replied),
+        Format::MsgPack,
+        Framing::Envelope,
+        max,
+        Some(deadline),
+        fault,
+    )
+}
+
+/// A stream's fault end, decoded as the contract's fault type `E`.
+fn decode_fault<E>(format: Format, details: &[u8]) -> Error
+where
+    E: DeserializeOwned + Any + Send + Sync + Debug,
+{
+    match codec::decode::<E>(format, details) {
+        Ok(fault) => Error::from_fault(fault),
+        Err(e) => Error::new(
+            Kind::Codec,
+            format!("cannot decode the fault that ended a stream: {e}"),
+        ),
+    }
+}
+
+/// The request stream of an operation that takes a [`MessageStream`]: its messages in
+/// MessagePack, framed for the wire.
+pub fn upload_messages<T: Serialize + Send + 'static>(messages: MessageStream<T>) -> ByteStream {
+    messages.encode(Format::MsgPack, Framing::Envelope, None)
 }
 
 /// Calls a one-way operation: returns once the host acknowledged receipt.

@@ -201,6 +201,18 @@ impl Channel {
         }
     }
 
+    /// A call's time budget with `options` (the channel's default unless they set one), and
+    /// the largest message the channel accepts: what a stream of messages needs to read.
+    pub(crate) fn stream_limits(
+        &self,
+        options: &call::CallOptions,
+    ) -> (std::time::Duration, usize) {
+        (
+            options.deadline.unwrap_or(self.inner.config.deadline),
+            self.inner.config.max_message_size as usize,
+        )
+    }
+
     /// Sends one request and waits for its reply. The outer error is the caller's side (could
     /// not send, no reply in time); the inner `Status` is the host's answer.
     ///

@@ -219,8 +219,21 @@ pub(crate) fn encode_ok<T: Serialize>(format: Format, value: &T) -> Outcome {
         .map_err(|e| Status::new(StatusCode::Internal, format!("cannot encode reply: {e}")))
 }
 
+/// Encodes one message of a stream.
+pub(crate) fn encode_message<T: Serialize>(format: Format, value: &T) -> Result<Bytes, Status> {
+    if let Some(status) = not_in_json(format, value, "stream message") {
+        return Err(status);
+    }
+    encode(format, value).map_err(|e| {
+        Status::new(
+            StatusCode::Internal,
+            format!("cannot encode a stream message: {e}"),
+        )
+    })
+}
+
 /// Encodes a typed fault.
-fn encode_fault<E: Serialize>(format: Format, fault: &E) -> Status {
+pub(crate) fn encode_fault<E: Serialize>(format: Format, fault: &E) -> Status {
     if let Some(status) = not_in_json(format, fault, "fault") {
         return status;
     }

@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::compress::Compression;
+use super::format::Framing;
 use super::metadata::{Metadata, MetadataError};
 
 /// The call a handler serves: who called, over what, with which metadata and deadline; a
@@ -57,6 +58,10 @@ pub(crate) struct CallFacts {
     pub(crate) reply_codec: Option<Compression>,
     /// The call's span (disabled when no subscriber wants it).
     pub(crate) span: tracing::Span,
+    /// How a reply stream of messages is framed (the binding's choice: NDJSON, SSE, ...).
+    pub(crate) reply_framing: Framing,
+    /// The largest message a request stream of messages may carry.
+    pub(crate) max_message_size: u32,
 }
 
 struct Shared {
@@ -106,7 +111,19 @@ impl Context {
             metadata: Metadata::new(),
             reply_codec: None,
             span: tracing::Span::none(),
+            reply_framing: Framing::Envelope,
+            max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
         })
+    }
+
+    /// How a reply stream of messages is framed.
+    pub(crate) fn reply_framing(&self) -> Framing {
+        self.inner.facts.reply_framing
+    }
+
+    /// The largest message a request stream of messages may carry.
+    pub(crate) fn max_message_size(&self) -> usize {
+        self.inner.facts.max_message_size as usize
     }
 
     /// How the reply may be compressed (the caller accepts this codec).
@@ -295,6 +312,8 @@ mod tests {
             metadata: Metadata::new(),
             reply_codec: None,
             span: tracing::Span::none(),
+            reply_framing: Framing::Envelope,
+            max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
         })
     }
 

@@ -86,6 +86,26 @@ impl Error {
         e
     }
 
+    /// The status that reports this error to a peer (a stream a handler passes on, say): see
+    /// `From<Error> for Status`.
+    pub(crate) fn to_status(&self) -> Status {
+        let code = match self.inner.kind {
+            Kind::Status(c) => c,
+            Kind::Timeout => StatusCode::DeadlineExceeded,
+            Kind::TooLarge => StatusCode::TooLarge,
+            Kind::Connect | Kind::Connection => StatusCode::Unavailable,
+            Kind::Protocol | Kind::Codec | Kind::Config => StatusCode::Internal,
+        };
+        if code == StatusCode::Fault {
+            // The fault was decoded into a value of the caller's type; its encoding is gone.
+            return Status::new(
+                StatusCode::Internal,
+                "a fault from a stream that was passed on",
+            );
+        }
+        Status::new(code, self.inner.message.clone()).with_details(self.inner.details.clone())
+    }
+
     pub(crate) fn with_metadata(mut self, metadata: Metadata) -> Error {
         self.inner.metadata = metadata;
         self
@@ -230,6 +250,34 @@ impl fmt::Debug for Error {
             d.field("source", s);
         }
         d.finish()
+    }
+}
+
+/// A handler that meets an error (reading its request stream, calling another service) answers
+/// with it: the host's status when the error is one, else `DeadlineExceeded` for a timeout,
+/// `TooLarge`, `Unavailable` for a connection, `Internal` for the rest, with the error's
+/// message. A typed fault is not passed on as one: it becomes `Internal`.
+///
+/// ```
+/// #[keel::contract]
+/// pub trait Totals {
+///     async fn total(&self, values: keel::MessageStream<u64>) -> Result<u64, keel::Status>;
+/// }
+///
+/// struct Adder;
+/// impl Totals for Adder {
+///     async fn total(&self, mut values: keel::MessageStream<u64>) -> Result<u64, keel::Status> {
+///         let mut sum = 0;
+///         while let Some(v) = values.next().await {
+///             sum += v?; // A broken or oversized stream answers the call with its status.
+///         }
+///         Ok(sum)
+///     }
+/// }
+/// ```
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        e.to_status()
     }
 }
 

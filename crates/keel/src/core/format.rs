@@ -1,4 +1,5 @@
-//! How a call's bodies are encoded on the wire: the [`Format`] a binding chose for it.
+//! How a call's bodies are encoded on the wire: the [`Format`] a binding chose for it, and the
+//! [`Framing`] of its streams of messages.
 
 /// How message bodies are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,4 +12,25 @@ pub enum Format {
     /// JSON (`serde_json`): the HTTP binding's format for clients in any language. Arguments
     /// are an object of the parameters by name.
     Json,
+}
+
+/// How messages are framed in a stream's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Length-prefixed frames (MessagePack or postcard messages).
+    Envelope,
+    /// Newline-delimited JSON.
+    Ndjson,
+    /// Server-Sent Events of JSON messages (encoding only: nothing sends SSE to a host).
+    Sse,
+}
+
+impl Framing {
+    /// The framing a stream of messages in `format` has unless a binding chose another.
+    pub(crate) fn for_format(format: Format) -> Framing {
+        match format {
+            Format::Json => Framing::Ndjson,
+            _ => Framing::Envelope,
+        }
+    }
 }

@@ -6,6 +6,8 @@
 //! - [`metadata`]: [`Metadata`](metadata::Metadata), the key/value pairs that travel with a call;
 //! - [`context`]: [`Context`](context::Context), what a handler knows about its call;
 //! - [`stream`]: [`ByteStream`](stream::ByteStream), a body that flows in chunks;
+//! - [`messages`]: [`MessageStream`](messages::MessageStream), a stream of typed messages framed
+//!   inside one;
 //! - [`service`]: a contract's descriptors and the [`Service`](service::Service) trait generated
 //!   servers implement (the dispatch trait);
 //! - [`format`]: [`Format`](format::Format), how a call's bodies are encoded (MessagePack,
@@ -29,6 +31,7 @@ pub(crate) mod error;
 pub(crate) mod finite;
 pub(crate) mod format;
 pub(crate) mod keepalive;
+pub(crate) mod messages;
 pub(crate) mod metadata;
 pub mod metrics;
 pub(crate) mod msgpack;

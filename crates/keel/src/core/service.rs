@@ -57,10 +57,18 @@ pub struct OperationInfo {
     pub one_way: bool,
     /// A plain `fn` (runs on keel-pool) rather than an `async fn` (runs on the runtime).
     pub blocking: bool,
-    /// Takes a [`ByteStream`] parameter: the request body is streamed.
+    /// Takes a [`ByteStream`] or a [`MessageStream`](crate::MessageStream) parameter: the
+    /// request body is streamed.
     pub stream_request: bool,
-    /// Returns a [`ByteStream`]: the reply body is streamed.
+    /// Returns a [`ByteStream`] or a [`MessageStream`](crate::MessageStream): the reply body
+    /// is streamed.
     pub stream_response: bool,
+    /// The request stream is a [`MessageStream`](crate::MessageStream) of typed messages
+    /// (client streaming), not bytes.
+    pub message_request: bool,
+    /// The reply stream is a [`MessageStream`](crate::MessageStream) of typed messages (server
+    /// streaming), not bytes. Both: a bidirectional stream.
+    pub message_response: bool,
     /// `#[keel(idempotent)]`: running it twice has the effect of running it once, so a client
     /// may send it again after a failure that leaves unknown whether it ran (see
     /// [`RetryPolicy`](crate::client::RetryPolicy)).
@@ -95,6 +103,8 @@ impl OperationInfo {
             blocking,
             stream_request,
             stream_response,
+            message_request: false,
+            message_response: false,
             idempotent: false,
             #[cfg(feature = "openapi")]
             schemas: None,
@@ -120,6 +130,20 @@ impl OperationInfo {
         self
     }
 
+    /// Marks the streams that carry typed messages (what generated code does for
+    /// `MessageStream<T>`). Not a public API.
+    #[doc(hidden)]
+    pub const fn with_messages(mut self, request: bool, response: bool) -> Self {
+        self.message_request = request;
+        self.message_response = response;
+        self
+    }
+
+    /// Streams messages both ways: a bidirectional stream (which HTTP/1.1 cannot carry).
+    pub fn bidirectional(&self) -> bool {
+        self.message_request && self.message_response
+    }
+
     /// Whether either direction is streamed.
     pub fn streamed(&self) -> bool {
         self.stream_request || self.stream_response
@@ -140,9 +164,12 @@ pub struct OperationSchemas {
     /// The JSON body of a call: an object with one member per parameter (the `ByteStream`
     /// and `Context` parameters are not in it).
     pub args: SchemaFn,
-    /// The JSON body of a success: the return value (`T` of `Result<T, _>`); `None` when it is
-    /// a `ByteStream` or the operation is one-way.
+    /// The JSON body of a success: the return value (`T` of `Result<T, _>`); for a
+    /// `MessageStream<T>`, one message `T`; `None` when it is a `ByteStream` or the operation
+    /// is one-way.
     pub returns: Option<SchemaFn>,
+    /// One message of the request stream, when it is a `MessageStream<T>`.
+    pub request_message: Option<SchemaFn>,
     /// The typed fault (`E` of `Result<T, E>`), if the operation has one.
     pub fault: Option<SchemaFn>,
     /// The operation's documentation (its doc comment), or `""`.
@@ -162,9 +189,18 @@ impl OperationSchemas {
         OperationSchemas {
             args,
             returns,
+            request_message: None,
             fault,
             docs,
         }
+    }
+
+    /// These schemas with the request stream's message schema (what generated code builds).
+    /// Not a public API.
+    #[doc(hidden)]
+    pub const fn with_request_message(mut self, message: Option<SchemaFn>) -> Self {
+        self.request_message = message;
+        self
     }
 }
 

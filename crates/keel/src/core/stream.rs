@@ -211,6 +211,15 @@ impl ByteStream {
         polled
     }
 
+    /// A stream of `stream`'s chunks, its errors keel's own (kept as they are).
+    pub(crate) fn from_results(
+        stream: impl Stream<Item = Result<Bytes, Error>> + Send + 'static,
+    ) -> ByteStream {
+        ByteStream {
+            source: Source::Dyn(Box::pin(stream)),
+        }
+    }
+
     /// A stream fed by a connection (see [`Remote`]).
     pub(crate) fn remote(
         rx: mpsc::UnboundedReceiver<Result<Bytes, Error>>,

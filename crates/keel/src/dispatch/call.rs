@@ -26,6 +26,7 @@ use super::Arrival;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
 use crate::core::format::Format;
+use crate::core::messages::framing::Framing;
 use crate::core::metadata::Metadata;
 use crate::core::service::{Invocation, Outcome};
 use crate::core::status::{Status, StatusCode};
@@ -59,6 +60,9 @@ pub(crate) struct Incoming<'a> {
     pub(crate) arrival: Arrival,
     /// Where its answer goes.
     pub(crate) reply_to: ReplyTo,
+    /// How a reply stream of messages is framed (keel-wire: as the format says; HTTP: also
+    /// SSE when the caller asks for it).
+    pub(crate) reply_framing: Framing,
 }
 
 /// The hand-off of one connection's blocking calls to the pool, owned by its reader (see
@@ -133,6 +137,8 @@ pub(crate) fn dispatch(
         metadata: req.metadata,
         reply_codec: req.reply_codec,
         span,
+        reply_framing: req.reply_framing,
+        max_message_size: dispatcher.limits.max_message_size,
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let metrics = &served.metrics[op];

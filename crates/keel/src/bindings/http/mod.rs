@@ -47,6 +47,18 @@ pub const POSTCARD_CONTENT_TYPE: &str = "application/x-keel-postcard";
 /// The content type of a streamed body (a `ByteStream` parameter or return value).
 pub const STREAM_CONTENT_TYPE: &str = "application/octet-stream";
 
+/// The content type of a stream of JSON messages (a `MessageStream<T>` parameter or return
+/// value, for callers that send or accept JSON): one message per line.
+pub const NDJSON_CONTENT_TYPE: &str = "application/x-ndjson";
+
+/// The content type of a reply stream of JSON messages as Server-Sent Events, for callers that
+/// send `Accept: text/event-stream` (a browser's `EventSource`).
+pub const SSE_CONTENT_TYPE: &str = "text/event-stream";
+
+/// The content type of a stream of binary messages (MessagePack or postcard, as the call's
+/// `Accept` chose): length-prefixed frames (see HTTP.md, "Streams of messages").
+pub const MESSAGES_CONTENT_TYPE: &str = "application/x-keel-messages";
+
 /// The header that marks an answer to a call the host did not process because it was going
 /// away (`1`, with `keel-status: shutting_down`): nothing ran, so the call may be sent again,
 /// on a new connection (another host may be listening there by then).

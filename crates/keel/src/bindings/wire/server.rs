@@ -14,6 +14,7 @@ use super::sink::{SendError, Sink};
 use crate::bindings::{HostConnRegistry, ServerSettings};
 use crate::core::compress::Compression;
 use crate::core::format::Format;
+use crate::core::messages::framing::Framing;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
@@ -542,6 +543,7 @@ impl HostReader {
             compression,
             reply_codec: req.flags.accepts_compressed.then_some(Compression::Zstd),
             format: wire_format(*version),
+            reply_framing: Framing::for_format(wire_format(*version)),
             body: req.body.as_ref(),
             stream,
             arrival,

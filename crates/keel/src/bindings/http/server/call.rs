@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::http::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, VARY,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, CACHE_CONTROL, CONNECTION, CONTENT_ENCODING,
+    CONTENT_TYPE, VARY,
 };
 use ::http::{Request, Response, Version};
 use bytes::Bytes;
@@ -17,7 +18,8 @@ use super::super::accept_encoding;
 use super::super::body::{self, Body, ReadError, Received};
 use super::super::{
     metadata_from_headers, metadata_to_headers, ARGS_HEADER, DEADLINE_HEADER, JSON_CONTENT_TYPE,
-    MSGPACK_CONTENT_TYPE, POSTCARD_CONTENT_TYPE, STREAM_CONTENT_TYPE,
+    MESSAGES_CONTENT_TYPE, MSGPACK_CONTENT_TYPE, NDJSON_CONTENT_TYPE, POSTCARD_CONTENT_TYPE,
+    SSE_CONTENT_TYPE, STREAM_CONTENT_TYPE,
 };
 use super::responses::{
     content_type, error, set_content_type, set_status_header, unprocessed, unsupported_encoding,
@@ -26,6 +28,7 @@ use super::responses::{
 use super::Ctx;
 use crate::core::compress::Compression;
 use crate::core::format::Format;
+use crate::core::messages::framing::Framing;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::{Status, StatusCode};
@@ -50,6 +53,21 @@ pub(super) async fn call<B: Received>(
     });
     let one_way = op.is_some_and(|op| op.one_way);
     let stream_request = op.is_some_and(|op| op.stream_request);
+    let messages_out = op.is_some_and(|op| op.message_response);
+    if h1 && op.is_some_and(|op| op.bidirectional()) {
+        // HTTP/1.1 has no way to send the answer while the request is still arriving that
+        // every client and proxy supports.
+        let msg = format!(
+            "{service}.{operation} streams messages both ways, which needs HTTP/2 (or keel-wire); \
+             this request came over HTTP/1.1"
+        );
+        let mut response = error(Status::new(StatusCode::Unimplemented, msg), Format::Json);
+        // The request body is not read: the connection cannot carry another request.
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     // A streamed upload's body is the stream: its format is what it asks for with `Accept`.
     let format = match req.headers().get(CONTENT_TYPE).map(|v| v.to_str()) {
         _ if stream_request => accepted_format(&req),
@@ -61,6 +79,12 @@ pub(super) async fn call<B: Received>(
             other => return unsupported_media_type(other),
         },
         Some(Err(_)) => return unsupported_media_type("(not text)"),
+    };
+    // A reply stream of JSON messages is NDJSON, or Server-Sent Events for a caller that asks
+    // for them.
+    let reply_framing = match Framing::for_format(format) {
+        Framing::Ndjson if messages_out && accepts(&req, SSE_CONTENT_TYPE) => Framing::Sse,
+        framing => framing,
     };
     let deadline = match req.headers().get(DEADLINE_HEADER) {
         None => None,
@@ -97,7 +121,21 @@ pub(super) async fn call<B: Received>(
     let Some(arrival) = conn.dispatcher.admit() else {
         return unprocessed(format);
     };
-    let (format, body, stream, reserved) = if stream_request {
+    let (format, body, stream, reserved) = if req.method() == ::http::Method::GET {
+        // An `EventSource` (see `route::gettable`): the arguments are the `args` query
+        // parameter, a JSON object.
+        let args = req.uri().query().and_then(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "args")
+                .map(|(_, v)| Bytes::from(v.into_owned()))
+        });
+        let args = args.unwrap_or_else(|| Bytes::from_static(b"{}"));
+        if args.len() > ctx.settings.max_message_size as usize {
+            let msg = "the `args` query parameter exceeds this host's message size limit";
+            return error(Status::new(StatusCode::TooLarge, msg), format);
+        }
+        (format, args, ByteStream::empty(), None)
+    } else if stream_request {
         // The body is the stream; the other parameters travel in the `keel-args` header.
         let args = match stream_args(&req, format) {
             Ok(args) => args,
@@ -162,6 +200,7 @@ pub(super) async fn call<B: Received>(
         armed: true,
     };
     let incoming = Incoming {
+        reply_framing,
         call_id,
         one_way,
         deadline,
@@ -209,7 +248,19 @@ pub(super) async fn call<B: Received>(
         }
         Ok(Ok(Payload::Stream(stream))) => {
             let mut response = Response::new(body::streamed(stream));
-            set_content_type(&mut response, STREAM_CONTENT_TYPE);
+            let content_type = match reply_framing {
+                _ if !messages_out => STREAM_CONTENT_TYPE,
+                Framing::Envelope => MESSAGES_CONTENT_TYPE,
+                Framing::Ndjson => NDJSON_CONTENT_TYPE,
+                Framing::Sse => SSE_CONTENT_TYPE,
+            };
+            set_content_type(&mut response, content_type);
+            if reply_framing == Framing::Sse {
+                // Proxies that buffer (nginx) pass each event on as it comes.
+                response
+                    .headers_mut()
+                    .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            }
             set_status_header(&mut response, StatusCode::Ok);
             response
         }
@@ -225,27 +276,29 @@ pub(super) async fn call<B: Received>(
 
 /// The format a streamed-upload call asks for with `Accept` (JSON unless it names postcard).
 fn accepted_format<B>(req: &Request<B>) -> Format {
-    let names = |wanted: &str| {
-        req.headers()
-            .get_all(ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| {
-                t.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .eq_ignore_ascii_case(wanted)
-            })
-    };
-    if names(MSGPACK_CONTENT_TYPE) {
+    if accepts(req, MSGPACK_CONTENT_TYPE) {
         Format::MsgPack
-    } else if names(POSTCARD_CONTENT_TYPE) {
+    } else if accepts(req, POSTCARD_CONTENT_TYPE) {
         Format::Postcard
     } else {
         Format::Json
     }
+}
+
+/// Whether the request's `Accept` names the media type `wanted`.
+fn accepts<B>(req: &Request<B>, wanted: &str) -> bool {
+    req.headers()
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case(wanted)
+        })
 }
 
 /// The non-stream parameters of a streamed-upload call, from the `keel-args` header: a JSON

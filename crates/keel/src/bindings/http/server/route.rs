@@ -52,7 +52,9 @@ pub(in crate::bindings::http) async fn handle<B: Received>(
             }
         }
         (Some(service), Some(operation), None) if !service.is_empty() && !operation.is_empty() => {
-            if req.method() == Method::POST {
+            if req.method() == Method::POST
+                || (req.method() == Method::GET && gettable(conn, service, operation))
+            {
                 call(ctx, req, service, operation).await
             } else {
                 wrong_method(req.method(), &path, Method::POST)
@@ -77,6 +79,21 @@ pub(in crate::bindings::http) async fn handle<B: Received>(
         cors.decorate(origin.as_ref(), response.headers_mut());
     }
     response
+}
+
+/// Whether `GET /{service}/{operation}?args=...` may call the operation: it streams messages
+/// back, takes no stream, and is `#[keel(idempotent)]`. That is what a browser's
+/// `EventSource` needs (it can only GET, without headers). The contract's promise that running
+/// it again changes nothing is why a GET, which any page can make a browser send without a
+/// CORS preflight, may run it.
+fn gettable(conn: &crate::dispatch::HostConn, service: &str, operation: &str) -> bool {
+    conn.dispatcher.service(service).is_some_and(|s| {
+        let desc = s.descriptor();
+        desc.operation_index(operation).is_some_and(|i| {
+            let op = &desc.operations[i];
+            op.message_response && !op.stream_request && op.idempotent
+        })
+    })
 }
 
 /// The answer to a CORS preflight: 204 with the headers that allow the call, or 403.

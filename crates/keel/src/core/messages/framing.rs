@@ -1,0 +1,459 @@
+//! How a stream of typed messages is framed inside a byte stream (a keel-wire stream, an HTTP
+//! body): encoders, and a sans-IO decoder that takes bytes as they arrive and hands out whole
+//! frames (fuzzed: `fuzz/fuzz_targets/message_frames.rs`).
+//!
+//! - **Envelope** (keel's clients: MessagePack; postcard too): each frame is a flags byte, a
+//!   32-bit big-endian length and that many bytes, gRPC's length-prefixed message. Flags `0x00`:
+//!   a message. Flags `0x02`: the end of the stream with a status (the payload below); nothing
+//!   follows it. Any other flags value is malformed (no bit is defined yet, so a receiver
+//!   cannot mistake a future frame for a message).
+//! - **NDJSON** (`application/x-ndjson`): one JSON message per line (`\n`, an optional `\r`
+//!   before it; empty lines are skipped). A stream that fails ends with a line
+//!   `{"error": {...}}` (the error body of HTTP.md) and is then cut off, so no reader takes it
+//!   for a complete stream.
+//! - **SSE** (`text/event-stream`, responses only): each message is an event `data: <json>`;
+//!   the end is an event named `end` (`data: {}`) or `error` (`data: {...}`, the error body),
+//!   so a browser's `EventSource` can close instead of reconnecting.
+//!
+//! An end frame's payload (envelope): the status code (keel-wire's status byte), a 32-bit
+//! big-endian length, that many bytes of body (the message as UTF-8, or for a fault the
+//! encoded fault), then the status details (the rest).
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+pub(crate) use crate::core::format::Framing;
+use crate::core::status::{Status, StatusCode};
+
+/// Bytes before an envelope frame's payload: flags, then the length.
+pub(crate) const ENVELOPE_HEADER: usize = 5;
+/// An envelope frame's flags for a message.
+const FLAG_MESSAGE: u8 = 0x00;
+/// An envelope frame's flags for the end of the stream.
+const FLAG_END: u8 = 0x02;
+
+/// Appends `message` (already encoded) as one frame.
+pub(crate) fn encode_message(framing: Framing, message: &[u8], out: &mut BytesMut) {
+    match framing {
+        Framing::Envelope => {
+            out.reserve(ENVELOPE_HEADER + message.len());
+            out.put_u8(FLAG_MESSAGE);
+            out.put_u32(message.len() as u32);
+            out.put_slice(message);
+        }
+        Framing::Ndjson => {
+            out.reserve(message.len() + 1);
+            out.put_slice(message);
+            out.put_u8(b'\n');
+        }
+        Framing::Sse => {
+            out.reserve(message.len() + 8);
+            out.put_slice(b"data: ");
+            out.put_slice(message);
+            out.put_slice(b"\n\n");
+        }
+    }
+}
+
+/// The bytes that end a stream cleanly (nothing but for SSE's `end` event).
+pub(crate) fn encode_clean_end(framing: Framing) -> Option<Bytes> {
+    (framing == Framing::Sse).then(|| Bytes::from_static(b"event: end\ndata: {}\n\n"))
+}
+
+/// The bytes that end a stream with `status` (not `Ok`). For NDJSON the stream must be cut off
+/// after them (see the module docs).
+pub(crate) fn encode_error_end(framing: Framing, status: Status) -> Bytes {
+    match framing {
+        Framing::Envelope => {
+            let code = status.code().to_wire() as u8;
+            let (body, details, _) = status.into_wire_parts();
+            let mut out = BytesMut::with_capacity(ENVELOPE_HEADER + 5 + body.len() + details.len());
+            out.put_u8(FLAG_END);
+            out.put_u32((5 + body.len() + details.len()) as u32);
+            out.put_u8(code);
+            out.put_u32(body.len() as u32);
+            out.put_slice(&body);
+            out.put_slice(&details);
+            out.freeze()
+        }
+        Framing::Ndjson => {
+            let mut line = br#"{"error":"#.to_vec();
+            line.extend_from_slice(&error_json(&status));
+            line.extend_from_slice(b"}\n");
+            Bytes::from(line)
+        }
+        Framing::Sse => {
+            let mut event = b"event: error\ndata: ".to_vec();
+            event.extend_from_slice(&error_json(&status));
+            event.extend_from_slice(b"\n\n");
+            Bytes::from(event)
+        }
+    }
+}
+
+/// A status as HTTP.md's JSON error body: `code`, then `message`, or `fault` for a fault (the
+/// details are the fault, encoded as JSON). Other details travel only in an envelope.
+fn error_json(status: &Status) -> Vec<u8> {
+    let mut obj = serde_json::Map::new();
+    obj.insert("code".into(), status.code().as_str().into());
+    if status.code() == StatusCode::Fault {
+        let fault = serde_json::from_slice(status.details()).unwrap_or(serde_json::Value::Null);
+        obj.insert("fault".into(), fault);
+    } else {
+        obj.insert("message".into(), status.message().into());
+    }
+    serde_json::to_vec(&obj).expect("a JSON object always serializes")
+}
+
+/// The status an envelope end frame carries, or `None` if its payload is malformed.
+pub(crate) fn decode_end(mut payload: Bytes) -> Option<Status> {
+    if payload.len() < 5 {
+        return None;
+    }
+    let code = payload.get_u8();
+    let len = payload.get_u32() as usize;
+    if len > payload.len() {
+        return None;
+    }
+    let body = payload.split_to(len);
+    let code = keel_wire::StatusCode::from_u8(code).unwrap_or(keel_wire::StatusCode::Unknown);
+    let code = StatusCode::from_wire(code);
+    if code == StatusCode::Ok {
+        // An end frame says the stream failed; a clean end has none.
+        return None;
+    }
+    Some(Status::from_wire_parts(
+        code,
+        body,
+        payload,
+        Default::default(),
+    ))
+}
+
+/// What [`Decoder::next`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// One message, encoded.
+    Message(Bytes),
+    /// The end of the stream with a status (envelope only): the payload, see [`decode_end`].
+    End(Bytes),
+}
+
+/// Why the bytes are not a stream of frames.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    /// A message longer than the limit (announced, or a line without its end).
+    TooLarge {
+        /// Its length when the frame announced it, else `None` (a line past the limit).
+        len: Option<u64>,
+        /// The limit.
+        max: usize,
+    },
+    /// Flags this version does not know.
+    UnknownFlags(u8),
+    /// The bytes ended inside a frame.
+    Truncated,
+    /// Bytes after an end frame.
+    AfterEnd,
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::TooLarge { len: Some(n), max } => {
+                write!(f, "a message of {n} bytes exceeds the limit of {max} bytes")
+            }
+            FrameError::TooLarge { len: None, max } => {
+                write!(f, "a message exceeds the limit of {max} bytes")
+            }
+            FrameError::UnknownFlags(x) => write!(f, "unknown message frame flags {x:#04x}"),
+            FrameError::Truncated => f.write_str("the stream ended inside a message"),
+            FrameError::AfterEnd => f.write_str("bytes after the end of the stream"),
+        }
+    }
+}
+
+/// Takes a stream's bytes as they arrive and yields whole frames. It holds at most one partial
+/// frame (at most `max` bytes of message, checked before they are buffered when the frame
+/// announces its length) plus the chunk that completes it.
+#[derive(Debug)]
+pub(crate) struct Decoder {
+    framing: Framing,
+    max: usize,
+    buf: BytesMut,
+    /// An end frame was yielded: nothing may follow.
+    ended: bool,
+    /// For NDJSON: how far `buf` was searched for a newline already.
+    scanned: usize,
+}
+
+impl Decoder {
+    /// A decoder of `framing` (`Envelope` or `Ndjson`) refusing messages over `max` bytes.
+    pub(crate) fn new(framing: Framing, max: usize) -> Decoder {
+        Decoder {
+            framing,
+            max,
+            buf: BytesMut::new(),
+            ended: false,
+            scanned: 0,
+        }
+    }
+
+    /// Adds bytes that arrived.
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::from(chunk);
+        } else {
+            self.buf.extend_from_slice(chunk);
+        }
+    }
+
+    /// The next whole frame, `Ok(None)` when more bytes are needed.
+    pub(crate) fn next(&mut self) -> Result<Option<Frame>, FrameError> {
+        if self.ended {
+            return if self.buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(FrameError::AfterEnd)
+            };
+        }
+        match self.framing {
+            Framing::Envelope => self.next_envelope(),
+            // SSE is never decoded: read it as NDJSON would be (a host never gets here).
+            Framing::Ndjson | Framing::Sse => self.next_line(),
+        }
+    }
+
+    /// The bytes ended: anything left is a truncated frame, except an NDJSON last line
+    /// without its newline, which is a message.
+    pub(crate) fn finish(&mut self) -> Result<Option<Frame>, FrameError> {
+        if let Some(frame) = self.next()? {
+            return Ok(Some(frame));
+        }
+        if self.buf.is_empty() {
+            return Ok(None);
+        }
+        match self.framing {
+            Framing::Envelope => Err(FrameError::Truncated),
+            Framing::Ndjson | Framing::Sse => {
+                let line = self.buf.split().freeze();
+                self.scanned = 0;
+                Ok(trim_line(line).map(Frame::Message))
+            }
+        }
+    }
+
+    fn next_envelope(&mut self) -> Result<Option<Frame>, FrameError> {
+        if self.buf.len() < ENVELOPE_HEADER {
+            return Ok(None);
+        }
+        let flags = self.buf[0];
+        let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]);
+        if flags != FLAG_MESSAGE && flags != FLAG_END {
+            return Err(FrameError::UnknownFlags(flags));
+        }
+        // An end frame carries a status message and details: bounded by the same limit.
+        if len as u64 > self.max as u64 {
+            return Err(FrameError::TooLarge {
+                len: Some(len.into()),
+                max: self.max,
+            });
+        }
+        let len = len as usize;
+        if self.buf.len() < ENVELOPE_HEADER + len {
+            self.buf.reserve(ENVELOPE_HEADER + len - self.buf.len());
+            return Ok(None);
+        }
+        self.buf.advance(ENVELOPE_HEADER);
+        let payload = self.buf.split_to(len).freeze();
+        Ok(Some(if flags == FLAG_END {
+            self.ended = true;
+            Frame::End(payload)
+        } else {
+            Frame::Message(payload)
+        }))
+    }
+
+    fn next_line(&mut self) -> Result<Option<Frame>, FrameError> {
+        loop {
+            let Some(at) = self.buf[self.scanned..].iter().position(|&b| b == b'\n') else {
+                self.scanned = self.buf.len();
+                if self.buf.len() > self.max + 1 {
+                    // +1: a `\r` may still come before the `\n`.
+                    return Err(FrameError::TooLarge {
+                        len: None,
+                        max: self.max,
+                    });
+                }
+                return Ok(None);
+            };
+            let line = self.buf.split_to(self.scanned + at + 1).freeze();
+            self.scanned = 0;
+            let mut line = line.slice(..line.len() - 1);
+            if line.len() > self.max + 1 {
+                return Err(FrameError::TooLarge {
+                    len: Some(line.len() as u64),
+                    max: self.max,
+                });
+            }
+            if line.last() == Some(&b'\r') {
+                line.truncate(line.len() - 1);
+            }
+            if line.len() > self.max {
+                return Err(FrameError::TooLarge {
+                    len: Some(line.len() as u64),
+                    max: self.max,
+                });
+            }
+            if let Some(line) = trim_line(line) {
+                return Ok(Some(Frame::Message(line)));
+            }
+        }
+    }
+}
+
+/// A line without surrounding whitespace; `None` if nothing is left (an empty line is skipped).
+fn trim_line(line: Bytes) -> Option<Bytes> {
+    let start = line.iter().position(|b| !b.is_ascii_whitespace())?;
+    let end = line.iter().rposition(|b| !b.is_ascii_whitespace())? + 1;
+    Some(line.slice(start..end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(framing: Framing, max: usize, chunks: &[&[u8]]) -> Result<Vec<Frame>, FrameError> {
+        let mut d = Decoder::new(framing, max);
+        let mut out = Vec::new();
+        for c in chunks {
+            d.push(c);
+            while let Some(f) = d.next()? {
+                out.push(f);
+            }
+        }
+        while let Some(f) = d.finish()? {
+            out.push(f);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn envelope_frames_round_trip_split_at_every_byte() {
+        let mut all = BytesMut::new();
+        encode_message(Framing::Envelope, b"one", &mut all);
+        encode_message(Framing::Envelope, b"", &mut all);
+        encode_message(Framing::Envelope, b"three", &mut all);
+        let status = Status::new(StatusCode::NotFound, "gone").with_details(&b"d"[..]);
+        all.extend_from_slice(&encode_error_end(Framing::Envelope, status));
+        for split in 0..=all.len() {
+            let (a, b) = all.split_at(split);
+            let got = frames(Framing::Envelope, 16, &[a, b]).unwrap();
+            assert_eq!(got.len(), 4, "split at {split}");
+            assert_eq!(got[0], Frame::Message(Bytes::from_static(b"one")));
+            assert_eq!(got[1], Frame::Message(Bytes::new()));
+            assert_eq!(got[2], Frame::Message(Bytes::from_static(b"three")));
+            let Frame::End(payload) = &got[3] else {
+                panic!("no end frame")
+            };
+            let end = decode_end(payload.clone()).unwrap();
+            assert_eq!(end.code(), StatusCode::NotFound);
+            assert_eq!(end.message(), "gone");
+            assert_eq!(&end.details()[..], b"d");
+        }
+    }
+
+    #[test]
+    fn envelope_refuses_an_oversized_message_before_buffering_it() {
+        let mut d = Decoder::new(Framing::Envelope, 10);
+        d.push(&[0, 0, 0, 0, 11]);
+        assert_eq!(
+            d.next(),
+            Err(FrameError::TooLarge {
+                len: Some(11),
+                max: 10
+            })
+        );
+        let mut d = Decoder::new(Framing::Envelope, 10);
+        d.push(&[0, 0xff, 0xff, 0xff, 0xff]);
+        assert!(matches!(d.next(), Err(FrameError::TooLarge { .. })));
+        assert!(d.buf.capacity() < 1024, "nothing was reserved for it");
+    }
+
+    #[test]
+    fn envelope_refuses_unknown_flags_truncation_and_bytes_after_the_end() {
+        assert_eq!(
+            frames(Framing::Envelope, 10, &[&[1, 0, 0, 0, 0]]),
+            Err(FrameError::UnknownFlags(1))
+        );
+        assert_eq!(
+            frames(Framing::Envelope, 10, &[&[0, 0, 0, 0, 3, b'a']]),
+            Err(FrameError::Truncated)
+        );
+        let mut all =
+            BytesMut::from(&encode_error_end(Framing::Envelope, Status::internal("x"))[..]);
+        encode_message(Framing::Envelope, b"late", &mut all);
+        assert_eq!(
+            frames(Framing::Envelope, 100, &[&all]),
+            Err(FrameError::AfterEnd)
+        );
+    }
+
+    #[test]
+    fn an_end_frame_with_status_ok_or_a_short_payload_is_malformed() {
+        assert!(decode_end(Bytes::from_static(&[0, 0, 0, 0, 0])).is_none());
+        assert!(decode_end(Bytes::from_static(&[11, 0, 0, 0])).is_none());
+        assert!(decode_end(Bytes::from_static(&[11, 0, 0, 0, 9, b'a'])).is_none());
+        let unknown = decode_end(Bytes::from_static(&[250, 0, 0, 0, 1, b'a'])).unwrap();
+        assert_eq!(unknown.code(), StatusCode::Unknown);
+    }
+
+    #[test]
+    fn ndjson_lines_with_crlf_blank_lines_and_a_last_line_without_newline() {
+        let got = frames(
+            Framing::Ndjson,
+            16,
+            &[b"{\"a\":1}\r\n\n  \n{\"b\"", b":2}\n{\"c\":3}"],
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Frame::Message(Bytes::from_static(b"{\"a\":1}")),
+                Frame::Message(Bytes::from_static(b"{\"b\":2}")),
+                Frame::Message(Bytes::from_static(b"{\"c\":3}")),
+            ]
+        );
+    }
+
+    #[test]
+    fn ndjson_refuses_a_line_past_the_limit_without_waiting_for_its_end() {
+        let mut d = Decoder::new(Framing::Ndjson, 8);
+        d.push(b"0123456789");
+        assert!(matches!(
+            d.next(),
+            Err(FrameError::TooLarge { len: None, .. })
+        ));
+        assert!(frames(Framing::Ndjson, 8, &[b"0123456789\n"]).is_err());
+        assert_eq!(
+            frames(Framing::Ndjson, 8, &[b"01234567\r\n"]).unwrap(),
+            vec![Frame::Message(Bytes::from_static(b"01234567"))]
+        );
+    }
+
+    #[test]
+    fn json_ends_name_the_status_and_the_fault() {
+        let e = encode_error_end(Framing::Ndjson, Status::new(StatusCode::Busy, "full"));
+        assert_eq!(&e[..], br#"{"error":{"code":"busy","message":"full"}}"#.as_slice().iter().chain(b"\n").copied().collect::<Vec<_>>().as_slice());
+        let fault = Status::fault(Bytes::from_static(br#"{"n":1}"#));
+        let e = encode_error_end(Framing::Sse, fault);
+        assert_eq!(
+            &e[..],
+            b"event: error\ndata: {\"code\":\"fault\",\"fault\":{\"n\":1}}\n\n"
+        );
+        assert_eq!(
+            encode_clean_end(Framing::Sse).unwrap(),
+            Bytes::from_static(b"event: end\ndata: {}\n\n")
+        );
+        assert!(encode_clean_end(Framing::Ndjson).is_none());
+    }
+}
