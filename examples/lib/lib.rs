@@ -10,6 +10,7 @@
 
 pub mod accounts;
 pub mod calculator;
+pub mod duplex;
 pub mod otel;
 pub mod service1;
 pub mod ticker;

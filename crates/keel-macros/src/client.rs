@@ -9,7 +9,11 @@ use crate::descriptor::{args_ident, module_ident, static_ident};
 use crate::parse::Operation;
 
 /// The async and the blocking client, for the contract `item` whose operations are `ops`.
-pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
+pub(crate) fn generate(
+    item: &ItemTrait,
+    ops: &[Operation],
+    callback: Option<&syn::Path>,
+) -> TokenStream2 {
     let vis = &item.vis;
     let trait_name = &item.ident;
     let service_name = trait_name.to_string();
@@ -28,7 +32,20 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
         .enumerate()
         .map(|(i, op)| client_method(trait_name, i, op));
     let blocking_methods = ops.iter().map(blocking_method);
+    let (open_session, blocking_open_session) = session_methods(callback);
     quote! {
+        impl ::core::convert::From<::keel::Channel> for #client {
+            fn from(channel: ::keel::Channel) -> Self {
+                Self::new(channel)
+            }
+        }
+
+        impl ::core::convert::From<::keel::Channel> for #blocking {
+            fn from(channel: ::keel::Channel) -> Self {
+                Self::new(channel)
+            }
+        }
+
         #[doc = #client_doc]
         #[derive(Clone, Debug)]
         #vis struct #client {
@@ -75,6 +92,7 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
             #vis async fn close(&self) {
                 self.channel.close().await
             }
+            #open_session
             #(#client_methods)*
         }
 
@@ -117,7 +135,60 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
             #vis fn close(&self) {
                 #k::block_on(self.inner.close())
             }
+            #blocking_open_session
             #(#blocking_methods)*
+        }
+    }
+}
+
+/// `open_session` of the async and the blocking client: with a callback implementation for a
+/// duplex contract (`callback = Path`), else without.
+fn session_methods(callback: Option<&syn::Path>) -> (TokenStream2, TokenStream2) {
+    let k = quote!(::keel::__private);
+    let doc = "Opens a session (WCF's sessions): a client whose calls go over one stream to one \
+               instance of the service (one per session if the host built it with \
+               `per_session`), run one at a time in the order they were made. `close()` ends the \
+               session; so does dropping every copy of the returned client.";
+    match callback {
+        None => (
+            quote! {
+                #[doc = #doc]
+                pub async fn open_session(&self) -> ::core::result::Result<Self, ::keel::Error> {
+                    let channel = #k::open_session(&self.channel, &self.options, Self::descriptor(), ::core::option::Option::None).await?;
+                    ::core::result::Result::Ok(Self { channel, options: self.options.clone() })
+                }
+            },
+            quote! {
+                #[doc = #doc]
+                pub fn open_session(&self) -> ::core::result::Result<Self, ::keel::Error> {
+                    #k::block_on(self.inner.open_session()).map(|inner| Self { inner })
+                }
+            },
+        ),
+        Some(path) => {
+            let mut server = path.clone();
+            let last = server.segments.last_mut().expect("a path has a segment");
+            last.ident = format_ident!("{}Server", last.ident);
+            let doc = format!(
+                "{doc} `callback` serves the host's calls of the callback contract (its \
+                 handlers reach them with `ctx.callback()`), in order, on this client."
+            );
+            (
+                quote! {
+                    #[doc = #doc]
+                    pub async fn open_session<C: #path>(&self, callback: C) -> ::core::result::Result<Self, ::keel::Error> {
+                        let callback: ::std::sync::Arc<dyn #k::Service> = ::std::sync::Arc::new(#server::new(callback));
+                        let channel = #k::open_session(&self.channel, &self.options, Self::descriptor(), ::core::option::Option::Some(callback)).await?;
+                        ::core::result::Result::Ok(Self { channel, options: self.options.clone() })
+                    }
+                },
+                quote! {
+                    #[doc = #doc]
+                    pub fn open_session<C: #path>(&self, callback: C) -> ::core::result::Result<Self, ::keel::Error> {
+                        #k::block_on(self.inner.open_session(callback)).map(|inner| Self { inner })
+                    }
+                },
+            )
         }
     }
 }

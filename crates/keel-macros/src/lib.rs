@@ -23,15 +23,10 @@ use crate::parse::{generics_tokens, parse_operation, Errors};
 /// Turns a trait into a keel service contract. See `keel::contract` for the full documentation.
 #[proc_macro_attribute]
 pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let attr = TokenStream2::from(attr);
-    if !attr.is_empty() {
-        return syn::Error::new_spanned(
-            attr,
-            "#[keel::contract] takes no arguments; put #[keel(...)] on operations",
-        )
-        .to_compile_error()
-        .into();
-    }
+    let callback = match parse_contract_args(TokenStream2::from(attr)) {
+        Ok(callback) => callback,
+        Err(e) => return e.to_compile_error().into(),
+    };
     let item2 = TokenStream2::from(item.clone());
     let trait_item = match syn::parse2::<ItemTrait>(item2) {
         Ok(t) => t,
@@ -41,7 +36,7 @@ pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
             return quote!(#err #item2).into();
         }
     };
-    match expand(trait_item) {
+    match expand(trait_item, callback.as_ref()) {
         Ok(ts) => ts.into(),
         Err(e) => e.to_compile_error().into(),
     }
@@ -49,7 +44,7 @@ pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 /// The code for the contract `item`: the service trait, its descriptor, its server and its
 /// clients; or every mistake in the contract, each at its span.
-fn expand(item: ItemTrait) -> syn::Result<TokenStream2> {
+fn expand(item: ItemTrait, callback: Option<&syn::Path>) -> syn::Result<TokenStream2> {
     let mut errors = Errors::default();
     if let Some(generics) = generics_tokens(&item.generics) {
         errors.push_spanned(generics, "a keel contract cannot be generic");
@@ -73,13 +68,35 @@ fn expand(item: ItemTrait) -> syn::Result<TokenStream2> {
     let service = service::generate(&item, &ops);
     let descriptor = descriptor::generate(&item, &ops);
     let server = server::generate(&item, &ops);
-    let client = client::generate(&item, &ops);
+    let client = client::generate(&item, &ops, callback);
     Ok(quote! {
         #service
         #descriptor
         #server
         #client
     })
+}
+
+/// The contract's arguments: nothing, or `callback = Path` (the callback contract of a duplex
+/// contract, whose `{Path}Server` a client's `open_session` serves).
+fn parse_contract_args(attr: TokenStream2) -> syn::Result<Option<syn::Path>> {
+    if attr.is_empty() {
+        return Ok(None);
+    }
+    let mut callback = None;
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("callback") {
+            callback = Some(meta.value()?.parse::<syn::Path>()?);
+            Ok(())
+        } else {
+            Err(meta.error(
+                "unknown contract argument; expected `callback = CallbackContract` (put \
+                 #[keel(...)] on operations)",
+            ))
+        }
+    });
+    syn::parse::Parser::parse2(parser, attr)?;
+    Ok(callback)
 }
 
 /// The error for `#[keel::contract]` on something other than a trait: at the item's keyword

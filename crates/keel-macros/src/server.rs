@@ -27,17 +27,31 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
     quote! {
         #[doc = #trait_doc_link]
         #vis struct #server<S> {
-            inner: ::std::sync::Arc<S>,
+            /// The instance every call runs on; `None` for a service with one per session.
+            inner: ::core::option::Option<::std::sync::Arc<S>>,
+            /// Makes a session's instance (`per_session`).
+            factory: ::core::option::Option<
+                ::std::sync::Arc<dyn Fn(&#k::Context) -> S + Send + Sync>,
+            >,
         }
 
         impl<S: #trait_name> #server<S> {
-            /// Wraps a service implementation.
+            /// Wraps a service implementation: one instance serves every call (and every
+            /// session's calls).
             #vis fn new(service: S) -> Self {
-                Self { inner: ::std::sync::Arc::new(service) }
+                Self { inner: ::core::option::Option::Some(::std::sync::Arc::new(service)), factory: ::core::option::Option::None }
             }
             /// Wraps a service implementation that is already shared.
             #vis fn from_arc(service: ::std::sync::Arc<S>) -> Self {
-                Self { inner: service }
+                Self { inner: ::core::option::Option::Some(service), factory: ::core::option::Option::None }
+            }
+            /// One instance per session (WCF's `InstanceContextMode.PerSession`): `factory`
+            /// makes it when a client opens a session, given the session's context (its
+            /// caller, metadata, and `Context::callback`); it is dropped when the session
+            /// closes or its client disappears. Calls made outside a session are refused
+            /// with `FailedPrecondition`.
+            #vis fn per_session(factory: impl Fn(&#k::Context) -> S + Send + Sync + 'static) -> Self {
+                Self { inner: ::core::option::Option::None, factory: ::core::option::Option::Some(::std::sync::Arc::new(factory)) }
             }
         }
 
@@ -60,10 +74,29 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
                 ctx: &#k::Context,
             ) -> ::core::result::Result<#k::Invocation, ::keel::Status> {
                 let _ = ctx;
+                let ::core::option::Option::Some(inner) = &self.inner else {
+                    return ::core::result::Result::Err(#k::needs_session(&#descriptor_static));
+                };
                 match op {
                     #(#dispatch_arms)*
                     _ => ::core::result::Result::Err(#k::unknown_operation(&#descriptor_static, op)),
                 }
+            }
+            fn open_session(
+                &self,
+                ctx: &#k::Context,
+            ) -> ::core::result::Result<::std::sync::Arc<dyn #k::Service>, ::keel::Status> {
+                let inner = match (&self.factory, &self.inner) {
+                    (::core::option::Option::Some(factory), _) => ::std::sync::Arc::new(factory(ctx)),
+                    (::core::option::Option::None, ::core::option::Option::Some(inner)) => ::std::sync::Arc::clone(inner),
+                    (::core::option::Option::None, ::core::option::Option::None) => {
+                        ::core::unreachable!("a server has an instance or a factory")
+                    }
+                };
+                ::core::result::Result::Ok(::std::sync::Arc::new(Self {
+                    inner: ::core::option::Option::Some(inner),
+                    factory: ::core::option::Option::None,
+                }))
             }
         }
     }
@@ -145,7 +178,7 @@ fn dispatch_arm(trait_name: &Ident, i: usize, op: &Operation) -> TokenStream2 {
             #take_stream
             #take_reply
             #take_ctx
-            let svc = ::std::sync::Arc::clone(&self.inner);
+            let svc = ::std::sync::Arc::clone(inner);
             ::core::result::Result::Ok(#body)
         }
     }

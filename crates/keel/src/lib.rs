@@ -725,6 +725,26 @@ pub mod __private {
             }
         }
     }
+    /// Opens a session on `desc`'s service over `ch` (a generated client's `open_session`).
+    pub async fn open_session(
+        ch: &crate::Channel,
+        opts: &CallOptions,
+        desc: &'static ServiceDescriptor,
+        callback: Option<std::sync::Arc<dyn Service>>,
+    ) -> Result<crate::Channel, crate::Error> {
+        ch.open_session(opts, desc, callback).await
+    }
+    /// The answer to a call of a service built with `per_session` made outside a session.
+    pub fn needs_session(desc: &ServiceDescriptor) -> Status {
+        Status::new(
+            crate::StatusCode::FailedPrecondition,
+            format!(
+                "service `{}` keeps one instance per session: open a session \
+                 (`{}Client::open_session`) and call it there",
+                desc.name, desc.name
+            ),
+        )
+    }
     /// The status for an operation index the service does not have.
     pub fn unknown_operation(desc: &ServiceDescriptor, op: usize) -> Status {
         codec::unknown_operation(desc, op)

@@ -14,6 +14,7 @@
 
 #[cfg(feature = "http")]
 pub mod http;
+pub(crate) mod session;
 pub(crate) mod wire;
 
 use std::future::Future;

@@ -338,6 +338,16 @@ impl ChannelBuilder {
         }
     }
 
+    /// The channel with its calls carried by `transport`, a binding of scheme `binding` (a
+    /// session's channel).
+    pub(crate) fn build_over(
+        self,
+        transport: Box<dyn bindings::ClientTransport>,
+        binding: &'static str,
+    ) -> Channel {
+        self.finish(bindings::Client::Other(transport), binding)
+    }
+
     /// The channel with its calls carried by `transport` (the attempt loop's tests).
     #[cfg(test)]
     pub(crate) fn build_on(self, transport: Box<dyn bindings::ClientTransport>) -> Channel {

@@ -15,6 +15,7 @@ mod intercept;
 mod metrics;
 mod pipeline;
 mod retry;
+mod session;
 
 pub use crate::bindings::HttpVersion;
 pub use crate::core::keepalive::Keepalive;

@@ -62,6 +62,8 @@ pub(crate) struct CallFacts {
     pub(crate) reply_framing: Framing,
     /// The largest message a request stream of messages may carry.
     pub(crate) max_message_size: u32,
+    /// The session the call runs in, if any (the client layer's callback channel).
+    pub(crate) session: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 struct Shared {
@@ -113,7 +115,13 @@ impl Context {
             span: tracing::Span::none(),
             reply_framing: Framing::Envelope,
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
+            session: None,
         })
+    }
+
+    /// The session the call runs in, if any.
+    pub(crate) fn session(&self) -> Option<&Arc<dyn Any + Send + Sync>> {
+        self.inner.facts.session.as_ref()
     }
 
     /// How a reply stream of messages is framed.
@@ -314,6 +322,7 @@ mod tests {
             span: tracing::Span::none(),
             reply_framing: Framing::Envelope,
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
+            session: None,
         })
     }
 

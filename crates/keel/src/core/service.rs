@@ -13,6 +13,10 @@ use super::format::Format;
 use super::status::Status;
 use super::stream::ByteStream;
 
+/// The operation name that opens a session on a service (see `bindings/session`). Not a Rust
+/// identifier, so no contract's operation can have it.
+pub(crate) const SESSION_OPERATION: &str = "@session";
+
 /// A contract's description: its name and operations, in declaration order.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -280,4 +284,18 @@ pub trait Service: Send + Sync + 'static {
         stream: ByteStream,
         ctx: &Context,
     ) -> Result<Invocation, Status>;
+
+    /// Generated code's part, not a public API. The service a session opened with `ctx` calls:
+    /// a new instance for a service built with `per_session`, else this one.
+    #[doc(hidden)]
+    fn open_session(&self, ctx: &Context) -> Result<std::sync::Arc<dyn Service>, Status> {
+        let _ = ctx;
+        Err(Status::new(
+            super::status::StatusCode::Unimplemented,
+            format!(
+                "service `{}` does not open sessions",
+                self.descriptor().name
+            ),
+        ))
+    }
 }

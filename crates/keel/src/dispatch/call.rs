@@ -22,13 +22,13 @@ use super::metrics::{Elapsed, OpMetrics, Since};
 use super::schedule::{self, Job, Scheduler};
 use super::throttle::Admission;
 use super::watchdog::Watched;
-use super::Arrival;
+use super::{Arrival, Served};
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::context::{CallFacts, Context};
 use crate::core::format::Format;
 use crate::core::messages::framing::Framing;
 use crate::core::metadata::Metadata;
-use crate::core::service::{Invocation, Outcome};
+use crate::core::service::{Invocation, Outcome, Service};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::runtime::clock;
@@ -63,6 +63,33 @@ pub(crate) struct Incoming<'a> {
     /// How a reply stream of messages is framed (keel-wire: as the format says; HTTP: also
     /// SSE when the caller asks for it).
     pub(crate) reply_framing: Framing,
+    /// For a call in a session: the session's instance of the service (instead of the one the
+    /// host serves), and the session (what `Context::callback` reaches).
+    pub(crate) session: Option<SessionCall>,
+}
+
+/// What a call made in a session runs with (see [`Incoming::session`]).
+#[derive(Clone)]
+pub(crate) struct SessionCall {
+    /// The session's instance of the service.
+    pub(crate) instance: Arc<dyn Service>,
+    /// The session, for the call's context.
+    pub(crate) handle: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for SessionCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCall")
+            .field("service", &self.instance.descriptor().name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens sessions (the host's, in `host/session.rs`): a call of the reserved session
+/// operation is handed to it whole.
+pub(crate) trait SessionOpener: Send + Sync + 'static {
+    /// Opens a session on `served` for the call `req`, answering it through its reply target.
+    fn open(&self, conn: &Arc<HostConn>, served: &Served, req: Incoming<'_>);
 }
 
 /// The hand-off of one connection's blocking calls to the pool, owned by its reader (see
@@ -98,7 +125,27 @@ pub(crate) fn dispatch(
         let status = Status::new(StatusCode::UnknownService, msg);
         return conn.reply_to(reply_to, call_id, Err(status));
     };
-    let service = &served.service;
+    if req.operation == crate::core::service::SESSION_OPERATION {
+        return match dispatcher.sessions.get() {
+            Some(opener) => opener.open(
+                conn,
+                served,
+                Incoming {
+                    arrival,
+                    reply_to,
+                    ..req
+                },
+            ),
+            None => {
+                let status = Status::new(StatusCode::Unimplemented, "this host opens no sessions");
+                conn.reply_to(reply_to, call_id, Err(status))
+            }
+        };
+    }
+    let service: &dyn Service = match &req.session {
+        Some(session) => &*session.instance,
+        None => &*served.service,
+    };
     let desc = service.descriptor();
     let Some(op) = desc.operation_index(req.operation) else {
         let msg = format!(
@@ -139,6 +186,7 @@ pub(crate) fn dispatch(
         span,
         reply_framing: req.reply_framing,
         max_message_size: dispatcher.limits.max_message_size,
+        session: req.session.as_ref().map(|s| s.handle.clone()),
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let metrics = &served.metrics[op];

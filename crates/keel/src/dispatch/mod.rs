@@ -20,7 +20,7 @@ mod watchdog;
 pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 #[cfg(feature = "http")]
 pub(crate) use call::poll_once_then_spawn;
-pub(crate) use call::{dispatch, BlockingCalls, Incoming};
+pub(crate) use call::{dispatch, BlockingCalls, Incoming, SessionCall, SessionOpener};
 pub(crate) use conn::{HostAnswer, HostConn, HostConnInfo, ReplyTo, Responder};
 pub use intercept::Interceptor;
 pub(crate) use metrics::Observed;
@@ -113,6 +113,8 @@ pub(crate) struct Dispatcher {
     pub(crate) stats: Counters,
     /// Metric handles of the host as a whole.
     pub(crate) metrics: HostMetrics,
+    /// Opens sessions (set once by the host that built this dispatcher).
+    pub(crate) sessions: std::sync::OnceLock<Arc<dyn SessionOpener>>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -218,6 +220,7 @@ impl Dispatcher {
             epoch: crate::runtime::clock::now(),
             stats,
             metrics,
+            sessions: std::sync::OnceLock::new(),
         }
     }
 

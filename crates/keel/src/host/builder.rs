@@ -625,6 +625,7 @@ impl HostBuilder {
             pool,
             config.blocking_watchdog,
         ));
+        let _ = dispatcher.sessions.set(Arc::new(super::session::Sessions));
         let settings = Arc::new(config.server_settings());
         let registry = Arc::new(super::registry::Registry::new(dispatcher.clone()));
 

@@ -12,6 +12,7 @@
 mod admin;
 mod builder;
 mod registry;
+mod session;
 mod signal;
 
 pub use crate::core::keepalive::{Keepalive, PingPolicy};

@@ -278,11 +278,20 @@ impl<T> Iterator for BlockingIter<T> {
     }
 }
 
-/// The sending half of [`MessageStream::channel`]. Dropping it ends the stream cleanly, except
-/// while the thread is panicking: then the stream ends with an error, so a receiver never takes
-/// a truncated stream for a whole one.
+/// The sending half of [`MessageStream::channel`]. Clones send into the same stream (from
+/// several tasks or threads). Dropping the last one ends the stream cleanly, except while the
+/// thread is panicking: then the stream ends with an error, so a receiver never takes a
+/// truncated stream for a whole one.
 pub struct MessageSender<T> {
     tx: mpsc::Sender<Result<T, End>>,
+}
+
+impl<T> Clone for MessageSender<T> {
+    fn clone(&self) -> Self {
+        MessageSender {
+            tx: self.tx.clone(),
+        }
+    }
 }
 
 impl<T> fmt::Debug for MessageSender<T> {

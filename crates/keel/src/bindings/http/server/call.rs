@@ -52,9 +52,11 @@ pub(super) async fn call<B: Received>(
         desc.operation_index(operation).map(|i| &desc.operations[i])
     });
     let one_way = op.is_some_and(|op| op.one_way);
-    let stream_request = op.is_some_and(|op| op.stream_request);
-    let messages_out = op.is_some_and(|op| op.message_response);
-    if h1 && op.is_some_and(|op| op.bidirectional()) {
+    // A session (keel's clients) is a bidirectional stream of messages.
+    let session = operation == crate::core::service::SESSION_OPERATION;
+    let stream_request = session || op.is_some_and(|op| op.stream_request);
+    let messages_out = session || op.is_some_and(|op| op.message_response);
+    if h1 && (session || op.is_some_and(|op| op.bidirectional())) {
         // HTTP/1.1 has no way to send the answer while the request is still arriving that
         // every client and proxy supports.
         let msg = format!(
@@ -201,6 +203,7 @@ pub(super) async fn call<B: Received>(
     };
     let incoming = Incoming {
         reply_framing,
+        session: None,
         call_id,
         one_way,
         deadline,
