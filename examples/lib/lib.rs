@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod calculator;
 pub mod duplex;
 pub mod otel;
+pub mod routeguide;
 pub mod service1;
 pub mod ticker;
 pub mod transfer;

@@ -199,7 +199,11 @@ async fn sessions_of_a_shared_instance(b: Binding) {
     // Calls are in order within a session, not across sessions: each session's `total` runs
     // after its own `add`.
     assert!(a.total().await.unwrap() >= 2, "{b:?}");
-    assert_eq!(c.total().await.unwrap() + a.total().await.unwrap(), 10, "{b:?}");
+    assert_eq!(
+        c.total().await.unwrap() + a.total().await.unwrap(),
+        10,
+        "{b:?}"
+    );
     assert_eq!(
         client.total().await.unwrap(),
         5,
