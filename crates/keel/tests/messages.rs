@@ -395,6 +395,38 @@ async fn a_message_over_the_limit_is_refused_both_ways(b: Binding) {
     host.shutdown_async().await;
 }
 
+/// A drain lets a stream that ends within the close timeout finish, and ends one still
+/// flowing at the close timeout with `ShuttingDown` (keel-wire says so; HTTP cuts the stream
+/// off), counting it as abandoned.
+async fn a_drain_lets_streams_finish_then_ends_them(b: Binding) {
+    let shared = Shared::default();
+    let host = start_with(b, &shared, |h| h.close_timeout(Duration::from_secs(2)));
+    let c = StreamsClient::new(b.channel(host.url()));
+    let short = c.slow(5, 100).await.unwrap();
+    let mut long = c.slow(1_000, 50).await.unwrap();
+    let shutdown = tokio::spawn(host.shutdown_async());
+    let short = collect(short).await.unwrap();
+    assert_eq!(
+        short.len(),
+        5,
+        "{b:?}: a stream that ends within the close timeout finishes"
+    );
+    let mut got = 0;
+    let e = loop {
+        match long.next().await {
+            Some(Ok(_)) => got += 1,
+            Some(Err(e)) => break e,
+            None => panic!("{b:?}: a 50 s stream ended cleanly in a 2 s drain"),
+        }
+    };
+    assert!(got >= 10, "{b:?}: it flowed during the drain ({got} items)");
+    if matches!(b, Binding::Tcp | Binding::Unix | Binding::Tcps) {
+        assert!(e.is_shutting_down(), "{b:?}: {e}");
+    }
+    let report = shutdown.await.unwrap();
+    assert!(report.abandoned_calls >= 1, "{b:?}: {report:?}");
+}
+
 /// The blocking client streams too: a plain `fn main` reads a server stream with an iterator.
 fn the_blocking_client_streams(b: Binding) {
     let shared = Shared::default();
@@ -422,6 +454,7 @@ binding_matrix! {
         async fn the_deadline_covers_the_whole_stream;
         async fn a_consumer_that_stops_reading_stops_the_producer;
         async fn a_message_over_the_limit_is_refused_both_ways;
+        async fn a_drain_lets_streams_finish_then_ends_them;
         fn the_blocking_client_streams;
     }
     [multiplexed] {

@@ -182,7 +182,8 @@ async fn duplex_session(b: Binding) {
     live_becomes(&live, 0, b).await;
     let e = other.total().await.unwrap_err();
     assert!(e.is_connection(), "{b:?}: {e}");
-    host.shutdown_async().await;
+    let report = host.shutdown_async().await;
+    assert_eq!(report.abandoned_calls, 0, "{b:?}: no session left open");
 }
 
 /// Without `per_session`, sessions share the host's one instance; a session without a
@@ -210,7 +211,31 @@ async fn sessions_of_a_shared_instance(b: Binding) {
         "{b:?}: and outside a session"
     );
     assert_eq!(live.load(Ordering::SeqCst), 1);
-    host.shutdown_async().await;
+    // A drain waits for open sessions (up to the close timeout): these close now.
+    a.close().await;
+    c.close().await;
+    let report = host.shutdown_async().await;
+    assert_eq!(report.abandoned_calls, 0, "{b:?}");
+}
+
+/// A drain waits for an open session up to the close timeout, then ends it: the client's
+/// calls in it fail, and the instance goes.
+async fn a_drain_ends_open_sessions_at_the_close_timeout(b: Binding) {
+    let live = Arc::new(AtomicUsize::new(0));
+    let counted = live.clone();
+    let server = CounterServer::per_session(move |_| Session::new(&counted));
+    let host = b.start(
+        keel::Host::builder()
+            .service(server)
+            .close_timeout(Duration::from_millis(500)),
+    );
+    let client = CounterClient::new(b.channel(host.url()));
+    let session = client.open_session(Recorder::default()).await.unwrap();
+    session.add(1).await.unwrap();
+    let report = host.shutdown_async().await;
+    assert_eq!(report.abandoned_calls, 1, "{b:?}: the session");
+    assert!(session.total().await.is_err(), "{b:?}");
+    live_becomes(&live, 0, b).await;
 }
 
 /// HTTP/1.1 cannot carry a session (a bidirectional stream): refused, naming HTTP/2.
@@ -234,5 +259,6 @@ binding_matrix! {
     [multiplexed] {
         async fn duplex_session;
         async fn sessions_of_a_shared_instance;
+        async fn a_drain_ends_open_sessions_at_the_close_timeout;
     }
 }

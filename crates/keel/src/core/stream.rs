@@ -57,6 +57,11 @@ enum Source {
     Channel(mpsc::Receiver<Result<Bytes, Error>>),
     Dyn(Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send>>),
     Remote(Remote),
+    /// A source that failed, kept until the stream is dropped: what it holds (a drain's count
+    /// of the stream, say) lasts until whoever read the error has passed it on.
+    Failed {
+        _kept: Box<Source>,
+    },
 }
 
 impl fmt::Debug for ByteStream {
@@ -68,6 +73,7 @@ impl fmt::Debug for ByteStream {
             Source::Channel(_) => "channel",
             Source::Dyn(_) => "stream",
             Source::Remote(_) => "remote",
+            Source::Failed { .. } => "failed",
         };
         f.debug_struct("ByteStream").field("source", &kind).finish()
     }
@@ -203,10 +209,20 @@ impl ByteStream {
             Source::Channel(rx) => rx.poll_recv(cx),
             Source::Dyn(s) => s.as_mut().poll_next(cx),
             Source::Remote(r) => r.poll_chunk(cx),
+            Source::Failed { .. } => Poll::Ready(None),
         };
-        if let Poll::Ready(None | Some(Err(_))) = &polled {
-            // Ended (or failed): release the source now, and never yield after the end.
-            self.source = Source::Empty;
+        match &polled {
+            // Ended: release the source now, and never yield after the end.
+            Poll::Ready(None) => self.source = Source::Empty,
+            // Failed: never yield again either, but keep the source until the stream is
+            // dropped.
+            Poll::Ready(Some(Err(_))) if !matches!(self.source, Source::Failed { .. }) => {
+                let failed = std::mem::replace(&mut self.source, Source::Empty);
+                self.source = Source::Failed {
+                    _kept: Box::new(failed),
+                };
+            }
+            _ => {}
         }
         polled
     }

@@ -28,7 +28,7 @@ use crate::core::context::{CallFacts, Context};
 use crate::core::format::Format;
 use crate::core::messages::framing::Framing;
 use crate::core::metadata::Metadata;
-use crate::core::service::{Invocation, Outcome, Service};
+use crate::core::service::{Invocation, Outcome, Payload, Service};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::runtime::clock;
@@ -332,6 +332,11 @@ impl Call {
             from: self.received,
             to: ended,
         });
+        let outcome = match outcome {
+            // The stream flows on after the answer: the drain waits for it (`streams.rs`).
+            Ok(Payload::Stream(s)) => Ok(Payload::Stream(self.conn.dispatcher.lease_stream(s))),
+            other => other,
+        };
         self.conn.finish(self.call_id, self.one_way, outcome, ended);
     }
 

@@ -14,6 +14,7 @@ mod conn;
 mod intercept;
 mod metrics;
 mod schedule;
+mod streams;
 mod throttle;
 mod watchdog;
 
@@ -113,6 +114,9 @@ pub(crate) struct Dispatcher {
     pub(crate) stats: Counters,
     /// Metric handles of the host as a whole.
     pub(crate) metrics: HostMetrics,
+    /// Set when the drain's close timeout passed: reply streams still flowing end
+    /// (`streams.rs`).
+    streams_stop: tokio::sync::watch::Sender<bool>,
     /// Opens sessions (set once by the host that built this dispatcher).
     pub(crate) sessions: std::sync::OnceLock<Arc<dyn SessionOpener>>,
 }
@@ -221,6 +225,7 @@ impl Dispatcher {
             stats,
             metrics,
             sessions: std::sync::OnceLock::new(),
+            streams_stop: tokio::sync::watch::Sender::new(false),
         }
     }
 

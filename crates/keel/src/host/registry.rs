@@ -234,6 +234,13 @@ impl Registry {
         }
         d.settle(tokio::time::Instant::now() + close_timeout).await;
         let abandoned = d.in_flight();
+        if abandoned > 0 {
+            // Reply streams still flowing end with `ShuttingDown`; a moment for their ends
+            // to be written before the connections close.
+            d.stop_streams();
+            d.settle(tokio::time::Instant::now() + STREAM_END_GRACE)
+                .await;
+        }
         let status = Status::new(
             StatusCode::ShuttingDown,
             "host shut down before the call completed (close timeout)",
@@ -278,6 +285,10 @@ impl HostConnRegistry for Registry {
         }
     }
 }
+
+/// How long a drain waits, after its close timeout, for the reply streams it ended to say so
+/// to their clients.
+const STREAM_END_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// `max_age` scaled by a factor in [0.9, 1.1) drawn from connection `id` (a fixed hash, so a
 /// connection keeps its factor).

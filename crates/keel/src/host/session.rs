@@ -77,7 +77,8 @@ impl SessionOpener for Sessions {
         let max = dispatcher.limits.max_message_size as usize;
         let inbound =
             MessageStream::<Frame>::decode(stream, format, Framing::Envelope, max, None, None);
-        let reply = out.encode(format, Framing::Envelope, None);
+        // Counted in a drain as a stream is, and ended at its close timeout.
+        let reply = dispatcher.lease_stream(out.encode(format, Framing::Envelope, None));
         conn.reply_to(reply_to, call_id, Ok(Payload::Stream(reply)));
         let (calls_tx, calls) = mpsc::channel(CALL_QUEUE);
         tokio::spawn(peer.clone().read(inbound, calls_tx));

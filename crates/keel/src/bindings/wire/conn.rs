@@ -447,7 +447,12 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 Some(Ok(chunk)) => chunk,
                 Some(Err(e)) => {
                     untouched = false;
-                    break Some((keel_wire::StatusCode::Internal, Bytes::from(e.to_string())));
+                    // The producer's own status when it has one (a drain's `ShuttingDown`, a
+                    // deadline), else `Internal`.
+                    let code = e
+                        .status_code()
+                        .map_or(keel_wire::StatusCode::Internal, |c| c.to_wire());
+                    break Some((code, Bytes::from(e.message().to_string())));
                 }
             };
             untouched = false;
