@@ -363,6 +363,10 @@
 //! | calls queued | [`max_queued_calls`](host::HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
 //! | stream window | [`max_stream_window`](host::HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
 //! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](host::HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
+//! | a message in a stream of messages | [`max_message_size`](host::HostBuilder::max_message_size) | 4 MiB | the stream ends `TooLarge`, checked before the message is buffered |
+//! | messages buffered per stream | the stream window | the stream's flow-control window (keel-wire: 256 KiB to start, growing with the link's bandwidth-delay product up to `max_stream_window`; HTTP/2: 4 MiB), plus one gathered write of at most 32 KiB | the producer's `send` waits |
+//! | calls queued in a session | fixed | 64 | the session's stream is not read until they run (its client's sends wait for the window) |
+//! | a reply stream in a drain | [`close_timeout`](host::HostBuilder::close_timeout) | 10 s | ended with `ShuttingDown`, counted in [`ShutdownReport`](host::ShutdownReport)`::abandoned_calls` |
 //! | pool threads | [`max_threads`](host::HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
 //! | listen backlog | [`listen_backlog`](host::HostBuilder::listen_backlog) | the system's limit: `net.core.somaxconn` on Linux (4,096 since 5.4), at most 65,535; 1,024 elsewhere or if unreadable | the kernel's (`somaxconn` caps it): a connect beyond it waits for a SYN retry |
 //! | admin endpoint ([`admin`](host::HostBuilder::admin)) | fixed | 16 connections, 5 s per request head (and idle), 16 KiB heads, bodies not read, 60 s per connection | a newcomer is closed; a slow head or an idle connection is closed |
@@ -428,6 +432,142 @@
 //! assert_eq!(client.put("a".into(), ByteStream::from_iter(chunks))?, 1_000_000);
 //! let mut download = client.get(5)?;
 //! assert_eq!(download.blocking_next().unwrap()?.len(), 5);
+//! host.shutdown();
+//! # Ok::<(), keel::Error>(())
+//! ```
+//!
+//! # Streams of messages
+//!
+//! An operation may take a [`MessageStream<T>`](MessageStream) (client streaming), return one
+//! (server streaming), or both (bidirectional), for any serde `T`, in `fn` and `async fn`
+//! operations and in both generated clients: what gRPC's streaming calls do. Each message is
+//! encoded as a unary body is (MessagePack for keel's clients, JSON for others), so contract
+//! evolution applies per message. A stream ends cleanly, or with a [`Status`] or the
+//! operation's typed fault ([`stream::MessageSender::abort`], [`stream::MessageSender::fault`]).
+//! The flow control of streamed transfer holds: a consumer that stops reading stops the
+//! producer (its `send` waits), and one that drops the stream stops it for good (its `send`
+//! fails). The call's deadline covers the whole stream. Over HTTP, JSON callers read NDJSON or
+//! Server-Sent Events (`HTTP.md`, "Streams of messages"); a bidirectional call needs keel-wire or
+//! HTTP/2, and HTTP/1.1 refuses it with `Unimplemented`.
+//!
+//! ```
+//! use keel::{MessageStream, Status};
+//!
+//! #[keel::contract]
+//! pub trait Numbers {
+//!     /// `0..n`, one message each (server streaming).
+//!     async fn count(&self, n: u32) -> MessageStream<u32>;
+//!     /// The sum of a stream of numbers (client streaming).
+//!     fn sum(&self, numbers: MessageStream<u32>) -> Result<u64, Status>;
+//!     /// Each number doubled, as it arrives (bidirectional).
+//!     async fn double(&self, numbers: MessageStream<u32>) -> MessageStream<u32>;
+//! }
+//!
+//! struct N;
+//! impl Numbers for N {
+//!     async fn count(&self, n: u32) -> MessageStream<u32> {
+//!         MessageStream::from_iter(0..n)
+//!     }
+//!     fn sum(&self, numbers: MessageStream<u32>) -> Result<u64, Status> {
+//!         let mut sum = 0;
+//!         for n in numbers.blocking_iter() {
+//!             sum += u64::from(n?);
+//!         }
+//!         Ok(sum)
+//!     }
+//!     async fn double(&self, mut numbers: MessageStream<u32>) -> MessageStream<u32> {
+//!         let (tx, doubled) = MessageStream::channel(8);
+//!         tokio::spawn(async move {
+//!             while let Some(Ok(n)) = numbers.next().await {
+//!                 if tx.send(n * 2).await.is_err() {
+//!                     break; // The caller stopped reading.
+//!                 }
+//!             }
+//!         });
+//!         doubled
+//!     }
+//! }
+//!
+//! let host = keel::Host::builder()
+//!     .service(NumbersServer::new(N))
+//!     .endpoint("tcp://127.0.0.1:0")
+//!     .start()?;
+//! let client = NumbersBlockingClient::connect(host.url())?;
+//! let counted: Vec<u32> = client.count(3)?.blocking_iter().collect::<Result<_, _>>()?;
+//! assert_eq!(counted, [0, 1, 2]);
+//! assert_eq!(client.sum(MessageStream::from_iter(1..=4))?, 10);
+//! let doubled: Vec<u32> = client
+//!     .double(MessageStream::from_iter([1, 2]))?
+//!     .blocking_iter()
+//!     .collect::<Result<_, _>>()?;
+//! assert_eq!(doubled, [2, 4]);
+//! host.shutdown();
+//! # Ok::<(), keel::Error>(())
+//! ```
+//!
+//! # Sessions and duplex contracts
+//!
+//! What WCF's sessions and `CallbackContract` do. A generated client's `open_session` opens a
+//! session: a client whose calls go over one bidirectional stream to one instance of the
+//! service and run one at a time, in the order they were made (WCF's
+//! `ConcurrencyMode.Single`). `{Contract}Server::per_session(|ctx| ...)` makes that instance
+//! per session (`InstanceContextMode.PerSession`): created when the session opens, dropped when
+//! it closes or its client's connection goes, so per-caller state needs no map keyed by
+//! connection. A contract declared with `#[keel::contract(callback = Callback)]` is duplex: the
+//! client opens its session with an implementation of `Callback`, and a handler reaches a
+//! client of it with [`Context::callback`] at any time while the session lives, including after
+//! the call that started it returned; one-way and request-reply callbacks run on the client one
+//! at a time, in order. Sessions run wherever a bidirectional stream does (keel-wire, HTTP/2);
+//! a drain waits for open sessions up to its close timeout. `examples/duplex.rs` ports WCF's
+//! Calculator Duplex sample.
+//!
+//! ```
+//! use std::sync::Mutex;
+//!
+//! #[keel::contract]
+//! pub trait Progress {
+//!     #[keel(one_way)]
+//!     fn total(&self, value: u64);
+//! }
+//!
+//! #[keel::contract(callback = Progress)]
+//! pub trait Tally {
+//!     #[keel(one_way)]
+//!     fn add(&self, ctx: keel::Context, n: u64);
+//! }
+//!
+//! #[derive(Default)]
+//! struct PerSession(Mutex<u64>);
+//! impl Tally for PerSession {
+//!     fn add(&self, ctx: keel::Context, n: u64) {
+//!         let total = {
+//!             let mut t = self.0.lock().unwrap();
+//!             *t += n;
+//!             *t
+//!         };
+//!         let progress = ctx.callback::<ProgressBlockingClient>().expect("in a session");
+//!         progress.total(total).ok();
+//!     }
+//! }
+//!
+//! struct Printer(std::sync::mpsc::Sender<u64>);
+//! impl Progress for Printer {
+//!     fn total(&self, value: u64) {
+//!         self.0.send(value).ok();
+//!     }
+//! }
+//!
+//! let host = keel::Host::builder()
+//!     .service(TallyServer::per_session(|_| PerSession::default()))
+//!     .endpoint("tcp://127.0.0.1:0")
+//!     .start()?;
+//! let (tx, totals) = std::sync::mpsc::channel();
+//! let session = TallyBlockingClient::connect(host.url())?.open_session(Printer(tx))?;
+//! session.add(2)?;
+//! session.add(3)?;
+//! assert_eq!(totals.recv().unwrap(), 2);
+//! assert_eq!(totals.recv().unwrap(), 5);
+//! session.close();
 //! host.shutdown();
 //! # Ok::<(), keel::Error>(())
 //! ```
