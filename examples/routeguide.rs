@@ -5,6 +5,7 @@
 //! cargo run --release --example routeguide                                  # both halves
 //! cargo run --release --example routeguide -- --serve tcp://127.0.0.1:7000  # host only
 //! cargo run --release --example routeguide -- --connect tcp://127.0.0.1:7000
+//! cargo run --example routeguide -- --openapi   # the contract's OpenAPI document
 //! ```
 //!
 //! Bidirectional streams need keel-wire (`tcp://`, `unix://`, `tcps://`) or HTTP/2 (`https://`,
@@ -22,6 +23,9 @@ use keel_examples::{Mode, ModeArgs};
 struct Cli {
     #[command(flatten)]
     mode: ModeArgs,
+    /// Print the contract's OpenAPI 3.1 document (its streams as NDJSON) and exit
+    #[arg(long, conflicts_with_all = ["serve", "connect"])]
+    openapi: bool,
 }
 
 #[tokio::main]
@@ -34,6 +38,13 @@ async fn main() {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
+    if cli.openapi {
+        println!(
+            "{}",
+            keel::openapi::document(&[RouteGuideClient::descriptor()])
+        );
+        return Ok(());
+    }
     match cli.mode.mode() {
         Mode::Serve(url) => {
             let builder = routeguide::builder(&url);

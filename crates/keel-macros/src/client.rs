@@ -204,12 +204,12 @@ fn client_method(trait_name: &Ident, i: usize, op: &Operation) -> TokenStream2 {
     let names: Vec<_> = op.value_params().map(|(n, _)| n).collect();
     let docs = op.method.attrs.iter().filter(|a| a.path().is_ident("doc"));
     let upload = match op.stream_param {
-        Some(i) if op.request_message.is_some() => {
-            let n = &op.params[i].0;
-            quote!(::core::option::Option::Some(#k::upload_messages(#n)))
+        Some(p) if op.request_message.is_some() => {
+            let n = &op.params[p].0;
+            quote!(::core::option::Option::Some(#k::upload_messages(&self.channel, &#descriptor_static, #i, #n)))
         }
-        Some(i) => {
-            let n = &op.params[i].0;
+        Some(p) => {
+            let n = &op.params[p].0;
             quote!(::core::option::Option::Some(#n))
         }
         None => quote!(::core::option::Option::None),

@@ -817,6 +817,7 @@ pub mod __private {
             ctx.max_message_size(),
             ctx.deadline(),
             None,
+            ctx.stream_counters().map(|c| c.received.clone()),
         )
     }
     /// Where a reply stream of messages goes: its format, the framing the binding chose and
@@ -826,14 +827,16 @@ pub mod __private {
             format,
             framing: ctx.reply_framing(),
             deadline: ctx.deadline(),
+            counted: ctx.stream_counters().map(|c| c.sent.clone()),
         }
     }
     /// See [`reply_messages`].
-    #[derive(Debug, Clone, Copy)]
+    #[derive(Debug, Clone)]
     pub struct ReplyMessages {
         format: Format,
         framing: crate::core::messages::framing::Framing,
         deadline: Option<std::time::Instant>,
+        counted: Option<metrics::Counter>,
     }
     impl ReplyMessages {
         /// A handler's `MessageStream<T>`.
@@ -845,6 +848,7 @@ pub mod __private {
                 self.format,
                 self.framing,
                 self.deadline,
+                self.counted,
             )))
         }
         /// A handler's `Result<MessageStream<T>, keel::Status>`.

@@ -30,9 +30,12 @@
 //! assert!(json.contains("\"DivideByZero\""));
 //! ```
 //!
-//! Streamed operations (a `ByteStream` parameter or return value) are marked
-//! `"x-keel-streamed": true`; their streamed body is `application/octet-stream`, and a
-//! streamed request's other parameters travel as JSON in the `keel-args` header. One-way
+//! Streamed operations (a `ByteStream` or `MessageStream` parameter or return value) are
+//! marked `"x-keel-streamed": true`; a byte stream's body is `application/octet-stream`, and a
+//! streamed request's other parameters travel as JSON in the `keel-args` header. Streams of
+//! messages are also marked `"x-keel-stream"`: `"server"`, `"client"` or `"bidirectional"`;
+//! their bodies are `application/x-ndjson` with the schema of one message (a reply stream also
+//! `text/event-stream`). One-way
 //! operations are marked `"x-keel-one-way": true`, and `#[keel(idempotent)]` ones
 //! `"x-keel-idempotent": true` (a client may send them again after a failure).
 
@@ -52,6 +55,8 @@ const DETAILS_HEADER: &str = "keel-status-details";
 const ARGS_HEADER: &str = "keel-args";
 const JSON: &str = "application/json";
 const STREAM: &str = "application/octet-stream";
+const NDJSON: &str = "application/x-ndjson";
+const SSE: &str = "text/event-stream";
 
 /// The error answers every call may meet besides its own 200 and 422, with the names of their
 /// shared responses under `components/responses`, and the `keel-status` codes each carries.
@@ -272,11 +277,19 @@ fn operation(
                 characters escaped as \\uXXXX). No header means `{}`.",
             "content": {JSON: {"schema": args}},
         }));
-        json!({
-            "required": true,
-            "description": "The request stream, of any length.",
-            "content": {STREAM: {"schema": {"type": "string", "format": "binary"}}},
-        })
+        match schemas.request_message {
+            Some(message) => json!({
+                "required": true,
+                "description": "The request stream of messages, as NDJSON: one JSON message of \
+                    this schema per line.",
+                "content": {NDJSON: {"schema": message(gen).to_value()}},
+            }),
+            None => json!({
+                "required": true,
+                "description": "The request stream, of any length.",
+                "content": {STREAM: {"schema": {"type": "string", "format": "binary"}}},
+            }),
+        }
     } else {
         json!({
             "required": true,
@@ -298,10 +311,18 @@ fn operation(
         );
     } else {
         let content = match schemas.returns {
+            Some(message) if op.message_response => {
+                let message = message(gen).to_value();
+                json!({NDJSON: {"schema": message}, SSE: {"schema": {"type": "string"}}})
+            }
             Some(returns) => json!({JSON: {"schema": returns(gen).to_value()}}),
             None => json!({STREAM: {"schema": {"type": "string", "format": "binary"}}}),
         };
-        let description = if op.stream_response {
+        let description = if op.message_response {
+            "The reply stream of messages: NDJSON, one JSON message of this schema per line \
+                (or Server-Sent Events with `Accept: text/event-stream`); a stream that fails \
+                midway ends with a line `{\"error\": ...}` and is cut off."
+        } else if op.stream_response {
             "The reply stream; a stream that fails midway is cut off, never ended cleanly."
         } else {
             "The return value."
@@ -360,6 +381,15 @@ fn operation(
     post.insert("responses".into(), responses.into());
     if op.streamed() {
         post.insert("x-keel-streamed".into(), true.into());
+    }
+    let messages = match (op.message_request, op.message_response) {
+        (true, true) => Some("bidirectional"),
+        (true, false) => Some("client"),
+        (false, true) => Some("server"),
+        (false, false) => None,
+    };
+    if let Some(kind) = messages {
+        post.insert("x-keel-stream".into(), kind.into());
     }
     if op.one_way {
         post.insert("x-keel-one-way".into(), true.into());

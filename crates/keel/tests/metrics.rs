@@ -396,3 +396,94 @@ fn an_http_calls_handler_time_does_not_include_its_upload() {
     );
     host.shutdown();
 }
+
+/// Streams of messages both ways.
+#[keel::contract]
+pub trait Ticks {
+    /// `0..n` (server streaming).
+    async fn ticks(&self, n: u32) -> keel::MessageStream<u32>;
+    /// How many it received (client streaming).
+    async fn swallow(&self, values: keel::MessageStream<u32>) -> u64;
+}
+
+struct Ticker;
+impl Ticks for Ticker {
+    async fn ticks(&self, n: u32) -> keel::MessageStream<u32> {
+        keel::MessageStream::from_iter(0..n)
+    }
+    async fn swallow(&self, mut values: keel::MessageStream<u32>) -> u64 {
+        let mut n = 0;
+        while let Some(Ok(_)) = values.next().await {
+            n += 1;
+        }
+        n
+    }
+}
+
+#[test]
+fn stream_messages_are_counted_per_operation_on_both_sides() {
+    let host = keel::Host::builder()
+        .service(TicksServer::new(Ticker))
+        .endpoint("tcp://127.0.0.1:0")
+        .admin("http://127.0.0.1:0")
+        .start()
+        .unwrap();
+    let admin = host.admin_url().expect("an admin endpoint").to_string();
+    let client = TicksBlockingClient::connect(host.url()).unwrap();
+    let got: Vec<u32> = client
+        .ticks(5)
+        .unwrap()
+        .blocking_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(got.len(), 5);
+    assert_eq!(
+        client
+            .swallow(keel::MessageStream::from_iter([1, 2, 3]))
+            .unwrap(),
+        3
+    );
+    let (status, text) = get(&admin, "/metrics");
+    assert_eq!(status, 200);
+    let op = |name| [("service", "Ticks"), ("operation", name)];
+    let with_binding = |name| {
+        [
+            ("service", "Ticks"),
+            ("operation", name),
+            ("binding", "tcp"),
+        ]
+    };
+    assert_eq!(
+        must(
+            &text,
+            "keel_server_stream_messages_sent_total",
+            &op("ticks")
+        ),
+        5.0
+    );
+    assert_eq!(
+        must(
+            &text,
+            "keel_server_stream_messages_received_total",
+            &op("swallow")
+        ),
+        3.0
+    );
+    assert_eq!(
+        must(
+            &text,
+            "keel_client_stream_messages_received_total",
+            &with_binding("ticks")
+        ),
+        5.0
+    );
+    assert_eq!(
+        must(
+            &text,
+            "keel_client_stream_messages_sent_total",
+            &with_binding("swallow")
+        ),
+        3.0
+    );
+    host.shutdown();
+}

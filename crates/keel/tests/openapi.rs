@@ -200,6 +200,65 @@ fn streamed_operations_are_marked() {
     assert!(download["responses"].get("422").is_some());
 }
 
+/// One message of a stream.
+#[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
+#[schemars(crate = "keel::schemars")]
+pub struct Entry {
+    /// Its key.
+    pub key: String,
+}
+
+/// Every kind of stream of messages.
+#[keel::contract]
+pub trait Feed {
+    /// Entries as they change (server streaming).
+    #[keel(idempotent)]
+    async fn watch(&self, prefix: String) -> keel::MessageStream<Entry>;
+    /// Loads entries (client streaming).
+    async fn load(&self, entries: keel::MessageStream<Entry>) -> u64;
+    /// Each entry back (bidirectional).
+    async fn sync(&self, entries: keel::MessageStream<Entry>) -> keel::MessageStream<Entry>;
+}
+
+#[test]
+fn message_streams_are_marked_with_their_kind_and_message_schema() {
+    let doc: Value =
+        serde_json::from_str(&keel::openapi::document(&[FeedClient::descriptor()])).unwrap();
+    let op = |name: &str| &doc["paths"][format!("/Feed/{name}")]["post"];
+    let entry = json!({"$ref": "#/components/schemas/Entry"});
+    let watch = op("watch");
+    assert_eq!(watch["x-keel-stream"], "server");
+    assert_eq!(watch["x-keel-streamed"], true);
+    let reply = &watch["responses"]["200"]["content"];
+    assert_eq!(reply["application/x-ndjson"]["schema"], entry);
+    assert!(reply.get("text/event-stream").is_some());
+    assert_eq!(
+        watch["requestBody"]["content"]["application/json"]["schema"],
+        json!({"$ref": "#/components/schemas/Feed_watch_args"})
+    );
+    let load = op("load");
+    assert_eq!(load["x-keel-stream"], "client");
+    assert_eq!(
+        load["requestBody"]["content"]["application/x-ndjson"]["schema"],
+        entry
+    );
+    assert_eq!(
+        load["responses"]["200"]["content"]["application/json"]["schema"]["type"],
+        "integer"
+    );
+    let sync = op("sync");
+    assert_eq!(sync["x-keel-stream"], "bidirectional");
+    assert_eq!(
+        sync["requestBody"]["content"]["application/x-ndjson"]["schema"],
+        entry
+    );
+    assert_eq!(
+        sync["responses"]["200"]["content"]["application/x-ndjson"]["schema"],
+        entry
+    );
+    assert!(post(&document(), "upload").get("x-keel-stream").is_none());
+}
+
 #[test]
 fn the_document_is_stable_text() {
     let a = keel::openapi::document(&[StoreClient::descriptor()]);

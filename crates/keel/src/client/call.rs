@@ -15,6 +15,7 @@ use crate::core::format::Format;
 use crate::core::messages::framing::Framing;
 use crate::core::messages::{FaultDecoder, MessageStream};
 use crate::core::metadata::Metadata;
+use crate::core::metrics as m;
 use crate::core::service::{Payload, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
@@ -190,7 +191,10 @@ where
     let (budget, max) = ch.stream_limits(opts);
     let deadline = clock::now() + budget;
     match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
-        Ok(payload) => Ok(messages(payload, max, deadline, None)),
+        Ok(payload) => {
+            let counted = counter(ch, desc, op, m::CLIENT_MESSAGES_RECEIVED);
+            Ok(messages(payload, max, deadline, None, counted))
+        }
         Err(status) => Err(Error::from_status(status)),
     }
 }
@@ -213,7 +217,16 @@ where
     let (budget, max) = ch.stream_limits(opts);
     let deadline = clock::now() + budget;
     match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
-        Ok(payload) => Ok(messages(payload, max, deadline, Some(decode_fault::<E>))),
+        Ok(payload) => {
+            let counted = counter(ch, desc, op, m::CLIENT_MESSAGES_RECEIVED);
+            Ok(messages(
+                payload,
+                max,
+                deadline,
+                Some(decode_fault::<E>),
+                counted,
+            ))
+        }
         Err(status) => Err(fault_or_status::<E>(desc, op, status)),
     }
 }
@@ -224,6 +237,7 @@ fn messages<T: DeserializeOwned>(
     max: usize,
     deadline: Instant,
     fault: Option<FaultDecoder>,
+    counted: metrics::Counter,
 ) -> MessageStream<T> {
     MessageStream::decode(
         stream(replied),
@@ -232,7 +246,23 @@ fn messages<T: DeserializeOwned>(
         max,
         Some(deadline),
         fault,
+        Some(counted),
     )
+}
+
+/// The counter `name` of operation `op` on `ch` (registered per stream: one lookup each).
+fn counter(
+    ch: &Channel,
+    desc: &'static ServiceDescriptor,
+    op: usize,
+    name: &'static str,
+) -> metrics::Counter {
+    let labels = [
+        ("service", desc.name),
+        ("operation", desc.operations[op].name),
+        ("binding", ch.inner.metrics.binding()),
+    ];
+    metrics::counter!(name, &labels)
 }
 
 /// A stream's fault end, decoded as the contract's fault type `E`.
@@ -249,10 +279,16 @@ where
     }
 }
 
-/// The request stream of an operation that takes a [`MessageStream`]: its messages in
+/// The request stream of operation `op`, which takes a [`MessageStream`]: its messages in
 /// MessagePack, framed for the wire.
-pub fn upload_messages<T: Serialize + Send + 'static>(messages: MessageStream<T>) -> ByteStream {
-    messages.encode(Format::MsgPack, Framing::Envelope, None)
+pub fn upload_messages<T: Serialize + Send + 'static>(
+    ch: &Channel,
+    desc: &'static ServiceDescriptor,
+    op: usize,
+    messages: MessageStream<T>,
+) -> ByteStream {
+    let counted = counter(ch, desc, op, m::CLIENT_MESSAGES_SENT);
+    messages.encode(Format::MsgPack, Framing::Envelope, None, Some(counted))
 }
 
 /// Calls a one-way operation: returns once the host acknowledged receipt.

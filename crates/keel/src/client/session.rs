@@ -45,7 +45,7 @@ impl Channel {
             body: bytes::Bytes::from_static(&[0x80]),
             compression: None,
             accepts_compressed: false,
-            upload: Some(out.encode(Format::MsgPack, Framing::Envelope, None)),
+            upload: Some(out.encode(Format::MsgPack, Framing::Envelope, None, None)),
             download: true,
             idempotent: false,
             fresh: false,
@@ -70,6 +70,7 @@ impl Channel {
             Format::MsgPack,
             Framing::Envelope,
             max,
+            None,
             None,
             None,
         );
@@ -160,6 +161,7 @@ async fn run(service: &Arc<dyn Service>, frame: &Frame, metadata: Metadata) -> O
         reply_framing: Framing::Envelope,
         max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
         session: None,
+        stream_counters: None,
     });
     let invocation = service.invoke(op, Format::MsgPack, &frame.body, ByteStream::empty(), &ctx)?;
     let panicked = |_| {

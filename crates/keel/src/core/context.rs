@@ -64,6 +64,8 @@ pub(crate) struct CallFacts {
     pub(crate) max_message_size: u32,
     /// The session the call runs in, if any (the client layer's callback channel).
     pub(crate) session: Option<Arc<dyn Any + Send + Sync>>,
+    /// For an operation with a stream of messages: its message counters (metrics).
+    pub(crate) stream_counters: Option<super::messages::StreamCounters>,
 }
 
 struct Shared {
@@ -116,7 +118,13 @@ impl Context {
             reply_framing: Framing::Envelope,
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
             session: None,
+            stream_counters: None,
         })
+    }
+
+    /// The operation's message counters, for an operation with a stream of messages.
+    pub(crate) fn stream_counters(&self) -> Option<&super::messages::StreamCounters> {
+        self.inner.facts.stream_counters.as_ref()
     }
 
     /// The session the call runs in, if any.
@@ -323,6 +331,7 @@ mod tests {
             reply_framing: Framing::Envelope,
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
             session: None,
+            stream_counters: None,
         })
     }
 

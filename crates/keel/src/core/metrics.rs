@@ -29,6 +29,7 @@
 //! | `keel_server_pool_wait_seconds` | histogram | service, operation | blocking operations: from the hand-off to keel-pool to the start on a pool thread |
 //! | `keel_server_handler_seconds` | histogram | service, operation | the handler itself, with decoding its arguments and encoding its reply (over keel-wire a call started at once is timed from the reader's latest clock reading, the read or the previous call's end; over HTTP from when its body has been read) |
 //! | `keel_server_call_duration_seconds` | histogram | service, operation | the whole server time, from the request's arrival to the answer |
+//! | `keel_server_stream_messages_sent_total`, `keel_server_stream_messages_received_total` | counter | service, operation | messages of streams of messages the host sent (reply streams) and received (request streams), registered on the operation's first stream |
 //! | `keel_server_handler_blocking_total` | counter | service, operation | polls of an `async` handler that held its runtime worker longer than the blocking watchdog's threshold ([`HostBuilder::blocking_watchdog`](crate::host::HostBuilder::blocking_watchdog)), one per poll |
 //!
 //! The phases are separate histograms, not a `phase` label, so that no query adds up a total and
@@ -64,6 +65,7 @@
 //! |---|---|---|---|
 //! | `keel_client_calls_total` | counter | service, operation, binding, code | calls by outcome (`code` is `unavailable` when no host could be reached or it was lost, `transport_error` for the caller's own failures: a local deadline, a message too large to send, ...) |
 //! | `keel_client_call_duration_seconds` | histogram | service, operation, binding | from the call to its answer |
+//! | `keel_client_stream_messages_sent_total`, `keel_client_stream_messages_received_total` | counter | service, operation, binding | messages of streams of messages the client sent and received (registered when a call's stream starts) |
 //! | `keel_client_reconnects_total` | counter | binding | connections a channel opened after its first (a reconnection, or one more HTTP/1.1 pool connection) |
 //!
 //! The gauges read at scrape time describe one host: with several hosts in a process, each
@@ -124,6 +126,10 @@ pub(crate) const HOST_READY: &str = "keel_host_ready";
 pub(crate) const CLIENT_CALLS: &str = "keel_client_calls_total";
 pub(crate) const CLIENT_DURATION: &str = "keel_client_call_duration_seconds";
 pub(crate) const CLIENT_RECONNECTS: &str = "keel_client_reconnects_total";
+pub(crate) const SERVER_MESSAGES_SENT: &str = "keel_server_stream_messages_sent_total";
+pub(crate) const SERVER_MESSAGES_RECEIVED: &str = "keel_server_stream_messages_received_total";
+pub(crate) const CLIENT_MESSAGES_SENT: &str = "keel_client_stream_messages_sent_total";
+pub(crate) const CLIENT_MESSAGES_RECEIVED: &str = "keel_client_stream_messages_received_total";
 
 /// Tells the installed recorder what each of keel's metrics is (Prometheus' `# HELP`). Cheap;
 /// called whenever a host starts or a channel is built, as a recorder installed in between
@@ -236,6 +242,22 @@ pub(crate) fn describe() {
     describe_counter!(
         CLIENT_RECONNECTS,
         "Connections a channel opened after its first."
+    );
+    describe_counter!(
+        SERVER_MESSAGES_SENT,
+        "Messages the host sent on streams of messages."
+    );
+    describe_counter!(
+        SERVER_MESSAGES_RECEIVED,
+        "Messages the host received on streams of messages."
+    );
+    describe_counter!(
+        CLIENT_MESSAGES_SENT,
+        "Messages clients sent on streams of messages."
+    );
+    describe_counter!(
+        CLIENT_MESSAGES_RECEIVED,
+        "Messages clients received on streams of messages."
     );
 }
 

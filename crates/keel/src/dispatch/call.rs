@@ -187,6 +187,8 @@ pub(crate) fn dispatch(
         reply_framing: req.reply_framing,
         max_message_size: dispatcher.limits.max_message_size,
         session: req.session.as_ref().map(|s| s.handle.clone()),
+        stream_counters: (info.message_request || info.message_response)
+            .then(|| served.metrics[op].stream_counters()),
     });
     // The per-connection limit before decoding: a connection at its limit costs no decoding.
     let metrics = &served.metrics[op];
@@ -328,6 +330,8 @@ impl Call {
         }
         self.answered = true;
         self.metrics.answered(code);
+        // Before the answer leaves: a caller that has its answer never sees it in flight.
+        self.metrics.in_flight.decrement(1.0);
         self.metrics.total.record(Elapsed {
             from: self.received,
             to: ended,
@@ -615,13 +619,13 @@ impl Drop for Call {
         self.after(StatusCode::Cancelled);
         if !self.answered {
             self.metrics.answered(StatusCode::Cancelled);
+            self.metrics.in_flight.decrement(1.0);
             if !self.ctx.span().is_disabled() {
                 self.ctx
                     .span()
                     .record("rpc.code", StatusCode::Cancelled.as_str());
             }
         }
-        self.metrics.in_flight.decrement(1.0);
     }
 }
 

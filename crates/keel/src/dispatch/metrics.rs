@@ -29,9 +29,24 @@ pub(crate) struct OpMetrics {
     pub(crate) watch: Option<super::watchdog::OpId>,
     /// How long its handler takes, for running its blocking calls in runs (see `schedule`).
     pub(crate) pace: super::schedule::Pace,
+    /// Messages of its streams of messages, registered on its first stream.
+    messages: OnceLock<crate::core::messages::StreamCounters>,
 }
 
 impl OpMetrics {
+    /// The operation's message counters (registered on first use).
+    pub(crate) fn stream_counters(&self) -> crate::core::messages::StreamCounters {
+        self.messages
+            .get_or_init(|| {
+                let labels = [("service", self.service), ("operation", self.operation)];
+                crate::core::messages::StreamCounters {
+                    sent: metrics::counter!(m::SERVER_MESSAGES_SENT, &labels),
+                    received: metrics::counter!(m::SERVER_MESSAGES_RECEIVED, &labels),
+                }
+            })
+            .clone()
+    }
+
     pub(crate) fn new(
         service: &'static str,
         operation: &'static str,
@@ -43,6 +58,7 @@ impl OpMetrics {
             service,
             operation,
             calls: std::array::from_fn(|_| OnceLock::new()),
+            messages: OnceLock::new(),
             in_flight: gauge!(m::SERVER_IN_FLIGHT, &labels),
             throttle_wait: histogram!(m::SERVER_THROTTLE_WAIT, &labels),
             pool_wait: histogram!(m::SERVER_POOL_WAIT, &labels),

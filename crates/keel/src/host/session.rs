@@ -69,16 +69,24 @@ impl SessionOpener for Sessions {
             reply_framing: Framing::Envelope,
             max_message_size: dispatcher.limits.max_message_size,
             session: Some(handle.clone()),
+            stream_counters: None,
         });
         let instance = match served.service.open_session(&ctx) {
             Ok(instance) => instance,
             Err(status) => return conn.reply_to(reply_to, call_id, Err(status)),
         };
         let max = dispatcher.limits.max_message_size as usize;
-        let inbound =
-            MessageStream::<Frame>::decode(stream, format, Framing::Envelope, max, None, None);
+        let inbound = MessageStream::<Frame>::decode(
+            stream,
+            format,
+            Framing::Envelope,
+            max,
+            None,
+            None,
+            None,
+        );
         // Counted in a drain as a stream is, and ended at its close timeout.
-        let reply = dispatcher.lease_stream(out.encode(format, Framing::Envelope, None));
+        let reply = dispatcher.lease_stream(out.encode(format, Framing::Envelope, None, None));
         conn.reply_to(reply_to, call_id, Ok(Payload::Stream(reply)));
         let (calls_tx, calls) = mpsc::channel(CALL_QUEUE);
         tokio::spawn(peer.clone().read(inbound, calls_tx));

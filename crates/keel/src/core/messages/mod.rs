@@ -210,6 +210,7 @@ impl<T> MessageStream<T> {
 
     /// A stream of messages decoded from `bytes`, framed as `framing` in `format`, each at most
     /// `max` bytes; it fails with a timeout at `deadline`. A fault end is decoded by `fault`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn decode(
         bytes: ByteStream,
         format: Format,
@@ -217,6 +218,7 @@ impl<T> MessageStream<T> {
         max: usize,
         deadline: Option<Instant>,
         fault: Option<FaultDecoder>,
+        counted: Option<metrics::Counter>,
     ) -> MessageStream<T>
     where
         T: DeserializeOwned,
@@ -230,6 +232,7 @@ impl<T> MessageStream<T> {
                 fault,
                 deadline: deadline.map(|at| Box::pin(timer::sleep_until(at))),
                 input_ended: false,
+                counted,
             })),
         }
     }
@@ -241,6 +244,7 @@ impl<T> MessageStream<T> {
         format: Format,
         framing: Framing,
         deadline: Option<Instant>,
+        counted: Option<metrics::Counter>,
     ) -> ByteStream
     where
         T: Serialize + Send + 'static,
@@ -251,6 +255,7 @@ impl<T> MessageStream<T> {
             framing,
             deadline: deadline.map(|at| Box::pin(timer::sleep_until(at))),
             state: EncoderState::Open,
+            counted,
         })
     }
 }
@@ -406,6 +411,21 @@ impl End {
     }
 }
 
+/// A stream's message counters (metrics): messages sent and received.
+#[derive(Clone)]
+pub(crate) struct StreamCounters {
+    /// Messages sent.
+    pub(crate) sent: metrics::Counter,
+    /// Messages received.
+    pub(crate) received: metrics::Counter,
+}
+
+impl fmt::Debug for StreamCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StreamCounters")
+    }
+}
+
 /// Decodes a fault end's details into the caller's error (generated code passes the
 /// contract's fault type).
 pub(crate) type FaultDecoder = fn(Format, &[u8]) -> Error;
@@ -424,6 +444,8 @@ struct Remote<T> {
     deadline: Option<Pin<Box<timer::Sleep>>>,
     /// The bytes ended: what the decoder holds is all there is.
     input_ended: bool,
+    /// Counts the messages received (a metric).
+    counted: Option<metrics::Counter>,
 }
 
 impl<T> Remote<T> {
@@ -436,6 +458,9 @@ impl<T> Remote<T> {
             };
             match frame {
                 Ok(Some(Frame::Message(m))) => {
+                    if let Some(counted) = &self.counted {
+                        counted.increment(1);
+                    }
                     return Poll::Ready(Some((self.decode)(self.format, &m).map_err(|e| {
                         Error::new(Kind::Codec, format!("cannot decode a stream message: {e}"))
                     })));
@@ -488,6 +513,8 @@ struct Encoder<T> {
     framing: Framing,
     deadline: Option<Pin<Box<timer::Sleep>>>,
     state: EncoderState,
+    /// Counts the messages sent (a metric).
+    counted: Option<metrics::Counter>,
 }
 
 enum EncoderState {
@@ -535,6 +562,9 @@ impl<T: Serialize> Stream for Encoder<T> {
                 Poll::Ready(Some(Ok(m))) => match codec::encode_message(this.format, &m) {
                     Ok(bytes) => {
                         framing::encode_message(this.framing, &bytes, &mut out);
+                        if let Some(counted) = &this.counted {
+                            counted.increment(1);
+                        }
                         if out.len() < BATCH {
                             continue;
                         }
