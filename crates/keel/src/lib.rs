@@ -363,6 +363,7 @@
 //! | calls queued | [`max_queued_calls`](host::HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
 //! | stream window | [`max_stream_window`](host::HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
 //! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](host::HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
+//! | reply streams and sessions open per connection | [`max_reply_streams_per_connection`](host::HostBuilder::max_reply_streams_per_connection) | 100 | `Busy` (503), the call does not run |
 //! | a message in a stream of messages | [`max_message_size`](host::HostBuilder::max_message_size) | 4 MiB | the stream ends `TooLarge`, checked before the message is buffered |
 //! | messages buffered per stream | the stream window | the stream's flow-control window (keel-wire: 256 KiB to start, growing with the link's bandwidth-delay product up to `max_stream_window`; HTTP/2: 4 MiB), plus one gathered write of at most 32 KiB | the producer's `send` waits |
 //! | calls queued in a session | fixed | 64 | the session's stream is not read until they run (its client's sends wait for the window) |

@@ -427,6 +427,43 @@ async fn a_drain_lets_streams_finish_then_ends_them(b: Binding) {
     assert!(report.abandoned_calls >= 1, "{b:?}: {report:?}");
 }
 
+/// A connection may have only so many reply streams open: one more is `Busy` and does not
+/// run; when one ends, a new one may open. (HTTP/1.1 carries one call per connection.)
+async fn reply_streams_per_connection_are_limited(b: Binding) {
+    let shared = Shared::default();
+    let host = start_with(b, &shared, |h| h.max_reply_streams_per_connection(3));
+    let c = StreamsClient::new(b.channel(host.url()));
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let mut s = c.endless(16).await.unwrap();
+        s.next().await.unwrap().unwrap();
+        open.push(s);
+    }
+    let e = c.count(1).await.unwrap_err();
+    assert!(e.is_busy(), "{b:?}: {e}");
+    assert!(
+        e.message().contains("max_reply_streams_per_connection"),
+        "{e}"
+    );
+    assert_eq!(c.sum(MessageStream::from_iter([item(2)])).await.unwrap(), 2);
+    drop(open.pop());
+    let reopened = async {
+        loop {
+            match c.count(2).await {
+                Ok(s) => return collect(s).await.unwrap(),
+                Err(e) if e.is_busy() => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => panic!("{b:?}: {e}"),
+            }
+        }
+    };
+    let got = tokio::time::timeout(Duration::from_secs(10), reopened)
+        .await
+        .unwrap_or_else(|_| panic!("{b:?}: no stream opened after one ended"));
+    assert_eq!(got.len(), 2);
+    drop(open);
+    host.shutdown_async().await;
+}
+
 /// The blocking client streams too: a plain `fn main` reads a server stream with an iterator.
 fn the_blocking_client_streams(b: Binding) {
     let shared = Shared::default();
@@ -459,6 +496,7 @@ binding_matrix! {
     }
     [multiplexed] {
         async fn bidirectional_streams_interleave;
+        async fn reply_streams_per_connection_are_limited;
     }
 }
 

@@ -208,6 +208,12 @@ pub(crate) fn dispatch(
         received,
         answered: false,
     };
+    // A call that would open one reply stream too many on its connection does not run.
+    if info.stream_response {
+        if let Some(busy) = conn.refuse_reply_stream() {
+            return call.finish(Err(busy));
+        }
+    }
     // Interceptors before decoding: a refused caller costs no decoding either.
     for interceptor in dispatcher.interceptors() {
         call.intercepted += 1;
@@ -338,7 +344,9 @@ impl Call {
         });
         let outcome = match outcome {
             // The stream flows on after the answer: the drain waits for it (`streams.rs`).
-            Ok(Payload::Stream(s)) => Ok(Payload::Stream(self.conn.dispatcher.lease_stream(s))),
+            Ok(Payload::Stream(s)) => Ok(Payload::Stream(
+                self.conn.dispatcher.lease_stream(&self.conn, s),
+            )),
             other => other,
         };
         self.conn.finish(self.call_id, self.one_way, outcome, ended);

@@ -175,6 +175,8 @@ pub(crate) struct HostConn {
     aged_at: AtomicU64,
     /// Told GoAway, for any reason.
     told_go_away: AtomicBool,
+    /// Reply streams and sessions open (`streams.rs`).
+    pub(crate) reply_streams: std::sync::atomic::AtomicUsize,
     pub(crate) info: HostConnInfo,
     pub(crate) dispatcher: Arc<Dispatcher>,
 }
@@ -189,6 +191,7 @@ impl HostConn {
     ) -> HostConn {
         HostConn {
             id: info.id,
+            reply_streams: std::sync::atomic::AtomicUsize::new(0),
             out,
             calls: Mutex::new(Calls {
                 map: CallMap::default(),

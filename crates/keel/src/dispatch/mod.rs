@@ -51,6 +51,8 @@ pub(crate) struct Limits {
     pub(crate) max_message_size: u32,
     /// Replies at least this large are compressed for callers that accept it.
     pub(crate) compress_replies_above: usize,
+    /// Reply streams (and sessions) one connection may have open at once.
+    pub(crate) max_reply_streams_per_connection: usize,
 }
 
 /// Counters for the host's stats, in one place: the host's registry (`host/registry.rs`) counts

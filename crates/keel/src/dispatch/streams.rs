@@ -10,16 +10,41 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_core::Stream;
 
-use super::Dispatcher;
+use std::sync::atomic::Ordering;
+
+use super::{Dispatcher, HostConn};
 use crate::core::error::{Error, Kind};
-use crate::core::status::StatusCode;
+use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 
+impl HostConn {
+    /// `Busy` if this connection has as many reply streams open as it may: a call that would
+    /// open one more does not run.
+    pub(crate) fn refuse_reply_stream(&self) -> Option<Status> {
+        let max = self.dispatcher.limits.max_reply_streams_per_connection;
+        (self.reply_streams.load(Ordering::Acquire) >= max).then(|| {
+            Status::new(
+                StatusCode::Busy,
+                format!(
+                    "this connection has {max} streams open, as many as the host allows \
+                     (max_reply_streams_per_connection); end one, or use another connection"
+                ),
+            )
+        })
+    }
+}
+
 impl Dispatcher {
-    /// `stream`, counted in flight until it ends or its consumer drops it, and ended with
-    /// `ShuttingDown` once [`Dispatcher::stop_streams`] was called.
-    pub(crate) fn lease_stream(self: &Arc<Self>, stream: ByteStream) -> ByteStream {
+    /// `stream`, counted in flight (and among `conn`'s reply streams) until it ends or its
+    /// consumer drops it, and ended with `ShuttingDown` once [`Dispatcher::stop_streams`] was
+    /// called.
+    pub(crate) fn lease_stream(
+        self: &Arc<Self>,
+        conn: &Arc<HostConn>,
+        stream: ByteStream,
+    ) -> ByteStream {
         self.call_started();
+        conn.reply_streams.fetch_add(1, Ordering::AcqRel);
         let mut stop = self.streams_stop.subscribe();
         ByteStream::from_results(Leased {
             stream: Some(stream),
@@ -27,7 +52,7 @@ impl Dispatcher {
                 // An error: the sender is gone with the dispatcher; stop then too.
                 let _ = stop.wait_for(|stop| *stop).await;
             }),
-            _lease: Lease(self.clone()),
+            _lease: Lease(conn.clone()),
         })
     }
 
@@ -38,12 +63,13 @@ impl Dispatcher {
     }
 }
 
-/// Counts a stream in flight while it lives.
-struct Lease(Arc<Dispatcher>);
+/// Counts a stream in flight, and among its connection's reply streams, while it lives.
+struct Lease(Arc<HostConn>);
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.0.call_finished();
+        self.0.reply_streams.fetch_sub(1, Ordering::AcqRel);
+        self.0.dispatcher.call_finished();
     }
 }
 

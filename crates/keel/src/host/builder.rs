@@ -92,6 +92,12 @@ pub struct HostConfig {
     /// `Busy`. With `max_stream_window` it bounds what streams can make one connection hold.
     /// (HTTP/2 bounds its streams with its connection window.) Default: 16.
     pub max_streams_per_connection: usize,
+    /// Reply streams (a `ByteStream` or `MessageStream` still being sent after its call was
+    /// answered) and sessions open at once on one connection, on every binding; a call that
+    /// would open one more is answered `Busy` without running. Each holds a task and what its
+    /// producer buffers (the stream's output is bounded by `max_unsent_bytes`). Default: 100
+    /// (what gRPC servers commonly allow as concurrent streams).
+    pub max_reply_streams_per_connection: usize,
     /// Runtime worker threads for I/O and async operations, when the host builds its own
     /// runtime. Default: the number of CPUs.
     pub worker_threads: Option<usize>,
@@ -165,6 +171,7 @@ impl Default for HostConfig {
             listen_backlog: crate::transport::socket::system_backlog(),
             max_stream_window: keel_wire::DEFAULT_MAX_WINDOW,
             max_streams_per_connection: 16,
+            max_reply_streams_per_connection: 100,
             worker_threads: None,
             pool: PoolConfig::default(),
             drain_grace: Duration::ZERO,
@@ -528,6 +535,13 @@ impl HostBuilder {
         self
     }
 
+    /// Reply streams and sessions open at once on one connection (see
+    /// [`HostConfig::max_reply_streams_per_connection`]). Default: 100.
+    pub fn max_reply_streams_per_connection(mut self, streams: usize) -> Self {
+        self.config.max_reply_streams_per_connection = streams.max(1);
+        self
+    }
+
     /// Largest flow-control window one streamed upload may grow to. Default: 8 MiB.
     pub fn max_stream_window(mut self, bytes: u32) -> Self {
         self.config.max_stream_window = bytes;
@@ -616,6 +630,7 @@ impl HostBuilder {
             max_receive_bytes: config.max_receive_bytes,
             max_message_size: config.max_message_size,
             compress_replies_above: config.compress_replies_above,
+            max_reply_streams_per_connection: config.max_reply_streams_per_connection,
         };
         let dispatcher = Arc::new(Dispatcher::new(
             services,

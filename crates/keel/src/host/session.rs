@@ -39,6 +39,9 @@ impl SessionOpener for Sessions {
             reply_to,
             ..
         } = req;
+        if let Some(busy) = conn.refuse_reply_stream() {
+            return conn.reply_to(reply_to, call_id, Err(busy));
+        }
         if format != Format::MsgPack {
             let status = Status::new(
                 StatusCode::BadRequest,
@@ -86,7 +89,8 @@ impl SessionOpener for Sessions {
             None,
         );
         // Counted in a drain as a stream is, and ended at its close timeout.
-        let reply = dispatcher.lease_stream(out.encode(format, Framing::Envelope, None, None));
+        let reply =
+            dispatcher.lease_stream(conn, out.encode(format, Framing::Envelope, None, None));
         conn.reply_to(reply_to, call_id, Ok(Payload::Stream(reply)));
         let (calls_tx, calls) = mpsc::channel(CALL_QUEUE);
         tokio::spawn(peer.clone().read(inbound, calls_tx));
