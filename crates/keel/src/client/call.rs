@@ -188,15 +188,8 @@ where
     A: Serialize,
     T: DeserializeOwned,
 {
-    let (budget, max) = ch.stream_limits(opts);
-    let deadline = clock::now() + budget;
-    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
-        Ok(payload) => {
-            let counted = counter(ch, desc, op, m::CLIENT_MESSAGES_RECEIVED);
-            Ok(messages(payload, max, deadline, None, counted))
-        }
-        Err(status) => Err(Error::from_status(status)),
-    }
+    let target = (ch, opts, desc, op);
+    call_messages_with(target, args, upload, None, Error::from_status).await
 }
 
 /// Calls an operation that returns `Result<MessageStream<T>, E>`: a fault before the stream
@@ -214,40 +207,39 @@ where
     T: DeserializeOwned,
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
-    let (budget, max) = ch.stream_limits(opts);
-    let deadline = clock::now() + budget;
-    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
-        Ok(payload) => {
-            let counted = counter(ch, desc, op, m::CLIENT_MESSAGES_RECEIVED);
-            Ok(messages(
-                payload,
-                max,
-                deadline,
-                Some(decode_fault::<E>),
-                counted,
-            ))
-        }
-        Err(status) => Err(fault_or_status::<E>(desc, op, status)),
-    }
+    let target = (ch, opts, desc, op);
+    let refused = |status| fault_or_status::<E>(desc, op, status);
+    call_messages_with(target, args, upload, Some(decode_fault::<E>), refused).await
 }
 
-/// The messages of a reply the operation streams (keel's clients call in MessagePack).
-fn messages<T: DeserializeOwned>(
-    replied: Replied,
-    max: usize,
-    deadline: Instant,
+/// The two above: `fault` decodes a fault that ends the stream, `refused` makes the caller's
+/// error of a status instead of the stream.
+async fn call_messages_with<A, T>(
+    (ch, opts, desc, op): (&Channel, &CallOptions, &'static ServiceDescriptor, usize),
+    args: &A,
+    upload: Option<ByteStream>,
     fault: Option<FaultDecoder>,
-    counted: metrics::Counter,
-) -> MessageStream<T> {
-    MessageStream::decode(
+    refused: impl FnOnce(Status) -> Error,
+) -> Result<MessageStream<T>, Error>
+where
+    A: Serialize,
+    T: DeserializeOwned,
+{
+    let (budget, max) = ch.stream_limits(opts);
+    let deadline = clock::now() + budget;
+    let replied = match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
+        Ok(replied) => replied,
+        Err(status) => return Err(refused(status)),
+    };
+    Ok(MessageStream::decode(
         stream(replied),
         Format::MsgPack,
         Framing::Envelope,
         max,
         Some(deadline),
         fault,
-        Some(counted),
-    )
+        Some(counter(ch, desc, op, m::CLIENT_MESSAGES_RECEIVED)),
+    ))
 }
 
 /// The counter `name` of operation `op` on `ch` (registered per stream: one lookup each).

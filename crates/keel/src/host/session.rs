@@ -150,14 +150,6 @@ async fn run_calls(
                 Metadata::new(),
             ),
         };
-        let outcome = match outcome {
-            Ok(Payload::Body(body)) => Ok(body),
-            Ok(Payload::Stream(_)) => Err(Status::new(
-                StatusCode::Internal,
-                "a session's calls do not stream",
-            )),
-            Err(status) => Err(status),
-        };
         if peer
             .send(Frame::reply(frame.id, outcome, &metadata))
             .await

@@ -37,7 +37,7 @@ use super::{Answer, Attempt, BoxFuture, ClientTransport, ConnCounts, Outgoing, R
 use crate::core::error::{Error, Kind};
 use crate::core::messages::{MessageSender, MessageStream};
 use crate::core::metadata::Metadata;
-use crate::core::service::Payload;
+use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
 
 pub(crate) use crate::core::service::SESSION_OPERATION;
@@ -92,8 +92,16 @@ fn is_zero_u8(v: &u8) -> bool {
 
 impl Frame {
     /// The reply to call `id` with `outcome` and its metadata.
-    pub(crate) fn reply(id: u64, outcome: Result<Bytes, Status>, metadata: &Metadata) -> Frame {
+    pub(crate) fn reply(id: u64, outcome: Outcome, metadata: &Metadata) -> Frame {
         let metadata = metadata.to_wire().unwrap_or_default();
+        let outcome = match outcome {
+            Ok(Payload::Body(body)) => Ok(body),
+            Ok(Payload::Stream(_)) => Err(Status::new(
+                StatusCode::Internal,
+                "a session's calls do not stream",
+            )),
+            Err(status) => Err(status),
+        };
         match outcome {
             Ok(body) => Frame {
                 kind: REPLY,
