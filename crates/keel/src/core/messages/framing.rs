@@ -174,7 +174,8 @@ impl std::fmt::Display for FrameError {
 
 /// Takes a stream's bytes as they arrive and yields whole frames. It holds at most one partial
 /// frame (at most `max` bytes of message, checked before they are buffered when the frame
-/// announces its length) plus the chunk that completes it.
+/// announces its length) plus the chunk that completes it, in a buffer sized by the bytes that
+/// arrived (see [`Decoder::push`]).
 #[derive(Debug)]
 pub(crate) struct Decoder {
     framing: Framing,
@@ -199,12 +200,28 @@ impl Decoder {
     }
 
     /// Adds bytes that arrived.
+    ///
+    /// The buffer grows for bytes that arrived, never for a length a frame only announced: a
+    /// peer that announces the largest message and sends a few bytes of it makes the decoder
+    /// hold those bytes, not the message size limit. It grows geometrically (each byte is
+    /// copied a bounded number of times however small the chunks), up to what a partial frame
+    /// may need, or exactly what is needed beyond that: its capacity stays within `max` + the
+    /// header + the largest chunk, and within twice the bytes pushed.
     pub(crate) fn push(&mut self, chunk: &[u8]) {
         if self.buf.is_empty() {
             self.buf = BytesMut::from(chunk);
-        } else {
-            self.buf.extend_from_slice(chunk);
+            return;
         }
+        let needed = self.buf.len() + chunk.len();
+        if needed > self.buf.capacity() {
+            // `BytesMut::reserve` may double a buffer past both bounds: allocate exactly.
+            let partial = self.max.saturating_add(ENVELOPE_HEADER);
+            let room = needed.max(self.buf.capacity().saturating_mul(2).min(partial));
+            let mut grown = BytesMut::with_capacity(room);
+            grown.extend_from_slice(&self.buf);
+            self.buf = grown;
+        }
+        self.buf.extend_from_slice(chunk);
     }
 
     /// The next whole frame, `Ok(None)` when more bytes are needed.
@@ -235,11 +252,28 @@ impl Decoder {
         match self.framing {
             Framing::Envelope => Err(FrameError::Truncated),
             Framing::Ndjson | Framing::Sse => {
-                let line = self.buf.split().freeze();
+                let mut line = self.buf.split().freeze();
                 self.scanned = 0;
+                // No newline follows: the room `next_line` keeps for a `\r` before one is not
+                // the message's.
+                if line.last() == Some(&b'\r') {
+                    line.truncate(line.len() - 1);
+                }
+                if line.len() > self.max {
+                    return Err(FrameError::TooLarge {
+                        len: Some(line.len() as u64),
+                        max: self.max,
+                    });
+                }
                 Ok(trim_line(line).map(Frame::Message))
             }
         }
+    }
+
+    /// The bytes it holds, and the capacity of the buffer they are in.
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
+        (self.buf.len(), self.buf.capacity())
     }
 
     fn next_envelope(&mut self) -> Result<Option<Frame>, FrameError> {
@@ -260,7 +294,7 @@ impl Decoder {
         }
         let len = len as usize;
         if self.buf.len() < ENVELOPE_HEADER + len {
-            self.buf.reserve(ENVELOPE_HEADER + len - self.buf.len());
+            // No room is reserved for the rest: it is only announced (see `push`).
             return Ok(None);
         }
         self.buf.advance(ENVELOPE_HEADER);
@@ -380,6 +414,39 @@ mod tests {
     }
 
     #[test]
+    fn envelope_reserves_nothing_for_an_announced_length() {
+        // 4 MiB announced within a limit of 64 MiB, 11 bytes sent: 16 bytes held, not 4 MiB.
+        let mut d = Decoder::new(Framing::Envelope, 64 << 20);
+        d.push(&[0, 0x00, 0x40, 0, 0]);
+        assert_eq!(d.next(), Ok(None));
+        d.push(b"a few bytes");
+        assert_eq!(d.next(), Ok(None));
+        assert_eq!(d.held().0, 16);
+        assert!(d.held().1 < 1024, "{:?}", d.held());
+        // Arriving a byte at a time, a message is still whole at the end, in a buffer that
+        // never outgrew twice what arrived.
+        let mut all = BytesMut::new();
+        encode_message(Framing::Envelope, &[7; 5000], &mut all);
+        let mut d = Decoder::new(Framing::Envelope, 5000);
+        for (i, b) in all.iter().enumerate() {
+            d.push(&[*b]);
+            assert!(
+                d.held().1 <= 2 * (i + 1),
+                "{:?} after {} bytes",
+                d.held(),
+                i + 1
+            );
+            if i + 1 < all.len() {
+                assert_eq!(d.next(), Ok(None));
+            }
+        }
+        assert_eq!(
+            d.next(),
+            Ok(Some(Frame::Message(Bytes::from(vec![7; 5000]))))
+        );
+    }
+
+    #[test]
     fn envelope_refuses_unknown_flags_truncation_and_bytes_after_the_end() {
         assert_eq!(
             frames(Framing::Envelope, 10, &[&[1, 0, 0, 0, 0]]),
@@ -436,6 +503,18 @@ mod tests {
         assert!(frames(Framing::Ndjson, 8, &[b"0123456789\n"]).is_err());
         assert_eq!(
             frames(Framing::Ndjson, 8, &[b"01234567\r\n"]).unwrap(),
+            vec![Frame::Message(Bytes::from_static(b"01234567"))]
+        );
+        // A last line without its newline is held to the same limit (its `\r` aside).
+        assert_eq!(
+            frames(Framing::Ndjson, 8, &[b"012345678"]),
+            Err(FrameError::TooLarge {
+                len: Some(9),
+                max: 8
+            })
+        );
+        assert_eq!(
+            frames(Framing::Ndjson, 8, &[b"01234567\r"]).unwrap(),
             vec![Frame::Message(Bytes::from_static(b"01234567"))]
         );
     }
