@@ -742,6 +742,13 @@ pub mod __private {
     ) -> Result<crate::Bytes, DecompressError> {
         crate::core::compress::decompress(c, data, limit)
     }
+    /// How streams of messages are framed (`src/core/messages/framing.rs`), for the fuzz target
+    /// `message_frames` and `tests/message_frames.rs`: the sans-IO decoder hosts and clients
+    /// run on a stream's bytes, and the encoders whose frames it must read back.
+    pub use crate::core::messages::framing::{
+        decode_end, encode_error_end, encode_message, Decoder, Frame, FrameError, Framing,
+        ENVELOPE_HEADER,
+    };
     /// Runs a future to completion on keel's client runtime (blocking clients).
     pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
         crate::client::block_on(fut)

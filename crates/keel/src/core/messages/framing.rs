@@ -21,18 +21,18 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-pub(crate) use crate::core::format::Framing;
+pub use crate::core::format::Framing;
 use crate::core::status::{Status, StatusCode};
 
 /// Bytes before an envelope frame's payload: flags, then the length.
-pub(crate) const ENVELOPE_HEADER: usize = 5;
+pub const ENVELOPE_HEADER: usize = 5;
 /// An envelope frame's flags for a message.
 const FLAG_MESSAGE: u8 = 0x00;
 /// An envelope frame's flags for the end of the stream.
 const FLAG_END: u8 = 0x02;
 
 /// Appends `message` (already encoded) as one frame.
-pub(crate) fn encode_message(framing: Framing, message: &[u8], out: &mut BytesMut) {
+pub fn encode_message(framing: Framing, message: &[u8], out: &mut BytesMut) {
     match framing {
         Framing::Envelope => {
             out.reserve(ENVELOPE_HEADER + message.len());
@@ -61,7 +61,7 @@ pub(crate) fn encode_clean_end(framing: Framing) -> Option<Bytes> {
 
 /// The bytes that end a stream with `status` (not `Ok`). For NDJSON the stream must be cut off
 /// after them (see the module docs).
-pub(crate) fn encode_error_end(framing: Framing, status: Status) -> Bytes {
+pub fn encode_error_end(framing: Framing, status: Status) -> Bytes {
     match framing {
         Framing::Envelope => {
             let code = status.code().to_wire() as u8;
@@ -105,7 +105,7 @@ fn error_json(status: &Status) -> Vec<u8> {
 }
 
 /// The status an envelope end frame carries, or `None` if its payload is malformed.
-pub(crate) fn decode_end(mut payload: Bytes) -> Option<Status> {
+pub fn decode_end(mut payload: Bytes) -> Option<Status> {
     if payload.len() < 5 {
         return None;
     }
@@ -131,7 +131,7 @@ pub(crate) fn decode_end(mut payload: Bytes) -> Option<Status> {
 
 /// What [`Decoder::next`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Frame {
+pub enum Frame {
     /// One message, encoded.
     Message(Bytes),
     /// The end of the stream with a status (envelope only): the payload, see [`decode_end`].
@@ -140,7 +140,7 @@ pub(crate) enum Frame {
 
 /// Why the bytes are not a stream of frames.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum FrameError {
+pub enum FrameError {
     /// A message longer than the limit (announced, or a line without its end).
     TooLarge {
         /// Its length when the frame announced it, else `None` (a line past the limit).
@@ -177,7 +177,7 @@ impl std::fmt::Display for FrameError {
 /// announces its length) plus the chunk that completes it, in a buffer sized by the bytes that
 /// arrived (see [`Decoder::push`]).
 #[derive(Debug)]
-pub(crate) struct Decoder {
+pub struct Decoder {
     framing: Framing,
     max: usize,
     buf: BytesMut,
@@ -189,7 +189,7 @@ pub(crate) struct Decoder {
 
 impl Decoder {
     /// A decoder of `framing` (`Envelope` or `Ndjson`) refusing messages over `max` bytes.
-    pub(crate) fn new(framing: Framing, max: usize) -> Decoder {
+    pub fn new(framing: Framing, max: usize) -> Decoder {
         Decoder {
             framing,
             max,
@@ -207,7 +207,7 @@ impl Decoder {
     /// copied a bounded number of times however small the chunks), up to what a partial frame
     /// may need, or exactly what is needed beyond that: its capacity stays within `max` + the
     /// header + the largest chunk, and within twice the bytes pushed.
-    pub(crate) fn push(&mut self, chunk: &[u8]) {
+    pub fn push(&mut self, chunk: &[u8]) {
         if self.buf.is_empty() {
             self.buf = BytesMut::from(chunk);
             return;
@@ -225,7 +225,9 @@ impl Decoder {
     }
 
     /// The next whole frame, `Ok(None)` when more bytes are needed.
-    pub(crate) fn next(&mut self) -> Result<Option<Frame>, FrameError> {
+    // Not an iterator: `None` means "not yet", and a stream's end is `finish`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Frame>, FrameError> {
         if self.ended {
             return if self.buf.is_empty() {
                 Ok(None)
@@ -242,7 +244,7 @@ impl Decoder {
 
     /// The bytes ended: anything left is a truncated frame, except an NDJSON last line
     /// without its newline, which is a message.
-    pub(crate) fn finish(&mut self) -> Result<Option<Frame>, FrameError> {
+    pub fn finish(&mut self) -> Result<Option<Frame>, FrameError> {
         if let Some(frame) = self.next()? {
             return Ok(Some(frame));
         }
@@ -270,9 +272,9 @@ impl Decoder {
         }
     }
 
-    /// The bytes it holds, and the capacity of the buffer they are in.
-    #[cfg(test)]
-    fn held(&self) -> (usize, usize) {
+    /// The bytes it holds, and the capacity of the buffer they are in: what the fuzz checks
+    /// bound.
+    pub fn held(&self) -> (usize, usize) {
         (self.buf.len(), self.buf.capacity())
     }
 
