@@ -295,7 +295,9 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
     /// to a client or a Reply sent to a host comes here, and is the error the core makes of
     /// it.) Stream frames are handled here (data delivered to its consumer, credit to its
     /// pump); what is left for the caller comes back: a host's Cancel, a client's GoAway.
-    /// Stream cleanup for a Cancel is done already.
+    /// Stream cleanup for a Cancel is done already; a request stream that broke flow control
+    /// (`StreamFailed`) has failed its consumer and told the producer to stop, and comes back
+    /// so that a host ends its call.
     pub(crate) fn handle(&self, frame: Frame, now: Instant) -> Result<Option<Event<C>>, ConnError> {
         self.with(|st| {
             let Some(event) = st.core.handle(frame, now)? else {
@@ -331,6 +333,8 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                         call_id,
                         Error::new(Kind::Status(StatusCode::BadRequest), msg),
                     );
+                    // A host also ends the call (see `server.rs`).
+                    return Ok(Some(Event::StreamFailed { call_id, error }));
                 }
                 Event::Credit { call_id } => {
                     if let Some(out) = st.outbound.get(&call_id) {
@@ -416,6 +420,15 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         self.with(|st| {
             st.core.stop_outbound(call_id);
             st.stop_outbound_handle(call_id);
+        });
+    }
+
+    /// Host: ends outbound stream `call_id` now with `status` and `message` (a StreamEnd), its
+    /// pump stopped; nothing if it has none or it ended.
+    pub(crate) fn end_outbound(&self, call_id: u64, status: keel_wire::StatusCode, message: Bytes) {
+        self.with(|st| {
+            st.stop_outbound_handle(call_id);
+            st.core.finish_outbound(call_id, status, message);
         });
     }
 
