@@ -362,7 +362,7 @@
 //! | calls running, host-wide | [`max_concurrent_calls`](host::HostBuilder::max_concurrent_calls) | 1,024 | queued |
 //! | calls queued | [`max_queued_calls`](host::HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
 //! | stream window | [`max_stream_window`](host::HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
-//! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](host::HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
+//! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](host::HostBuilder::max_streams_per_connection) | 16 (an upload counts until its handler drops it, its last bytes read or not) | `Busy`, and the upload is told to stop |
 //! | pool threads | [`max_threads`](host::HostBuilder::max_threads) | 1,024 (see [`pool::DEFAULT_MAX_THREADS`]) | work queues, never dropped |
 //! | listen backlog | [`listen_backlog`](host::HostBuilder::listen_backlog) | the system's limit: `net.core.somaxconn` on Linux (4,096 since 5.4), at most 65,535; 1,024 elsewhere or if unreadable | the kernel's (`somaxconn` caps it): a connect beyond it waits for a SYN retry |
 //! | admin endpoint ([`admin`](host::HostBuilder::admin)) | fixed | 16 connections, 5 s per request head (and idle), 16 KiB heads, bodies not read, 60 s per connection | a newcomer is closed; a slow head or an idle connection is closed |

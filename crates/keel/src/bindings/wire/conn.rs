@@ -99,6 +99,8 @@ pub(crate) struct WireEnd<C> {
     /// The sink's [`queued_bytes`](Sink::queued_bytes) once the last keepalive ping was queued:
     /// it has left when the sink's `written_bytes` reach this.
     ping_mark: AtomicU64,
+    /// Inbound streams whose consumer still holds them (see [`WireEnd::inbound_streams`]).
+    held_inbound: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -211,6 +213,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             accepting: AtomicBool::new(true),
             timer: Notify::new(),
             ping_mark: AtomicU64::new(0),
+            held_inbound: AtomicUsize::new(0),
         })
     }
 
@@ -371,6 +374,8 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 st.inbound.insert(call_id, tx);
             }
         });
+        // Released when the consumer drops the stream (`InboundCredit`'s drop).
+        self.held_inbound.fetch_add(1, Ordering::AcqRel);
         let weak: Weak<WireEnd<C>> = Arc::downgrade(self);
         let credit: Arc<dyn Credit> = Arc::new(InboundCredit {
             conn: weak,
@@ -379,9 +384,11 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         ByteStream::remote(rx, credit)
     }
 
-    /// Inbound streams open now (their consumers may still read).
+    /// Inbound streams whose consumer still holds them: open, or ended by their producer with
+    /// bytes the consumer may not have read yet. Each may hold up to its window of bytes, so
+    /// a stream counts until its consumer drops it, not until its producer ends it.
     pub(crate) fn inbound_streams(&self) -> usize {
-        self.lock().inbound.len()
+        self.held_inbound.load(Ordering::Acquire)
     }
 
     /// Refuses inbound stream `call_id`, whose window the core opened for a streamed Request:
@@ -769,10 +776,19 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
     }
 }
 
-/// Connects a remote [`ByteStream`] to its connection's flow control.
+/// Connects a remote [`ByteStream`] to its connection's flow control. Dropped with the
+/// stream: the connection then counts it no more (see [`WireEnd::inbound_streams`]).
 struct InboundCredit<C> {
     conn: Weak<WireEnd<C>>,
     call_id: u64,
+}
+
+impl<C> Drop for InboundCredit<C> {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.upgrade() {
+            c.held_inbound.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl<C: Expiring + Send + 'static> Credit for InboundCredit<C> {
