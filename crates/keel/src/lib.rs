@@ -362,7 +362,7 @@
 //! | calls running, host-wide | [`max_concurrent_calls`](host::HostBuilder::max_concurrent_calls) | 1,024 | queued |
 //! | calls queued | [`max_queued_calls`](host::HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
 //! | stream window | [`max_stream_window`](host::HostBuilder::max_stream_window) | 8 MiB | the sender waits for credit |
-//! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](host::HostBuilder::max_streams_per_connection) | 16 | `Busy`, and the upload is told to stop |
+//! | streamed uploads per connection (keel-wire) | [`max_streams_per_connection`](host::HostBuilder::max_streams_per_connection) | 16 (an upload counts until its handler drops it, its last bytes read or not) | `Busy`, and the upload is told to stop |
 //! | reply streams and sessions open per connection | [`max_reply_streams_per_connection`](host::HostBuilder::max_reply_streams_per_connection) | 100 | `Busy` (503), the call does not run |
 //! | a message in a stream of messages | [`max_message_size`](host::HostBuilder::max_message_size) | 4 MiB | the stream ends `TooLarge`, checked before the message is buffered |
 //! | messages buffered per stream | the stream window | the stream's flow-control window (keel-wire: 256 KiB to start, growing with the link's bandwidth-delay product up to `max_stream_window`; HTTP/2: 4 MiB), plus one gathered write of at most 32 KiB | the producer's `send` waits |
@@ -907,6 +907,13 @@ pub mod __private {
     ) -> Result<crate::Bytes, DecompressError> {
         crate::core::compress::decompress(c, data, limit)
     }
+    /// How streams of messages are framed (`src/core/messages/framing.rs`), for the fuzz target
+    /// `message_frames` and `tests/message_frames.rs`: the sans-IO decoder hosts and clients
+    /// run on a stream's bytes, and the encoders whose frames it must read back.
+    pub use crate::core::messages::framing::{
+        decode_end, encode_error_end, encode_message, Decoder, Frame, FrameError, Framing,
+        ENVELOPE_HEADER,
+    };
     /// Runs a future to completion on keel's client runtime (blocking clients).
     pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
         crate::client::block_on(fut)

@@ -6,6 +6,9 @@
 //! not yet freed) grows by less than 64 MiB. Cases about memory run alone (a lock
 //! keeps the others out while they measure).
 //!
+//! The cases about streams of messages (`MessageStream`, at the end of the keel-wire cases)
+//! speak keel-wire by hand: a contract of their own, [`Floods`], is served beside the probe.
+//!
 //! The memory cases and the 3,000 connects are in the `slow` test group (`#[ignore]` in the
 //! matrix below): `cargo test --workspace` leaves them out, CI runs them, and
 //! `cargo test -p keel --test hostile -- --ignored` runs them alone (`docs/testing.md`).
@@ -42,6 +45,13 @@
 //! | `an_http_request_to_a_keel_wire_port_is_closed_quietly` | tcp, tcps, unix | closed, nothing sent |
 //! | `a_call_id_already_in_flight_is_refused` | tcp, tcps, unix | BadRequest for the duplicate; the per-connection limit holds; nothing leaks |
 //! | `frames_for_unknown_calls_are_ignored` | tcp, tcps, unix | ignored; connection kept |
+//! | `a_flood_of_messages_is_held_to_the_stream_window` | tcp, tcps, unix | a peer sending messages as fast as its credit allows to a handler that reads nothing, then catches up: the host holds at most the window (+ what its decoder holds) for the stream; every message arrives |
+//! | `messages_beyond_the_credit_break_only_their_call` | tcp, tcps, unix | StopSending, and the call answered `bad_request` (flow control window exceeded) though its handler never reads; the rest of the flood discarded; other calls on the connection served; nothing in flight |
+//! | `a_stream_never_read_stops_its_producer_at_the_window` | tcp, tcps, unix | exactly the window sent to a peer that grants no credit, its producer stopped; a peer reading nothing stops its producer too; more credit, exactly that much more; StopSending: StreamEnd `cancelled`, producer stopped; closing: producer stopped |
+//! | `half_sent_messages_end_their_stream_with_a_clear_error` | tcp, tcps, unix | a message announced and left unfinished: StreamEnd is a protocol error (`internal`, "ended inside a message"), silence lasts to the deadline (`deadline_exceeded`); above the limit: `too_large` at once, StopSending; connection kept |
+//! | `half_sent_messages_reserve_nothing` | tcp, tcps, unix | 64 streams each announcing 16 MiB and sending 100 bytes: memory bounded (nothing reserved for what was only announced) |
+//! | `message_floods_stay_within_their_windows` | tcp, tcps, unix | 60 streams at their window, 4 floods past their credit (256 MiB): memory bounded, floods discarded, the rest answered |
+//! | `stream_frames_for_the_wrong_calls_and_too_many_streams` | tcp, tcps, unix | the 17th upload (16 sent whole, unread) `busy` and stopped; the call past the calls limit `busy`; stream frames for no call, a refused, a finished, a unary call, call 0: ignored; a window overflow: StreamEnd `bad_request`; every place free again after |
 //! | `a_call_the_host_refused_with_goaway_is_retried` | tcp, unix (a host by hand) | the client resends a call above GoAway's `last_call_id` on a new connection |
 //! | `an_upload_the_host_refused_is_resent_only_if_its_stream_had_not_started` | tcp, unix (a host by hand) | an upload above GoAway's `last_call_id` is resent, stream and all, if nothing was taken from its stream; else `shutting_down` ("cannot be sent again") |
 //! | `an_h2_request_refused_by_goaway_is_retried` | http2 (a host by hand) | the client resends a request above GOAWAY's last stream on a new connection |
@@ -74,6 +84,7 @@ use common::*;
 use http_body_util::BodyExt;
 use hyper::client::conn::http2 as h2_conn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use keel::{MessageStream, Status};
 use keel_wire::{
     Codec, Frame, GoAway, Hello, HelloReply, Limits, Reply, Request, RequestFlags, StatusCode,
 };
@@ -2698,6 +2709,800 @@ async fn h2_settings_and_ping_floods_are_bounded(b: Binding) {
 }
 
 // ------------------------------------------------------------------------------------------
+// Streams of messages (keel-wire peers by hand)
+// ------------------------------------------------------------------------------------------
+
+/// Streams of messages for the cases below. What their handlers see is kept in [`Flooded`].
+#[keel::contract]
+pub trait Floods {
+    /// Client streaming: reads nothing until the case opens the gate, then every message; how
+    /// many arrived (a stream that fails fails the call with its error).
+    async fn hold(&self, items: MessageStream<String>) -> Result<u64, Status>;
+    /// Client streaming, read as the messages come.
+    async fn count(&self, items: MessageStream<String>) -> Result<u64, Status>;
+    /// Server streaming: messages of `size` bytes until the receiver goes.
+    async fn produce(&self, size: u32) -> MessageStream<String>;
+}
+
+/// What the handlers of [`Floods`] saw, for the case to look at.
+struct Flooded {
+    /// Opened by the case: `hold` reads from then on.
+    gate: tokio::sync::watch::Sender<bool>,
+    /// Messages the handlers took.
+    taken: AtomicU64,
+    /// How each handler's stream ended: `ok N`, or the error's kind and the error.
+    ended: std::sync::Mutex<Vec<String>>,
+    /// Messages `produce` handed to its streams, by message size.
+    produced: std::sync::Mutex<std::collections::HashMap<u32, u64>>,
+    /// `produce` producers that saw their receiver go.
+    stopped: AtomicU64,
+    /// `hold` and `count` handlers running now (a stopped one is dropped).
+    running: AtomicU64,
+}
+
+impl Flooded {
+    fn new() -> Arc<Flooded> {
+        Arc::new(Flooded {
+            gate: tokio::sync::watch::channel(false).0,
+            taken: AtomicU64::new(0),
+            ended: Default::default(),
+            produced: Default::default(),
+            stopped: AtomicU64::new(0),
+            running: AtomicU64::new(0),
+        })
+    }
+
+    fn open_gate(&self) {
+        self.gate.send_replace(true);
+    }
+
+    fn taken(&self) -> u64 {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    fn produced(&self, size: u32) -> u64 {
+        self.produced
+            .lock()
+            .unwrap()
+            .get(&size)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn stopped(&self) -> u64 {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    fn running(&self) -> u64 {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    fn ended(&self) -> Vec<String> {
+        self.ended.lock().unwrap().clone()
+    }
+
+    /// The settings of a case's host: [`Floods`] served beside the probe, then `more`.
+    fn host(
+        self: &Arc<Self>,
+        more: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
+    ) -> impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder {
+        let floods = FloodsServer::new(FloodsImpl(self.clone()));
+        move |h| more(h.service(floods))
+    }
+}
+
+/// What an error that ended a stream is, for [`Flooded::ended`].
+fn error_kind(e: &keel::Error) -> &'static str {
+    if e.is_too_large() {
+        "too_large"
+    } else if e.is_protocol() {
+        "protocol"
+    } else if e.is_timeout() {
+        "timeout"
+    } else if e.is_bad_request() {
+        "bad_request"
+    } else if e.is_cancelled() {
+        "cancelled"
+    } else if e.is_connection() {
+        "connection"
+    } else {
+        "other"
+    }
+}
+
+struct FloodsImpl(Arc<Flooded>);
+
+/// Counts a handler in [`Flooded::running`] while it lives.
+struct Running(Arc<Flooded>);
+
+impl Running {
+    fn new(state: &Arc<Flooded>) -> Running {
+        state.running.fetch_add(1, Ordering::SeqCst);
+        Running(state.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl FloodsImpl {
+    async fn read(&self, mut items: MessageStream<String>) -> Result<u64, Status> {
+        let mut n = 0;
+        while let Some(item) = items.next().await {
+            if let Err(e) = item {
+                let how = format!("{}: {e}", error_kind(&e));
+                self.0.ended.lock().unwrap().push(how);
+                return Err(e.into());
+            }
+            n += 1;
+            self.0.taken.fetch_add(1, Ordering::SeqCst);
+        }
+        self.0.ended.lock().unwrap().push(format!("ok {n}"));
+        Ok(n)
+    }
+}
+
+impl Floods for FloodsImpl {
+    async fn hold(&self, items: MessageStream<String>) -> Result<u64, Status> {
+        let _running = Running::new(&self.0);
+        let mut gate = self.0.gate.subscribe();
+        let _ = gate.wait_for(|open| *open).await;
+        self.read(items).await
+    }
+
+    async fn count(&self, items: MessageStream<String>) -> Result<u64, Status> {
+        let _running = Running::new(&self.0);
+        self.read(items).await
+    }
+
+    async fn produce(&self, size: u32) -> MessageStream<String> {
+        let (tx, rx) = MessageStream::channel(4);
+        let state = self.0.clone();
+        tokio::spawn(async move {
+            let text = "p".repeat(size as usize);
+            loop {
+                if tx.send(text.clone()).await.is_err() {
+                    state.stopped.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                *state.produced.lock().unwrap().entry(size).or_default() += 1;
+            }
+        });
+        rx
+    }
+}
+
+/// The initial window of every stream: what a producer may send before it is granted more.
+const WINDOW: usize = keel_wire::DEFAULT_INITIAL_WINDOW as usize;
+/// The StreamData payloads the peers below send.
+const PIECE: usize = 16 * 1024;
+/// What keel's encoder gathers into one chunk of a stream at most, beyond one message
+/// (`BATCH` in `src/core/messages/mod.rs`).
+const BATCH: usize = 32 * 1024;
+
+/// A Request of `Floods.operation` whose request stream follows (a stream of messages),
+/// with the call's deadline if any.
+fn streamed(call_id: u64, operation: &str, deadline: Option<Duration>) -> Frame {
+    let Frame::Request(mut r) = request(call_id, "Floods", operation, args::<u8>(&[])) else {
+        unreachable!()
+    };
+    r.flags.streamed = true;
+    r.deadline_us = deadline.map_or(0, |d| d.as_micros() as u64);
+    Frame::Request(r)
+}
+
+/// One message frame: flags 0, the length (big-endian), the message.
+fn envelope(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+/// The header of a message frame announcing `len` bytes.
+fn announce(len: u32) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend_from_slice(&len.to_be_bytes());
+    out
+}
+
+/// A message of `size` characters, framed: what `Floods`' handlers read as one `String`.
+fn message(size: usize) -> Vec<u8> {
+    envelope(&msgpack(&"m".repeat(size)))
+}
+
+fn data(call_id: u64, bytes: &[u8]) -> Vec<u8> {
+    encode(&Frame::StreamData(keel_wire::StreamData {
+        call_id,
+        data: Bytes::copy_from_slice(bytes),
+    }))
+}
+
+fn stream_end(call_id: u64, status: StatusCode) -> Vec<u8> {
+    encode(&Frame::StreamEnd(keel_wire::StreamEnd {
+        call_id,
+        status,
+        message: Bytes::new(),
+    }))
+}
+
+fn window_update(call_id: u64, increment: u32) -> Vec<u8> {
+    encode(&Frame::WindowUpdate(keel_wire::WindowUpdate {
+        call_id,
+        increment,
+    }))
+}
+
+fn stop_sending(call_id: u64) -> Vec<u8> {
+    encode(&Frame::StopSending(keel_wire::StopSending { call_id }))
+}
+
+/// A frame in a few words (a StreamData's data can be large).
+fn summary(f: &Frame) -> String {
+    match f {
+        Frame::StreamData(d) => format!("StreamData({}, {} bytes)", d.call_id, d.data.len()),
+        Frame::Reply(r) => format!(
+            "Reply({}, {:?}, {:?})",
+            r.call_id,
+            r.status,
+            String::from_utf8_lossy(&r.body[..r.body.len().min(200)])
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The host's frames on `p` (Ping and Pong aside) until `done` holds for them.
+async fn frames_until(p: &mut WirePeer, mut done: impl FnMut(&[Frame]) -> bool) -> Vec<Frame> {
+    let mut seen = Vec::new();
+    while !done(&seen) {
+        match p.next().await {
+            Some(f) => seen.push(f),
+            None => panic!(
+                "the host closed the connection after {:?}",
+                seen.iter().map(summary).collect::<Vec<_>>()
+            ),
+        }
+    }
+    seen
+}
+
+fn reply_to(frames: &[Frame], call_id: u64) -> Option<&Reply> {
+    frames.iter().find_map(|f| match f {
+        Frame::Reply(r) if r.call_id == call_id => Some(r),
+        _ => None,
+    })
+}
+
+fn told_to_stop(frames: &[Frame], call_id: u64) -> bool {
+    frames
+        .iter()
+        .any(|f| matches!(f, Frame::StopSending(s) if s.call_id == call_id))
+}
+
+fn stream_end_of(frames: &[Frame], call_id: u64) -> Option<&keel_wire::StreamEnd> {
+    frames.iter().find_map(|f| match f {
+        Frame::StreamEnd(e) if e.call_id == call_id => Some(e),
+        _ => None,
+    })
+}
+
+/// Reads StreamData for `call_id` until `want` bytes came (all of it: nothing else may come).
+async fn read_data(p: &mut WirePeer, call_id: u64, want: usize) -> usize {
+    let mut got = 0;
+    while got < want {
+        match p.next().await {
+            Some(Frame::StreamData(d)) if d.call_id == call_id => got += d.data.len(),
+            other => panic!("expected data, got {:?}", other.as_ref().map(summary)),
+        }
+    }
+    got
+}
+
+/// A reply's body as the `u64` a `Floods` handler returned.
+fn count_of(r: &Reply) -> u64 {
+    assert_eq!(
+        r.status,
+        StatusCode::Ok,
+        "call {}: {:?}",
+        r.call_id,
+        String::from_utf8_lossy(&r.body)
+    );
+    rmp_serde::from_slice(&r.body).unwrap()
+}
+
+/// Calls in flight on the host's busiest connection: the case's peer (the bystander has one
+/// at most).
+fn busiest(case: &Case) -> usize {
+    let conns = case.host.connections();
+    conns.iter().map(|c| c.calls_in_flight).max().unwrap_or(0)
+}
+
+/// A client-streaming call whose handler reads nothing at first, then slowly catches up, while
+/// a peer sends messages as fast as its credit allows: the host never holds more for the stream
+/// than its window (what the peer sent less what the handler took stays within the largest
+/// window plus what the decoder holds), and every message arrives.
+async fn a_flood_of_messages_is_held_to_the_stream_window(b: Binding) {
+    const MAX_WINDOW: usize = 1 << 20;
+    let state = Flooded::new();
+    let case = Case::new(b, state.host(|h| h.max_stream_window(MAX_WINDOW as u32))).await;
+    let mut p = WirePeer::connect(b, &case.url).await;
+    p.send_frame(&streamed(1, "hold", None)).await;
+    let one = message(1000);
+    let n = (8 << 20) / one.len();
+    let all = one.repeat(n);
+    // The window, plus a StreamData of messages the decoder holds, plus the message it is
+    // decoding.
+    let bound = MAX_WINDOW + PIECE + 2 * one.len();
+    let (mut sent, mut credit, mut most) = (0, WINDOW, 0);
+    while sent < all.len() {
+        if credit == 0 {
+            // The initial window is spent; the handler has read nothing (no credit can come
+            // before it does): it starts now.
+            if sent == WINDOW && state.taken() == 0 {
+                state.open_gate();
+            }
+            match p.next().await {
+                Some(Frame::WindowUpdate(w)) if w.call_id == 1 => credit += w.increment as usize,
+                // Raises the initial window of later streams.
+                Some(Frame::WindowUpdate(w)) if w.call_id == 0 => {}
+                other => panic!("expected credit, got {:?}", other.as_ref().map(summary)),
+            }
+            continue;
+        }
+        let k = credit.min(PIECE).min(all.len() - sent);
+        p.send(&data(1, &all[sent..sent + k])).await.unwrap();
+        sent += k;
+        credit -= k;
+        // What the host holds for the stream: at most what was sent and the handler did not
+        // take yet.
+        let held = sent.saturating_sub(state.taken() as usize * one.len());
+        most = most.max(held);
+        assert!(
+            held <= bound,
+            "sent {sent} bytes, the handler took {}: the host holds up to {held} bytes for one \
+             stream, more than {bound}",
+            state.taken()
+        );
+    }
+    p.send(&stream_end(1, StatusCode::Ok)).await.unwrap();
+    let frames = frames_until(&mut p, |f| reply_to(f, 1).is_some()).await;
+    assert_eq!(count_of(reply_to(&frames, 1).unwrap()), n as u64);
+    assert_eq!(state.ended(), [format!("ok {n}")]);
+    eprintln!("{b:?}: {n} messages; the host held up to {most} bytes of them");
+    case.finish().await;
+}
+
+/// A peer sends more than its credit on a client-streaming call whose handler never reads:
+/// as PROTOCOL.md says, the host stops that call as for a Cancel, answers it `bad_request`
+/// (`flow control window exceeded`) and tells the peer to stop (StopSending); what still
+/// arrives for it is discarded. The connection carries on: a streaming call and a unary call
+/// on it are served after, and nothing is left in flight.
+async fn messages_beyond_the_credit_break_only_their_call(b: Binding) {
+    let state = Flooded::new();
+    let case = Case::new(b, state.host(|h| h)).await;
+    let mut p = WirePeer::connect(b, &case.url).await;
+    p.send_frame(&streamed(1, "hold", None)).await;
+    let one = message(1000);
+    let over = one.repeat(WINDOW / one.len() + 2);
+    let mut wr = p.take_writer();
+    // The window and a message more at once, then 8 MiB more, never waiting for credit.
+    let flood = tokio::spawn(async move {
+        for piece in over.chunks(PIECE) {
+            wr.write_all(&data(1, piece)).await.unwrap();
+        }
+        let more = data(1, &one.repeat(64));
+        for _ in 0..(8 << 20) / more.len() {
+            if wr.write_all(&more).await.is_err() {
+                break;
+            }
+        }
+        wr.flush().await.unwrap();
+        wr
+    });
+    let frames = frames_until(&mut p, |f| told_to_stop(f, 1) && reply_to(f, 1).is_some()).await;
+    let r = reply_to(&frames, 1).unwrap();
+    let body = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status, StatusCode::BadRequest, "{body}");
+    assert!(body.contains("flow control window exceeded"), "{body}");
+    p.wr = Some(flood.await.unwrap());
+    assert!(
+        eventually(|| busiest(&case) == 0 && state.running() == 0).await,
+        "the broken call is still in flight ({:?}) or its handler still runs ({})",
+        case.host.connections(),
+        state.running()
+    );
+    // The same connection serves a stream of messages and a unary call.
+    p.send_frame(&streamed(2, "count", None)).await;
+    p.send(&data(2, &message(10).repeat(10))).await.unwrap();
+    p.send(&stream_end(2, StatusCode::Ok)).await.unwrap();
+    p.request(3, "Probe", "echo", echo_args("after")).await;
+    let frames = frames_until(&mut p, |f| {
+        reply_to(f, 2).is_some() && reply_to(f, 3).is_some()
+    })
+    .await;
+    assert_eq!(count_of(reply_to(&frames, 2).unwrap()), 10);
+    assert_eq!(reply_to(&frames, 3).unwrap().status, StatusCode::Ok);
+    // The handler that never read was stopped (above): it never saw its stream.
+    assert_eq!(state.ended(), ["ok 10"]);
+    case.finish().await;
+}
+
+/// Server streaming to a peer that reads its socket but never grants credit: the host sends
+/// exactly the initial window and stops; its producer stops too (it is not polled past the
+/// window, one batch being sent and the messages its channel holds). More credit brings exactly
+/// that much more; StopSending ends the stream (StreamEnd `cancelled`) and its producer. A
+/// second peer never reads its socket at all: its producer stops as well, and closing that
+/// connection stops it for good. Other clients are served all along.
+async fn a_stream_never_read_stops_its_producer_at_the_window(b: Binding) {
+    const SIZE: u32 = 1000;
+    const QUIET: u32 = 16 * 1024;
+    let state = Flooded::new();
+    let case = Case::new(b, state.host(|h| h)).await;
+    let framed = message(SIZE as usize).len();
+    // What a producer may have handed its stream when it stops.
+    let bound = |framed: usize| ((WINDOW + BATCH) / framed + 2 + 4) as u64;
+
+    let mut p = WirePeer::connect(b, &case.url).await;
+    p.request(1, "Floods", "produce", args(&[("size", SIZE)]))
+        .await;
+    assert_eq!(p.reply().await.status, StatusCode::Ok);
+    let mut received = read_data(&mut p, 1, WINDOW).await;
+    assert_eq!(received, WINDOW, "the host sent more than the window");
+    // Time for a producer that does not stop to show it (not a bound on anything).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let produced = state.produced(SIZE);
+    assert!(
+        produced <= bound(framed),
+        "the producer handed {produced} messages of {framed} bytes to a stream whose window is \
+         {WINDOW} bytes"
+    );
+
+    // A peer that never reads its socket.
+    let mut quiet = WirePeer::connect(b, &case.url).await;
+    quiet
+        .request(1, "Floods", "produce", args(&[("size", QUIET)]))
+        .await;
+    assert!(eventually(|| state.produced(QUIET) > 0).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let quiet_framed = message(QUIET as usize).len();
+    let produced = state.produced(QUIET);
+    assert!(
+        produced <= bound(quiet_framed),
+        "the producer handed {produced} messages of {quiet_framed} bytes to a peer that reads \
+         nothing"
+    );
+    newcomer_is_served(b, &case.url).await;
+
+    // Granted more, the host sends exactly that much more.
+    p.send(&window_update(1, 100_000)).await.unwrap();
+    received += read_data(&mut p, 1, 100_000).await;
+    assert_eq!(received, WINDOW + 100_000);
+    // StopSending: the stream ends `cancelled`, its producer hears it.
+    p.send(&stop_sending(1)).await.unwrap();
+    let frames = frames_until(&mut p, |f| stream_end_of(f, 1).is_some()).await;
+    assert!(
+        !frames.iter().any(|f| matches!(f, Frame::StreamData(_))),
+        "data past the credit: {:?}",
+        frames.iter().map(summary).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        stream_end_of(&frames, 1).unwrap().status,
+        StatusCode::Cancelled
+    );
+    assert!(eventually(|| state.stopped() == 1).await);
+    // Closing the quiet connection stops the other producer.
+    drop(quiet);
+    assert!(eventually(|| state.stopped() == 2).await);
+    p.request(2, "Probe", "echo", echo_args("after")).await;
+    assert_eq!(p.reply().await.status, StatusCode::Ok);
+    case.finish().await;
+}
+
+/// A message frame announced and never finished, and ones announced above the limit: each
+/// stream ends with a clear error, the connection is kept. Within the limit, the handler
+/// waits for the rest (the host reserves nothing for it: see
+/// `half_sent_messages_reserve_nothing`); a StreamEnd then is a protocol error ("ended inside
+/// a message", the call answered `internal`), and silence lasts until the call's deadline
+/// (`deadline_exceeded`). Above the limit, the handler's read fails `too_large` at once, before
+/// any of the message arrives; the call is answered `too_large` and its stream stopped
+/// (StopSending); what still comes for it is discarded.
+async fn half_sent_messages_end_their_stream_with_a_clear_error(b: Binding) {
+    let state = Flooded::new();
+    let case = Case::new(b, state.host(|h| h)).await;
+    let mut p = WirePeer::connect(b, &case.url).await;
+    // 1: a message, then one of the largest size announced and 100 bytes of it.
+    let mut bytes = envelope(&msgpack("first"));
+    bytes.extend(announce(MAX_MESSAGE));
+    bytes.extend([7; 100]);
+    p.send_frame(&streamed(1, "count", None)).await;
+    p.send(&data(1, &bytes)).await.unwrap();
+    assert!(eventually(|| state.taken() == 1).await);
+    p.send(&stream_end(1, StatusCode::Ok)).await.unwrap();
+    // 2: the same with a deadline, and silence.
+    p.send_frame(&streamed(2, "count", Some(Duration::from_millis(300))))
+        .await;
+    let mut bytes = announce(1000);
+    bytes.extend([7; 10]);
+    p.send(&data(2, &bytes)).await.unwrap();
+    // 3 and 4: lengths above the limit.
+    for (id, len) in [(3, MAX_MESSAGE + 1), (4, u32::MAX)] {
+        p.send_frame(&streamed(id, "count", None)).await;
+        p.send(&data(id, &announce(len))).await.unwrap();
+    }
+    let frames = frames_until(&mut p, |f| {
+        (1..=4).all(|id| reply_to(f, id).is_some()) && told_to_stop(f, 3) && told_to_stop(f, 4)
+    })
+    .await;
+    let body = |id| String::from_utf8_lossy(&reply_to(&frames, id).unwrap().body).to_string();
+    assert_eq!(reply_to(&frames, 1).unwrap().status, StatusCode::Internal);
+    assert!(body(1).contains("ended inside a message"), "{}", body(1));
+    assert_eq!(
+        reply_to(&frames, 2).unwrap().status,
+        StatusCode::DeadlineExceeded,
+        "{}",
+        body(2)
+    );
+    for (id, len) in [(3, MAX_MESSAGE as u64 + 1), (4, u32::MAX as u64)] {
+        assert_eq!(reply_to(&frames, id).unwrap().status, StatusCode::TooLarge);
+        let want = format!("a message of {len} bytes exceeds the limit of {MAX_MESSAGE} bytes");
+        assert!(body(id).contains(&want), "{}", body(id));
+    }
+    // What the handlers saw. (At the deadline the host answers the call itself and stops its
+    // handler, which may or may not have seen its stream time out first.)
+    let ended = state.ended();
+    let saw = |kind: &str| ended.iter().filter(|e| e.starts_with(kind)).count();
+    assert_eq!(
+        (saw("protocol: "), saw("too_large: "), saw("timeout: ") <= 1),
+        (1, 2, true),
+        "{ended:?}"
+    );
+    assert!(ended.len() <= 4, "{ended:?}");
+    // Data for the stopped streams is discarded; the connection serves on.
+    p.send(&data(3, &[1, 2, 3])).await.unwrap();
+    p.send(&data(4, &[0; 1000])).await.unwrap();
+    p.request(5, "Probe", "echo", echo_args("after")).await;
+    assert_eq!(p.reply().await.status, StatusCode::Ok);
+    case.finish().await;
+}
+
+/// Many streams each announce the largest message (16 MiB here) and send 100 bytes of it: the
+/// host holds what arrived, not what was announced (64 streams: 1 GiB if it reserved the
+/// announced size). Each then ends in a protocol error.
+async fn half_sent_messages_reserve_nothing(b: Binding) {
+    const BIG: u32 = 16 << 20;
+    const PEERS: usize = 4;
+    const STREAMS: u64 = 16;
+    let state = Flooded::new();
+    let case = Case::memory(
+        b,
+        state.host(|h| h.max_message_size(BIG).max_connections(PEERS + 10)),
+    )
+    .await;
+    let mut bytes = envelope(&msgpack("first"));
+    bytes.extend(announce(BIG));
+    bytes.extend([7; 100]);
+    let mut peers = Vec::new();
+    for _ in 0..PEERS {
+        let mut p = WirePeer::connect(b, &case.url).await;
+        for id in 1..=STREAMS {
+            p.send_frame(&streamed(id, "count", None)).await;
+            p.send(&data(id, &bytes)).await.unwrap();
+        }
+        peers.push(p);
+    }
+    let all = PEERS as u64 * STREAMS;
+    assert!(
+        eventually(|| state.taken() == all).await,
+        "{} of {all} handlers read their first message",
+        state.taken()
+    );
+    for p in &mut peers {
+        for id in 1..=STREAMS {
+            p.send(&stream_end(id, StatusCode::Ok)).await.unwrap();
+        }
+        let frames = frames_until(p, |f| (1..=STREAMS).all(|id| reply_to(f, id).is_some())).await;
+        for id in 1..=STREAMS {
+            let r = reply_to(&frames, id).unwrap();
+            assert_eq!(
+                r.status,
+                StatusCode::Internal,
+                "{}",
+                summary(&Frame::Reply(r.clone()))
+            );
+        }
+    }
+    let ended = state.ended();
+    assert_eq!(ended.len(), all as usize);
+    assert!(
+        ended.iter().all(|e| e.contains("ended inside a message")),
+        "{ended:?}"
+    );
+    case.finish().await;
+}
+
+/// Many clients' streams at once, each at its window, and one stream per client flooded past
+/// its credit: the host holds at most the windows (16 MiB here) and discards the floods
+/// (256 MiB).
+async fn message_floods_stay_within_their_windows(b: Binding) {
+    const PEERS: usize = 4;
+    const STREAMS: u64 = 15;
+    let state = Flooded::new();
+    let case = Case::memory(b, state.host(|h| h.max_connections(PEERS + 10))).await;
+    let one = message(1000);
+    let fill = one.repeat(WINDOW / one.len());
+    let flood = Bytes::from(data(STREAMS + 1, &one.repeat(64)));
+    let mut peers = Vec::new();
+    for _ in 0..PEERS {
+        let mut p = WirePeer::connect(b, &case.url).await;
+        for id in 1..=STREAMS {
+            p.send_frame(&streamed(id, "hold", None)).await;
+            for piece in fill.chunks(PIECE) {
+                p.send(&data(id, piece)).await.unwrap();
+            }
+        }
+        p.send_frame(&streamed(STREAMS + 1, "hold", None)).await;
+        let mut wr = p.take_writer();
+        let flood = flood.clone();
+        let writer = tokio::spawn(async move {
+            for _ in 0..(FLOOD / PEERS) / flood.len() {
+                if wr.write_all(&flood).await.is_err() {
+                    break;
+                }
+            }
+            wr.flush().await.unwrap();
+            wr
+        });
+        peers.push((p, writer));
+    }
+    let mut ps = Vec::new();
+    for (mut p, writer) in peers {
+        let frames = frames_until(&mut p, |f| told_to_stop(f, STREAMS + 1)).await;
+        drop(frames);
+        p.wr = Some(writer.await.unwrap());
+        ps.push(p);
+    }
+    state.open_gate();
+    for p in &mut ps {
+        for id in 1..=STREAMS {
+            p.send(&stream_end(id, StatusCode::Ok)).await.unwrap();
+        }
+        let frames =
+            frames_until(p, |f| (1..=STREAMS + 1).all(|id| reply_to(f, id).is_some())).await;
+        for id in 1..=STREAMS {
+            assert_eq!(
+                count_of(reply_to(&frames, id).unwrap()),
+                (WINDOW / one.len()) as u64
+            );
+        }
+        assert_eq!(
+            reply_to(&frames, STREAMS + 1).unwrap().status,
+            StatusCode::BadRequest
+        );
+    }
+    case.finish().await;
+}
+
+/// Streams opened up to the connection's limits and beyond them, and stream frames for calls
+/// that do not exist, that finished, that have no stream, and for call 0: each gets its
+/// defined answer, nothing is closed, nothing is left in flight, and the limits' places are
+/// free again after.
+///
+/// - 16 streamed uploads, each sent whole and ended while its handler does not read: they
+///   still hold their bytes, so they still count as open; the 17th is refused `busy` and told
+///   to stop (StopSending).
+/// - Unary calls up to the limit of calls in flight (24 here): the next is refused `busy`.
+/// - StreamData, StreamEnd, WindowUpdate and StopSending for a call that does not exist, the
+///   refused upload, a finished call, a unary call in flight, and call 0: ignored (the unary
+///   call goes on).
+/// - A WindowUpdate that would take a response stream's credit past 2^31 - 1: that stream ends
+///   with StreamEnd `bad_request` ("flow control window overflow"), its producer stops.
+/// - Stream frames after a stream's end: ignored.
+async fn stream_frames_for_the_wrong_calls_and_too_many_streams(b: Binding) {
+    const STREAMS: u64 = 16;
+    const CALLS: usize = 24;
+    let state = Flooded::new();
+    let case = Case::new(b, state.host(|h| h.max_calls_per_connection(CALLS))).await;
+    let mut p = WirePeer::connect(b, &case.url).await;
+    for id in 1..=STREAMS + 1 {
+        p.send_frame(&streamed(id, "hold", None)).await;
+        p.send(&data(id, &message(10))).await.unwrap();
+        p.send(&stream_end(id, StatusCode::Ok)).await.unwrap();
+    }
+    let frames = frames_until(&mut p, |f| {
+        told_to_stop(f, STREAMS + 1) && reply_to(f, STREAMS + 1).is_some()
+    })
+    .await;
+    let r = reply_to(&frames, STREAMS + 1).unwrap();
+    assert_eq!(r.status, StatusCode::Busy, "{}", summary(&frames[0]));
+    assert!(String::from_utf8_lossy(&r.body).contains("16 streamed uploads open"));
+    assert!((1..=STREAMS).all(|id| reply_to(&frames, id).is_none()));
+    // Unary calls up to the limit of calls in flight, and one more.
+    let sleep = args(&[("ms", 60_000u64)]);
+    let first_sleep = STREAMS + 2;
+    let last_sleep = first_sleep + (CALLS as u64 - STREAMS) - 1;
+    for id in first_sleep..=last_sleep + 1 {
+        p.request(id, "Probe", "sleep_async_ms", sleep.clone())
+            .await;
+    }
+    let r = p.reply().await;
+    assert_eq!((r.call_id, r.status), (last_sleep + 1, StatusCode::Busy));
+    assert!(String::from_utf8_lossy(&r.body).contains("24 calls in flight"));
+    assert_eq!(busiest(&case), CALLS);
+    // Every stream frame for: no such call, the refused upload, a finished (refused) call, a
+    // unary call in flight, call 0. Then a call, whose answer says they were all read.
+    let mut junk = Vec::new();
+    for id in [99, STREAMS + 1, last_sleep + 1, first_sleep, 0] {
+        junk.extend(data(id, &message(10)));
+        junk.extend(stream_end(id, StatusCode::Ok));
+        junk.extend(window_update(id, 1000));
+        junk.extend(stop_sending(id));
+    }
+    p.send(&junk).await.unwrap();
+    p.request(100, "Probe", "echo", echo_args("busy")).await;
+    let r = p.reply().await;
+    assert_eq!((r.call_id, r.status), (100, StatusCode::Busy));
+    assert_eq!(busiest(&case), CALLS, "a call was ended by stream frames");
+    // The sleeps are cancelled: places for calls again.
+    for id in first_sleep..=last_sleep {
+        p.send_frame(&Frame::Cancel(keel_wire::Cancel { call_id: id }))
+            .await;
+    }
+    assert!(
+        eventually(|| busiest(&case) == STREAMS as usize).await,
+        "{:?}",
+        case.host.connections()
+    );
+    // A response stream whose credit would overflow.
+    p.request(200, "Floods", "produce", args(&[("size", 10u32)]))
+        .await;
+    let frames = frames_until(&mut p, |f| reply_to(f, 200).is_some()).await;
+    assert_eq!(reply_to(&frames, 200).unwrap().status, StatusCode::Ok);
+    p.send(&window_update(200, u32::MAX)).await.unwrap();
+    let frames = frames_until(&mut p, |f| stream_end_of(f, 200).is_some()).await;
+    let end = stream_end_of(&frames, 200).unwrap();
+    assert_eq!(end.status, StatusCode::BadRequest);
+    assert_eq!(&end.message[..], b"flow control window overflow");
+    assert!(eventually(|| state.stopped() == 1).await);
+    // Frames after a stream's end.
+    p.send(&data(1, &message(10))).await.unwrap();
+    p.send(&stream_end(1, StatusCode::Ok)).await.unwrap();
+    // The handlers read: one message each.
+    state.open_gate();
+    let frames = frames_until(&mut p, |f| {
+        (1..=STREAMS).all(|id| reply_to(f, id).is_some())
+    })
+    .await;
+    for id in 1..=STREAMS {
+        assert_eq!(count_of(reply_to(&frames, id).unwrap()), 1, "call {id}");
+    }
+    assert!(
+        eventually(|| busiest(&case) == 0).await,
+        "calls leaked: {:?}",
+        case.host.connections()
+    );
+    // Every place is free again: as many streams as before, on the same connection.
+    let again = 301..=300 + STREAMS;
+    for id in again.clone() {
+        p.send_frame(&streamed(id, "count", None)).await;
+        p.send(&data(id, &message(10))).await.unwrap();
+        p.send(&stream_end(id, StatusCode::Ok)).await.unwrap();
+    }
+    p.request(400, "Probe", "echo", echo_args("after")).await;
+    let frames = frames_until(&mut p, |f| {
+        again.clone().all(|id| reply_to(f, id).is_some()) && reply_to(f, 400).is_some()
+    })
+    .await;
+    for id in again {
+        assert_eq!(count_of(reply_to(&frames, id).unwrap()), 1, "call {id}");
+    }
+    assert_eq!(reply_to(&frames, 400).unwrap().status, StatusCode::Ok);
+    case.finish().await;
+}
+
+// ------------------------------------------------------------------------------------------
 // TLS cases
 // ------------------------------------------------------------------------------------------
 
@@ -2806,6 +3611,15 @@ common::binding_matrix! {
         async fn an_http_request_to_a_keel_wire_port_is_closed_quietly;
         async fn a_call_id_already_in_flight_is_refused;
         async fn frames_for_unknown_calls_are_ignored;
+        async fn a_flood_of_messages_is_held_to_the_stream_window;
+        async fn messages_beyond_the_credit_break_only_their_call;
+        async fn a_stream_never_read_stops_its_producer_at_the_window;
+        async fn half_sent_messages_end_their_stream_with_a_clear_error;
+        async fn stream_frames_for_the_wrong_calls_and_too_many_streams;
+        #[ignore = "slow: a memory case, run alone"]
+        async fn half_sent_messages_reserve_nothing;
+        #[ignore = "slow: a memory case, run alone"]
+        async fn message_floods_stay_within_their_windows;
     }
     [http] {
         async fn a_body_that_stops_midway_gets_408;

@@ -15,8 +15,12 @@ use common::*;
 use keel::{MessageStream, Status};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, keel::schemars::JsonSchema)]
-#[schemars(crate = "keel::schemars")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 /// One message.
 pub struct Item {
     /// Its place in its stream.
@@ -32,8 +36,12 @@ fn item(seq: u64) -> Item {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, keel::schemars::JsonSchema)]
-#[schemars(crate = "keel::schemars")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(keel::schemars::JsonSchema),
+    schemars(crate = "keel::schemars")
+)]
 /// The typed fault `fail_after` ends its stream with.
 pub struct Oops {
     /// Items sent before it.

@@ -2,7 +2,7 @@
 
 use std::any::Any;
 use std::fmt::Debug;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -16,7 +16,7 @@ pub enum Format {
 
 /// How messages are framed in a stream's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
+pub enum Framing {
     /// Length-prefixed frames (MessagePack or postcard messages).
     Envelope,
     /// Newline-delimited JSON.

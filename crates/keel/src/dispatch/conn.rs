@@ -362,6 +362,19 @@ impl HostConn {
         }
     }
 
+    /// Ends call `call_id` on the host's initiative (its client broke the protocol for it):
+    /// stopped as for a Cancel, and answered with `status`. False if it is not in flight (it
+    /// was answered already).
+    pub(crate) fn fail(&self, call_id: u64, status: Status) -> bool {
+        let Some(InFlight { ctx, reply_to }) = self.remove(call_id, clock::now) else {
+            return false;
+        };
+        ctx.stop();
+        self.reply_to(reply_to, call_id, Err(status));
+        self.dispatcher.call_finished();
+        true
+    }
+
     /// Past its maximum age (`max_age`, already jittered for it) at `now_ms`: tells the peer
     /// GoAway once, then closes the connection once its calls are done, or `grace` after the
     /// GoAway with whatever is still in flight answered `ShuttingDown`. Returns whether it was

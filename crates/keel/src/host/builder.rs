@@ -90,7 +90,9 @@ pub struct HostConfig {
     pub max_stream_window: u32,
     /// Streamed uploads (keel-wire) open at once on one connection; one more is answered
     /// `Busy`. With `max_stream_window` it bounds what streams can make one connection hold.
-    /// (HTTP/2 bounds its streams with its connection window.) Default: 16.
+    /// An upload counts until its handler drops it, even once its last byte arrived (those
+    /// bytes may still wait to be read). (HTTP/2 bounds its streams with its connection
+    /// window.) Default: 16.
     pub max_streams_per_connection: usize,
     /// Reply streams (a `ByteStream` or `MessageStream` still being sent after its call was
     /// answered) and sessions open at once on one connection, on every binding; a call that
@@ -548,7 +550,8 @@ impl HostBuilder {
         self
     }
 
-    /// Streamed uploads open at once on one keel-wire connection. Default: 16.
+    /// Streamed uploads open at once on one keel-wire connection; an upload counts until its
+    /// handler drops it, even once its last byte arrived. Default: 16.
     pub fn max_streams_per_connection(mut self, n: usize) -> Self {
         self.config.max_streams_per_connection = n;
         self

@@ -99,6 +99,8 @@ pub(crate) struct WireEnd<C> {
     /// The sink's [`queued_bytes`](Sink::queued_bytes) once the last keepalive ping was queued:
     /// it has left when the sink's `written_bytes` reach this.
     ping_mark: AtomicU64,
+    /// Inbound streams whose consumer still holds them (see [`WireEnd::inbound_streams`]).
+    held_inbound: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -211,6 +213,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             accepting: AtomicBool::new(true),
             timer: Notify::new(),
             ping_mark: AtomicU64::new(0),
+            held_inbound: AtomicUsize::new(0),
         })
     }
 
@@ -295,7 +298,9 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
     /// to a client or a Reply sent to a host comes here, and is the error the core makes of
     /// it.) Stream frames are handled here (data delivered to its consumer, credit to its
     /// pump); what is left for the caller comes back: a host's Cancel, a client's GoAway.
-    /// Stream cleanup for a Cancel is done already.
+    /// Stream cleanup for a Cancel is done already; a request stream that broke flow control
+    /// (`StreamFailed`) has failed its consumer and told the producer to stop, and comes back
+    /// so that a host ends its call.
     pub(crate) fn handle(&self, frame: Frame, now: Instant) -> Result<Option<Event<C>>, ConnError> {
         self.with(|st| {
             let Some(event) = st.core.handle(frame, now)? else {
@@ -331,6 +336,8 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                         call_id,
                         Error::new(Kind::Status(StatusCode::BadRequest), msg),
                     );
+                    // A host also ends the call (see `server.rs`).
+                    return Ok(Some(Event::StreamFailed { call_id, error }));
                 }
                 Event::Credit { call_id } => {
                     if let Some(out) = st.outbound.get(&call_id) {
@@ -367,6 +374,8 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 st.inbound.insert(call_id, tx);
             }
         });
+        // Released when the consumer drops the stream (`InboundCredit`'s drop).
+        self.held_inbound.fetch_add(1, Ordering::AcqRel);
         let weak: Weak<WireEnd<C>> = Arc::downgrade(self);
         let credit: Arc<dyn Credit> = Arc::new(InboundCredit {
             conn: weak,
@@ -375,9 +384,11 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         ByteStream::remote(rx, credit)
     }
 
-    /// Inbound streams open now (their consumers may still read).
+    /// Inbound streams whose consumer still holds them: open, or ended by their producer with
+    /// bytes the consumer may not have read yet. Each may hold up to its window of bytes, so
+    /// a stream counts until its consumer drops it, not until its producer ends it.
     pub(crate) fn inbound_streams(&self) -> usize {
-        self.lock().inbound.len()
+        self.held_inbound.load(Ordering::Acquire)
     }
 
     /// Refuses inbound stream `call_id`, whose window the core opened for a streamed Request:
@@ -416,6 +427,15 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         self.with(|st| {
             st.core.stop_outbound(call_id);
             st.stop_outbound_handle(call_id);
+        });
+    }
+
+    /// Host: ends outbound stream `call_id` now with `status` and `message` (a StreamEnd), its
+    /// pump stopped; nothing if it has none or it ended.
+    pub(crate) fn end_outbound(&self, call_id: u64, status: keel_wire::StatusCode, message: Bytes) {
+        self.with(|st| {
+            st.stop_outbound_handle(call_id);
+            st.core.finish_outbound(call_id, status, message);
         });
     }
 
@@ -761,10 +781,19 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
     }
 }
 
-/// Connects a remote [`ByteStream`] to its connection's flow control.
+/// Connects a remote [`ByteStream`] to its connection's flow control. Dropped with the
+/// stream: the connection then counts it no more (see [`WireEnd::inbound_streams`]).
 struct InboundCredit<C> {
     conn: Weak<WireEnd<C>>,
     call_id: u64,
+}
+
+impl<C> Drop for InboundCredit<C> {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.upgrade() {
+            c.held_inbound.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl<C: Expiring + Send + 'static> Credit for InboundCredit<C> {

@@ -377,6 +377,19 @@ async fn read_loop(
                             reader.conn.cancel(call_id);
                             Ok(())
                         }
+                        // The client sent more than its credit on a request stream: the call
+                        // ends `bad_request` (PROTOCOL.md, "Flow control"), stopped as for a
+                        // Cancel and answered, or, answered already, its response stream ended
+                        // with that status. Its handler need not read the stream to find out.
+                        Ok(Some(Event::StreamFailed { call_id, error })) => {
+                            let why = error.to_string();
+                            let status = Status::new(StatusCode::BadRequest, why.clone());
+                            if !reader.conn.fail(call_id, status) {
+                                let bad = keel_wire::StatusCode::BadRequest;
+                                reader.wire.end_outbound(call_id, bad, Bytes::from(why));
+                            }
+                            Ok(())
+                        }
                         Ok(_) => Ok(()),
                         Err(e) => Err(e),
                     },

@@ -21,18 +21,18 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-pub(crate) use crate::core::format::Framing;
+pub use crate::core::format::Framing;
 use crate::core::status::{Status, StatusCode};
 
 /// Bytes before an envelope frame's payload: flags, then the length.
-pub(crate) const ENVELOPE_HEADER: usize = 5;
+pub const ENVELOPE_HEADER: usize = 5;
 /// An envelope frame's flags for a message.
 const FLAG_MESSAGE: u8 = 0x00;
 /// An envelope frame's flags for the end of the stream.
 const FLAG_END: u8 = 0x02;
 
 /// Appends `message` (already encoded) as one frame.
-pub(crate) fn encode_message(framing: Framing, message: &[u8], out: &mut BytesMut) {
+pub fn encode_message(framing: Framing, message: &[u8], out: &mut BytesMut) {
     match framing {
         Framing::Envelope => {
             out.reserve(ENVELOPE_HEADER + message.len());
@@ -61,7 +61,7 @@ pub(crate) fn encode_clean_end(framing: Framing) -> Option<Bytes> {
 
 /// The bytes that end a stream with `status` (not `Ok`). For NDJSON the stream must be cut off
 /// after them (see the module docs).
-pub(crate) fn encode_error_end(framing: Framing, status: Status) -> Bytes {
+pub fn encode_error_end(framing: Framing, status: Status) -> Bytes {
     match framing {
         Framing::Envelope => {
             let code = status.code().to_wire() as u8;
@@ -105,7 +105,7 @@ fn error_json(status: &Status) -> Vec<u8> {
 }
 
 /// The status an envelope end frame carries, or `None` if its payload is malformed.
-pub(crate) fn decode_end(mut payload: Bytes) -> Option<Status> {
+pub fn decode_end(mut payload: Bytes) -> Option<Status> {
     if payload.len() < 5 {
         return None;
     }
@@ -131,7 +131,7 @@ pub(crate) fn decode_end(mut payload: Bytes) -> Option<Status> {
 
 /// What [`Decoder::next`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Frame {
+pub enum Frame {
     /// One message, encoded.
     Message(Bytes),
     /// The end of the stream with a status (envelope only): the payload, see [`decode_end`].
@@ -140,7 +140,7 @@ pub(crate) enum Frame {
 
 /// Why the bytes are not a stream of frames.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum FrameError {
+pub enum FrameError {
     /// A message longer than the limit (announced, or a line without its end).
     TooLarge {
         /// Its length when the frame announced it, else `None` (a line past the limit).
@@ -174,9 +174,10 @@ impl std::fmt::Display for FrameError {
 
 /// Takes a stream's bytes as they arrive and yields whole frames. It holds at most one partial
 /// frame (at most `max` bytes of message, checked before they are buffered when the frame
-/// announces its length) plus the chunk that completes it.
+/// announces its length) plus the chunk that completes it, in a buffer sized by the bytes that
+/// arrived (see [`Decoder::push`]).
 #[derive(Debug)]
-pub(crate) struct Decoder {
+pub struct Decoder {
     framing: Framing,
     max: usize,
     buf: BytesMut,
@@ -188,7 +189,7 @@ pub(crate) struct Decoder {
 
 impl Decoder {
     /// A decoder of `framing` (`Envelope` or `Ndjson`) refusing messages over `max` bytes.
-    pub(crate) fn new(framing: Framing, max: usize) -> Decoder {
+    pub fn new(framing: Framing, max: usize) -> Decoder {
         Decoder {
             framing,
             max,
@@ -199,16 +200,34 @@ impl Decoder {
     }
 
     /// Adds bytes that arrived.
-    pub(crate) fn push(&mut self, chunk: &[u8]) {
+    ///
+    /// The buffer grows for bytes that arrived, never for a length a frame only announced: a
+    /// peer that announces the largest message and sends a few bytes of it makes the decoder
+    /// hold those bytes, not the message size limit. It grows geometrically (each byte is
+    /// copied a bounded number of times however small the chunks), up to what a partial frame
+    /// may need, or exactly what is needed beyond that: its capacity stays within `max` + the
+    /// header + the largest chunk, and within twice the bytes pushed.
+    pub fn push(&mut self, chunk: &[u8]) {
         if self.buf.is_empty() {
             self.buf = BytesMut::from(chunk);
-        } else {
-            self.buf.extend_from_slice(chunk);
+            return;
         }
+        let needed = self.buf.len() + chunk.len();
+        if needed > self.buf.capacity() {
+            // `BytesMut::reserve` may double a buffer past both bounds: allocate exactly.
+            let partial = self.max.saturating_add(ENVELOPE_HEADER);
+            let room = needed.max(self.buf.capacity().saturating_mul(2).min(partial));
+            let mut grown = BytesMut::with_capacity(room);
+            grown.extend_from_slice(&self.buf);
+            self.buf = grown;
+        }
+        self.buf.extend_from_slice(chunk);
     }
 
     /// The next whole frame, `Ok(None)` when more bytes are needed.
-    pub(crate) fn next(&mut self) -> Result<Option<Frame>, FrameError> {
+    // Not an iterator: `None` means "not yet", and a stream's end is `finish`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Frame>, FrameError> {
         if self.ended {
             return if self.buf.is_empty() {
                 Ok(None)
@@ -225,7 +244,7 @@ impl Decoder {
 
     /// The bytes ended: anything left is a truncated frame, except an NDJSON last line
     /// without its newline, which is a message.
-    pub(crate) fn finish(&mut self) -> Result<Option<Frame>, FrameError> {
+    pub fn finish(&mut self) -> Result<Option<Frame>, FrameError> {
         if let Some(frame) = self.next()? {
             return Ok(Some(frame));
         }
@@ -235,11 +254,28 @@ impl Decoder {
         match self.framing {
             Framing::Envelope => Err(FrameError::Truncated),
             Framing::Ndjson | Framing::Sse => {
-                let line = self.buf.split().freeze();
+                let mut line = self.buf.split().freeze();
                 self.scanned = 0;
+                // No newline follows: the room `next_line` keeps for a `\r` before one is not
+                // the message's.
+                if line.last() == Some(&b'\r') {
+                    line.truncate(line.len() - 1);
+                }
+                if line.len() > self.max {
+                    return Err(FrameError::TooLarge {
+                        len: Some(line.len() as u64),
+                        max: self.max,
+                    });
+                }
                 Ok(trim_line(line).map(Frame::Message))
             }
         }
+    }
+
+    /// The bytes it holds, and the capacity of the buffer they are in: what the fuzz checks
+    /// bound.
+    pub fn held(&self) -> (usize, usize) {
+        (self.buf.len(), self.buf.capacity())
     }
 
     fn next_envelope(&mut self) -> Result<Option<Frame>, FrameError> {
@@ -260,7 +296,7 @@ impl Decoder {
         }
         let len = len as usize;
         if self.buf.len() < ENVELOPE_HEADER + len {
-            self.buf.reserve(ENVELOPE_HEADER + len - self.buf.len());
+            // No room is reserved for the rest: it is only announced (see `push`).
             return Ok(None);
         }
         self.buf.advance(ENVELOPE_HEADER);
@@ -380,6 +416,39 @@ mod tests {
     }
 
     #[test]
+    fn envelope_reserves_nothing_for_an_announced_length() {
+        // 4 MiB announced within a limit of 64 MiB, 11 bytes sent: 16 bytes held, not 4 MiB.
+        let mut d = Decoder::new(Framing::Envelope, 64 << 20);
+        d.push(&[0, 0x00, 0x40, 0, 0]);
+        assert_eq!(d.next(), Ok(None));
+        d.push(b"a few bytes");
+        assert_eq!(d.next(), Ok(None));
+        assert_eq!(d.held().0, 16);
+        assert!(d.held().1 < 1024, "{:?}", d.held());
+        // Arriving a byte at a time, a message is still whole at the end, in a buffer that
+        // never outgrew twice what arrived.
+        let mut all = BytesMut::new();
+        encode_message(Framing::Envelope, &[7; 5000], &mut all);
+        let mut d = Decoder::new(Framing::Envelope, 5000);
+        for (i, b) in all.iter().enumerate() {
+            d.push(&[*b]);
+            assert!(
+                d.held().1 <= 2 * (i + 1),
+                "{:?} after {} bytes",
+                d.held(),
+                i + 1
+            );
+            if i + 1 < all.len() {
+                assert_eq!(d.next(), Ok(None));
+            }
+        }
+        assert_eq!(
+            d.next(),
+            Ok(Some(Frame::Message(Bytes::from(vec![7; 5000]))))
+        );
+    }
+
+    #[test]
     fn envelope_refuses_unknown_flags_truncation_and_bytes_after_the_end() {
         assert_eq!(
             frames(Framing::Envelope, 10, &[&[1, 0, 0, 0, 0]]),
@@ -436,6 +505,18 @@ mod tests {
         assert!(frames(Framing::Ndjson, 8, &[b"0123456789\n"]).is_err());
         assert_eq!(
             frames(Framing::Ndjson, 8, &[b"01234567\r\n"]).unwrap(),
+            vec![Frame::Message(Bytes::from_static(b"01234567"))]
+        );
+        // A last line without its newline is held to the same limit (its `\r` aside).
+        assert_eq!(
+            frames(Framing::Ndjson, 8, &[b"012345678"]),
+            Err(FrameError::TooLarge {
+                len: Some(9),
+                max: 8
+            })
+        );
+        assert_eq!(
+            frames(Framing::Ndjson, 8, &[b"01234567\r"]).unwrap(),
             vec![Frame::Message(Bytes::from_static(b"01234567"))]
         );
     }
