@@ -428,7 +428,7 @@ async fn a_drain_lets_streams_finish_then_ends_them(b: Binding) {
         }
     };
     assert!(got >= 10, "{b:?}: it flowed during the drain ({got} items)");
-    if matches!(b, Binding::Tcp | Binding::Unix | Binding::Tcps) {
+    if b.is_wire() {
         assert!(e.is_shutting_down(), "{b:?}: {e}");
     }
     let report = shutdown.await.unwrap();

@@ -443,6 +443,18 @@ impl Binding {
         c
     }
 
+    /// Whether it speaks keel-wire (`tcp://`, `unix://`, `tcps://`).
+    #[allow(dead_code)] // Not every test file asks.
+    pub fn is_wire(self) -> bool {
+        match self {
+            Binding::Tcp | Binding::Unix => true,
+            #[cfg(feature = "tls")]
+            Binding::Tcps => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
     /// Whether concurrent calls share one connection (HTTP/1.1 needs one per call in flight).
     pub fn multiplexed(self) -> bool {
         self != Binding::Http1
