@@ -1,14 +1,27 @@
 //! Streams of messages as clients nobody here wrote read them over HTTP (HTTP.md, "Streams of
-//! messages"). Here, with no tool at all, the bytes of a failing NDJSON stream on an HTTP/1.1
-//! connection: its error line, then no last chunk.
+//! messages"): curl reads NDJSON and SSE as they come (`-N`), sees a failing stream's error line
+//! and the cut after it, posts an NDJSON body to a client-streaming operation, gets 501 for a
+//! bidirectional one over HTTP/1.1, and streams both ways at once over h2c. And, with no tool
+//! at all, the bytes of a failing NDJSON stream on an HTTP/1.1 connection: its error line, then
+//! no last chunk.
+//!
+//! That a reader gets each message as it is produced is shown by cause, not by timing: the
+//! stream `gated` produces its first message, then waits until someone opens its gate, which
+//! the test does only once curl has printed that first message. A host that held messages back
+//! would never see the gate opened (the stream then fails after 30 s, and the test with it).
+//! Opening it tells how many messages the stream had produced: 1.
+//!
+//! The curl tests are in the default group, as the other curl tests are: skipped without curl
+//! unless `KEEL_REQUIRE_CURL=1` (CI sets it).
 #![cfg(feature = "http")]
 #![allow(missing_docs)]
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use keel::{ByteStream, MessageStream, Status, StatusCode};
@@ -234,5 +247,359 @@ fn an_ndjson_stream_that_fails_ends_with_its_error_line_then_a_cut_on_the_wire()
         r#"{"error":{"code":"fault","fault":{"after":2}}}"#
     );
     assert_eq!(decoded, want);
+    host.shutdown();
+}
+
+// ---------------------------------------------------------------------------------------------
+// curl
+
+/// Whether curl runs; panics if it does not and `KEEL_REQUIRE_CURL=1`.
+fn have_curl() -> bool {
+    let found = Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
+            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
+        }
+        eprintln!("SKIPPED: `curl` is not installed, so this test cannot run");
+    }
+    found
+}
+
+/// How long a running curl gets for its next line before the test fails: reached only when a
+/// line never comes.
+const LINE_LIMIT: Duration = Duration::from_secs(30);
+
+/// A curl running in the background, its output read line by line as it prints it.
+struct Curl {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    args: Vec<String>,
+}
+
+impl Curl {
+    /// Starts `curl -sS -N <args>` (`-N`: each piece of the answer printed as it arrives); its
+    /// stdin is a pipe when `stdin` is true. Not `--max-time`: with it, curl 7.88 holds what
+    /// it reads from a non-blocking stdin (`-T .`) until more arrives. A curl the test gives up
+    /// on is killed when dropped.
+    fn start(args: &[&str], stdin: bool) -> Curl {
+        let mut child = Command::new("curl")
+            .args(["-sS", "-N"])
+            .args(args)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l.trim_end_matches('\r').to_owned()).is_err() {
+                    break;
+                }
+            }
+        });
+        Curl {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    /// The next line curl prints.
+    fn line(&self) -> String {
+        self.lines
+            .recv_timeout(LINE_LIMIT)
+            .unwrap_or_else(|e| panic!("curl {:?}: no next line ({e})", self.args))
+    }
+
+    /// The response head curl printed (`-i`): the status code, and the headers (names
+    /// lower-cased).
+    fn head(&self) -> (u16, Vec<(String, String)>) {
+        let status = self.line();
+        let code = status.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut headers = Vec::new();
+        loop {
+            let l = self.line();
+            if l.is_empty() {
+                return (code, headers);
+            }
+            let (k, v) = l.split_once(':').unwrap();
+            headers.push((k.to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+
+    /// Sends `text` on curl's stdin.
+    fn send(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(text.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes stdin and waits for curl to exit: the lines it printed since the last read, its
+    /// exit status, and what it wrote to stderr.
+    fn finish(mut self) -> (Vec<String>, ExitStatus, String) {
+        drop(self.stdin.take());
+        let mut rest = Vec::new();
+        loop {
+            match self.lines.recv_timeout(LINE_LIMIT) {
+                Ok(l) => rest.push(l),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(e) => panic!(
+                    "curl {:?}: did not finish ({e}); printed {rest:?}",
+                    self.args
+                ),
+            }
+        }
+        let status = self.child.wait().unwrap();
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+        (rest, status, stderr)
+    }
+}
+
+impl Drop for Curl {
+    fn drop(&mut self) {
+        // A test that failed midway leaves no curl behind.
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// `GET /Feed/{op}?args=<args, URL-encoded>` on `host`, as an `EventSource` would call it.
+fn get_url(host: &keel::Host, op: &str, args: &str) -> String {
+    let query: String = url_encode(args);
+    format!("{}/Feed/{op}?args={query}", host.url())
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+const VERSIONS: [&str; 2] = ["--http1.1", "--http2-prior-knowledge"];
+
+#[test]
+fn curl_reads_ndjson_and_sse_streams_as_they_come() {
+    if !have_curl() {
+        return;
+    }
+    let (host, gate) = feed_host(None);
+    for version in VERSIONS {
+        // NDJSON, for a POST with a JSON body.
+        let url = format!("{}/Feed/gated", host.url());
+        let c = Curl::start(&[version, "-i", "--json", r#"{"n": 3}"#, &url], false);
+        let (code, h) = c.head();
+        assert_eq!(code, 200, "{version}: {h:?}");
+        assert_eq!(header(&h, "content-type"), Some("application/x-ndjson"));
+        assert_eq!(header(&h, "keel-status"), Some("ok"));
+        assert_eq!(c.line(), line(0), "{version}");
+        // curl printed item 0 while the handler waited for the gate with nothing more made.
+        assert_eq!(gate.open(), 1, "{version}");
+        let (rest, status, stderr) = c.finish();
+        assert_eq!(rest, [line(1), line(2)], "{version}");
+        assert!(status.success(), "{version}: {status} {stderr}");
+
+        // Server-Sent Events, for a GET as an EventSource sends it.
+        let url = get_url(&host, "gated", r#"{"n": 3}"#);
+        let c = Curl::start(
+            &[version, "-i", "-H", "accept: text/event-stream", &url],
+            false,
+        );
+        let (code, h) = c.head();
+        assert_eq!(code, 200, "{version}: {h:?}");
+        assert_eq!(header(&h, "content-type"), Some("text/event-stream"));
+        assert_eq!(header(&h, "cache-control"), Some("no-cache"));
+        assert_eq!(c.line(), format!("data: {}", line(0)), "{version}");
+        assert_eq!(c.line(), "", "{version}");
+        assert_eq!(gate.open(), 1, "{version}");
+        let (rest, status, stderr) = c.finish();
+        let want = [
+            format!("data: {}", line(1)),
+            String::new(),
+            format!("data: {}", line(2)),
+            String::new(),
+            "event: end".into(),
+            "data: {}".into(),
+            String::new(),
+        ];
+        assert_eq!(rest, want, "{version}");
+        assert!(status.success(), "{version}: {status} {stderr}");
+    }
+    assert_eq!(gate.gated_calls.load(Ordering::SeqCst), 4);
+    host.shutdown();
+}
+
+#[test]
+fn curl_sees_a_stream_that_fails_midway_end_with_its_error() {
+    if !have_curl() {
+        return;
+    }
+    let (host, _gate) = feed_host(None);
+    for version in VERSIONS {
+        let url = format!("{}/Feed/fail_after", host.url());
+        let c = Curl::start(&[version, "--json", r#"{"after": 2}"#, &url], false);
+        let (lines, status, stderr) = c.finish();
+        let want = [
+            line(0),
+            line(1),
+            r#"{"error":{"code":"fault","fault":{"after":2}}}"#.to_string(),
+        ];
+        assert_eq!(lines, want, "{version}: {stderr}");
+        // Then the answer was cut off (HTTP/1.1: no last chunk; HTTP/2: the stream reset), so
+        // curl does not take it for complete.
+        assert!(!status.success(), "{version}: {status}");
+
+        let url = get_url(&host, "fail_after", r#"{"after": 2}"#);
+        let c = Curl::start(&[version, "-H", "accept: text/event-stream", &url], false);
+        let (lines, status, stderr) = c.finish();
+        let want = [
+            format!("data: {}", line(0)),
+            String::new(),
+            format!("data: {}", line(1)),
+            String::new(),
+            "event: error".into(),
+            r#"data: {"code":"fault","fault":{"after":2}}"#.into(),
+            String::new(),
+        ];
+        assert_eq!(lines, want, "{version}: {stderr}");
+        assert!(status.success(), "{version}: {status} {stderr}");
+    }
+    host.shutdown();
+}
+
+#[test]
+fn curl_posts_an_ndjson_body_to_a_client_stream() {
+    if !have_curl() {
+        return;
+    }
+    let (host, _gate) = feed_host(None);
+    let url = format!("{}/Feed/sum", host.url());
+    // `\r\n`, an empty line, and a last line without its newline.
+    let body = format!("{}\r\n\n{}\n{}", line(1), line(2), line(39));
+    for version in VERSIONS {
+        // A complete body (content-length), and one streamed from stdin as it is read
+        // (HTTP/1.1: chunked).
+        for upload in [["--data-binary", "@-"], ["-T", "-"]] {
+            let mut c = Curl::start(
+                &[
+                    version,
+                    "-X",
+                    "POST",
+                    "-H",
+                    "content-type: application/x-ndjson",
+                    upload[0],
+                    upload[1],
+                    "-w",
+                    "\n%{http_code}",
+                    &url,
+                ],
+                true,
+            );
+            c.send(&body);
+            let (lines, status, stderr) = c.finish();
+            assert!(status.success(), "{version} {upload:?}: {status} {stderr}");
+            assert_eq!(lines, ["42", "200"], "{version} {upload:?}");
+        }
+    }
+    host.shutdown();
+}
+
+#[test]
+fn curl_gets_501_for_a_bidirectional_stream_over_http1_and_streams_both_ways_over_h2c() {
+    if !have_curl() {
+        return;
+    }
+    let (host, _gate) = feed_host(None);
+    let url = format!("{}/Feed/echo", host.url());
+    let c = Curl::start(
+        &[
+            "--http1.1",
+            "-H",
+            "content-type: application/x-ndjson",
+            "--data-binary",
+            &line(1),
+            "-w",
+            "\n%{http_code}",
+            &url,
+        ],
+        false,
+    );
+    let (lines, status, stderr) = c.finish();
+    assert!(status.success(), "{status} {stderr}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[1], "501");
+    let body: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(body["code"], "unimplemented", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("HTTP/2"),
+        "{body}"
+    );
+
+    // h2c: `-T .` uploads stdin as it comes without waiting on it (curl's non-blocking stdin),
+    // so each answer is printed while the request body is still open: the next line is sent
+    // only after the answer to the last one was read.
+    let mut c = Curl::start(
+        &[
+            "--http2-prior-knowledge",
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/x-ndjson",
+            "-T",
+            ".",
+            &url,
+        ],
+        true,
+    );
+    for seq in 1..=3 {
+        c.send(&format!("{}\n", line(seq)));
+        let got: Item = serde_json::from_str(&c.line()).unwrap();
+        assert_eq!(got.seq, seq * 2);
+    }
+    let (rest, status, stderr) = c.finish();
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(status.success(), "{status} {stderr}");
+    host.shutdown();
+}
+
+#[test]
+fn curl_sees_a_byte_stream_that_fails_before_its_first_byte_cut_off() {
+    if !have_curl() {
+        return;
+    }
+    let (host, _gate) = feed_host(None);
+    let url = format!("{}/Feed/broken", host.url());
+    for version in VERSIONS {
+        // Nothing was written before the failure: over HTTP/2 no frame is waiting to wake the
+        // connection, and the reset still comes (`finish` gives up after 30 s).
+        let c = Curl::start(&[version, "--json", "{}", &url], false);
+        let (lines, status, stderr) = c.finish();
+        assert!(lines.is_empty(), "{version}: {lines:?}");
+        assert!(!status.success(), "{version}: {status} {stderr}");
+    }
     host.shutdown();
 }
