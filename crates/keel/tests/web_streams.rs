@@ -1,18 +1,25 @@
 //! Streams of messages as clients nobody here wrote read them over HTTP (HTTP.md, "Streams of
-//! messages"): curl reads NDJSON and SSE as they come (`-N`), sees a failing stream's error line
-//! and the cut after it, posts an NDJSON body to a client-streaming operation, gets 501 for a
-//! bidirectional one over HTTP/1.1, and streams both ways at once over h2c. And, with no tool
-//! at all, the bytes of a failing NDJSON stream on an HTTP/1.1 connection: its error line, then
-//! no last chunk.
+//! messages"): headless Chromium, from a page of another origin allowed by CORS, reads a server
+//! stream with `fetch()` and `response.body.getReader()` (NDJSON) and with `EventSource`
+//! (Server-Sent Events, `GET ?args=`), message by message, and sees a stream that fails midway
+//! end with its error; a page from an origin the host does not allow reads nothing. curl reads
+//! NDJSON and SSE as they come (`-N`), sees a failing stream's error line and the cut after it,
+//! posts an NDJSON body to a client-streaming operation, gets 501 for a bidirectional one over
+//! HTTP/1.1, and streams both ways at once over h2c. And, with no tool at all, the bytes of a
+//! failing NDJSON stream on an HTTP/1.1 connection: its error line, then no last chunk.
 //!
 //! That a reader gets each message as it is produced is shown by cause, not by timing: the
 //! stream `gated` produces its first message, then waits until someone opens its gate, which
-//! the test does only once curl has printed that first message. A host that held messages back
+//! the reader does only once it has read that first message (the page calls `open_gate`; the
+//! curl tests open it themselves once curl has printed it). A host that held messages back
 //! would never see the gate opened (the stream then fails after 30 s, and the test with it).
-//! Opening it tells how many messages the stream had produced: 1.
+//! `open_gate` answers how many messages the stream had produced: 1.
 //!
-//! The curl tests are in the default group, as the other curl tests are: skipped without curl
-//! unless `KEEL_REQUIRE_CURL=1` (CI sets it).
+//! The Chromium tests need Debian's `chromium` on PATH and are in the `external` test group
+//! (`#[ignore]`; `cargo test -p keel --test web_streams -- --ignored`; `docs/testing.md`):
+//! skipped without the browser unless `KEEL_REQUIRE_CHROMIUM=1` (CI sets it). The curl tests
+//! are in the default group, as the other curl tests are: skipped without curl unless
+//! `KEEL_REQUIRE_CURL=1` (CI sets it).
 #![cfg(feature = "http")]
 #![allow(missing_docs)]
 
@@ -24,6 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use common::browser::{browse, chromium, new_origin, serve, Page, REPORT_JS};
 use keel::{ByteStream, MessageStream, Status, StatusCode};
 use serde::{Deserialize, Serialize};
 
@@ -602,4 +610,220 @@ fn curl_sees_a_byte_stream_that_fails_before_its_first_byte_cut_off() {
         assert!(!status.success(), "{version}: {status} {stderr}");
     }
     host.shutdown();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chromium
+
+/// What every page's script starts with, after [`REPORT_JS`] (`note`, `report`): `post` calls
+/// an operation with `fetch`, `lines` reads an NDJSON answer as it arrives, `events` reads an
+/// `EventSource`.
+fn script_prelude(host_url: &str) -> String {
+    format!(
+        r#"{REPORT_JS}
+const host = "{host_url}";
+function post(op, args) {{
+  return fetch(host + "/Feed/" + op, {{
+    method: "POST",
+    headers: {{"content-type": "application/json"}},
+    body: JSON.stringify(args),
+  }});
+}}
+// Reads an NDJSON body chunk by chunk as the browser receives it, handing each line to onLine
+// (awaited before the next is read); resolves "end" at the body's end, "cut: <error>" if it
+// broke off.
+async function lines(response, onLine) {{
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {{
+    let chunk;
+    try {{ chunk = await reader.read(); }} catch (e) {{ return "cut: " + e.name; }}
+    if (chunk.done) return buf ? "end, with an unfinished line " + buf : "end";
+    buf += chunk.value;
+    for (let i; (i = buf.indexOf("\n")) >= 0; ) {{
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      if (line) await onLine(line);
+    }}
+  }}
+}}
+// Reads GET /Feed/{{op}}?args=... with an EventSource, handing each message's data to onMessage;
+// resolves with how it ended: the `end` event, the host's `error` event (closing the
+// EventSource on either), or the EventSource giving up. A connection error after which the
+// EventSource would reconnect is noted.
+function events(op, args, onMessage) {{
+  return new Promise(resolve => {{
+    const es = new EventSource(host + "/Feed/" + op + "?args=" + encodeURIComponent(JSON.stringify(args)));
+    es.onmessage = e => onMessage(e.data);
+    es.addEventListener("end", e => {{ es.close(); resolve("end " + e.data); }});
+    es.onerror = e => {{
+      if (e.data !== undefined) {{ es.close(); resolve("error event " + e.data); return; }}
+      const state = es.readyState;
+      if (state === EventSource.CLOSED) {{ resolve("EventSource failed (closed)"); return; }}
+      note("connection error, readyState " + state + ": the EventSource would reconnect");
+      es.close();
+      resolve("closed after a connection error");
+    }};
+  }});
+}}
+"#
+    )
+}
+
+/// A page whose script is the prelude and `body` (an async function's body), then notes
+/// `done` and reports.
+fn page(host_url: &str, body: &str) -> String {
+    format!(
+        r#"<!doctype html><html><body><script>{}
+(async () => {{
+{body}
+}})().catch(e => note("failed: " + e)).finally(() => {{ note("done"); report(); }});
+</script></body></html>"#,
+        script_prelude(host_url)
+    )
+}
+
+/// Reads `gated` with fetch, opening its gate after the first message, then `fail_after`.
+const FETCH_NDJSON: &str = r#"
+let r = await post("gated", {n: 4});
+note(r.status + " " + r.headers.get("content-type") + ", keel-status " + r.headers.get("keel-status"));
+note(await lines(r, async line => {
+  const m = JSON.parse(line);
+  note("message " + m.seq);
+  if (m.seq === 0) {
+    const opened = await post("open_gate", {});
+    note("opened the gate after " + await opened.json() + " produced");
+  }
+}));
+r = await post("fail_after", {after: 2});
+note(r.status + " " + r.headers.get("content-type"));
+note(await lines(r, async line => note(line)));
+"#;
+
+/// Reads the same with EventSource.
+const EVENT_SOURCE: &str = r#"
+let opened = null;
+note(await events("gated", {n: 4}, data => {
+  const m = JSON.parse(data);
+  note("message " + m.seq);
+  // The host's answer to `open_gate` and message 1 race to the page: the answer is noted at the end.
+  if (m.seq === 0) post("open_gate", {}).then(r => r.json()).then(n => opened = n);
+}));
+await new Promise(resolve => { const wait = () => opened === null ? setTimeout(wait, 10) : resolve(); wait(); });
+note("opened the gate after " + opened + " produced");
+note(await events("fail_after", {after: 2}, data => note(data)));
+"#;
+
+/// From an origin the host does not allow: the same calls, which the browser must refuse.
+const REFUSED: &str = r#"
+try {
+  const r = await post("count", {n: 3});
+  note("fetch read an answer: " + r.status);
+} catch (e) {
+  note("fetch failed: " + e.name);
+}
+let got = 0;
+note(await events("count", {n: 3}, () => got++));
+note("EventSource messages read: " + got);
+"#;
+
+/// Two origins, the host allowing the first; the page of `script` served on each.
+struct Pages {
+    browser: &'static str,
+    allowed: Page,
+    refused: Page,
+    host: keel::Host,
+    gate: Arc<Gate>,
+}
+
+fn pages(script: &str) -> Option<Pages> {
+    let Some(browser) = chromium() else {
+        eprintln!("skipped: no chromium on PATH");
+        return None;
+    };
+    let (allowed, allowed_origin) = new_origin();
+    let (refused, _) = new_origin();
+    let cors = keel::http::Cors::allow_origins([allowed_origin.as_str()]).unwrap();
+    let (host, gate) = feed_host(Some(cors));
+    let allowed = serve(allowed, page(host.url(), script));
+    let refused = serve(refused, page(host.url(), script));
+    Some(Pages {
+        browser,
+        allowed,
+        refused,
+        host,
+        gate,
+    })
+}
+
+#[test]
+#[ignore = "external: runs Chromium"]
+fn chromium_reads_an_ndjson_stream_with_fetch_message_by_message() {
+    let Some(p) = pages(FETCH_NDJSON) else { return };
+    let expected = [
+        "200 application/x-ndjson, keel-status ok".to_string(),
+        "message 0".into(),
+        // The page saw message 0 while the host had produced nothing more.
+        "opened the gate after 1 produced".into(),
+        "message 1".into(),
+        "message 2".into(),
+        "message 3".into(),
+        "end".into(),
+        "200 application/x-ndjson".into(),
+        line(0),
+        line(1),
+        // The error line reaches the page, then the body breaks off: not a complete stream.
+        r#"{"error":{"code":"fault","fault":{"after":2}}}"#.into(),
+        "cut: TypeError".into(),
+        "done".into(),
+    ];
+    assert_eq!(browse(p.browser, &p.allowed), expected.join("\n"));
+    p.host.shutdown();
+}
+
+#[test]
+#[ignore = "external: runs Chromium"]
+fn chromium_reads_a_stream_with_event_source_and_closes_at_its_end() {
+    let Some(p) = pages(EVENT_SOURCE) else { return };
+    let expected = [
+        "message 0".to_string(),
+        "message 1".into(),
+        "message 2".into(),
+        "message 3".into(),
+        // The `end` event came before the connection closed, so the page closed the
+        // EventSource instead of it reconnecting.
+        "end {}".into(),
+        "opened the gate after 1 produced".into(),
+        line(0),
+        line(1),
+        r#"error event {"code":"fault","fault":{"after":2}}"#.into(),
+        "done".into(),
+    ];
+    assert_eq!(browse(p.browser, &p.allowed), expected.join("\n"));
+    // One call each: no EventSource came back for more.
+    assert_eq!(p.gate.gated_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(p.gate.fail_calls.load(Ordering::SeqCst), 1);
+    p.host.shutdown();
+}
+
+#[test]
+#[ignore = "external: runs Chromium"]
+fn a_page_from_an_origin_not_allowed_reads_no_stream_in_chromium() {
+    let Some(p) = pages(REFUSED) else { return };
+    // The page's own origin would read it (the same script, allowed).
+    assert_eq!(
+        browse(p.browser, &p.allowed),
+        "fetch read an answer: 200\nend {}\nEventSource messages read: 3\ndone"
+    );
+    let calls_allowed = p.gate.count_calls.load(Ordering::SeqCst);
+    assert_eq!(calls_allowed, 2);
+    assert_eq!(
+        browse(p.browser, &p.refused),
+        "fetch failed: TypeError\nEventSource failed (closed)\nEventSource messages read: 0\ndone"
+    );
+    // The POST was stopped at its preflight; the EventSource's GET, a request any page may
+    // send, ran (which is why only idempotent operations may be called so), its answer hidden
+    // from the page, and was not sent again.
+    assert_eq!(p.gate.count_calls.load(Ordering::SeqCst), calls_allowed + 1);
+    p.host.shutdown();
 }

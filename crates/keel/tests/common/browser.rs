@@ -1,4 +1,4 @@
-//! A real browser for the tests that need one (`cors.rs`): headless Chromium
+//! A real browser for the tests that need one (`cors.rs`, `web_streams.rs`): headless Chromium
 //! loads a page served from an origin of its own ([`new_origin`], [`serve`]), whose script
 //! (starting with [`REPORT_JS`]) notes what it sees and reports it to the page's server when it
 //! is done; [`browse`] returns that report.
