@@ -1,7 +1,8 @@
 //! The auth example's `Accounts` host, driven from curl (HTTP/1.1 and HTTP/2) and from keel's
 //! client (keel-wire and HTTP): a bearer token in metadata, checked by an interceptor; answers
 //! with status codes mapped to HTTP statuses. The curl test is skipped, with a printed reason,
-//! when curl is not installed (CI installs it).
+//! when curl is not installed (CI installs it, and sets `KEEL_REQUIRE_CURL=1`, which makes
+//! the test fail instead).
 
 use std::process::Command;
 
@@ -14,6 +15,9 @@ fn have_curl() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
+        if std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
+            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
+        }
         eprintln!("SKIPPED: `curl` is not installed, so this test cannot run");
     }
     found

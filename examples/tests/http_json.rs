@@ -1,19 +1,24 @@
 //! The Calculator over HTTP from outside Rust: the stdlib-only Python client in
 //! `clients/calculator.py`, and curl over HTTP/2 (prior knowledge) and HTTP/1.1. Each test is
-//! skipped, with a printed reason, when its tool is not installed.
+//! skipped, with a printed reason, when its tool is not installed (curl's fails instead under
+//! `KEEL_REQUIRE_CURL=1`, as in CI).
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use keel_examples::calculator;
 
-/// Whether `tool --version` runs; prints why the test is skipped if not.
+/// Whether `tool --version` runs; prints why the test is skipped if not (fails instead for
+/// curl under `KEEL_REQUIRE_CURL=1`, as in CI).
 fn have(tool: &str) -> bool {
     let found = Command::new(tool)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
+        if tool == "curl" && std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
+            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
+        }
         eprintln!("SKIPPED: `{tool}` is not installed, so this test cannot run");
     }
     found

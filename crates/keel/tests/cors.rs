@@ -12,10 +12,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::Command;
+use std::net::TcpStream;
 use std::time::Duration;
 
+use common::browser::{browse, chromium, new_origin, serve, REPORT_JS};
 use common::*;
 
 /// One HTTP/1.1 exchange on a new connection (`Connection: close`): status, headers (names
@@ -128,88 +128,22 @@ fn preflights_and_calls_on_the_wire() {
     host.shutdown();
 }
 
-/// A new origin (a port of its own) for a page; [`serve`] then serves it.
-fn new_origin() -> (TcpListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let origin = format!("http://{}", listener.local_addr().unwrap());
-    (listener, origin)
-}
-
-/// Serves `html` at every path of `listener`, on a thread, for the rest of the test.
-fn serve(listener: TcpListener, html: String) {
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { break };
-            let mut head = [0u8; 4096];
-            let _ = s.read(&mut head);
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
-                html.len()
-            );
-            let _ = s.write_all(resp.as_bytes());
-        }
-    });
-}
-
 /// The page's script: a JSON call with a metadata header (so the browser sends a preflight),
-/// its answer written into `<pre id="out">`.
+/// its answer reported.
 fn page_calling(host_url: &str) -> String {
     format!(
-        r#"<!doctype html><html><body><pre id="out">pending</pre><script>
+        r#"<!doctype html><html><body><script>{REPORT_JS}
 fetch("{host_url}/Probe/echo", {{
   method: "POST",
   headers: {{"content-type": "application/json", "x-user": "ada"}},
   body: JSON.stringify({{s: "hello from the browser"}})
 }}).then(async r => {{
-  document.getElementById("out").textContent = "status " + r.status + ": " + await r.json();
+  note("status " + r.status + ": " + await r.json());
 }}).catch(e => {{
-  document.getElementById("out").textContent = "failed: " + e;
-}});
+  note("failed: " + e);
+}}).finally(report);
 </script></body></html>"#
     )
-}
-
-fn chromium() -> Option<&'static str> {
-    let found = ["chromium", "chromium-browser"].into_iter().find(|b| {
-        Command::new(b)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if found.is_none() && std::env::var_os("KEEL_REQUIRE_CHROMIUM").is_some_and(|v| v == "1") {
-        panic!("KEEL_REQUIRE_CHROMIUM=1 but no chromium on PATH (apt-get install chromium)");
-    }
-    found
-}
-
-/// Loads `page` in headless Chromium and returns the text of `<pre id="out">` once its script
-/// has finished.
-fn browse(browser: &str, page: &str) -> String {
-    let profile = std::env::temp_dir().join(format!("keel-cors-{}", std::process::id()));
-    let out = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--virtual-time-budget=10000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(page)
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
-    let start = dom
-        .find(r#"<pre id="out">"#)
-        .map(|i| i + r#"<pre id="out">"#.len());
-    match start.and_then(|s| dom[s..].find("</pre>").map(|e| dom[s..s + e].to_owned())) {
-        Some(text) => text,
-        None => panic!(
-            "no result in the page\nstdout: {dom}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
 }
 
 #[test]
@@ -221,19 +155,19 @@ fn a_page_from_another_origin_calls_the_host_in_chromium() {
     };
     // Two pages on origins of their own; the host allows the first.
     let (allowed, allowed_origin) = new_origin();
-    let (refused, refused_origin) = new_origin();
+    let (refused, _) = new_origin();
     let (host, _) = cors_host(Some(
         keel::http::Cors::allow_origins([allowed_origin.as_str()]).unwrap(),
     ));
     let url = host.url().to_string();
-    serve(allowed, page_calling(&url));
-    serve(refused, page_calling(&url));
+    let allowed = serve(allowed, page_calling(&url));
+    let refused = serve(refused, page_calling(&url));
 
     assert_eq!(
-        browse(browser, &allowed_origin),
+        browse(browser, &allowed),
         "status 200: hello from the browser"
     );
-    let text = browse(browser, &refused_origin);
+    let text = browse(browser, &refused);
     assert!(text.starts_with("failed: TypeError"), "{text}");
     host.shutdown();
 }

@@ -1,7 +1,8 @@
 //! What the integration tests share: a contract with one operation per behaviour the tests
 //! need and its implementation, the bindings ([`Binding`]) and the matrix that runs a test on
 //! each ([`binding_matrix!`]), one polling helper ([`eventually`]), one TCP proxy ([`Proxy`]),
-//! one host in a child process ([`ChildHost`]) and one generator of test noise ([`XorShift`]).
+//! one host in a child process ([`ChildHost`]), one generator of test noise ([`XorShift`])
+//! and a real browser ([`browser`]).
 #![allow(
     dead_code,
     missing_docs,
@@ -17,6 +18,7 @@ use std::time::Duration;
 use keel::ByteStream;
 use serde::{Deserialize, Serialize};
 
+pub mod browser;
 pub mod child;
 pub mod matrix;
 pub mod poll;

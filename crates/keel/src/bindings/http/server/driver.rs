@@ -86,6 +86,12 @@ pub(crate) async fn serve(
         io: connected.io,
         watch: head_watch.clone(),
     };
+    // This task polls the connection: woken, it flushes (see `cut`).
+    std::future::poll_fn(|cx| {
+        head_watch.set_connection_task(cx.waker());
+        Poll::Ready(())
+    })
+    .await;
     let serving = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(serving);
     let overdue = head_watch.overdue(frame_timeout);

@@ -1,10 +1,11 @@
 //! The IO watchdog of an HTTP connection: a request head that starts arriving and does not
-//! finish in time (slowloris), output the peer does not read, and when bytes last moved.
+//! finish in time (slowloris), output the peer does not read, when bytes last moved, and when
+//! the connection's output was last flushed (for [`cut`](super::cut)).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::Poll;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -36,6 +37,16 @@ pub(in crate::bindings::http) struct HeadWatch {
     h2: AtomicBool,
     /// Woken when a head starts.
     armed: Notify,
+    /// Flushes of the connection's output that completed. hyper flushes the IO only once what
+    /// it had taken to send is written (HTTP/1.1: its buffer; HTTP/2: the frames its codec
+    /// holds), so each one means those bytes were handed to the socket.
+    flushes: AtomicU64,
+    /// Whether anyone waits in `flush_waiting` (read without the lock on every flush).
+    flush_waiters: AtomicUsize,
+    /// Woken at the next completed flush.
+    flush_waiting: Mutex<Vec<Waker>>,
+    /// The connection's task: woken, it flushes.
+    connection: OnceLock<Waker>,
 }
 
 impl HeadWatch {
@@ -48,6 +59,57 @@ impl HeadWatch {
             in_request: AtomicUsize::new(0),
             h2: AtomicBool::new(h2),
             armed: Notify::new(),
+            flushes: AtomicU64::new(0),
+            flush_waiters: AtomicUsize::new(0),
+            flush_waiting: Mutex::new(Vec::new()),
+            connection: OnceLock::new(),
+        }
+    }
+
+    /// Remembers the connection's task (the one that polls hyper's connection, so that
+    /// [`nudge_connection`](Self::nudge_connection) can make it flush).
+    pub(super) fn set_connection_task(&self, waker: &Waker) {
+        let _ = self.connection.set(waker.clone());
+    }
+
+    /// A flush of the connection's output completed.
+    fn flushed(&self) {
+        self.flushes.fetch_add(1, Ordering::SeqCst);
+        if self.flush_waiters.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let waiting = {
+            let mut w = self.flush_waiting.lock().unwrap_or_else(|e| e.into_inner());
+            self.flush_waiters.store(0, Ordering::SeqCst);
+            std::mem::take(&mut *w)
+        };
+        waiting.into_iter().for_each(Waker::wake);
+    }
+
+    /// How many flushes of the connection's output have completed.
+    pub(super) fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::SeqCst)
+    }
+
+    /// Wakes `waker` at the next completed flush. Returns [`flushes`](Self::flushes) as seen
+    /// after registering: if it moved since the caller last looked, the wake may have been
+    /// missed, so look again.
+    pub(super) fn wake_at_next_flush(&self, waker: &Waker) -> u64 {
+        {
+            let mut w = self.flush_waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if !w.iter().any(|x| x.will_wake(waker)) {
+                w.push(waker.clone());
+            }
+            self.flush_waiters.fetch_add(1, Ordering::SeqCst);
+        }
+        self.flushes()
+    }
+
+    /// Wakes the connection's task, which flushes whenever it runs (HTTP/1.1 after each pass
+    /// over the connection, HTTP/2 whenever it has nothing to read).
+    pub(super) fn nudge_connection(&self) {
+        if let Some(c) = self.connection.get() {
+            c.wake_by_ref();
         }
     }
 
@@ -183,7 +245,10 @@ impl AsyncWrite for Watched {
     ) -> Poll<std::io::Result<()>> {
         let polled = Pin::new(&mut self.io).poll_flush(cx);
         match polled {
-            Poll::Ready(Ok(())) => self.watch.wrote(true),
+            Poll::Ready(Ok(())) => {
+                self.watch.wrote(true);
+                self.watch.flushed();
+            }
             Poll::Pending => self.watch.wrote(false),
             Poll::Ready(Err(_)) => {}
         }

@@ -10,14 +10,17 @@
 //! - `driver.rs`: the connection's task ([`serve`]): hyper's server, the HTTP/2 request futures
 //!   run in the connection's task, the stop signal, the timeouts;
 //! - `io_watch.rs`: the IO watchdog (a request head that does not finish, output the peer does
-//!   not read, a connection where nothing moves);
+//!   not read, a connection where nothing moves) and the count of the connection's flushes;
 //! - `route.rs`: one request's route ([`handle`]): calls, descriptions, OpenAPI, CORS;
 //! - `call.rs`: `POST /{Service}/{operation}`: headers, body and arguments into a dispatched
 //!   call, its answer into a response;
+//! - `cut.rs`: a streamed answer that fails midway, cut off only once what it sent before has
+//!   been flushed (its NDJSON error line reaches the reader);
 //! - `describe.rs`: `GET /{Service}` and `GET /openapi.json`;
 //! - `responses.rs`: error answers and the headers every answer carries.
 
 mod call;
+mod cut;
 mod describe;
 mod driver;
 mod io_watch;
@@ -85,7 +88,8 @@ pub(super) struct Ctx {
     pub(super) settings: Arc<ServerSettings>,
     /// Bytes of request bodies this connection (and the host) may hold at once.
     budget: ReceiveBudget,
-    /// The HTTP/1.1 request head being received, if any (none for `HttpService`).
+    /// The connection's IO watchdog: the HTTP/1.1 request head being received, the flushes of
+    /// its output (none for `HttpService`).
     watch: Option<Arc<HeadWatch>>,
 }
 
