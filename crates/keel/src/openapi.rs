@@ -321,7 +321,7 @@ fn operation(
         let description = if op.message_response {
             "The reply stream of messages: NDJSON, one JSON message of this schema per line \
                 (or Server-Sent Events with `Accept: text/event-stream`); a stream that fails \
-                midway ends with a line `{\"error\": ...}` and is cut off."
+                midway ends with a last line `{\"error\": ...}`."
         } else if op.stream_response {
             "The reply stream; a stream that fails midway is cut off, never ended cleanly."
         } else {

@@ -3560,16 +3560,6 @@ async fn plaintext_to_a_tls_port_is_closed(b: Binding) {
     case.finish().await;
 }
 
-trait BindingExt {
-    fn is_wire(&self) -> bool;
-}
-
-impl BindingExt for Binding {
-    fn is_wire(&self) -> bool {
-        matches!(self, Binding::Tcp | Binding::Tcps | Binding::Unix)
-    }
-}
-
 // ------------------------------------------------------------------------------------------
 // The matrix
 // ------------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@
 //!   cannot mistake a future frame for a message).
 //! - **NDJSON** (`application/x-ndjson`): one JSON message per line (`\n`, an optional `\r`
 //!   before it; empty lines are skipped). A stream that fails ends with a line
-//!   `{"error": {...}}` (the error body of HTTP.md) and is then cut off, so no reader takes it
-//!   for a complete stream.
+//!   `{"error": {...}}` (the error body of HTTP.md), and then ends as any stream does: the line
+//!   is the stream's end with a status, as Connect's end-of-stream message is (a cut would lose
+//!   it: a browser drops what its page has not read of an answer that breaks).
 //! - **SSE** (`text/event-stream`, responses only): each message is an event `data: <json>`;
 //!   the end is an event named `end` (`data: {}`) or `error` (`data: {...}`, the error body),
 //!   so a browser's `EventSource` can close instead of reconnecting.
@@ -59,8 +60,7 @@ pub(crate) fn encode_clean_end(framing: Framing) -> Option<Bytes> {
     (framing == Framing::Sse).then(|| Bytes::from_static(b"event: end\ndata: {}\n\n"))
 }
 
-/// The bytes that end a stream with `status` (not `Ok`). For NDJSON the stream must be cut off
-/// after them (see the module docs).
+/// The bytes that end a stream with `status` (not `Ok`); nothing follows them.
 pub fn encode_error_end(framing: Framing, status: Status) -> Bytes {
     match framing {
         Framing::Envelope => {

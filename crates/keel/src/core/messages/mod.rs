@@ -254,7 +254,7 @@ impl<T> MessageStream<T> {
             format,
             framing,
             deadline: deadline.map(|at| Box::pin(timer::sleep_until(at))),
-            state: EncoderState::Open,
+            done: false,
             counted,
         })
     }
@@ -512,47 +512,29 @@ struct Encoder<T> {
     format: Format,
     framing: Framing,
     deadline: Option<Pin<Box<timer::Sleep>>>,
-    state: EncoderState,
+    /// The end was sent: nothing follows.
+    done: bool,
     /// Counts the messages sent (a metric).
     counted: Option<metrics::Counter>,
-}
-
-enum EncoderState {
-    Open,
-    /// The end was sent; for NDJSON, an error end is followed by a cut (an `Err`).
-    Cut,
-    Done,
 }
 
 impl<T: Serialize> Stream for Encoder<T> {
     type Item = Result<Bytes, Error>;
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        match this.state {
-            EncoderState::Open => {}
-            EncoderState::Cut => {
-                this.state = EncoderState::Done;
-                return Poll::Ready(Some(Err(Error::new(
-                    Kind::Status(StatusCode::Internal),
-                    "the stream ended with an error",
-                ))));
-            }
-            EncoderState::Done => return Poll::Ready(None),
+        if this.done {
+            return Poll::Ready(None);
         }
         if let Some(deadline) = &mut this.deadline {
             if deadline.as_mut().poll(cx).is_ready() {
                 // The producer is dropped now, which tells it (a sender's `send` fails).
                 this.messages = MessageStream::empty();
-                this.state = EncoderState::Done;
+                this.done = true;
                 let status = Status::new(
                     StatusCode::DeadlineExceeded,
                     "the call's deadline passed before its stream ended",
                 );
-                let end = framing::encode_error_end(this.framing, status);
-                if this.framing == Framing::Ndjson {
-                    this.state = EncoderState::Cut;
-                }
-                return Poll::Ready(Some(Ok(end)));
+                return Poll::Ready(Some(Ok(framing::encode_error_end(this.framing, status))));
             }
         }
         let mut out = BytesMut::new();
@@ -580,7 +562,7 @@ impl<T: Serialize> Stream for Encoder<T> {
                 Ok(None) if out.is_empty() => return Poll::Pending,
                 Ok(None) => return Poll::Ready(Some(Ok(out.freeze()))),
                 Ok(Some(())) => {
-                    this.state = EncoderState::Done;
+                    this.done = true;
                     if let Some(tail) = framing::encode_clean_end(this.framing) {
                         out.extend_from_slice(&tail);
                     }
@@ -588,11 +570,7 @@ impl<T: Serialize> Stream for Encoder<T> {
                 Err(end) => {
                     let status = end.into_status(this.format);
                     out.extend_from_slice(&framing::encode_error_end(this.framing, status));
-                    this.state = if this.framing == Framing::Ndjson {
-                        EncoderState::Cut
-                    } else {
-                        EncoderState::Done
-                    };
+                    this.done = true;
                 }
             }
             return Poll::Ready(if out.is_empty() {

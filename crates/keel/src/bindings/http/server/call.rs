@@ -21,7 +21,7 @@ use super::super::{
     MESSAGES_CONTENT_TYPE, MSGPACK_CONTENT_TYPE, NDJSON_CONTENT_TYPE, POSTCARD_CONTENT_TYPE,
     SSE_CONTENT_TYPE, STREAM_CONTENT_TYPE,
 };
-use super::cut::{flushed_before_cut, CUT_GRACE};
+use super::cut::flushed_before_cut;
 use super::responses::{
     content_type, error, set_content_type, set_status_header, unprocessed, unsupported_encoding,
     unsupported_media_type,
@@ -251,14 +251,9 @@ pub(super) async fn call<B: Received>(
             response
         }
         Ok(Ok(Payload::Stream(stream))) => {
-            // A stream that fails midway is cut off once what it sent before has left (for
-            // NDJSON, its error line, which a browser's page then has a moment to read).
-            let grace = if messages_out && reply_framing == Framing::Ndjson {
-                CUT_GRACE
-            } else {
-                Duration::ZERO
-            };
-            let stream = flushed_before_cut(stream, ctx.watch.clone(), grace);
+            // A byte stream that fails midway is cut off once what it sent before has left
+            // (a stream of messages ends with its error line or event instead).
+            let stream = flushed_before_cut(stream, ctx.watch.clone());
             let mut response = Response::new(body::streamed(stream));
             let content_type = match reply_framing {
                 _ if !messages_out => STREAM_CONTENT_TYPE,

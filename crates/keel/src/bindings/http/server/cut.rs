@@ -1,6 +1,7 @@
-//! A streamed answer that fails midway is cut off (HTTP/1.1: the connection closes without the
-//! last chunk; HTTP/2: the stream is reset), and what it sent before the failure must reach the
-//! reader first: for NDJSON the last of it is the error line (HTTP.md, "Streams of messages").
+//! A streamed answer (a `ByteStream`) that fails midway is cut off (HTTP/1.1: the connection
+//! closes without the last chunk; HTTP/2: the stream is reset), and what it sent before the
+//! failure must reach the reader first. (A stream of messages ends with its error line or event
+//! instead, and no cut: HTTP.md, "Streams of messages".)
 //!
 //! hyper does not see to that. Given a body's error right after its last bytes, HTTP/1.1 drops
 //! the connection with those bytes still in its write buffer, and HTTP/2's reset discards the
@@ -26,20 +27,15 @@
 //!
 //! Bytes handed to the socket are not yet bytes a page has read: a browser drops what its page
 //! has not read of an answer that breaks (Chromium errors the body's stream at once, with what
-//! it held). So an NDJSON stream's cut also waits [`CUT_GRACE`] after the flushes, for the page
-//! to take its error line; a reader that closes first (a page that cancels its reader at the
-//! error line) ends the wait, as hyper then drops the answer.
+//! it held). That is why a stream of messages never ends with a cut.
 //!
 //! Behind [`HttpService`](crate::http::HttpService) (another server's connections: no
 //! watchdog), the flushes are not counted: the error waits for one pass of the server's
-//! connection instead, in which hyper's HTTP/1.1 flushes what it took when the socket has room,
-//! then the grace.
+//! connection instead, in which hyper's HTTP/1.1 flushes what it took when the socket has room.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
@@ -48,21 +44,12 @@ use super::io_watch::HeadWatch;
 use crate::core::error::Error;
 use crate::core::stream::ByteStream;
 
-/// How long an NDJSON stream that failed stays open after its error line has been flushed,
-/// before it is cut off: time for a browser's page to read the line (see the module docs).
-pub(super) const CUT_GRACE: Duration = Duration::from_secs(1);
-
 /// `stream`, its error (if it fails) held back until what it sent before was flushed on the
-/// connection `watch` follows, then for `grace` (see the module docs).
-pub(super) fn flushed_before_cut(
-    stream: ByteStream,
-    watch: Option<Arc<HeadWatch>>,
-    grace: Duration,
-) -> ByteStream {
+/// connection `watch` follows (see the module docs).
+pub(super) fn flushed_before_cut(stream: ByteStream, watch: Option<Arc<HeadWatch>>) -> ByteStream {
     ByteStream::from_results(FlushedBeforeCut {
         stream,
         watch,
-        grace,
         held: None,
     })
 }
@@ -70,7 +57,6 @@ pub(super) fn flushed_before_cut(
 struct FlushedBeforeCut {
     stream: ByteStream,
     watch: Option<Arc<HeadWatch>>,
-    grace: Duration,
     held: Option<Held>,
 }
 
@@ -81,10 +67,6 @@ struct Held {
     since: u64,
     /// The flush count at which the connection's task was last woken for another flush.
     nudged: Option<u64>,
-    /// The bytes before the error were flushed.
-    flushed: bool,
-    /// The grace that follows, once they were.
-    grace: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Stream for FlushedBeforeCut {
@@ -104,8 +86,6 @@ impl Stream for FlushedBeforeCut {
                                 error,
                                 since: 0,
                                 nudged: None,
-                                flushed: false,
-                                grace: None,
                             });
                             return Poll::Pending;
                         }
@@ -114,40 +94,24 @@ impl Stream for FlushedBeforeCut {
                         error,
                         since,
                         nudged: None,
-                        flushed: false,
-                        grace: None,
                     });
                 }
                 polled => return polled,
             }
         }
         let held = this.held.as_mut().expect("held above");
-        if !held.flushed {
-            if let Some(watch) = &this.watch {
-                let mut now = watch.flushes();
-                loop {
-                    if now >= held.since + 2 {
-                        break;
-                    }
-                    if held.nudged != Some(now) {
-                        held.nudged = Some(now);
-                        watch.nudge_connection();
-                    }
-                    let after = watch.wake_at_next_flush(cx.waker());
-                    if after == now {
-                        return Poll::Pending;
-                    }
-                    now = after;
+        if let Some(watch) = &this.watch {
+            let mut now = watch.flushes();
+            while now < held.since + 2 {
+                if held.nudged != Some(now) {
+                    held.nudged = Some(now);
+                    watch.nudge_connection();
                 }
-            }
-            held.flushed = true;
-            if !this.grace.is_zero() {
-                held.grace = Some(Box::pin(tokio::time::sleep(this.grace)));
-            }
-        }
-        if let Some(grace) = &mut held.grace {
-            if grace.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
+                let after = watch.wake_at_next_flush(cx.waker());
+                if after == now {
+                    return Poll::Pending;
+                }
+                now = after;
             }
         }
         Poll::Ready(this.held.take().map(|h| Err(h.error)))
