@@ -307,12 +307,13 @@ fn a_panicking_task_goes_to_its_handle_and_the_pool_keeps_running() {
     }
     // `join` returns as soon as the result is set; the worker counts the task just after.
     wait_for("all counted", || p.metrics().completed_total == 12);
+    // No worker died of the panics. (How many threads there are depends on timing: a task
+    // submitted while a worker still unwinds a panic gets a new thread, as the pool's rule
+    // says; on a loaded machine that happens.)
     let m = p.metrics();
-    assert_eq!(
-        (m.threads, m.died_total, m.completed_total),
-        (2, 0, 12),
-        "{m:?}"
-    );
+    assert_eq!((m.died_total, m.completed_total), (0, 12), "{m:?}");
+    assert!(m.threads >= 2, "{m:?}");
+    assert_eq!(m.threads as u64, m.created_total - m.retired_total, "{m:?}");
 }
 
 /// A panic payload whose own `Drop` panics: the worker that drops it dies for real.

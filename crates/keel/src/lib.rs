@@ -820,6 +820,7 @@ pub mod __private {
             None,
             ctx.stream_counters().map(|c| c.received.clone()),
         )
+        .sent_by_caller()
     }
     /// Where a reply stream of messages goes: its format, the framing the binding chose and
     /// the call's deadline (taken from the context before the handler runs).

@@ -48,7 +48,7 @@
 //! | `a_flood_of_messages_is_held_to_the_stream_window` | tcp, tcps, unix | a peer sending messages as fast as its credit allows to a handler that reads nothing, then catches up: the host holds at most the window (+ what its decoder holds) for the stream; every message arrives |
 //! | `messages_beyond_the_credit_break_only_their_call` | tcp, tcps, unix | StopSending, and the call answered `bad_request` (flow control window exceeded) though its handler never reads; the rest of the flood discarded; other calls on the connection served; nothing in flight |
 //! | `a_stream_never_read_stops_its_producer_at_the_window` | tcp, tcps, unix | exactly the window sent to a peer that grants no credit, its producer stopped; a peer reading nothing stops its producer too; more credit, exactly that much more; StopSending: StreamEnd `cancelled`, producer stopped; closing: producer stopped |
-//! | `half_sent_messages_end_their_stream_with_a_clear_error` | tcp, tcps, unix | a message announced and left unfinished: StreamEnd is a protocol error (`internal`, "ended inside a message"), silence lasts to the deadline (`deadline_exceeded`); above the limit: `too_large` at once, StopSending; connection kept |
+//! | `half_sent_messages_end_their_stream_with_a_clear_error` | tcp, tcps, unix | a message announced and left unfinished: StreamEnd is the caller's protocol error (`bad_request`, "ended inside a message"), silence lasts to the deadline (`deadline_exceeded`); above the limit: `too_large` at once, StopSending; connection kept |
 //! | `half_sent_messages_reserve_nothing` | tcp, tcps, unix | 64 streams each announcing 16 MiB and sending 100 bytes: memory bounded (nothing reserved for what was only announced) |
 //! | `message_floods_stay_within_their_windows` | tcp, tcps, unix | 60 streams at their window, 4 floods past their credit (256 MiB): memory bounded, floods discarded, the rest answered |
 //! | `stream_frames_for_the_wrong_calls_and_too_many_streams` | tcp, tcps, unix | the 17th upload (16 sent whole, unread) `busy` and stopped; the call past the calls limit `busy`; stream frames for no call, a refused, a finished, a unary call, call 0: ignored; a window overflow: StreamEnd `bad_request`; every place free again after |
@@ -3205,7 +3205,7 @@ async fn a_stream_never_read_stops_its_producer_at_the_window(b: Binding) {
 /// stream ends with a clear error, the connection is kept. Within the limit, the handler
 /// waits for the rest (the host reserves nothing for it: see
 /// `half_sent_messages_reserve_nothing`); a StreamEnd then is a protocol error ("ended inside
-/// a message", the call answered `internal`), and silence lasts until the call's deadline
+/// a message", the call answered `bad_request`), and silence lasts until the call's deadline
 /// (`deadline_exceeded`). Above the limit, the handler's read fails `too_large` at once, before
 /// any of the message arrives; the call is answered `too_large` and its stream stopped
 /// (StopSending); what still comes for it is discarded.
@@ -3237,7 +3237,8 @@ async fn half_sent_messages_end_their_stream_with_a_clear_error(b: Binding) {
     })
     .await;
     let body = |id| String::from_utf8_lossy(&reply_to(&frames, id).unwrap().body).to_string();
-    assert_eq!(reply_to(&frames, 1).unwrap().status, StatusCode::Internal);
+    // The caller's stream was malformed: the handler passed the error on, `bad_request`.
+    assert_eq!(reply_to(&frames, 1).unwrap().status, StatusCode::BadRequest);
     assert!(body(1).contains("ended inside a message"), "{}", body(1));
     assert_eq!(
         reply_to(&frames, 2).unwrap().status,
@@ -3255,7 +3256,7 @@ async fn half_sent_messages_end_their_stream_with_a_clear_error(b: Binding) {
     let ended = state.ended();
     let saw = |kind: &str| ended.iter().filter(|e| e.starts_with(kind)).count();
     assert_eq!(
-        (saw("protocol: "), saw("too_large: "), saw("timeout: ") <= 1),
+        (saw("bad_request: "), saw("too_large: "), saw("timeout: ") <= 1),
         (1, 2, true),
         "{ended:?}"
     );

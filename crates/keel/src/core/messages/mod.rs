@@ -233,8 +233,18 @@ impl<T> MessageStream<T> {
                 deadline: deadline.map(|at| Box::pin(timer::sleep_until(at))),
                 input_ended: false,
                 counted,
+                from_caller: false,
             })),
         }
+    }
+
+    /// This stream, read by a host from its caller: an error in its bytes is the caller's
+    /// (`BadRequest`, `TooLarge`) when a handler passes it on.
+    pub(crate) fn sent_by_caller(mut self) -> Self {
+        if let Source::Remote(r) = &mut self.source {
+            r.from_caller = true;
+        }
+        self
     }
 
     /// The bytes of this stream: each message encoded in `format` and framed as `framing`;
@@ -446,9 +456,23 @@ struct Remote<T> {
     input_ended: bool,
     /// Counts the messages received (a metric).
     counted: Option<metrics::Counter>,
+    /// A caller sends it (a host's request stream): its faults are the caller's, and a
+    /// handler that passes one on (`?`) answers `BadRequest` or `TooLarge` with it.
+    from_caller: bool,
 }
 
 impl<T> Remote<T> {
+    /// The error for bytes that are not a stream of `T`: `kind` when they came from a host
+    /// (the host broke the protocol), the caller's status when they came from one.
+    fn refuse(&self, kind: Kind, message: String) -> Error {
+        let kind = match kind {
+            _ if !self.from_caller => kind,
+            Kind::TooLarge => Kind::Status(StatusCode::TooLarge),
+            _ => Kind::Status(StatusCode::BadRequest),
+        };
+        Error::new(kind, message)
+    }
+
     fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
         loop {
             let frame = if self.input_ended {
@@ -461,13 +485,16 @@ impl<T> Remote<T> {
                     if let Some(counted) = &self.counted {
                         counted.increment(1);
                     }
-                    return Poll::Ready(Some((self.decode)(self.format, &m).map_err(|e| {
-                        Error::new(Kind::Codec, format!("cannot decode a stream message: {e}"))
+                    let decoded = (self.decode)(self.format, &m);
+                    return Poll::Ready(Some(decoded.map_err(|e| {
+                        let message = format!("cannot decode a stream message: {e}");
+                        self.refuse(Kind::Codec, message)
                     })));
                 }
                 Ok(Some(Frame::End(payload))) => {
                     let Some(status) = framing::decode_end(payload) else {
-                        return Poll::Ready(Some(Err(malformed("a malformed end frame"))));
+                        let message = malformed("a malformed end frame");
+                        return Poll::Ready(Some(Err(self.refuse(Kind::Protocol, message))));
                     };
                     return Poll::Ready(Some(Err(match (status.code(), self.fault) {
                         (StatusCode::Fault, Some(decode)) => decode(self.format, status.details())
@@ -477,11 +504,13 @@ impl<T> Remote<T> {
                 }
                 Ok(None) if self.input_ended => return Poll::Ready(None),
                 Ok(None) => {}
-                Err(FrameError::TooLarge { len, max }) => {
-                    let e = FrameError::TooLarge { len, max };
-                    return Poll::Ready(Some(Err(Error::new(Kind::TooLarge, e.to_string()))));
+                Err(e @ FrameError::TooLarge { .. }) => {
+                    return Poll::Ready(Some(Err(self.refuse(Kind::TooLarge, e.to_string()))));
                 }
-                Err(e) => return Poll::Ready(Some(Err(malformed(&e.to_string())))),
+                Err(e) => {
+                    let message = malformed(&e.to_string());
+                    return Poll::Ready(Some(Err(self.refuse(Kind::Protocol, message))));
+                }
             }
             if let Some(deadline) = &mut self.deadline {
                 if deadline.as_mut().poll(cx).is_ready() {
@@ -501,8 +530,8 @@ impl<T> Remote<T> {
     }
 }
 
-fn malformed(why: &str) -> Error {
-    Error::new(Kind::Protocol, format!("malformed message stream: {why}"))
+fn malformed(why: &str) -> String {
+    format!("malformed message stream: {why}")
 }
 
 /// The producer's side of a stream on its way to a peer: messages encoded and framed, gathered
