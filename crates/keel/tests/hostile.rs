@@ -3256,7 +3256,11 @@ async fn half_sent_messages_end_their_stream_with_a_clear_error(b: Binding) {
     let ended = state.ended();
     let saw = |kind: &str| ended.iter().filter(|e| e.starts_with(kind)).count();
     assert_eq!(
-        (saw("bad_request: "), saw("too_large: "), saw("timeout: ") <= 1),
+        (
+            saw("bad_request: "),
+            saw("too_large: "),
+            saw("timeout: ") <= 1
+        ),
         (1, 2, true),
         "{ended:?}"
     );
