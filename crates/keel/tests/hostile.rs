@@ -3313,7 +3313,7 @@ async fn half_sent_messages_reserve_nothing(b: Binding) {
             let r = reply_to(&frames, id).unwrap();
             assert_eq!(
                 r.status,
-                StatusCode::Internal,
+                StatusCode::BadRequest,
                 "{}",
                 summary(&Frame::Reply(r.clone()))
             );
