@@ -352,6 +352,11 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::PeersStreaming(a) => {
+            if let Some(n) = a.count {
+                let t = peers::measure::stream_to_end(a.system, &a.addr, n)?;
+                println!("{n} messages in {:.3} s", t.as_secs_f64());
+                return Ok(true);
+            }
             let window = std::time::Duration::from_secs_f64(a.seconds);
             let pid = a.server_pid.unwrap_or(0);
             let s = peers::measure::streaming(a.system, &a.addr, pid, window / 5, window)?;
@@ -530,7 +535,7 @@ mod tests {
         let Command::PeersStreaming(a) = &cli.command else {
             panic!("{:?}", cli.command)
         };
-        assert_eq!((a.server_pid, a.seconds), (None, 3.0));
+        assert_eq!((a.server_pid, a.seconds, a.count), (None, 3.0, None));
     }
 
     #[test]

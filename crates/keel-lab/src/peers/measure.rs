@@ -271,6 +271,26 @@ pub(crate) fn streaming(
     })
 }
 
+/// One stream of `n` quotes read to its end (after a short one, as [`streaming`] does), on a
+/// current-thread runtime: how long it took.
+pub(crate) fn stream_to_end(system: System, addr: &str, n: u64) -> anyhow::Result<Duration> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let conn = warm_stream(system, addr).await?;
+        let t0 = Instant::now();
+        let mut quotes = conn.watch(SYMBOL, n).await?;
+        let mut seen = 0;
+        while let Some(q) = quotes.next().await? {
+            check_seq(system, &q, seen)?;
+            seen += 1;
+        }
+        anyhow::ensure!(seen == n, "{}: {seen} quotes of {n}", system.name());
+        Ok(t0.elapsed())
+    })
+}
+
 /// A connection whose streaming path has run once: one short stream read to its end.
 async fn warm_stream(system: System, addr: &str) -> anyhow::Result<Conn> {
     let conn = Conn::connect(system, addr).await?;

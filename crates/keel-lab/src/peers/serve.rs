@@ -48,6 +48,10 @@ pub(crate) struct StreamingArgs {
     /// Seconds counted (after a warm-up of a fifth of it).
     #[arg(long, default_value_t = 3.0)]
     pub(crate) seconds: f64,
+    /// Instead of a timed window: one stream of this many quotes, read to its end (for
+    /// `profile/icount.py`, which needs a count of messages that does not depend on time).
+    #[arg(long)]
+    pub(crate) count: Option<u64>,
 }
 
 /// Flags of `keel-lab peers-stall`.
