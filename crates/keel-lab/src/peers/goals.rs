@@ -138,13 +138,13 @@ pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
             "keel-tcp-async stalled stream server RSS growth KiB",
             STALL_RSS_BAR_KIB,
             false,
-            stall(KeelTcpAsync).map(|s| s.server.growth_kib()),
+            stall(KeelTcpAsync).map(|s| s.server.growth_kib),
         ),
         (
             "keel-tcp-async stalled stream client RSS growth KiB",
             STALL_RSS_BAR_KIB,
             false,
-            stall(KeelTcpAsync).map(|s| s.client.growth_kib()),
+            stall(KeelTcpAsync).map(|s| s.client.growth_kib),
         ),
     ]
     .into_iter()
@@ -164,6 +164,7 @@ pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::measure::Rss;
     use super::super::ratios::tests::row;
     use super::*;
 
@@ -213,7 +214,7 @@ mod tests {
     #[test]
     fn a_stall_over_the_bar_misses_and_a_missing_stream_leaves_it_open() {
         let mut keel = row(System::KeelTcpAsync, 1.0);
-        keel.stall.as_mut().unwrap().client.after_kib = 2000 + 5000;
+        keel.stall.as_mut().unwrap().client = Rss::new(2000, 2100, 7000);
         let mut tonic = row(System::Tonic, 1.0);
         tonic.streaming = None;
         let g = goals(&[row(System::Raw, 1.0), tonic, keel]);

@@ -333,17 +333,23 @@ pub(crate) struct Rss {
     pub(crate) first_kib: u64,
     /// VmRSS after the stall.
     pub(crate) after_kib: u64,
+    /// What the stalled stream cost in all: after − before. Kept beside the readings so that
+    /// over rounds it is the median of each round's growth, not the difference of medians.
+    pub(crate) growth_kib: f64,
+    /// What it grew while nobody read: after − first.
+    pub(crate) stall_growth_kib: f64,
 }
 
 impl Rss {
-    /// What the stalled stream cost in all: after − before.
-    pub(crate) fn growth_kib(&self) -> f64 {
-        self.after_kib as f64 - self.before_kib as f64
-    }
-
-    /// What it grew while nobody read: after − first.
-    pub(crate) fn stall_growth_kib(&self) -> f64 {
-        self.after_kib as f64 - self.first_kib as f64
+    /// The three readings and the growths between them.
+    pub(crate) fn new(before_kib: u64, first_kib: u64, after_kib: u64) -> Rss {
+        Rss {
+            before_kib,
+            first_kib,
+            after_kib,
+            growth_kib: after_kib as f64 - before_kib as f64,
+            stall_growth_kib: after_kib as f64 - first_kib as f64,
+        }
     }
 }
 
@@ -399,11 +405,7 @@ pub(crate) fn stall(
         check_seq(system, &next_quote(system, &mut quotes).await?, 1)?;
         drop(quotes);
         settle().await;
-        let at = |i: fn(&(u64, u64)) -> u64| Rss {
-            before_kib: i(&before),
-            first_kib: i(&first),
-            after_kib: i(&after),
-        };
+        let at = |i: fn(&(u64, u64)) -> u64| Rss::new(i(&before), i(&first), i(&after));
         Ok(Stall {
             seconds: stall.as_secs_f64(),
             server: at(|r| r.0),
@@ -463,11 +465,7 @@ mod tests {
         assert_eq!(round2(per_unit(ms(100), ms(130), 10_000)), 3.0);
         assert_eq!(round3(per_unit(ms(0), ms(1), 3_000)), 0.333);
         assert!(per_unit(None, ms(1), 1).is_nan());
-        let r = Rss {
-            before_kib: 1000,
-            first_kib: 1300,
-            after_kib: 1296,
-        };
-        assert_eq!((r.growth_kib(), r.stall_growth_kib()), (296.0, -4.0));
+        let r = Rss::new(1000, 1300, 1296);
+        assert_eq!((r.growth_kib, r.stall_growth_kib), (296.0, -4.0));
     }
 }

@@ -74,6 +74,8 @@ fn rss(rs: &[Rss]) -> Rss {
         before_kib: med_u64(rs, |r| r.before_kib),
         first_kib: med_u64(rs, |r| r.first_kib),
         after_kib: med_u64(rs, |r| r.after_kib),
+        growth_kib: med(rs, |r| r.growth_kib),
+        stall_growth_kib: med(rs, |r| r.stall_growth_kib),
     }
 }
 
@@ -146,15 +148,26 @@ mod tests {
         rounds[0].memory.growth_per_1000_mib = 12.0;
         rounds[1].memory.growth_per_1000_mib = 10.0;
         rounds[2].memory.growth_per_1000_mib = 11.0;
-        for (r, kib) in rounds.iter_mut().zip([5000, 3000, 4000]) {
-            r.stall.as_mut().unwrap().client.after_kib = kib;
+        // Growths of 3000, 100 and 1000: the median growth is 1000, while the medians of the
+        // readings (before 2000, after 3100) are 1100 apart. Each field is its own median.
+        for (r, (before, after)) in
+            rounds
+                .iter_mut()
+                .zip([(2000, 5000), (3000, 3100), (1000, 2000)])
+        {
+            r.stall.as_mut().unwrap().client = Rss::new(before, before, after);
         }
         let m = row(&rounds);
         assert_eq!(m.system, System::KeelTcpSync);
         assert_eq!(m.throughput_1.calls_per_sec, 400e3);
         assert_eq!(m.latency_pinned.unwrap().p50_us, 20.0);
         assert_eq!(m.memory.growth_per_1000_mib, 11.0);
-        assert_eq!(m.stall.unwrap().client.after_kib, 4000);
+        let client = m.stall.unwrap().client;
+        assert_eq!((client.before_kib, client.after_kib), (2000, 3100));
+        assert_eq!(
+            (client.growth_kib, client.stall_growth_kib),
+            (1000.0, 1000.0)
+        );
         assert_eq!(m.streaming, rounds[0].streaming);
         assert_eq!(m.throughput_8, rounds[0].throughput_8);
     }

@@ -369,10 +369,10 @@ fn streaming_table(r: &Peers) -> String {
         let stalled = row.stall.map_or("-".to_string(), |t| {
             format!(
                 "{:.0} / {:.0} ({:.0} / {:.0})",
-                t.server.growth_kib(),
-                t.client.growth_kib(),
-                t.server.stall_growth_kib(),
-                t.client.stall_growth_kib()
+                t.server.growth_kib,
+                t.client.growth_kib,
+                t.server.stall_growth_kib,
+                t.client.stall_growth_kib
             )
         });
         let _ = writeln!(

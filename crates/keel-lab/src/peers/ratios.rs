@@ -164,16 +164,8 @@ pub(crate) mod tests {
             // Grew by 100 × `x` KiB each side, none of it during the stall.
             stall: Some(Stall {
                 seconds: 10.0,
-                server: Rss {
-                    before_kib: 1000,
-                    first_kib: 1000 + (100.0 * x) as u64,
-                    after_kib: 1000 + (100.0 * x) as u64,
-                },
-                client: Rss {
-                    before_kib: 2000,
-                    first_kib: 2000 + (100.0 * x) as u64,
-                    after_kib: 2000 + (100.0 * x) as u64,
-                },
+                server: Rss::new(1000, 1000 + (100.0 * x) as u64, 1000 + (100.0 * x) as u64),
+                client: Rss::new(2000, 2000 + (100.0 * x) as u64, 2000 + (100.0 * x) as u64),
             }),
         }
     }
