@@ -9,6 +9,10 @@ callgrind twice, with N1 and N2 timed calls (env N1, N2; default 2,000 and 12,00
 (I(N2) - I(N1)) / (N2 - N1) for each side, so start-up and warm-up cancel out. The callgrind
 files stay in the directory printed, for `calls.py`. SYSTEM: raw, keel-tcp-async, keel-tcp-sync,
 tarpc, ... (`keel-lab peers --help`).
+
+With STREAM=1, instructions per message of the streaming workload instead: the client
+(`keel-lab peers-streaming --count N`) reads one server stream of N quotes to its end, N1 and
+N2 (default 100,000 and 600,000) messages. SYSTEM: raw, tonic, keel-tcp-async.
 """
 import os
 import subprocess
@@ -17,7 +21,10 @@ import tempfile
 
 system = sys.argv[1]
 binary = sys.argv[2] if len(sys.argv) > 2 else os.environ.get('BIN', 'target/release/keel-lab')
-n1, n2 = int(os.environ.get('N1', 2000)), int(os.environ.get('N2', 12000))
+stream = os.environ.get('STREAM') == '1'
+n1 = int(os.environ.get('N1', 100_000 if stream else 2000))
+n2 = int(os.environ.get('N2', 600_000 if stream else 12000))
+unit = 'message' if stream else 'call'
 out = tempfile.mkdtemp(prefix='icount-')
 
 
@@ -35,9 +42,11 @@ def run(n):
         grind + [f'--callgrind-out-file={server_out}', binary, 'peers-serve', '--system', system],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     addr = server.stdout.readline().strip().removeprefix('listening on ')
+    workload = (['peers-streaming', '--count', str(n)] if stream
+                else ['peers-latency', '--warmup', '500', '--calls', str(n)])
     client = subprocess.run(
-        grind + [f'--callgrind-out-file={client_out}', binary, 'peers-latency', '--system', system,
-                 '--addr', addr, '--warmup', '500', '--calls', str(n)],
+        grind + [f'--callgrind-out-file={client_out}', binary] + workload
+        + ['--system', system, '--addr', addr],
         capture_output=True, text=True)
     print(client.stdout.strip(), file=sys.stderr)
     server.stdin.close()
@@ -48,5 +57,5 @@ def run(n):
 s1, c1 = run(n1)
 s2, c2 = run(n2)
 d = n2 - n1
-print(f'{system}: server {(s2 - s1) / d:.0f} instr/call, client {(c2 - c1) / d:.0f} instr/call'
+print(f'{system}: server {(s2 - s1) / d:.0f} instr/{unit}, client {(c2 - c1) / d:.0f} instr/{unit}'
       f'  (files in {out})')

@@ -174,7 +174,8 @@ enum Command {
     /// hold.
     Attack(attack::AttackArgs),
     /// keel beside raw TCP, tonic and tarpc on "add two f64": latency, throughput, CPU per
-    /// call, memory per idle connection; servers in child processes.
+    /// call, memory per idle connection; and on a server stream: messages/s, CPU per message,
+    /// memory while its consumer stalls; servers in child processes.
     Peers(peers::PeersArgs),
     /// A server of one `peers` system (prints its address, serves until stdin closes).
     #[command(hide = true)]
@@ -183,6 +184,14 @@ enum Command {
     /// one side: run it and the server under callgrind or perf).
     #[command(hide = true)]
     PeersLatency(peers::serve::LatencyArgs),
+    /// The streaming workload of `peers` alone, against a running `peers-serve` (for profiling
+    /// one side).
+    #[command(hide = true)]
+    PeersStreaming(peers::serve::StreamingArgs),
+    /// The client of `peers`'s stalled-stream check, run by `peers` in a child process of its
+    /// own (prints `stall {json}`).
+    #[command(hide = true)]
+    PeersStall(peers::serve::StallArgs),
     /// Every experiment (quick profile unless --full), one table, and the HTML report.
     All {
         /// The seeds' own timings: 15 s idle, 25 s between bursts, 5 rounds.
@@ -342,6 +351,27 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             );
             Ok(true)
         }
+        Command::PeersStreaming(a) => {
+            if let Some(n) = a.count {
+                let t = peers::measure::stream_to_end(a.system, &a.addr, n)?;
+                println!("{n} messages in {:.3} s", t.as_secs_f64());
+                return Ok(true);
+            }
+            let window = std::time::Duration::from_secs_f64(a.seconds);
+            let pid = a.server_pid.unwrap_or(0);
+            let s = peers::measure::streaming(a.system, &a.addr, pid, window / 5, window)?;
+            println!(
+                "{} messages: {} /s, server / client CPU {} / {} µs per message",
+                s.messages, s.messages_per_sec, s.server_cpu_us, s.client_cpu_us
+            );
+            Ok(true)
+        }
+        Command::PeersStall(a) => {
+            let stall = std::time::Duration::from_secs_f64(a.seconds);
+            let s = peers::measure::stall(a.system, &a.addr, a.server_pid, stall)?;
+            println!("{}{}", peers::serve::STALL_LINE, serde_json::to_string(&s)?);
+            Ok(true)
+        }
         Command::All { full, report } => {
             let profile = if *full {
                 report::Profile::full()
@@ -429,11 +459,14 @@ mod tests {
         assert_eq!(a.params().seconds, 3.0);
         assert_eq!(a.params().systems, peers::System::ALL);
         assert_eq!(a.params().rounds, 3);
-        let cli = Cli::try_parse_from(["keel-lab", "peers", "--rounds", "5"]).unwrap();
+        assert_eq!(a.params().stall_seconds, 10.0);
+        let cli =
+            Cli::try_parse_from(["keel-lab", "peers", "--rounds", "5", "--stall-seconds", "4"])
+                .unwrap();
         let Command::Peers(a) = &cli.command else {
             panic!("{:?}", cli.command)
         };
-        assert_eq!(a.params().rounds, 5);
+        assert_eq!((a.params().rounds, a.params().stall_seconds), (5, 4.0));
         assert!(Cli::try_parse_from(["keel-lab", "peers", "--rounds", "0"]).is_err());
         let cli = Cli::try_parse_from([
             "keel-lab",
@@ -447,7 +480,10 @@ mod tests {
             panic!("{:?}", cli.command)
         };
         let p = a.params();
-        assert_eq!((p.idle_connections, p.rounds), (200, 1));
+        assert_eq!(
+            (p.idle_connections, p.rounds, p.stall_seconds),
+            (200, 1, 2.0)
+        );
         assert_eq!(p.systems, [peers::System::Raw, peers::System::KeelTcpSync]);
         let cli = Cli::try_parse_from(["keel-lab", "peers-serve", "--system", "tonic"]).unwrap();
         assert!(
@@ -472,6 +508,34 @@ mod tests {
             (a.system, a.warmup, a.calls),
             (peers::System::KeelTcpAsync, 2_000, 5)
         );
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "peers-stall",
+            "--system",
+            "keel-tcp-async",
+            "--addr",
+            "tcp://127.0.0.1:1",
+            "--server-pid",
+            "42",
+        ])
+        .unwrap();
+        let Command::PeersStall(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!((a.server_pid, a.seconds), (42, 10.0));
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "peers-streaming",
+            "--system",
+            "tonic",
+            "--addr",
+            "127.0.0.1:1",
+        ])
+        .unwrap();
+        let Command::PeersStreaming(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!((a.server_pid, a.seconds, a.count), (None, 3.0, None));
     }
 
     #[test]

@@ -9,18 +9,19 @@ use hdrhistogram::Histogram;
 
 use super::keel_peer::KeelConn;
 use super::load::{new_histogram, Window};
-use super::raw::RawConn;
+use super::quote::Quote;
+use super::raw::{RawConn, RawQuotes};
 use super::system::System;
 use super::tarpc_peer::TarpcConn;
-use super::tonic_peer::TonicConn;
+use super::tonic_peer::{TonicConn, TonicQuotes};
 
 /// One connection to a system's server, made by that system's own client.
 #[derive(Debug, Clone)]
 pub(crate) enum Conn {
     /// A raw TCP connection.
     Raw(Arc<RawConn>),
-    /// A tonic channel.
-    Tonic(TonicConn),
+    /// A tonic channel (boxed: its two clients are large).
+    Tonic(Box<TonicConn>),
     /// A tarpc client.
     Tarpc(TarpcConn),
     /// A keel channel.
@@ -36,7 +37,7 @@ impl Conn {
         let sa: SocketAddr = addr.parse()?;
         Ok(match system {
             System::Raw => Conn::Raw(Arc::new(RawConn::connect(sa).await?)),
-            System::Tonic => Conn::Tonic(TonicConn::connect(sa).await?),
+            System::Tonic => Conn::Tonic(Box::new(TonicConn::connect(sa).await?)),
             _ => Conn::Tarpc(TarpcConn::connect(sa).await?),
         })
     }
@@ -49,6 +50,18 @@ impl Conn {
             Conn::Tarpc(c) => c.add(a, b).await,
             Conn::Keel(c) => c.add(a, b).await,
         }
+    }
+
+    /// A server stream of `count` quotes of `symbol` ([`super::quote::ENDLESS`]: until the
+    /// stream is dropped). keel and tonic stream on this connection; raw on a connection of
+    /// its own, which the stream takes over. tarpc has no streaming: an error.
+    pub(crate) async fn watch(&self, symbol: &str, count: u64) -> anyhow::Result<Quotes> {
+        Ok(match self {
+            Conn::Raw(c) => Quotes::Raw(c.watch(symbol, count).await?),
+            Conn::Tonic(c) => Quotes::Tonic(c.watch(symbol, count).await?),
+            Conn::Tarpc(_) => anyhow::bail!("tarpc has no streaming"),
+            Conn::Keel(c) => Quotes::Keel(c.watch(symbol, count).await?),
+        })
     }
 
     /// Keeps `inflight` calls going on this connection until `window` stops: raw pipelines them
@@ -81,5 +94,27 @@ impl Conn {
             all.add(t.await??)?;
         }
         Ok(all)
+    }
+}
+
+/// A server stream of quotes of any system; dropping it stops the server's producer.
+#[derive(Debug)]
+pub(crate) enum Quotes {
+    /// Raw frames on a connection of their own.
+    Raw(RawQuotes),
+    /// A gRPC server stream.
+    Tonic(TonicQuotes),
+    /// A keel `MessageStream`.
+    Keel(keel::MessageStream<Quote>),
+}
+
+impl Quotes {
+    /// The next quote, `None` at the end.
+    pub(crate) async fn next(&mut self) -> anyhow::Result<Option<Quote>> {
+        match self {
+            Quotes::Raw(q) => q.next().await,
+            Quotes::Tonic(q) => q.next().await,
+            Quotes::Keel(q) => Ok(q.next().await.transpose()?),
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! server's CPU, an amount) computed from one round's rows, so that both sides of a ratio were
 //! measured minutes apart at most; over several rounds, the median of the rounds' values.
 //! They are the goals of the "widen the lead" work (docs/history/performance-rounds.md; the
-//! model it left is docs/performance.md), kept here so that every `keel-lab peers` run says
-//! whether it still meets them.
+//! model it left is docs/performance.md) and issue 31's for streams of messages, kept here so
+//! that every `keel-lab peers` run says whether it still meets them.
 
 use serde::Serialize;
 
@@ -63,11 +63,23 @@ impl Goal {
     }
 }
 
+/// The most a stalled stream may grow either side's RSS, KiB. The stream's flow-control window
+/// bounds what it holds: at most 1 MiB when the stream starts
+/// ([`keel_wire::MAX_LEARNED_INITIAL_WINDOW`]; 256 KiB on a fresh connection) unconsumed at the
+/// client, which the server holds in its send queue and the client in its stream's buffer,
+/// plus the server encoder's 32 KiB batch; socket buffers are the kernel's, outside VmRSS.
+/// Four windows leave room for the allocator's slack while an unbounded queue (megabytes a
+/// second at this rate) is far beyond it.
+pub(crate) const STALL_RSS_BAR_KIB: f64 =
+    4.0 * keel_wire::MAX_LEARNED_INITIAL_WINDOW as f64 / 1024.0;
+
 /// Every goal, evaluated on one round's `rows`.
 pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
     let calls = |s| find(rows, s).map(|r| r.throughput_1.calls_per_sec);
     let p50_pinned = |s| find(rows, s).and_then(|r| r.latency_pinned.map(|l| l.p50_us));
     let growth = |s| find(rows, s).map(|r| r.memory.growth_per_1000_mib);
+    let messages = |s| find(rows, s).and_then(|r| r.streaming.map(|m| m.messages_per_sec));
+    let stall = |s| find(rows, s).and_then(|r| r.stall);
     use System::*;
     let server_cpu = find(rows, KeelTcpAsync)
         .map(|r| r.throughput_1.server_cpu_us)
@@ -110,6 +122,30 @@ pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
             false,
             ratio(growth(KeelTcpAsync), growth(Tonic)),
         ),
+        (
+            "keel-tcp-async messages/s ÷ tonic",
+            3.0,
+            true,
+            ratio(messages(KeelTcpAsync), messages(Tonic)),
+        ),
+        (
+            "keel-tcp-async messages/s ÷ raw",
+            0.5,
+            true,
+            ratio(messages(KeelTcpAsync), messages(Raw)),
+        ),
+        (
+            "keel-tcp-async stalled stream server RSS growth KiB",
+            STALL_RSS_BAR_KIB,
+            false,
+            stall(KeelTcpAsync).map(|s| s.server.growth_kib),
+        ),
+        (
+            "keel-tcp-async stalled stream client RSS growth KiB",
+            STALL_RSS_BAR_KIB,
+            false,
+            stall(KeelTcpAsync).map(|s| s.client.growth_kib),
+        ),
     ]
     .into_iter()
     .map(|(name, bar, at_least, value)| {
@@ -128,6 +164,7 @@ pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::measure::Rss;
     use super::super::ratios::tests::row;
     use super::*;
 
@@ -146,7 +183,7 @@ mod tests {
             row(System::KeelH2, 6.0),
         ];
         let g = goals(&rows);
-        assert_eq!(g.len(), 7);
+        assert_eq!(g.len(), 11);
         let t = by_name(&g, "keel-tcp-async calls/s ÷ tonic");
         assert_eq!((t.value, t.met), (Some(0.5), Some(false)));
         let r = by_name(&g, "keel-tcp-async calls/s ÷ raw");
@@ -162,6 +199,35 @@ mod tests {
         assert_eq!((h2.value, h2.met), (Some(1.5), Some(true)));
         let rss = by_name(&g, "keel-tcp-async RSS per idle conn ÷ tonic");
         assert_eq!((rss.value, rss.met), (Some(0.5), Some(true)));
+        let m = by_name(&g, "keel-tcp-async messages/s ÷ tonic");
+        assert_eq!((m.value, m.met), (Some(0.5), Some(false)));
+        let m = by_name(&g, "keel-tcp-async messages/s ÷ raw");
+        assert_eq!((m.value, m.met), (Some(2.0), Some(true)));
+        // 200 KiB each side (the sample rows grow by 100 × x).
+        let srv = by_name(&g, "keel-tcp-async stalled stream server RSS growth KiB");
+        assert_eq!((srv.bar, srv.at_least), (4096.0, false));
+        assert_eq!((srv.value, srv.met), (Some(200.0), Some(true)));
+        let cli = by_name(&g, "keel-tcp-async stalled stream client RSS growth KiB");
+        assert_eq!((cli.value, cli.met), (Some(200.0), Some(true)));
+    }
+
+    #[test]
+    fn a_stall_over_the_bar_misses_and_a_missing_stream_leaves_it_open() {
+        let mut keel = row(System::KeelTcpAsync, 1.0);
+        keel.stall.as_mut().unwrap().client = Rss::new(2000, 2100, 7000);
+        let mut tonic = row(System::Tonic, 1.0);
+        tonic.streaming = None;
+        let g = goals(&[row(System::Raw, 1.0), tonic, keel]);
+        let cli = by_name(&g, "keel-tcp-async stalled stream client RSS growth KiB");
+        assert_eq!((cli.value, cli.met), (Some(5000.0), Some(false)));
+        let srv = by_name(&g, "keel-tcp-async stalled stream server RSS growth KiB");
+        assert_eq!(srv.met, Some(true));
+        let t = by_name(&g, "keel-tcp-async messages/s ÷ tonic");
+        assert_eq!((t.value, t.met), (None, None));
+        assert_eq!(
+            by_name(&g, "keel-tcp-async messages/s ÷ raw").met,
+            Some(true)
+        );
     }
 
     #[test]

@@ -75,17 +75,20 @@ fn fmt(v: f64) -> String {
     }
 }
 
-/// The section: a note on how it ran, the text table, four bar charts.
+/// The section: a note on how it ran, the text tables, four bar charts and a fifth for the
+/// systems that streamed.
 pub(crate) fn section(p: &Peers) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "<h2>keel beside its peers</h2><p class=\"note\">\"Add two f64\" on every system, each with its own server in a child process and its own client here; {} timed calls one at a time (p50/p99/p99.9), {} in flight on 1 and on {} connections for {} s, {} idle connections for memory (scaled to 1,000); {} round(s), systems interleaved, each number the median. {}. Load average {:.1} → {:.1}. Blue: keel; grey: the peers (raw is length-prefixed frames on bare sockets, the limit).</p>",
+        "<h2>keel beside its peers</h2><p class=\"note\">\"Add two f64\" on every system, each with its own server in a child process and its own client here; {} timed calls one at a time (p50/p99/p99.9), {} in flight on 1 and on {} connections for {} s, {} idle connections for memory (scaled to 1,000); one server stream of small quotes for {} s, and one whose client stops reading for {} s; {} round(s), systems interleaved, each number the median. {}. Load average {:.1} → {:.1}. Blue: keel; grey: the peers (raw is length-prefixed frames on bare sockets, the limit).</p>",
         p.params.latency_calls,
         p.params.inflight,
         p.params.connections,
         p.params.seconds,
         p.params.idle_connections,
+        p.params.seconds,
+        p.params.stall_seconds,
         p.rounds.len(),
         esc(&p.placement),
         p.loadavg.0,
@@ -117,6 +120,19 @@ pub(crate) fn section(p: &Peers) -> String {
         rows,
         |r| Some(r.memory.growth_per_1000_mib),
     ));
+    let streamed: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.streaming.is_some())
+        .cloned()
+        .collect();
+    if !streamed.is_empty() {
+        s.push_str(&bars(
+            "messages/s, one server stream on 1 connection",
+            "/s",
+            &streamed,
+            |r| r.streaming.map(|m| m.messages_per_sec),
+        ));
+    }
     s
 }
 
@@ -127,16 +143,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn four_charts_one_bar_per_system() {
-        let mut rows = vec![row(System::Raw, 1.0), row(System::KeelTcpAsync, 2.0)];
+    fn five_charts_one_bar_per_system() {
+        let mut rows = vec![
+            row(System::Raw, 1.0),
+            row(System::Tarpc, 1.5),
+            row(System::KeelTcpAsync, 2.0),
+        ];
         rows[0].latency_pinned = None;
+        rows[1].streaming = None;
+        let p = Peers::new(Params::quick(), vec![rows], "x".into(), (1.0, 2.0));
+        let h = section(&p);
+        assert_eq!(h.matches("<svg").count(), 5);
+        assert_eq!(h.matches("</svg>").count(), 5);
+        // Four charts of three bars (one not measured), the streaming chart without tarpc.
+        assert_eq!(h.matches("<rect").count(), 4 * 3 - 1 + 2);
+        assert_eq!(h.matches("not measured").count(), 1);
+        assert!(h.contains("messages/s, one server stream"));
+        assert!(h.contains("tarpc has no streaming"));
+        // The largest value fills the bar's full width.
+        assert!(h.contains(r#"width="420.0""#));
+    }
+
+    #[test]
+    fn no_streaming_chart_when_nothing_streamed() {
+        let mut rows = vec![row(System::Tarpc, 1.0), row(System::KeelH2, 2.0)];
+        for r in &mut rows {
+            r.streaming = None;
+            r.stall = None;
+        }
         let p = Peers::new(Params::quick(), vec![rows], "x".into(), (1.0, 2.0));
         let h = section(&p);
         assert_eq!(h.matches("<svg").count(), 4);
-        assert_eq!(h.matches("</svg>").count(), 4);
-        assert_eq!(h.matches("<rect").count(), 4 * 2 - 1);
-        assert_eq!(h.matches("not measured").count(), 1);
-        // The largest value fills the bar's full width.
-        assert!(h.contains(r#"width="420.0""#));
+        assert!(!h.contains("server streaming"));
     }
 }

@@ -1,14 +1,17 @@
-//! The three workloads, for one system against a server in a child process: latency (one call
-//! in flight), throughput (a fixed number of calls in flight, closed loop) and memory (idle
-//! connections held by the server).
+//! The workloads, for one system against a server in a child process: latency (one call in
+//! flight), throughput (a fixed number of calls in flight, closed loop), memory (idle
+//! connections held by the server), streaming (one server stream read as fast as it comes) and
+//! a stalled stream (a consumer that stops reading).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::client::Conn;
 use super::load::{new_histogram, percentiles_us, Window};
+use super::quote::{Quote, ENDLESS, SYMBOL};
 use super::system::System;
 use crate::child::{cpu_time, status_kib};
 
@@ -126,10 +129,7 @@ pub(crate) fn throughput(
             "{}: no call answered in the window",
             system.name()
         );
-        let per_call = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
-            (Some(a), Some(b)) => round2(b.saturating_sub(a).as_secs_f64() * 1e6 / calls as f64),
-            _ => f64::NAN,
-        };
+        let per_call = |a, b| round2(per_unit(a, b, calls));
         let [p50_us, p99_us, _] = percentiles_us(&h);
         Ok(Throughput {
             connections,
@@ -194,6 +194,234 @@ pub(crate) fn memory(
     })
 }
 
+/// One server stream's rate, and the CPU each side spent per message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub(crate) struct Streaming {
+    /// Messages received in the window.
+    pub(crate) messages: u64,
+    /// Messages received per second in the window.
+    pub(crate) messages_per_sec: f64,
+    /// The server process's CPU time (user + system) per message, µs.
+    pub(crate) server_cpu_us: f64,
+    /// This (client) process's CPU time per message, µs.
+    pub(crate) client_cpu_us: f64,
+}
+
+/// Quotes of the short stream that sets up a connection's streaming path before a
+/// measurement.
+const WARM_QUOTES: u64 = 100;
+
+/// One connection, one server-streaming call of endless quotes, read by one task as fast as
+/// they come (each checked to be the next): `warmup`, then `window` counted. The client runs on
+/// a tokio runtime with one worker per CPU, as the throughput workload's does.
+pub(crate) fn streaming(
+    system: System,
+    addr: &str,
+    server_pid: u32,
+    warmup: Duration,
+    window: Duration,
+) -> anyhow::Result<Streaming> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let conn = warm_stream(system, addr).await?;
+        let mut quotes = conn.watch(SYMBOL, ENDLESS).await?;
+        let received = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (received, stop) = (received.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let q = next_quote(system, &mut quotes).await?;
+                    check_seq(system, &q, n)?;
+                    n += 1;
+                    received.store(n, Ordering::Relaxed);
+                }
+                // Dropping the stream stops the server's producer.
+                drop(quotes);
+                anyhow::Ok(n)
+            })
+        };
+        tokio::time::sleep(warmup).await;
+        let cpu = || (cpu_time(server_pid), cpu_time(std::process::id()));
+        let (server0, client0) = cpu();
+        let n0 = received.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        tokio::time::sleep(window).await;
+        let n1 = received.load(Ordering::Relaxed);
+        let elapsed = t0.elapsed();
+        let (server1, client1) = cpu();
+        stop.store(true, Ordering::Relaxed);
+        reader.await??;
+        let messages = n1 - n0;
+        anyhow::ensure!(
+            messages > 0,
+            "{}: no message received in the window",
+            system.name()
+        );
+        Ok(Streaming {
+            messages,
+            messages_per_sec: (messages as f64 / elapsed.as_secs_f64()).round(),
+            // A message costs far less than a call: to 0.001 µs.
+            server_cpu_us: round3(per_unit(server0, server1, messages)),
+            client_cpu_us: round3(per_unit(client0, client1, messages)),
+        })
+    })
+}
+
+/// One stream of `n` quotes read to its end (after a short one, as [`streaming`] does), on a
+/// current-thread runtime: how long it took.
+pub(crate) fn stream_to_end(system: System, addr: &str, n: u64) -> anyhow::Result<Duration> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let conn = warm_stream(system, addr).await?;
+        let t0 = Instant::now();
+        let mut quotes = conn.watch(SYMBOL, n).await?;
+        let mut seen = 0;
+        while let Some(q) = quotes.next().await? {
+            check_seq(system, &q, seen)?;
+            seen += 1;
+        }
+        anyhow::ensure!(seen == n, "{}: {seen} quotes of {n}", system.name());
+        Ok(t0.elapsed())
+    })
+}
+
+/// A connection whose streaming path has run once: one short stream read to its end.
+async fn warm_stream(system: System, addr: &str) -> anyhow::Result<Conn> {
+    let conn = Conn::connect(system, addr).await?;
+    let mut warm = conn.watch(SYMBOL, WARM_QUOTES).await?;
+    let mut n = 0;
+    while let Some(q) = warm.next().await? {
+        check_seq(system, &q, n)?;
+        n += 1;
+    }
+    anyhow::ensure!(
+        n == WARM_QUOTES,
+        "{}: {n} quotes of {WARM_QUOTES}",
+        system.name()
+    );
+    Ok(conn)
+}
+
+async fn next_quote(system: System, quotes: &mut super::client::Quotes) -> anyhow::Result<Quote> {
+    quotes
+        .next()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("{}: the endless stream ended", system.name()))
+}
+
+fn check_seq(system: System, q: &Quote, n: u64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        q.seq == n as u32 && q.symbol == SYMBOL,
+        "{}: quote {n} came as {q:?}",
+        system.name()
+    );
+    Ok(())
+}
+
+/// A process's resident memory through a stalled stream, KiB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Rss {
+    /// VmRSS before the call (its connection set up, a short stream read on it).
+    pub(crate) before_kib: u64,
+    /// VmRSS once the client read the stream's first message.
+    pub(crate) first_kib: u64,
+    /// VmRSS after the stall.
+    pub(crate) after_kib: u64,
+    /// What the stalled stream cost in all: after − before. Kept beside the readings so that
+    /// over rounds it is the median of each round's growth, not the difference of medians.
+    pub(crate) growth_kib: f64,
+    /// What it grew while nobody read: after − first.
+    pub(crate) stall_growth_kib: f64,
+}
+
+impl Rss {
+    /// The three readings and the growths between them.
+    pub(crate) fn new(before_kib: u64, first_kib: u64, after_kib: u64) -> Rss {
+        Rss {
+            before_kib,
+            first_kib,
+            after_kib,
+            growth_kib: after_kib as f64 - before_kib as f64,
+            stall_growth_kib: after_kib as f64 - first_kib as f64,
+        }
+    }
+}
+
+/// A consumer that stops reading: each side's RSS through it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Stall {
+    /// How long the client read nothing, s.
+    pub(crate) seconds: f64,
+    /// The server process's VmRSS.
+    pub(crate) server: Rss,
+    /// This (client) process's VmRSS.
+    pub(crate) client: Rss,
+}
+
+/// One connection, one server-streaming call of endless quotes: the client reads one message,
+/// then nothing for `stall`, then one more (the stream must go on where it stopped). Each
+/// side's VmRSS is read before the call, after the first message and after the stall; the
+/// client's is this process's, so `keel-lab peers` runs this in a child process of its own
+/// ([`super::serve::stall_in_child`]).
+///
+/// The bound it is held to ([`super::goals`]): the producer may have only the stream's window
+/// unconsumed at the client, so neither side may hold more than about one window of it. A
+/// keel-wire stream's window starts at 256 KiB and is at most 1 MiB when a stream starts
+/// (`keel_wire::MAX_LEARNED_INITIAL_WINDOW`; it grows further only as its consumer reads). The
+/// server holds at most that in its send queue plus the encoder's batch (32 KiB); the client
+/// at most that in its stream's buffer. Bytes in the sockets' buffers are the kernel's, not in
+/// either VmRSS. Anything that grew with the stall's length instead (an unbounded queue) would
+/// cross any fixed bar in time.
+pub(crate) fn stall(
+    system: System,
+    addr: &str,
+    server_pid: u32,
+    stall: Duration,
+) -> anyhow::Result<Stall> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let conn = warm_stream(system, addr).await?;
+        settle().await;
+        let rss = || -> anyhow::Result<(u64, u64)> {
+            Ok((
+                status_kib(server_pid, "VmRSS")?,
+                status_kib(std::process::id(), "VmRSS")?,
+            ))
+        };
+        let before = rss()?;
+        let mut quotes = conn.watch(SYMBOL, ENDLESS).await?;
+        check_seq(system, &next_quote(system, &mut quotes).await?, 0)?;
+        let first = rss()?;
+        tokio::time::sleep(stall).await;
+        let after = rss()?;
+        check_seq(system, &next_quote(system, &mut quotes).await?, 1)?;
+        drop(quotes);
+        settle().await;
+        let at = |i: fn(&(u64, u64)) -> u64| Rss::new(i(&before), i(&first), i(&after));
+        Ok(Stall {
+            seconds: stall.as_secs_f64(),
+            server: at(|r| r.0),
+            client: at(|r| r.1),
+        })
+    })
+}
+
+/// CPU time from `a` to `b` per unit of `n`, µs; NaN when either is unknown.
+fn per_unit(a: Option<Duration>, b: Option<Duration>, n: u64) -> f64 {
+    match (a, b) {
+        (Some(a), Some(b)) => b.saturating_sub(a).as_secs_f64() * 1e6 / n as f64,
+        _ => f64::NAN,
+    }
+}
+
 /// Lets the server finish what the last calls started before its memory is read.
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -212,6 +440,10 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +456,16 @@ mod tests {
         // Memory returned to the OS shows as a negative growth, not a wrap.
         assert_eq!(growth_per_1000_mib(10_000, 9_488, 1000), -0.5);
         assert_eq!(growth_per_1000_mib(1, 2, 0), 0.0);
+    }
+
+    #[test]
+    fn cpu_per_unit_and_rss_growth() {
+        let ms = |n| Some(Duration::from_millis(n));
+        // 30 ms over 10,000 messages: 3 µs each.
+        assert_eq!(round2(per_unit(ms(100), ms(130), 10_000)), 3.0);
+        assert_eq!(round3(per_unit(ms(0), ms(1), 3_000)), 0.333);
+        assert!(per_unit(None, ms(1), 1).is_nan());
+        let r = Rss::new(1000, 1300, 1296);
+        assert_eq!((r.growth_kib, r.stall_growth_kib), (296.0, -4.0));
     }
 }

@@ -3,7 +3,7 @@
 //! a noisy minute on the machine lands on every system alike, and the medians drop a round
 //! that caught one system at a bad moment.
 
-use super::measure::{Latency, Memory, Throughput};
+use super::measure::{Latency, Memory, Rss, Stall, Streaming, Throughput};
 use super::ratios::Row;
 
 /// The median of `values` (the mean of the middle two for an even count; NaN when empty or
@@ -60,6 +60,40 @@ fn memory(ms: &[Memory]) -> Memory {
     }
 }
 
+fn streaming(ss: &[Streaming]) -> Streaming {
+    Streaming {
+        messages: med_u64(ss, |s| s.messages),
+        messages_per_sec: med(ss, |s| s.messages_per_sec),
+        server_cpu_us: med(ss, |s| s.server_cpu_us),
+        client_cpu_us: med(ss, |s| s.client_cpu_us),
+    }
+}
+
+fn rss(rs: &[Rss]) -> Rss {
+    Rss {
+        before_kib: med_u64(rs, |r| r.before_kib),
+        first_kib: med_u64(rs, |r| r.first_kib),
+        after_kib: med_u64(rs, |r| r.after_kib),
+        growth_kib: med(rs, |r| r.growth_kib),
+        stall_growth_kib: med(rs, |r| r.stall_growth_kib),
+    }
+}
+
+fn stall(ss: &[Stall]) -> Stall {
+    Stall {
+        seconds: ss[0].seconds,
+        server: rss(&ss.iter().map(|s| s.server).collect::<Vec<_>>()),
+        client: rss(&ss.iter().map(|s| s.client).collect::<Vec<_>>()),
+    }
+}
+
+/// The medians of `f` over `rounds` when every round has it, else `None` (which systems run
+/// a workload does not change within a run).
+fn every<T: Copy, U>(rounds: &[Row], f: fn(&Row) -> Option<T>, m: fn(&[T]) -> U) -> Option<U> {
+    let all: Vec<T> = rounds.iter().filter_map(f).collect();
+    (all.len() == rounds.len()).then(|| m(&all))
+}
+
 /// One system's rows, one per round, as one row of medians. `rounds` must be non-empty and all
 /// of one system.
 pub(crate) fn row(rounds: &[Row]) -> Row {
@@ -75,6 +109,8 @@ pub(crate) fn row(rounds: &[Row]) -> Row {
         throughput_1: throughput(&tp(|r| r.throughput_1)),
         throughput_8: throughput(&tp(|r| r.throughput_8)),
         memory: memory(&rounds.iter().map(|r| r.memory).collect::<Vec<_>>()),
+        streaming: every(rounds, |r| r.streaming, streaming),
+        stall: every(rounds, |r| r.stall, stall),
     }
 }
 
@@ -112,11 +148,27 @@ mod tests {
         rounds[0].memory.growth_per_1000_mib = 12.0;
         rounds[1].memory.growth_per_1000_mib = 10.0;
         rounds[2].memory.growth_per_1000_mib = 11.0;
+        // Growths of 3000, 100 and 1000: the median growth is 1000, while the medians of the
+        // readings (before 2000, after 3100) are 1100 apart. Each field is its own median.
+        for (r, (before, after)) in
+            rounds
+                .iter_mut()
+                .zip([(2000, 5000), (3000, 3100), (1000, 2000)])
+        {
+            r.stall.as_mut().unwrap().client = Rss::new(before, before, after);
+        }
         let m = row(&rounds);
         assert_eq!(m.system, System::KeelTcpSync);
         assert_eq!(m.throughput_1.calls_per_sec, 400e3);
         assert_eq!(m.latency_pinned.unwrap().p50_us, 20.0);
         assert_eq!(m.memory.growth_per_1000_mib, 11.0);
+        let client = m.stall.unwrap().client;
+        assert_eq!((client.before_kib, client.after_kib), (2000, 3100));
+        assert_eq!(
+            (client.growth_kib, client.stall_growth_kib),
+            (1000.0, 1000.0)
+        );
+        assert_eq!(m.streaming, rounds[0].streaming);
         assert_eq!(m.throughput_8, rounds[0].throughput_8);
     }
 
@@ -124,7 +176,10 @@ mod tests {
     fn a_round_without_pinning_gives_no_pinned_median() {
         let mut rounds = vec![sample(System::Raw, 1.0), sample(System::Raw, 2.0)];
         rounds[1].latency_pinned = None;
+        rounds[0].stall = None;
         assert!(row(&rounds).latency_pinned.is_none());
+        assert!(row(&rounds).stall.is_none());
+        assert!(row(&rounds).streaming.is_some());
         assert_eq!(row(&rounds).latency.p50_us, 1.5);
     }
 }

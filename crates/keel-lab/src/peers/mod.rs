@@ -1,10 +1,13 @@
 //! `keel-lab peers`: keel beside the systems people would use instead, on one operation ("add
-//! two f64": a request of two doubles, a reply of one), each system with its own server (in a
-//! child process, `keel-lab peers-serve`) and its own client (in this process).
+//! two f64": a request of two doubles, a reply of one) and one server stream (small quotes, as
+//! fast as the client takes them), each system with its own server (in a child process,
+//! `keel-lab peers-serve`) and its own client (in this process).
 //!
 //! - [`system`]: the systems; [`raw`], [`tonic_peer`], [`tarpc_peer`], [`keel_peer`]: each
-//!   one's server and client; [`client`]: any of those clients behind one type.
-//! - [`serve`]: the child process; [`measure`]: the workloads (latency, throughput, memory);
+//!   one's server and client; [`client`]: any of those clients behind one type; [`quote`]: the
+//!   streamed message.
+//! - [`serve`]: the child process; [`measure`]: the workloads (latency, throughput, memory,
+//!   streaming, a stalled stream);
 //!   [`ratios`]: the rows and keel ÷ each peer; [`median`]: one row per system from several
 //!   rounds; [`goals`]: the targets keel is held to; [`html`]: the report section.
 
@@ -15,6 +18,7 @@ pub(crate) mod keel_peer;
 pub(crate) mod load;
 pub(crate) mod measure;
 pub(crate) mod median;
+pub(crate) mod quote;
 pub(crate) mod ratios;
 pub(crate) mod raw;
 pub(crate) mod serve;
@@ -43,11 +47,14 @@ pub(crate) struct PeersArgs {
     /// the median over the rounds.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) rounds: u32,
+    /// Seconds the stalled-stream check reads nothing (issue 31 says 10).
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) stall_seconds: f64,
     /// Only these systems (comma-separated; default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) systems: Vec<System>,
     /// The quick version `keel-lab all` runs (2,000 timed calls, 1 s windows, 200 idle
-    /// connections, one round); ignores --seconds and --rounds.
+    /// connections, a 2 s stall, one round); ignores --seconds, --stall-seconds and --rounds.
     #[arg(long)]
     pub(crate) quick: bool,
 }
@@ -60,6 +67,7 @@ impl PeersArgs {
         } else {
             Params {
                 rounds: self.rounds as usize,
+                stall_seconds: self.stall_seconds,
                 ..Params::full(self.seconds)
             }
         };
@@ -87,13 +95,15 @@ pub(crate) struct Params {
     pub(crate) seconds: f64,
     /// Idle connections opened for the memory workload (growth scaled to 1,000).
     pub(crate) idle_connections: usize,
+    /// How long the stalled stream's client reads nothing, s.
+    pub(crate) stall_seconds: f64,
     /// Rounds of every system; each number reported is the median over them.
     pub(crate) rounds: usize,
 }
 
 impl Params {
-    /// `keel-lab peers`: 20,000 timed calls, 1,000 idle connections, `seconds` windows, three
-    /// rounds.
+    /// `keel-lab peers`: 20,000 timed calls, 1,000 idle connections, `seconds` windows, a 10 s
+    /// stall (issue 31's), three rounds.
     pub(crate) fn full(seconds: f64) -> Params {
         Params {
             systems: System::ALL.to_vec(),
@@ -103,17 +113,19 @@ impl Params {
             connections: 8,
             seconds,
             idle_connections: 1000,
+            stall_seconds: 10.0,
             rounds: 3,
         }
     }
 
     /// The quick version `keel-lab all` runs: 2,000 timed calls, 1 s windows, 200 idle
-    /// connections, one round.
+    /// connections, a 2 s stall, one round.
     pub(crate) fn quick() -> Params {
         Params {
             latency_calls: 2_000,
             latency_warmup: 500,
             idle_connections: 200,
+            stall_seconds: 2.0,
             rounds: 1,
             ..Params::full(1.0)
         }
@@ -229,6 +241,28 @@ fn run_system(system: System, p: &Params, pin: bool) -> anyhow::Result<Row> {
         warmup,
         window,
     )?;
+    let streaming = if system.streams() {
+        Some(measure::streaming(
+            system,
+            server.addr(),
+            server.pid(),
+            warmup,
+            window,
+        )?)
+    } else {
+        None
+    };
+    let stall = if system.stalls() {
+        let stall = Duration::from_secs_f64(p.stall_seconds);
+        Some(serve::stall_in_child(
+            system,
+            server.addr(),
+            server.pid(),
+            stall,
+        )?)
+    } else {
+        None
+    };
     drop(server);
     let latency_pinned = if pin {
         let _pinned = PinnedSelf::pin("0")?;
@@ -249,6 +283,8 @@ fn run_system(system: System, p: &Params, pin: bool) -> anyhow::Result<Row> {
         throughput_1,
         throughput_8,
         memory,
+        streaming,
+        stall,
     })
 }
 
@@ -293,7 +329,61 @@ pub(crate) fn summary(r: &Peers) -> String {
             row.memory.growth_per_1000_mib,
         );
     }
+    s.push_str(&streaming_table(r));
     s.push_str(&goals_table(r));
+    s
+}
+
+/// The streaming workload's table: the systems it ran on, and tarpc's line saying why it did
+/// not run there. Nothing when no system streamed.
+fn streaming_table(r: &Peers) -> String {
+    let mut s = String::new();
+    let shown: Vec<&Row> = r
+        .rows
+        .iter()
+        .filter(|row| row.streaming.is_some() || row.system == System::Tarpc)
+        .collect();
+    if !shown.iter().any(|row| row.streaming.is_some()) {
+        return s;
+    }
+    let stall = r.params.stall_seconds;
+    let _ = writeln!(
+        s,
+        "\nserver streaming: one call on one connection, quotes {{ symbol, seq, price }} as fast as the client takes them; stalled: the client reads one quote, then none for {stall} s"
+    );
+    let _ = writeln!(
+        s,
+        "| system | messages/s | server / client CPU µs/message | stalled {stall} s: server / client RSS growth KiB (during the stall) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|");
+    for row in shown {
+        let Some(st) = &row.streaming else {
+            let _ = writeln!(
+                s,
+                "| {} | - ({} has no streaming) | - | - |",
+                row.system.name(),
+                row.system.name()
+            );
+            continue;
+        };
+        let stalled = row.stall.map_or("-".to_string(), |t| {
+            format!(
+                "{:.0} / {:.0} ({:.0} / {:.0})",
+                t.server.growth_kib,
+                t.client.growth_kib,
+                t.server.stall_growth_kib,
+                t.client.stall_growth_kib
+            )
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {:.0}k | {:.3} / {:.3} | {stalled} |",
+            row.system.name(),
+            st.messages_per_sec / 1000.0,
+            st.server_cpu_us,
+            st.client_cpu_us,
+        );
+    }
     s
 }
 
@@ -346,10 +436,24 @@ mod tests {
         assert_eq!(v["rounds"].as_array().unwrap().len(), 1);
         assert_eq!(v["goals"][1]["name"], "keel-tcp-async calls/s ÷ raw");
         assert_eq!(v["goals"][1]["value"], 2.0);
+        assert_eq!(v["rows"][1]["streaming"]["messages_per_sec"], 2e6);
+        assert_eq!(v["rows"][1]["stall"]["client"]["after_kib"], 2200);
+        assert_eq!(
+            v["ratios"]["keel-tcp-async"]["raw"]["messages_per_sec"],
+            2.0
+        );
+        assert_eq!(v["params"]["stall_seconds"], 2.0);
         let text = summary(&p);
-        // The heading, the table (2 rows), a blank line, the goals (7) and no round columns.
-        assert_eq!(text.lines().count(), 3 + 2 + 1 + 2 + 7);
+        // The heading, the table (2 rows), the streaming table (a blank line, its heading and 2
+        // rows), a blank line, the goals (11) and no round columns.
+        assert_eq!(text.lines().count(), 3 + 2 + 4 + 2 + 1 + 2 + 11);
         assert!(text.contains("| keel-tcp-async | 2.0 / 4.0 / 6.0 |"));
+        assert!(text.contains("then none for 2 s\n"));
+        assert!(text.contains("| keel-tcp-async | 2000k | 2.000 / 2.000 | 200 / 200 (0 / 0) |\n"));
+        assert!(text.contains("| keel-tcp-async messages/s ÷ raw | ≥ 0.5 | 2.00 |\n"));
+        assert!(text.contains(
+            "| keel-tcp-async stalled stream client RSS growth KiB | ≤ 4096 | 200.00 |\n"
+        ));
         assert!(text.contains("| keel-tcp-async pinned p50 ÷ raw | ≤ 1.1 | 2.00 ✗ |\n"));
         assert!(text.contains("| keel-h2 calls/s ÷ tonic | ≥ 1.3 | - |\n"));
         assert!(!text.contains("round 1"));
@@ -382,6 +486,34 @@ mod tests {
     }
 
     #[test]
+    fn the_streaming_table_says_tarpc_has_no_streaming_and_skips_the_rest() {
+        let mut rows: Vec<Row> = System::ALL
+            .iter()
+            .map(|&s| ratios::tests::row(s, 1.0))
+            .collect();
+        for r in &mut rows {
+            if !r.system.streams() {
+                r.streaming = None;
+            }
+            if !r.system.stalls() {
+                r.stall = None;
+            }
+        }
+        let p = Peers::new(Params::full(3.0), vec![rows], String::new(), (0.0, 0.0));
+        let text = summary(&p);
+        assert!(text.contains("then none for 10 s\n"));
+        assert!(text.contains("| raw | 1000k | 1.000 / 1.000 | - |\n"));
+        assert!(text.contains("| tarpc | - (tarpc has no streaming) | - | - |\n"));
+        assert!(text.contains("| keel-tcp-async | 1000k | 1.000 / 1.000 | 100 / 100 (0 / 0) |\n"));
+        assert!(!text.contains("| keel-tcp-sync | 1000k"));
+        // Without any system that streams, no streaming table.
+        let mut rows = vec![ratios::tests::row(System::Tarpc, 1.0)];
+        rows[0].streaming = None;
+        let p = Peers::new(Params::full(3.0), vec![rows], String::new(), (0.0, 0.0));
+        assert!(!summary(&p).contains("server streaming"));
+    }
+
+    #[test]
     fn quick_is_smaller_than_full() {
         let (q, f) = (Params::quick(), Params::full(3.0));
         assert!(q.latency_calls < f.latency_calls && q.idle_connections < f.idle_connections);
@@ -391,5 +523,7 @@ mod tests {
         );
         assert_eq!(q.systems, System::ALL);
         assert_eq!((q.rounds, f.rounds), (1, 3));
+        // Issue 31's stall is 10 s; the quick one shorter.
+        assert_eq!((q.stall_seconds, f.stall_seconds), (2.0, 10.0));
     }
 }

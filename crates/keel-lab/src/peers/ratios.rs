@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::measure::{Latency, Memory, Throughput};
+use super::measure::{Latency, Memory, Stall, Streaming, Throughput};
 use super::system::System;
 
 /// One system's results.
@@ -22,6 +22,12 @@ pub(crate) struct Row {
     pub(crate) throughput_8: Throughput,
     /// Idle RSS and growth per 1,000 idle connections.
     pub(crate) memory: Memory,
+    /// One server stream read as fast as it comes; `None` for a system not in the streaming
+    /// workload ([`System::streams`]).
+    pub(crate) streaming: Option<Streaming>,
+    /// A server stream whose consumer stopped reading; `None` for a system not in it
+    /// ([`System::stalls`]).
+    pub(crate) stall: Option<Stall>,
 }
 
 impl Row {
@@ -72,6 +78,14 @@ impl Row {
                 self.memory.growth_per_1000_mib,
             ),
         ]);
+        if let Some(st) = &self.streaming {
+            m.extend([
+                ("messages_per_sec", st.messages_per_sec),
+                ("server_cpu_us_per_message", st.server_cpu_us),
+                ("client_cpu_us_per_message", st.client_cpu_us),
+            ]);
+        }
+        // The stall is keel's alone (no peer to divide by): its bar is absolute (goals.rs).
         m
     }
 }
@@ -104,6 +118,7 @@ pub(crate) fn ratios(rows: &[Row]) -> Ratios {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::super::measure::Rss;
     use super::*;
 
     /// A row whose every number is `x` (calls/s: 1,000 × `x`).
@@ -139,6 +154,19 @@ pub(crate) mod tests {
                 after_kib: 0,
                 growth_per_1000_mib: x,
             },
+            // messages/s: 1,000,000 × `x`.
+            streaming: Some(Streaming {
+                messages: (1e6 * x) as u64,
+                messages_per_sec: 1e6 * x,
+                server_cpu_us: x,
+                client_cpu_us: x,
+            }),
+            // Grew by 100 × `x` KiB each side, none of it during the stall.
+            stall: Some(Stall {
+                seconds: 10.0,
+                server: Rss::new(1000, 1000 + (100.0 * x) as u64, 1000 + (100.0 * x) as u64),
+                client: Rss::new(2000, 2000 + (100.0 * x) as u64, 2000 + (100.0 * x) as u64),
+            }),
         }
     }
 
@@ -158,8 +186,9 @@ pub(crate) mod tests {
         assert_eq!(a["tonic"]["p50_pinned_us"], 0.5);
         assert_eq!(a["tonic"]["calls_per_sec_8conn"], 0.5);
         assert_eq!(r["keel-h2"]["tonic"]["rss_growth_per_1000_conns_mib"], 0.75);
+        assert_eq!(a["tonic"]["messages_per_sec"], 0.5);
         assert_eq!(a["raw"].len(), rows[0].metrics().len());
-        assert_eq!(a["raw"].len(), 14);
+        assert_eq!(a["raw"].len(), 17);
     }
 
     #[test]
@@ -167,10 +196,13 @@ pub(crate) mod tests {
         let mut raw = row(System::Raw, 1.0);
         raw.memory.growth_per_1000_mib = 0.0;
         raw.latency_pinned = None;
-        let r = ratios(&[raw, row(System::KeelTcpSync, 2.0)]);
+        let mut sync = row(System::KeelTcpSync, 2.0);
+        sync.streaming = None;
+        let r = ratios(&[raw, sync]);
         let m = &r["keel-tcp-sync"]["raw"];
         assert!(!m.contains_key("rss_growth_per_1000_conns_mib"));
         assert!(!m.contains_key("p50_pinned_us"));
+        assert!(!m.contains_key("messages_per_sec"));
         assert_eq!(m["p50_unpinned_us"], 2.0);
     }
 }

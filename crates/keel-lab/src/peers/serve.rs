@@ -33,6 +33,75 @@ pub(crate) struct LatencyArgs {
     pub(crate) calls: usize,
 }
 
+/// Flags of `keel-lab peers-streaming`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct StreamingArgs {
+    /// The system `addr` serves.
+    #[arg(long, value_enum)]
+    pub(crate) system: System,
+    /// What `peers-serve` printed after `listening on`.
+    #[arg(long)]
+    pub(crate) addr: String,
+    /// The server's process id, for its CPU per message (none: not measured).
+    #[arg(long)]
+    pub(crate) server_pid: Option<u32>,
+    /// Seconds counted (after a warm-up of a fifth of it).
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) seconds: f64,
+    /// Instead of a timed window: one stream of this many quotes, read to its end (for
+    /// `profile/icount.py`, which needs a count of messages that does not depend on time).
+    #[arg(long)]
+    pub(crate) count: Option<u64>,
+}
+
+/// Flags of `keel-lab peers-stall`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct StallArgs {
+    /// The system `addr` serves.
+    #[arg(long, value_enum)]
+    pub(crate) system: System,
+    /// What `peers-serve` printed after `listening on`.
+    #[arg(long)]
+    pub(crate) addr: String,
+    /// The server's process id (its RSS is read too).
+    #[arg(long)]
+    pub(crate) server_pid: u32,
+    /// Seconds the client reads nothing.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) seconds: f64,
+}
+
+/// The line `keel-lab peers-stall` prints its result on (then the result as JSON).
+pub(crate) const STALL_LINE: &str = "stall ";
+
+/// Runs the stalled-stream check's client in a child process of its own (`keel-lab
+/// peers-stall`), so that the client RSS it reads is the stream's alone, not what this
+/// process's earlier workloads left in its heap (memory they freed, which the stream would
+/// reuse unseen).
+pub(crate) fn stall_in_child(
+    system: System,
+    addr: &str,
+    server_pid: u32,
+    stall: Duration,
+) -> anyhow::Result<super::measure::Stall> {
+    let out = crate::child::lab_command(None)?
+        .args(["peers-stall", "--system", system.name(), "--addr", addr])
+        .args(["--server-pid", &server_pid.to_string()])
+        .args(["--seconds", &stall.as_secs_f64().to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let Some(json) = stdout.lines().find_map(|l| l.strip_prefix(STALL_LINE)) else {
+        anyhow::bail!(
+            "{}: peers-stall failed ({}): {stdout:?}",
+            system.name(),
+            out.status
+        );
+    };
+    Ok(serde_json::from_str(json)?)
+}
+
 /// `keel-lab peers-serve`: prints `listening on ADDR` (a URL for keel, `host:port` for the
 /// others) and serves until stdin closes.
 pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<()> {

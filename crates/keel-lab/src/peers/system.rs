@@ -55,6 +55,19 @@ impl System {
         )
     }
 
+    /// Whether the streaming workload runs on this system: raw (the limit), tonic (gRPC server
+    /// streaming) and keel over keel-wire (keel-tcp-async's row; keel-tcp-sync's server is the
+    /// same host). tarpc has no streaming; keel over HTTP is not in this workload.
+    pub(crate) fn streams(self) -> bool {
+        matches!(self, System::Raw | System::Tonic | System::KeelTcpAsync)
+    }
+
+    /// Whether the stalled-consumer check runs on this system (keel-wire's, whose bound it
+    /// checks).
+    pub(crate) fn stalls(self) -> bool {
+        self == System::KeelTcpAsync
+    }
+
     /// The systems sharing a server: the two keel-wire variants are one host with both
     /// operations, so both run against the same kind of child.
     pub(crate) fn listen_url(self) -> &'static str {
@@ -77,6 +90,13 @@ mod tests {
         let keel: Vec<_> = System::ALL.iter().filter(|s| s.is_keel()).collect();
         assert_eq!(keel.len(), 4);
         assert!(keel.iter().all(|s| s.name().starts_with("keel-")));
+        let streams: Vec<_> = System::ALL.iter().filter(|s| s.streams()).collect();
+        assert_eq!(
+            streams,
+            [&System::Raw, &System::Tonic, &System::KeelTcpAsync]
+        );
+        assert!(!System::Tarpc.streams());
+        assert!(System::ALL.iter().all(|s| !s.stalls() || s.streams()));
         assert_eq!(
             serde_json::to_string(&System::KeelTcpAsync).unwrap(),
             "\"keel-tcp-async\""

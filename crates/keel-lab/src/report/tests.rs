@@ -251,9 +251,10 @@ fn peers_add_a_section_but_no_row_or_verdict() {
     assert_eq!((all.pass, all.rows.len()), (before.pass, before.rows.len()));
     let h = html(&all);
     assert!(h.contains("<h2>keel beside its peers</h2>"));
-    // The four bar charts of the peers section, on top of what `all` draws without it.
+    // The five bar charts of the peers section (four, and messages/s for the systems that
+    // streamed), on top of what `all` draws without it.
     let without = html(&before).matches("<svg").count();
-    assert_eq!(h.matches("<svg").count(), without + 4);
+    assert_eq!(h.matches("<svg").count(), without + 5);
     let v = serde_json::to_value(&all).unwrap();
     assert_eq!(v["peers"]["scenario"], "peers");
     assert!(serde_json::to_value(&before).unwrap()["peers"].is_null());

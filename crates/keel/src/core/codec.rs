@@ -62,10 +62,7 @@ fn encode_msgpack<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, String> {
     // buffers of its own (and so does a thread whose locals are being destroyed).
     let mut scratch = SCRATCH_BUFS.try_with(Cell::take).unwrap_or_default();
     scratch.encoding.clear();
-    let mut se = rmp_serde::Serializer::new(&mut scratch.encoding)
-        .with_struct_map()
-        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
-    let encoded = value.serialize(&mut se);
+    let encoded = msgpack_into(value, &mut scratch.encoding);
     let len = scratch.encoding.len();
     let body = if let Err(e) = encoded {
         Err(e.to_string())
@@ -77,6 +74,18 @@ fn encode_msgpack<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, String> {
     };
     let _ = SCRATCH_BUFS.try_with(|bufs| bufs.set(scratch));
     body
+}
+
+/// Appends `value`, encoded as MessagePack the way keel writes every body (structs as maps,
+/// byte sequences as `bin`), to `out`.
+fn msgpack_into<T: Serialize + ?Sized>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), rmp_serde::encode::Error> {
+    let mut se = rmp_serde::Serializer::new(out)
+        .with_struct_map()
+        .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+    value.serialize(&mut se)
 }
 
 /// The small body in `scratch.encoding`, copied into the body buffer and split off.
@@ -219,12 +228,27 @@ pub(crate) fn encode_ok<T: Serialize>(format: Format, value: &T) -> Outcome {
         .map_err(|e| Status::new(StatusCode::Internal, format!("cannot encode reply: {e}")))
 }
 
-/// Encodes one message of a stream.
-pub(crate) fn encode_message<T: Serialize>(format: Format, value: &T) -> Result<Bytes, Status> {
+/// Encodes one message of a stream at the end of `out`: the bytes [`encode`] makes, written
+/// where they go instead of into a buffer of their own (a stream's messages are gathered into
+/// one chunk). On an error `out` is left as it was.
+pub(crate) fn encode_message_into<T: Serialize>(
+    format: Format,
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), Status> {
     if let Some(status) = not_in_json(format, value, "stream message") {
         return Err(status);
     }
-    encode(format, value).map_err(|e| {
+    let start = out.len();
+    let encoded = match format {
+        Format::MsgPack => msgpack_into(value, out).map_err(|e| e.to_string()),
+        Format::Postcard => postcard::to_io(value, &mut *out)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Format::Json => serde_json::to_writer(&mut *out, value).map_err(|e| e.to_string()),
+    };
+    encoded.map_err(|e| {
+        out.truncate(start);
         Status::new(
             StatusCode::Internal,
             format!("cannot encode a stream message: {e}"),
@@ -291,6 +315,43 @@ mod tests {
         assert!(encode_ok(Format::MsgPack, &f64::INFINITY).is_ok());
         assert!(encode_ok(Format::Postcard, &f64::NAN).is_ok());
         assert!(encode_ok(Format::Json, &f64::MAX).is_ok());
+    }
+
+    #[test]
+    fn a_stream_message_encoded_in_place_is_the_body_encode_makes() {
+        #[derive(Serialize)]
+        struct Quote {
+            symbol: String,
+            seq: u32,
+            price: f64,
+            raw: Vec<u8>,
+        }
+        let q = Quote {
+            symbol: "KEEL".into(),
+            seq: 7,
+            price: 100.25,
+            raw: vec![1, 2, 3],
+        };
+        for format in [Format::MsgPack, Format::Postcard, Format::Json] {
+            let mut out = b"kept".to_vec();
+            encode_message_into(format, &q, &mut out).unwrap();
+            assert_eq!(&out[..4], b"kept");
+            assert_eq!(&out[4..], &encode(format, &q).unwrap()[..], "{format:?}");
+        }
+        // Refused or failed: nothing written.
+        let mut out = b"kept".to_vec();
+        let status = encode_message_into(Format::Json, &f64::NAN, &mut out).unwrap_err();
+        assert_eq!(
+            (status.code(), &out[..]),
+            (StatusCode::OutOfRange, &b"kept"[..])
+        );
+        // JSON has no map keys but strings: fails after writing the map's opening brace.
+        let map = std::collections::BTreeMap::from([(vec![1u8], 1u8)]);
+        let status = encode_message_into(Format::Json, &map, &mut out).unwrap_err();
+        assert_eq!(
+            (status.code(), &out[..]),
+            (StatusCode::Internal, &b"kept"[..])
+        );
     }
 
     #[test]

@@ -31,23 +31,50 @@ pub const ENVELOPE_HEADER: usize = 5;
 const FLAG_MESSAGE: u8 = 0x00;
 /// An envelope frame's flags for the end of the stream.
 const FLAG_END: u8 = 0x02;
+/// The most capacity a decoder keeps in its buffer once it is empty.
+const MAX_KEPT: usize = 128 * 1024;
+
+/// Appends one message as a frame, the message written by `encode` straight into `out` after
+/// the frame's header (so it is never copied), the header's length filled in after. On an
+/// error `out` is left as it was.
+pub(crate) fn encode_message_with<E>(
+    framing: Framing,
+    out: &mut Vec<u8>,
+    encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    let start = out.len();
+    let (prefix, suffix): (&[u8], &[u8]) = match framing {
+        // The length is filled in once the message is written.
+        Framing::Envelope => (&[FLAG_MESSAGE, 0, 0, 0, 0], b""),
+        Framing::Ndjson => (b"", b"\n"),
+        Framing::Sse => (b"data: ", b"\n\n"),
+    };
+    out.extend_from_slice(prefix);
+    if let Err(e) = encode(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    if framing == Framing::Envelope {
+        let len = (out.len() - start - ENVELOPE_HEADER) as u32;
+        out[start + 1..start + ENVELOPE_HEADER].copy_from_slice(&len.to_be_bytes());
+    }
+    out.extend_from_slice(suffix);
+    Ok(())
+}
 
 /// Appends `message` (already encoded) as one frame.
-pub fn encode_message(framing: Framing, message: &[u8], out: &mut BytesMut) {
+pub fn encode_message(framing: Framing, message: &[u8], out: &mut impl BufMut) {
     match framing {
         Framing::Envelope => {
-            out.reserve(ENVELOPE_HEADER + message.len());
             out.put_u8(FLAG_MESSAGE);
             out.put_u32(message.len() as u32);
             out.put_slice(message);
         }
         Framing::Ndjson => {
-            out.reserve(message.len() + 1);
             out.put_slice(message);
             out.put_u8(b'\n');
         }
         Framing::Sse => {
-            out.reserve(message.len() + 8);
             out.put_slice(b"data: ");
             out.put_slice(message);
             out.put_slice(b"\n\n");
@@ -129,6 +156,15 @@ pub fn decode_end(mut payload: Bytes) -> Option<Status> {
     ))
 }
 
+/// What [`Decoder::next_with`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Decoded<R> {
+    /// What the caller's function made of one message's bytes.
+    Message(R),
+    /// The end of the stream with a status (envelope only): the payload, see [`decode_end`].
+    End(Bytes),
+}
+
 /// What [`Decoder::next`] found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -207,8 +243,15 @@ impl Decoder {
     /// copied a bounded number of times however small the chunks), up to what a partial frame
     /// may need, or exactly what is needed beyond that: its capacity stays within `max` + the
     /// header + the largest chunk, and within twice the bytes pushed.
+    ///
+    /// An emptied buffer is reused when nothing else holds its memory (messages decoded in
+    /// place never split it): a fresh allocation per chunk costs more than the messages'
+    /// framing, and on memory the allocator just gave back, page faults too. One that grew for
+    /// a large message is let go.
     pub fn push(&mut self, chunk: &[u8]) {
-        if self.buf.is_empty() {
+        if self.buf.is_empty()
+            && !(self.buf.try_reclaim(chunk.len()) && self.buf.capacity() <= MAX_KEPT)
+        {
             self.buf = BytesMut::from(chunk);
             return;
         }
@@ -240,6 +283,29 @@ impl Decoder {
             // SSE is never decoded: read it as NDJSON would be (a host never gets here).
             Framing::Ndjson | Framing::Sse => self.next_line(),
         }
+    }
+
+    /// [`Decoder::next`], but a message is handed to `f` where it lies in the buffer instead of
+    /// being split off as `Bytes` of its own: for a small message, splitting (a reference count
+    /// taken and dropped) costs more than the rest of its framing.
+    pub(crate) fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<Decoded<R>>, FrameError> {
+        if self.framing == Framing::Envelope && !self.ended {
+            let Some((flags, len)) = self.envelope_header()? else {
+                return Ok(None);
+            };
+            if flags == FLAG_MESSAGE {
+                let r = f(&self.buf[ENVELOPE_HEADER..ENVELOPE_HEADER + len]);
+                self.buf.advance(ENVELOPE_HEADER + len);
+                return Ok(Some(Decoded::Message(r)));
+            }
+        }
+        Ok(self.next()?.map(|frame| match frame {
+            Frame::Message(m) => Decoded::Message(f(&m)),
+            Frame::End(payload) => Decoded::End(payload),
+        }))
     }
 
     /// The bytes ended: anything left is a truncated frame, except an NDJSON last line
@@ -279,6 +345,22 @@ impl Decoder {
     }
 
     fn next_envelope(&mut self) -> Result<Option<Frame>, FrameError> {
+        let Some((flags, len)) = self.envelope_header()? else {
+            return Ok(None);
+        };
+        self.buf.advance(ENVELOPE_HEADER);
+        let payload = self.buf.split_to(len).freeze();
+        Ok(Some(if flags == FLAG_END {
+            self.ended = true;
+            Frame::End(payload)
+        } else {
+            Frame::Message(payload)
+        }))
+    }
+
+    /// The flags and length of the envelope frame at the front of the buffer, once all of it
+    /// is there (`None` until then: room is reserved for the rest, the length checked first).
+    fn envelope_header(&mut self) -> Result<Option<(u8, usize)>, FrameError> {
         if self.buf.len() < ENVELOPE_HEADER {
             return Ok(None);
         }
@@ -299,14 +381,7 @@ impl Decoder {
             // No room is reserved for the rest: it is only announced (see `push`).
             return Ok(None);
         }
-        self.buf.advance(ENVELOPE_HEADER);
-        let payload = self.buf.split_to(len).freeze();
-        Ok(Some(if flags == FLAG_END {
-            self.ended = true;
-            Frame::End(payload)
-        } else {
-            Frame::Message(payload)
-        }))
+        Ok(Some((flags, len)))
     }
 
     fn next_line(&mut self) -> Result<Option<Frame>, FrameError> {
@@ -373,9 +448,33 @@ mod tests {
         Ok(out)
     }
 
+    /// [`frames`] through [`Decoder::next_with`], each message copied out.
+    fn frames_in_place(
+        framing: Framing,
+        max: usize,
+        chunks: &[&[u8]],
+    ) -> Result<Vec<Frame>, FrameError> {
+        let mut d = Decoder::new(framing, max);
+        let mut out = Vec::new();
+        let owned = |decoded| match decoded {
+            Decoded::Message(m) => Frame::Message(m),
+            Decoded::End(p) => Frame::End(p),
+        };
+        for c in chunks {
+            d.push(c);
+            while let Some(f) = d.next_with(Bytes::copy_from_slice)? {
+                out.push(owned(f));
+            }
+        }
+        while let Some(f) = d.finish()? {
+            out.push(f);
+        }
+        Ok(out)
+    }
+
     #[test]
     fn envelope_frames_round_trip_split_at_every_byte() {
-        let mut all = BytesMut::new();
+        let mut all = Vec::new();
         encode_message(Framing::Envelope, b"one", &mut all);
         encode_message(Framing::Envelope, b"", &mut all);
         encode_message(Framing::Envelope, b"three", &mut all);
@@ -384,6 +483,10 @@ mod tests {
         for split in 0..=all.len() {
             let (a, b) = all.split_at(split);
             let got = frames(Framing::Envelope, 16, &[a, b]).unwrap();
+            assert_eq!(
+                frames_in_place(Framing::Envelope, 16, &[a, b]).unwrap(),
+                got
+            );
             assert_eq!(got.len(), 4, "split at {split}");
             assert_eq!(got[0], Frame::Message(Bytes::from_static(b"one")));
             assert_eq!(got[1], Frame::Message(Bytes::new()));
@@ -396,6 +499,36 @@ mod tests {
             assert_eq!(end.message(), "gone");
             assert_eq!(&end.details()[..], b"d");
         }
+    }
+
+    #[test]
+    fn an_emptied_buffer_is_reused_unless_it_grew_large() {
+        let mut one = Vec::new();
+        encode_message(Framing::Envelope, &[7; 100], &mut one);
+        let mut d = Decoder::new(Framing::Envelope, 1 << 20);
+        d.push(&one);
+        let at = d.buf.as_ptr();
+        assert!(matches!(
+            d.next_with(<[u8]>::len),
+            Ok(Some(Decoded::Message(100)))
+        ));
+        d.push(&one);
+        assert_eq!(d.buf.as_ptr(), at, "the same memory");
+        assert!(matches!(
+            d.next_with(<[u8]>::len),
+            Ok(Some(Decoded::Message(100)))
+        ));
+        // A message larger than what is kept: its memory goes once it is decoded.
+        let mut large = Vec::new();
+        encode_message(Framing::Envelope, &vec![1; MAX_KEPT + 1], &mut large);
+        d.push(&large);
+        assert!(d.next_with(<[u8]>::len).unwrap().is_some());
+        d.push(&one);
+        assert!(d.buf.capacity() < MAX_KEPT);
+        assert!(matches!(
+            d.next_with(<[u8]>::len),
+            Ok(Some(Decoded::Message(100)))
+        ));
     }
 
     #[test]
@@ -458,13 +591,50 @@ mod tests {
             frames(Framing::Envelope, 10, &[&[0, 0, 0, 0, 3, b'a']]),
             Err(FrameError::Truncated)
         );
-        let mut all =
-            BytesMut::from(&encode_error_end(Framing::Envelope, Status::internal("x"))[..]);
+        let mut all = encode_error_end(Framing::Envelope, Status::internal("x")).to_vec();
         encode_message(Framing::Envelope, b"late", &mut all);
         assert_eq!(
             frames(Framing::Envelope, 100, &[&all]),
             Err(FrameError::AfterEnd)
         );
+        assert_eq!(
+            frames_in_place(Framing::Envelope, 100, &[&all]),
+            Err(FrameError::AfterEnd)
+        );
+        assert_eq!(
+            frames_in_place(Framing::Envelope, 10, &[&[0, 0, 0, 0, 11]]),
+            Err(FrameError::TooLarge {
+                len: Some(11),
+                max: 10
+            })
+        );
+    }
+
+    #[test]
+    fn a_message_encoded_in_place_is_framed_as_a_copied_one() {
+        for framing in [Framing::Envelope, Framing::Ndjson, Framing::Sse] {
+            let mut copied = b"before".to_vec();
+            encode_message(framing, b"{\"a\":1}", &mut copied);
+            let mut in_place = b"before".to_vec();
+            encode_message_with(framing, &mut in_place, |out| {
+                out.extend_from_slice(b"{\"a\":1}");
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            assert_eq!(in_place, copied, "{framing:?}");
+            // A failed encoding leaves nothing behind, not even the header.
+            let failed = encode_message_with(framing, &mut in_place, |out| {
+                out.extend_from_slice(b"half");
+                Err(())
+            });
+            assert_eq!((failed, &in_place), (Err(()), &copied), "{framing:?}");
+        }
+        let mut out = Vec::new();
+        encode_message(Framing::Envelope, b"abc", &mut out);
+        assert_eq!(out, [0, 0, 0, 0, 3, b'a', b'b', b'c']);
+        let mut out = Vec::new();
+        encode_message(Framing::Sse, b"1", &mut out);
+        assert_eq!(out, b"data: 1\n\n");
     }
 
     #[test]
@@ -492,6 +662,8 @@ mod tests {
                 Frame::Message(Bytes::from_static(b"{\"c\":3}")),
             ]
         );
+        let lines: &[&[u8]] = &[b"{\"a\":1}\r\n\n  \n{\"b\"", b":2}\n{\"c\":3}"];
+        assert_eq!(frames_in_place(Framing::Ndjson, 16, lines).unwrap(), got);
     }
 
     #[test]

@@ -17,13 +17,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_core::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use self::framing::{Decoder, Frame, FrameError, Framing};
+use self::framing::{Decoded, Decoder, Frame, FrameError, Framing};
 use super::codec;
 use super::error::{Error, Kind};
 use super::format::Format;
@@ -34,6 +34,10 @@ use crate::runtime::timer;
 /// Encoded messages are gathered into one chunk of the byte stream, while the producer has
 /// more ready at once, up to this many bytes.
 const BATCH: usize = 32 * 1024;
+
+/// The most capacity an encoder keeps in its buffer between chunks: one that held a large
+/// message lets it go.
+const MAX_KEPT: usize = 2 * BATCH;
 
 /// A stream of messages of type `T`: what a streaming operation takes or returns.
 ///
@@ -266,6 +270,7 @@ impl<T> MessageStream<T> {
             deadline: deadline.map(|at| Box::pin(timer::sleep_until(at))),
             done: false,
             counted,
+            buf: Vec::new(),
         })
     }
 }
@@ -474,24 +479,30 @@ impl<T> Remote<T> {
     }
 
     fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
+        let (format, decode) = (self.format, self.decode);
         loop {
             let frame = if self.input_ended {
-                self.decoder.finish()
+                self.decoder.finish().map(|frame| {
+                    frame.map(|frame| match frame {
+                        Frame::Message(m) => Decoded::Message(decode(format, &m)),
+                        Frame::End(payload) => Decoded::End(payload),
+                    })
+                })
             } else {
-                self.decoder.next()
+                // Decoded where it lies in the decoder's buffer.
+                self.decoder.next_with(|m| decode(format, m))
             };
             match frame {
-                Ok(Some(Frame::Message(m))) => {
+                Ok(Some(Decoded::Message(m))) => {
                     if let Some(counted) = &self.counted {
                         counted.increment(1);
                     }
-                    let decoded = (self.decode)(self.format, &m);
-                    return Poll::Ready(Some(decoded.map_err(|e| {
+                    return Poll::Ready(Some(m.map_err(|e| {
                         let message = format!("cannot decode a stream message: {e}");
                         self.refuse(Kind::Codec, message)
                     })));
                 }
-                Ok(Some(Frame::End(payload))) => {
+                Ok(Some(Decoded::End(payload))) => {
                     let Some(status) = framing::decode_end(payload) else {
                         let message = malformed("a malformed end frame");
                         return Poll::Ready(Some(Err(self.refuse(Kind::Protocol, message))));
@@ -545,6 +556,22 @@ struct Encoder<T> {
     done: bool,
     /// Counts the messages sent (a metric).
     counted: Option<metrics::Counter>,
+    /// Where the messages ready at once are encoded, each straight after the last, and framed;
+    /// empty between polls. Kept for the next chunk (up to [`MAX_KEPT`] of capacity): a chunk
+    /// is copied out of it.
+    buf: Vec<u8>,
+}
+
+impl<T> Encoder<T> {
+    /// What the buffer holds, as one chunk; the buffer is left empty.
+    fn chunk(&mut self) -> Bytes {
+        let chunk = Bytes::copy_from_slice(&self.buf);
+        self.buf.clear();
+        if self.buf.capacity() > MAX_KEPT {
+            self.buf = Vec::new();
+        }
+        chunk
+    }
 }
 
 impl<T: Serialize> Stream for Encoder<T> {
@@ -566,46 +593,49 @@ impl<T: Serialize> Stream for Encoder<T> {
                 return Poll::Ready(Some(Ok(framing::encode_error_end(this.framing, status))));
             }
         }
-        let mut out = BytesMut::new();
+        let (format, framing) = (this.format, this.framing);
         loop {
             let end = match this.messages.poll_local(cx) {
                 Poll::Pending => Ok(None),
-                Poll::Ready(Some(Ok(m))) => match codec::encode_message(this.format, &m) {
-                    Ok(bytes) => {
-                        framing::encode_message(this.framing, &bytes, &mut out);
+                Poll::Ready(Some(Ok(m))) => {
+                    let encoded = framing::encode_message_with(framing, &mut this.buf, |out| {
+                        codec::encode_message_into(format, &m, out)
+                    });
+                    if encoded.is_ok() {
                         if let Some(counted) = &this.counted {
                             counted.increment(1);
                         }
-                        if out.len() < BATCH {
-                            continue;
-                        }
-                        Ok(None)
                     }
-                    Err(status) => Err(End::Status(status)),
-                },
+                    match encoded {
+                        Ok(()) if this.buf.len() < BATCH => continue,
+                        Ok(()) => Ok(None),
+                        Err(status) => Err(End::Status(status)),
+                    }
+                }
                 Poll::Ready(Some(Err(end))) => Err(end),
                 Poll::Ready(None) => Ok(Some(())),
             };
             match end {
                 // Nothing more ready now: send what was gathered, or wait.
-                Ok(None) if out.is_empty() => return Poll::Pending,
-                Ok(None) => return Poll::Ready(Some(Ok(out.freeze()))),
+                Ok(None) if this.buf.is_empty() => return Poll::Pending,
+                Ok(None) => return Poll::Ready(Some(Ok(this.chunk()))),
                 Ok(Some(())) => {
                     this.done = true;
-                    if let Some(tail) = framing::encode_clean_end(this.framing) {
-                        out.extend_from_slice(&tail);
+                    if let Some(tail) = framing::encode_clean_end(framing) {
+                        this.buf.extend_from_slice(&tail);
                     }
                 }
                 Err(end) => {
-                    let status = end.into_status(this.format);
-                    out.extend_from_slice(&framing::encode_error_end(this.framing, status));
+                    let status = end.into_status(format);
+                    this.buf
+                        .extend_from_slice(&framing::encode_error_end(framing, status));
                     this.done = true;
                 }
             }
-            return Poll::Ready(if out.is_empty() {
+            return Poll::Ready(if this.buf.is_empty() {
                 None
             } else {
-                Some(Ok(out.freeze()))
+                Some(Ok(this.chunk()))
             });
         }
     }
