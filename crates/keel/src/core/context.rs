@@ -65,7 +65,7 @@ pub(crate) struct CallFacts {
     /// The session the call runs in, if any (the client layer's callback channel).
     pub(crate) session: Option<Arc<dyn Any + Send + Sync>>,
     /// For an operation with a stream of messages: its message counters (metrics).
-    pub(crate) stream_counters: Option<super::messages::StreamCounters>,
+    pub(crate) stream_counters: Option<super::metrics::StreamCounters>,
 }
 
 struct Shared {
@@ -123,7 +123,7 @@ impl Context {
     }
 
     /// The operation's message counters, for an operation with a stream of messages.
-    pub(crate) fn stream_counters(&self) -> Option<&super::messages::StreamCounters> {
+    pub(crate) fn stream_counters(&self) -> Option<&super::metrics::StreamCounters> {
         self.inner.facts.stream_counters.as_ref()
     }
 

@@ -131,6 +131,21 @@ pub(crate) const SERVER_MESSAGES_RECEIVED: &str = "keel_server_stream_messages_r
 pub(crate) const CLIENT_MESSAGES_SENT: &str = "keel_client_stream_messages_sent_total";
 pub(crate) const CLIENT_MESSAGES_RECEIVED: &str = "keel_client_stream_messages_received_total";
 
+/// A stream's message counters (metrics): messages sent and received.
+#[derive(Clone)]
+pub(crate) struct StreamCounters {
+    /// Messages sent.
+    pub(crate) sent: metrics::Counter,
+    /// Messages received.
+    pub(crate) received: metrics::Counter,
+}
+
+impl std::fmt::Debug for StreamCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamCounters")
+    }
+}
+
 /// Tells the installed recorder what each of keel's metrics is (Prometheus' `# HELP`). Cheap;
 /// called whenever a host starts or a channel is built, as a recorder installed in between
 /// would otherwise lack them.

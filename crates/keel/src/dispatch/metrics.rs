@@ -30,16 +30,16 @@ pub(crate) struct OpMetrics {
     /// How long its handler takes, for running its blocking calls in runs (see `schedule`).
     pub(crate) pace: super::schedule::Pace,
     /// Messages of its streams of messages, registered on its first stream.
-    messages: OnceLock<crate::core::messages::StreamCounters>,
+    messages: OnceLock<crate::core::metrics::StreamCounters>,
 }
 
 impl OpMetrics {
     /// The operation's message counters (registered on first use).
-    pub(crate) fn stream_counters(&self) -> crate::core::messages::StreamCounters {
+    pub(crate) fn stream_counters(&self) -> crate::core::metrics::StreamCounters {
         self.messages
             .get_or_init(|| {
                 let labels = [("service", self.service), ("operation", self.operation)];
-                crate::core::messages::StreamCounters {
+                crate::core::metrics::StreamCounters {
                     sent: metrics::counter!(m::SERVER_MESSAGES_SENT, &labels),
                     received: metrics::counter!(m::SERVER_MESSAGES_RECEIVED, &labels),
                 }

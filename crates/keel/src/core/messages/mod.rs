@@ -426,21 +426,6 @@ impl End {
     }
 }
 
-/// A stream's message counters (metrics): messages sent and received.
-#[derive(Clone)]
-pub(crate) struct StreamCounters {
-    /// Messages sent.
-    pub(crate) sent: metrics::Counter,
-    /// Messages received.
-    pub(crate) received: metrics::Counter,
-}
-
-impl fmt::Debug for StreamCounters {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("StreamCounters")
-    }
-}
-
 /// Decodes a fault end's details into the caller's error (generated code passes the
 /// contract's fault type).
 pub(crate) type FaultDecoder = fn(Format, &[u8]) -> Error;
