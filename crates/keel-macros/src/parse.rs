@@ -352,25 +352,34 @@ fn is_byte_stream(t: &Type) -> bool {
 /// `T` of `MessageStream<T>` (by its last path segment, as written): a stream of messages.
 fn message_type(t: &Type) -> Option<Type> {
     match t {
-        Type::Path(p) => {
-            let seg = p.path.segments.last()?;
-            if seg.ident != "MessageStream" {
-                return None;
-            }
-            let PathArguments::AngleBracketed(ab) = &seg.arguments else {
-                return None;
-            };
-            let mut types = ab.args.iter().filter_map(|a| match a {
-                GenericArgument::Type(t) => Some(t.clone()),
-                _ => None,
-            });
-            let t = types.next()?;
-            types.next().is_none().then_some(t)
-        }
         Type::Paren(p) => message_type(&p.elem),
         Type::Group(g) => message_type(&g.elem),
-        _ => None,
+        _ => match type_args(t, "MessageStream")?.as_slice() {
+            [t] => Some(t.clone()),
+            _ => None,
+        },
     }
+}
+
+/// The type arguments of `t` when it is a path whose last segment is `name<...>` (as written).
+fn type_args(t: &Type, name: &str) -> Option<Vec<Type>> {
+    let Type::Path(p) = t else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != name {
+        return None;
+    }
+    let PathArguments::AngleBracketed(ab) = &seg.arguments else {
+        return None;
+    };
+    Some(
+        ab.args
+            .iter()
+            .filter_map(|a| match a {
+                GenericArgument::Type(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect(),
+    )
 }
 
 /// The tokens of `<...>` and/or the `where` clause, if there are any (for error spans).
@@ -415,18 +424,7 @@ fn contains_impl_trait_or_ref(t: &Type) -> bool {
 
 /// `Result<T, E>` → `Some((T, E))`. Recognised by the last path segment, as written.
 fn result_parts(t: &Type) -> Option<(Type, Type)> {
-    let Type::Path(p) = t else { return None };
-    let seg = p.path.segments.last()?;
-    if seg.ident != "Result" {
-        return None;
-    }
-    let PathArguments::AngleBracketed(ab) = &seg.arguments else {
-        return None;
-    };
-    let mut types = ab.args.iter().filter_map(|a| match a {
-        GenericArgument::Type(t) => Some(t.clone()),
-        _ => None,
-    });
+    let mut types = type_args(t, "Result")?.into_iter();
     let ok = types.next()?;
     let err = types.next()?;
     Some((ok, err))
