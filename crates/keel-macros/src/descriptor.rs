@@ -29,7 +29,11 @@ pub(crate) fn args_ident(trait_name: &Ident, op: &Ident) -> Ident {
 
 /// The args structs' module and the descriptor static, for the contract `item` whose
 /// operations are `ops`.
-pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
+pub(crate) fn generate(
+    item: &ItemTrait,
+    ops: &[Operation],
+    package: Option<&syn::LitStr>,
+) -> TokenStream2 {
     let trait_name = &item.ident;
     let service_name = trait_name.to_string();
     let k = quote!(::keel::__private);
@@ -39,6 +43,11 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
         .iter()
         .map(|op| args_struct(trait_name, &service_name, op));
     let op_infos = ops.iter().map(|op| operation_info(trait_name, op));
+    // The crate's name (with `_` for `-`) as the user's crate is compiled.
+    let package = match package {
+        Some(p) => quote!(#p),
+        None => quote!(::core::env!("CARGO_CRATE_NAME")),
+    };
     quote! {
         #[doc(hidden)]
         #[allow(non_snake_case)]
@@ -54,7 +63,8 @@ pub(crate) fn generate(item: &ItemTrait, ops: &[Operation]) -> TokenStream2 {
         #[doc(hidden)]
         #[allow(non_upper_case_globals)]
         static #descriptor_static: #k::ServiceDescriptor =
-            #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*]);
+            #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*])
+                .with_package(#package);
     }
 }
 

@@ -23,8 +23,8 @@ use crate::parse::{generics_tokens, parse_operation, Errors};
 /// Turns a trait into a keel service contract. See `keel::contract` for the full documentation.
 #[proc_macro_attribute]
 pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let callback = match parse_contract_args(TokenStream2::from(attr)) {
-        Ok(callback) => callback,
+    let args = match parse_contract_args(TokenStream2::from(attr)) {
+        Ok(args) => args,
         Err(e) => return e.to_compile_error().into(),
     };
     let item2 = TokenStream2::from(item.clone());
@@ -36,7 +36,7 @@ pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
             return quote!(#err #item2).into();
         }
     };
-    match expand(trait_item, callback.as_ref()) {
+    match expand(trait_item, &args) {
         Ok(ts) => ts.into(),
         Err(e) => e.to_compile_error().into(),
     }
@@ -44,7 +44,7 @@ pub fn contract(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 /// The code for the contract `item`: the service trait, its descriptor, its server and its
 /// clients; or every mistake in the contract, each at its span.
-fn expand(item: ItemTrait, callback: Option<&syn::Path>) -> syn::Result<TokenStream2> {
+fn expand(item: ItemTrait, args: &ContractArgs) -> syn::Result<TokenStream2> {
     let mut errors = Errors::default();
     if let Some(generics) = generics_tokens(&item.generics) {
         errors.push_spanned(generics, "a keel contract cannot be generic");
@@ -66,9 +66,9 @@ fn expand(item: ItemTrait, callback: Option<&syn::Path>) -> syn::Result<TokenStr
     errors.finish()?;
 
     let service = service::generate(&item, &ops);
-    let descriptor = descriptor::generate(&item, &ops);
+    let descriptor = descriptor::generate(&item, &ops, args.package.as_ref());
     let server = server::generate(&item, &ops);
-    let client = client::generate(&item, &ops, callback);
+    let client = client::generate(&item, &ops, args.callback.as_ref());
     Ok(quote! {
         #service
         #descriptor
@@ -77,26 +77,58 @@ fn expand(item: ItemTrait, callback: Option<&syn::Path>) -> syn::Result<TokenStr
     })
 }
 
-/// The contract's arguments: nothing, or `callback = Path` (the callback contract of a duplex
-/// contract, whose `{Path}Server` a client's `open_session` serves).
-fn parse_contract_args(attr: TokenStream2) -> syn::Result<Option<syn::Path>> {
+/// The contract's arguments (`#[keel::contract(...)]`).
+#[derive(Default)]
+struct ContractArgs {
+    /// `callback = Path`: the callback contract of a duplex contract, whose `{Path}Server` a
+    /// client's `open_session` serves.
+    callback: Option<syn::Path>,
+    /// `package = "name.v1"`: the protobuf package of the contract's gRPC service and `.proto`
+    /// file (the crate's name when not given).
+    package: Option<syn::LitStr>,
+}
+
+/// The contract's arguments: nothing, `callback = Path`, `package = "..."`, or both.
+fn parse_contract_args(attr: TokenStream2) -> syn::Result<ContractArgs> {
+    let mut args = ContractArgs::default();
     if attr.is_empty() {
-        return Ok(None);
+        return Ok(args);
     }
-    let mut callback = None;
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("callback") {
-            callback = Some(meta.value()?.parse::<syn::Path>()?);
+            args.callback = Some(meta.value()?.parse::<syn::Path>()?);
+            Ok(())
+        } else if meta.path.is_ident("package") {
+            let lit = meta.value()?.parse::<syn::LitStr>()?;
+            if !valid_package(&lit.value()) {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "a protobuf package is dot-separated identifiers (letters, digits and `_`, \
+                     not starting with a digit), e.g. `package = \"calculator.v1\"`",
+                ));
+            }
+            args.package = Some(lit);
             Ok(())
         } else {
             Err(meta.error(
-                "unknown contract argument; expected `callback = CallbackContract` (put \
-                 #[keel(...)] on operations)",
+                "unknown contract argument; expected `callback = CallbackContract` or \
+                 `package = \"name.v1\"` (put #[keel(...)] on operations)",
             ))
         }
     });
     syn::parse::Parser::parse2(parser, attr)?;
-    Ok(callback)
+    Ok(args)
+}
+
+/// Whether `package` is a protobuf package name: identifiers joined by dots.
+fn valid_package(package: &str) -> bool {
+    package.split('.').all(|part| {
+        let mut chars = part.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// The error for `#[keel::contract]` on something other than a trait: at the item's keyword

@@ -25,13 +25,39 @@ pub struct ServiceDescriptor {
     pub name: &'static str,
     /// The operations; an operation's index is its position here.
     pub operations: &'static [OperationInfo],
+    /// The protobuf package of the contract's gRPC service and `.proto` file:
+    /// `#[keel::contract(package = "...")]`, else the name of the crate that declares the
+    /// contract (with `_` for `-`).
+    pub package: &'static str,
 }
 
 impl ServiceDescriptor {
     /// A description (what generated code builds). Not a public API.
     #[doc(hidden)]
     pub const fn new(name: &'static str, operations: &'static [OperationInfo]) -> Self {
-        ServiceDescriptor { name, operations }
+        ServiceDescriptor {
+            name,
+            operations,
+            package: "",
+        }
+    }
+
+    /// This description in the protobuf package `package` (what generated code builds). Not
+    /// a public API.
+    #[doc(hidden)]
+    pub const fn with_package(mut self, package: &'static str) -> Self {
+        self.package = package;
+        self
+    }
+
+    /// The gRPC service's full name, `{package}.{name}` (just `{name}` without a package):
+    /// the first part of its calls' paths, `/{full name}/{Method}`.
+    pub fn grpc_name(&self) -> String {
+        if self.package.is_empty() {
+            self.name.to_string()
+        } else {
+            format!("{}.{}", self.package, self.name)
+        }
     }
 
     /// The index of the operation called `name`.
@@ -152,6 +178,25 @@ impl OperationInfo {
     pub fn streamed(&self) -> bool {
         self.stream_request || self.stream_response
     }
+
+    /// The operation's gRPC method name: its name in `PascalCase` (`get_feature` →
+    /// `GetFeature`), as protobuf's style guide names RPCs.
+    pub fn grpc_name(&self) -> String {
+        pascal_case(self.name)
+    }
+}
+
+/// `snake_case` → `PascalCase`: each `_`-separated word capitalised, the `_`s dropped.
+pub(crate) fn pascal_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for word in name.split('_').filter(|w| !w.is_empty()) {
+        let mut chars = word.chars();
+        if let Some(first) = chars.next() {
+            out.extend(first.to_uppercase());
+            out.push_str(chars.as_str());
+        }
+    }
+    out
 }
 
 /// Adds the JSON Schema of a type to a generator (a `$ref` for types kept in its definitions).
