@@ -7,6 +7,7 @@
 //! cargo run --release --example calculator -- --serve http://127.0.0.1:7000  # HTTP + JSON
 //! python3 examples/clients/calculator.py http://127.0.0.1:7000
 //! cargo run --example calculator -- --openapi    # the contract's OpenAPI document
+//! cargo run --example calculator -- --proto      # its .proto file (gRPC)
 //! ```
 
 use clap::Parser;
@@ -23,6 +24,9 @@ struct Cli {
     /// Print the contract's OpenAPI 3.1 document (examples/openapi/calculator.json) and exit
     #[arg(long, conflicts_with_all = ["serve", "connect"])]
     openapi: bool,
+    /// Print the contract's `.proto` file (examples/proto/calculator.proto) and exit
+    #[arg(long, conflicts_with_all = ["serve", "connect", "openapi"])]
+    proto: bool,
 }
 
 fn main() {
@@ -36,6 +40,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     if cli.openapi {
         print!("{}", calculator::openapi());
+        return Ok(());
+    }
+    if cli.proto {
+        print!("{}", calculator::proto());
         return Ok(());
     }
     match cli.mode.mode() {

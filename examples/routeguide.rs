@@ -6,6 +6,7 @@
 //! cargo run --release --example routeguide -- --serve tcp://127.0.0.1:7000  # host only
 //! cargo run --release --example routeguide -- --connect tcp://127.0.0.1:7000
 //! cargo run --example routeguide -- --openapi   # the contract's OpenAPI document
+//! cargo run --example routeguide -- --proto     # its .proto file (gRPC)
 //! ```
 //!
 //! Bidirectional streams need keel-wire (`tcp://`, `unix://`, `tcps://`) or HTTP/2 (`https://`,
@@ -26,6 +27,9 @@ struct Cli {
     /// Print the contract's OpenAPI 3.1 document (its streams as NDJSON) and exit
     #[arg(long, conflicts_with_all = ["serve", "connect"])]
     openapi: bool,
+    /// Print the contract's `.proto` file (examples/proto/routeguide.proto) and exit
+    #[arg(long, conflicts_with_all = ["serve", "connect", "openapi"])]
+    proto: bool,
 }
 
 #[tokio::main]
@@ -38,6 +42,10 @@ async fn main() {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
+    if cli.proto {
+        print!("{}", keel_examples::routeguide::proto());
+        return Ok(());
+    }
     if cli.openapi {
         println!(
             "{}",

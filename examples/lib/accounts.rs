@@ -132,3 +132,10 @@ impl keel::client::Interceptor for SendToken {
 pub fn openapi() -> String {
     keel::openapi::document(&[AccountsClient::descriptor()])
 }
+
+/// The contract's `.proto` file, as gRPC tools and code generators read it (committed as
+/// `examples/proto/accounts.proto`).
+pub fn proto() -> String {
+    keel::proto::file(AccountsClient::descriptor())
+        .expect("every type of the contract has a protobuf type")
+}

@@ -69,3 +69,10 @@ pub fn http_host() -> Result<keel::Host, keel::Error> {
 pub fn openapi() -> String {
     keel::openapi::document(&[CalculatorClient::descriptor()])
 }
+
+/// The contract's `.proto` file, as gRPC tools and code generators read it (committed as
+/// `examples/proto/calculator.proto`).
+pub fn proto() -> String {
+    keel::proto::file(CalculatorClient::descriptor())
+        .expect("every type of the contract has a protobuf type")
+}

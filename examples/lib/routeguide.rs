@@ -258,3 +258,10 @@ pub fn builder(url: &str) -> keel::host::HostBuilder {
         .service(RouteGuideServer::new(Guide::default()))
         .endpoint(url)
 }
+
+/// The contract's `.proto` file, as gRPC tools and code generators read it (committed as
+/// `examples/proto/routeguide.proto`).
+pub fn proto() -> String {
+    keel::proto::file(RouteGuideClient::descriptor())
+        .expect("every type of the contract has a protobuf type")
+}

@@ -69,3 +69,10 @@ pub fn builder(url: &str) -> keel::host::HostBuilder {
         .service(TickerServer::new(Quotes))
         .endpoint(url)
 }
+
+/// The contract's `.proto` file, as gRPC tools and code generators read it (committed as
+/// `examples/proto/ticker.proto`).
+pub fn proto() -> String {
+    keel::proto::file(TickerClient::descriptor())
+        .expect("every type of the contract has a protobuf type")
+}

@@ -160,6 +160,33 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
     } else {
         quote!()
     };
+    let proto = {
+        let descriptor_mod = module_ident(trait_name);
+        let args = args_ident(trait_name, &op.name);
+        let success = match (&op.fallible, &op.status_result) {
+            (Some((t, _)), _) | (None, Some(t)) => t,
+            (None, None) => &op.ret,
+        };
+        let some = |t: &Type| quote!(::core::option::Option::Some(#k::proto_trace::<#t>));
+        let none = quote!(::core::option::Option::None);
+        let returns = if let Some(m) = &op.reply_message {
+            some(m)
+        } else if op.one_way || op.stream_reply {
+            none.clone()
+        } else {
+            some(success)
+        };
+        let request_message = op.request_message.as_ref().map_or(none.clone(), some);
+        let fault = op.fallible.as_ref().map_or(none, |(_, e)| some(e));
+        quote! {
+            .with_proto(#k::ProtoTypes::new(
+                #k::proto_trace::<#descriptor_mod::#args>,
+                #returns,
+                #request_message,
+                #fault,
+            ))
+        }
+    };
     quote! {
         #k::OperationInfo::new(
             #name,
@@ -174,6 +201,7 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
         .with_idempotent(#idempotent)
         .with_messages(#message_request, #message_response)
         #schemas
+        #proto
     }
 }
 

@@ -591,6 +591,7 @@ mod dispatch;
 pub mod host;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+pub mod proto;
 mod runtime;
 mod transport;
 
@@ -734,6 +735,8 @@ pub mod __private {
     pub use crate::core::compress::DecompressError;
     pub use crate::core::context::Context;
     pub use crate::core::format::Format;
+    pub use crate::core::proto::schema::{trace_of as proto_trace, ProtoTypes, TraceFn};
+    pub use crate::core::proto::ProtoCodec;
     #[cfg(feature = "openapi")]
     pub use crate::core::service::OperationSchemas;
     pub use crate::core::service::{

@@ -29,6 +29,7 @@ pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result
         Format::Json => serde_json::to_vec(value)
             .map(Bytes::from)
             .map_err(|e| e.to_string()),
+        Format::Protobuf(codec) => codec.encode(value).map(Bytes::from),
     }
 }
 
@@ -121,6 +122,7 @@ pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result
             }
         }
         Format::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
+        Format::Protobuf(codec) => codec.decode(body),
     }
 }
 
@@ -246,6 +248,7 @@ pub(crate) fn encode_message_into<T: Serialize>(
             .map(drop)
             .map_err(|e| e.to_string()),
         Format::Json => serde_json::to_writer(&mut *out, value).map_err(|e| e.to_string()),
+        Format::Protobuf(codec) => codec.encode_into(value, out),
     };
     encoded.map_err(|e| {
         out.truncate(start);

@@ -1,6 +1,8 @@
 //! How a call's bodies are encoded on the wire: the [`Format`] a binding chose for it, and the
 //! [`Framing`] of its streams of messages.
 
+use super::proto::ProtoCodec;
+
 /// How message bodies are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -12,6 +14,9 @@ pub enum Format {
     /// JSON (`serde_json`): the HTTP binding's format for clients in any language. Arguments
     /// are an object of the parameters by name.
     Json,
+    /// Protobuf, derived from the contract's types (gRPC): arguments are a message of the
+    /// parameters numbered in order (see `core/proto`).
+    Protobuf(ProtoCodec),
 }
 
 /// How messages are framed in a stream's bytes.

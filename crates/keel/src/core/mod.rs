@@ -11,8 +11,9 @@
 //! - [`service`]: a contract's descriptors and the [`Service`](service::Service) trait generated
 //!   servers implement (the dispatch trait);
 //! - [`format`]: [`Format`](format::Format), how a call's bodies are encoded (MessagePack,
-//!   postcard, JSON);
+//!   postcard, JSON, protobuf);
 //! - [`codec`]: how arguments, replies and faults are encoded in a format;
+//! - [`proto`]: protobuf derived from a contract's serde types (gRPC's encoding);
 //! - [`keepalive`]: [`Keepalive`](keepalive::Keepalive) and [`PingPolicy`](keepalive::PingPolicy),
 //!   the liveness settings both sides share;
 //! - [`depth`]: the nesting limit decoding keeps in every format;
@@ -35,6 +36,7 @@ pub(crate) mod messages;
 pub(crate) mod metadata;
 pub mod metrics;
 pub(crate) mod msgpack;
+pub(crate) mod proto;
 pub(crate) mod random;
 pub(crate) mod service;
 pub(crate) mod status;

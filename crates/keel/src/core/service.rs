@@ -5,11 +5,14 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 
 use super::context::Context;
 use super::format::Format;
+use super::proto::schema::{self, ProtoTypes, ServiceSchema};
+use super::proto::ProtoCodec;
 use super::status::Status;
 use super::stream::ByteStream;
 
@@ -29,6 +32,8 @@ pub struct ServiceDescriptor {
     /// `#[keel::contract(package = "...")]`, else the name of the crate that declares the
     /// contract (with `_` for `-`).
     pub package: &'static str,
+    /// Its protobuf schema, traced from its types on first use.
+    proto: OnceLock<Result<ServiceSchema, String>>,
 }
 
 impl ServiceDescriptor {
@@ -39,7 +44,43 @@ impl ServiceDescriptor {
             name,
             operations,
             package: "",
+            proto: OnceLock::new(),
         }
+    }
+
+    /// The contract's protobuf schema (traced from its types the first time it is asked
+    /// for), or why its types have none.
+    pub(crate) fn proto_schema(&self) -> Result<&ServiceSchema, &str> {
+        self.proto
+            .get_or_init(|| {
+                let operations = self
+                    .operations
+                    .iter()
+                    .map(|op| schema::OpShape {
+                        name: op.name,
+                        method: op.grpc_name(),
+                        one_way: op.one_way,
+                        stream_request: op.stream_request,
+                        stream_response: op.stream_response,
+                        message_request: op.message_request,
+                        message_response: op.message_response,
+                        proto: op.proto,
+                    })
+                    .collect();
+                schema::trace(&schema::Contract {
+                    name: self.name,
+                    package: self.package,
+                    operations,
+                })
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// The protobuf encoding of the contract's types, or why they have none.
+    #[allow(dead_code)] // The gRPC binding's, which is being merged.
+    pub(crate) fn proto_codec(&'static self) -> Result<ProtoCodec, &'static str> {
+        self.proto_schema().map(|s| ProtoCodec::new(&s.enums))
     }
 
     /// This description in the protobuf package `package` (what generated code builds). Not
@@ -108,6 +149,9 @@ pub struct OperationInfo {
     /// compiled with the `openapi` feature.
     #[cfg(feature = "openapi")]
     pub schemas: Option<OperationSchemas>,
+    /// How to trace its types into protobuf (from `#[keel::contract]`).
+    #[doc(hidden)]
+    pub proto: Option<ProtoTypes>,
 }
 
 impl OperationInfo {
@@ -138,7 +182,16 @@ impl OperationInfo {
             idempotent: false,
             #[cfg(feature = "openapi")]
             schemas: None,
+            proto: None,
         }
+    }
+
+    /// This description with the functions that trace its types into protobuf (what
+    /// generated code builds). Not a public API.
+    #[doc(hidden)]
+    pub const fn with_proto(mut self, proto: ProtoTypes) -> Self {
+        self.proto = Some(proto);
+        self
     }
 
     /// This description with the operation's schemas (what generated code builds). Not a
