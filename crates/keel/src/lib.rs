@@ -766,6 +766,15 @@ pub mod __private {
     use crate::core::codec;
     use crate::core::status::Status;
 
+    /// The protobuf format of the contract `descriptor` describes (gRPC's encoding), or why
+    /// its types have none.
+    pub fn proto_format(descriptor: &'static ServiceDescriptor) -> Result<Format, String> {
+        descriptor
+            .proto_codec()
+            .map(Format::Protobuf)
+            .map_err(str::to_string)
+    }
+
     /// Decodes operation arguments; failure is a `BadRequest` status.
     pub fn decode_args<T: serde::de::DeserializeOwned>(
         format: Format,

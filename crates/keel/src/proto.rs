@@ -91,7 +91,7 @@ impl<'a> Writer<'a> {
                 self.body_message(fault, &format!("{}Fault", op.method), false);
             }
         }
-        let names: BTreeSet<&String> = self.reg.keys().filter(|n| !is_args_struct(n)).collect();
+        let names: BTreeSet<&String> = s.used.iter().filter(|n| !is_args_struct(n)).collect();
         for name in names {
             self.container(name, &self.reg[name]);
         }

@@ -78,7 +78,6 @@ impl ServiceDescriptor {
     }
 
     /// The protobuf encoding of the contract's types, or why they have none.
-    #[allow(dead_code)] // The gRPC binding's, which is being merged.
     pub(crate) fn proto_codec(&'static self) -> Result<ProtoCodec, &'static str> {
         self.proto_schema().map(|s| ProtoCodec::new(&s.enums))
     }

@@ -4,6 +4,8 @@
 //! contract's `.proto` file, refusing what protobuf cannot say with an error that names the
 //! type.
 
+use std::collections::BTreeSet;
+
 use serde::de::DeserializeOwned;
 use serde_reflection::{Tracer, TracerConfig};
 
@@ -145,6 +147,8 @@ pub(crate) struct ServiceSchema {
     pub(crate) package: &'static str,
     /// Every struct and enum the operations use, by serde name.
     pub(crate) registry: Registry,
+    /// The names of those the operations callable over gRPC use.
+    pub(crate) used: BTreeSet<String>,
     /// The operations, in declaration order.
     pub(crate) ops: Vec<OpSchema>,
     /// The enums that are protobuf enums.
@@ -185,9 +189,11 @@ pub(crate) struct Contract {
 /// Traces `desc`'s types into its protobuf schema, or says why it has none.
 pub(crate) fn trace(desc: &Contract) -> Result<ServiceSchema, String> {
     // Each type once, in order: per operation its arguments, then what it has of return,
-    // request message and fault.
+    // request message and fault. An operation whose types cannot be traced is left out (and
+    // is not callable over gRPC); the others are traced together.
     let mut roots: Vec<TraceFn> = Vec::new();
     let mut shapes = Vec::new();
+    let mut untraceable = Vec::new();
     for op in &desc.operations {
         let Some(types) = op.proto else {
             return Err(format!(
@@ -195,33 +201,48 @@ pub(crate) fn trace(desc: &Contract) -> Result<ServiceSchema, String> {
                 desc.name, op.name
             ));
         };
-        roots.push(types.args);
         let optional = [types.returns, types.request_message, types.fault];
-        roots.extend(optional.iter().flatten());
-        shapes.push((op, optional.map(|f| f.is_some())));
-        // Each operation alone first, so an error names the operation.
         let own: Vec<TraceFn> = std::iter::once(types.args)
             .chain(optional.into_iter().flatten())
             .collect();
-        trace_all(&own).map_err(|e| {
-            format!(
-                "{}.{}: its types cannot be described in protobuf: {e}",
-                desc.name, op.name
-            )
-        })?;
+        if let Err(e) = trace_all(&own) {
+            untraceable.push((
+                op,
+                format!("its types cannot be described in protobuf: {e}"),
+            ));
+            continue;
+        }
+        roots.extend(own);
+        shapes.push((op, optional.map(|f| f.is_some())));
     }
     let (formats, registry) = trace_all(&roots).map_err(|e| {
         format!(
-            "{}: its types cannot be described in protobuf: {e}",
+            "{}: its types cannot be described in protobuf together: {e}",
             desc.name
         )
     })?;
     let mut formats = formats.into_iter();
-    let mut traced = Vec::new();
+    let mut ops = Vec::new();
     for (op, [returns, request_message, fault]) in shapes {
         let mut next = |present: bool| present.then(|| formats.next().expect("a format per root"));
         let args = next(true).expect("arguments are traced");
-        traced.push((op, args, next(returns), next(request_message), next(fault)));
+        let (returns, request_message, fault) = (next(returns), next(request_message), next(fault));
+        let used: Vec<Format> = [
+            Some(&args),
+            returns.as_ref(),
+            request_message.as_ref(),
+            fault.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        let unfit = check_formats(&used.iter().collect::<Vec<_>>(), &registry).err();
+        let mut schema = op_schema(op, &registry, &args, returns, request_message, fault);
+        if schema.unavailable.is_none() {
+            schema.unavailable = unfit;
+        }
+        ops.push((schema, used));
     }
     let enums = Enums::new(
         registry
@@ -229,26 +250,80 @@ pub(crate) fn trace(desc: &Contract) -> Result<ServiceSchema, String> {
             .filter(|(_, c)| is_c_like(c))
             .map(|(name, _)| name.clone()),
     );
-    let mut ops = Vec::new();
-    for (op, args, returns, request_message, fault) in traced {
-        ops.push(op_schema(
-            op,
-            &registry,
-            args,
-            returns,
-            request_message,
-            fault,
-        ));
+    // What the callable operations use, for the `.proto` file.
+    let mut used = BTreeSet::new();
+    for (op, formats) in &ops {
+        if op.unavailable.is_none() {
+            for f in formats {
+                reach(f, &registry, &mut used);
+            }
+        }
     }
-    let schema = ServiceSchema {
+    let mut ops: Vec<OpSchema> = ops.into_iter().map(|(op, _)| op).collect();
+    for (op, why) in untraceable {
+        ops.push(OpSchema {
+            name: op.name,
+            method: op.method.clone(),
+            request: Body::Empty,
+            response: Body::Empty,
+            client_streaming: op.message_request,
+            server_streaming: op.message_response,
+            fault: None,
+            unavailable: Some(why),
+        });
+    }
+    // In declaration order.
+    let order = |name: &str| desc.operations.iter().position(|o| o.name == name);
+    ops.sort_by_key(|op| order(op.name));
+    Ok(ServiceSchema {
         service: desc.name,
         package: desc.package,
         registry,
+        used,
         ops,
         enums,
-    };
-    check(&schema).map_err(|e| format!("{}: {e}", desc.name))?;
-    Ok(schema)
+    })
+}
+
+/// Adds the names of the structs and enums `format` reaches to `used`.
+fn reach(format: &Format, reg: &Registry, used: &mut BTreeSet<String>) {
+    match format {
+        Format::TypeName(name) => {
+            if !used.insert(name.clone()) {
+                return;
+            }
+            match reg.get(name) {
+                Some(ContainerFormat::NewTypeStruct(f)) => reach(f, reg, used),
+                Some(ContainerFormat::TupleStruct(fs)) => {
+                    fs.iter().for_each(|f| reach(f, reg, used))
+                }
+                Some(ContainerFormat::Struct(fs)) => {
+                    fs.iter().for_each(|f| reach(&f.value, reg, used))
+                }
+                Some(ContainerFormat::Enum(vs)) => {
+                    for v in vs.values() {
+                        match &v.value {
+                            VariantFormat::NewType(f) => reach(f, reg, used),
+                            VariantFormat::Tuple(fs) => fs.iter().for_each(|f| reach(f, reg, used)),
+                            VariantFormat::Struct(fs) => {
+                                fs.iter().for_each(|f| reach(&f.value, reg, used))
+                            }
+                            VariantFormat::Unit => {}
+                        }
+                    }
+                }
+                Some(ContainerFormat::UnitStruct) | None => {}
+            }
+        }
+        Format::Option(f) | Format::Seq(f) => reach(f, reg, used),
+        Format::TupleArray { content } => reach(content, reg, used),
+        Format::Map { key, value } => {
+            reach(key, reg, used);
+            reach(value, reg, used);
+        }
+        Format::Tuple(fs) => fs.iter().for_each(|f| reach(f, reg, used)),
+        _ => {}
+    }
 }
 
 /// Whether an enum's variants all carry nothing.
@@ -260,14 +335,14 @@ pub(crate) fn is_c_like(container: &ContainerFormat) -> bool {
 fn op_schema(
     op: &OpShape,
     registry: &Registry,
-    args: Format,
+    args: &Format,
     returns: Option<Format>,
     request_message: Option<Format>,
     fault: Option<Format>,
 ) -> OpSchema {
     let bytes_in = op.stream_request && !op.message_request;
     let bytes_out = op.stream_response && !op.message_response;
-    let args_empty = matches!(&args, Format::TypeName(n)
+    let args_empty = matches!(args, Format::TypeName(n)
         if matches!(registry.get(n), Some(ContainerFormat::Struct(f)) if f.is_empty()));
     let unavailable = if bytes_in || bytes_out {
         Some("it streams bytes (keel::ByteStream), which gRPC has no type for".to_string())
@@ -282,7 +357,7 @@ fn op_schema(
     };
     let request = match request_message {
         Some(m) => body(&m, registry),
-        None => body(&args, registry),
+        None => body(args, registry),
     };
     let response = match (op.one_way, returns) {
         (true, _) | (_, None) => Body::Empty,
@@ -325,10 +400,24 @@ pub(crate) fn resolve<'a>(format: &'a Format, registry: &'a Registry) -> &'a For
     }
 }
 
-/// Refuses the shapes protobuf has no field for, naming where they are.
-fn check(schema: &ServiceSchema) -> Result<(), String> {
-    let reg = &schema.registry;
-    for (name, container) in reg {
+/// Refuses the shapes protobuf has no field for in what `roots` (an operation's bodies)
+/// reach, naming where they are.
+fn check_formats(roots: &[&Format], reg: &Registry) -> Result<(), String> {
+    let mut used = BTreeSet::new();
+    for root in roots {
+        reach(root, reg, &mut used);
+        // A body that is not a struct is a wrapper's field.
+        if !matches!(resolve(root, reg), Format::TypeName(n)
+            if matches!(reg.get(n), Some(ContainerFormat::Struct(_) | ContainerFormat::UnitStruct)))
+            && !matches!(resolve(root, reg), Format::Unit)
+        {
+            check_field(root, reg)?;
+        }
+    }
+    for name in &used {
+        let Some(container) = reg.get(name) else {
+            continue;
+        };
         let fields: Vec<(String, &Format)> = match container {
             ContainerFormat::Struct(fs) => fs.iter().map(|f| (f.name.clone(), &f.value)).collect(),
             ContainerFormat::TupleStruct(fs) => fs
@@ -360,7 +449,7 @@ fn check(schema: &ServiceSchema) -> Result<(), String> {
                                 (format!("variant {}, field {}", v.name, f.name), &f.value)
                             }))
                         }
-                        _ => {}
+                        VariantFormat::Unit => {}
                     }
                 }
                 out
@@ -369,14 +458,6 @@ fn check(schema: &ServiceSchema) -> Result<(), String> {
         };
         for (field, format) in fields {
             check_field(format, reg).map_err(|e| format!("{name}, {field}: {e}"))?;
-        }
-    }
-    for op in &schema.ops {
-        let bodies = [Some(&op.request), Some(&op.response), op.fault.as_ref()];
-        for b in bodies.into_iter().flatten() {
-            if let Body::Wrapped(f) = b {
-                check_field(f, reg).map_err(|e| format!("{}: {e}", op.name))?;
-            }
         }
     }
     Ok(())
