@@ -13,11 +13,9 @@
 //! assert!(proto.contains("double a = 1;"));
 //! ```
 
-use std::collections::BTreeSet;
 use std::fmt::{self, Write as _};
 
-use crate::core::proto::model::{ContainerFormat, Format, Named, Registry, VariantFormat};
-use crate::core::proto::schema::{is_c_like, resolve, Body, OpSchema, ServiceSchema};
+use crate::core::proto::file::{self, FieldDef, FieldType, FileDef, Label, MessageDef};
 use crate::core::service::ServiceDescriptor;
 
 /// A contract whose types protobuf cannot describe, and why (the type and field it means).
@@ -36,316 +34,257 @@ impl std::error::Error for SchemaError {}
 
 /// The `.proto` file (proto3) of the contract `descriptor` describes: its gRPC service, one
 /// request and one response message per operation, and a message or enum for each type they
-/// use. Operations gRPC cannot call (byte streams) are listed in a comment that says why.
+/// use. Operations gRPC cannot call (byte streams, types protobuf has no field for) are listed
+/// in a comment that says why.
 pub fn file(descriptor: &'static ServiceDescriptor) -> Result<String, SchemaError> {
     let schema = descriptor.proto_schema().map_err(|e| SchemaError {
         message: e.to_string(),
     })?;
-    Ok(Writer::new(schema).write())
+    let file = file::build(descriptor.package, &[schema]);
+    Ok(text(&file))
 }
 
-/// Whether `name` is the serde name of an operation's arguments struct (generated, hidden).
-fn is_args_struct(name: &str) -> bool {
-    name.starts_with("__") && name.ends_with("_args")
-}
-
-struct Writer<'a> {
-    schema: &'a ServiceSchema,
-    reg: &'a Registry,
-    out: String,
-}
-
-impl<'a> Writer<'a> {
-    fn new(schema: &'a ServiceSchema) -> Self {
-        Writer {
-            schema,
-            reg: &schema.registry,
-            out: String::new(),
-        }
+/// The `.proto` text of `file`.
+fn text(file: &FileDef) -> String {
+    let mut out = String::new();
+    let services: Vec<&str> = file.services.iter().map(|s| s.name.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "// The contract `{}`, described by keel from its Rust types (keel::proto::file).\n\
+         // Regenerate it rather than editing it: it changes when the contract does.\n\
+         syntax = \"proto3\";\n",
+        services.join("`, `")
+    );
+    if !file.package.is_empty() {
+        let _ = writeln!(out, "package {};\n", file.package);
     }
-
-    fn write(mut self) -> String {
-        let s = self.schema;
-        let _ = writeln!(
-            self.out,
-            "// The contract `{}`, described by keel from its Rust types (keel::proto::file).\n\
-             // Regenerate it rather than editing it: it changes when the contract does.\n\
-             syntax = \"proto3\";\n",
-            s.service
-        );
-        if !s.package.is_empty() {
-            let _ = writeln!(self.out, "package {};\n", s.package);
-        }
-        let _ = writeln!(self.out, "service {} {{", s.service);
-        for op in &s.ops {
-            self.rpc(op);
-        }
-        self.out.push_str("}\n");
-        for op in &s.ops {
-            if op.unavailable.is_some() {
-                continue;
+    let short = |full: &str| -> String {
+        full.strip_prefix(&format!("{}.", file.package))
+            .filter(|_| !file.package.is_empty())
+            .unwrap_or(full)
+            .to_string()
+    };
+    for service in &file.services {
+        let _ = writeln!(out, "service {} {{", service.name);
+        for m in &service.methods {
+            if let Some(fault) = &m.fault {
+                let _ = writeln!(
+                    out,
+                    "  // Fails with a {} in grpc-status-details-bin (a google.rpc.Status).",
+                    short(fault)
+                );
             }
-            self.body_message(&op.request, &format!("{}Request", op.method), true);
-            self.body_message(&op.response, &format!("{}Response", op.method), false);
-            if let Some(fault) = &op.fault {
-                self.body_message(fault, &format!("{}Fault", op.method), false);
-            }
-        }
-        let names: BTreeSet<&String> = s.used.iter().filter(|n| !is_args_struct(n)).collect();
-        for name in names {
-            self.container(name, &self.reg[name]);
-        }
-        self.out
-    }
-
-    /// The name a body's message has in the file.
-    fn body_name(&self, body: &Body, wrapper: &str) -> String {
-        match body {
-            Body::Message(name) if !is_args_struct(name) => proto_ident(name),
-            _ => wrapper.to_string(),
-        }
-    }
-
-    fn rpc(&mut self, op: &OpSchema) {
-        if let Some(why) = &op.unavailable {
-            let _ = writeln!(self.out, "  // {}: not callable over gRPC: {why}.", op.name);
-            return;
-        }
-        if let Some(fault) = &op.fault {
-            let name = self.body_name(fault, &format!("{}Fault", op.method));
             let _ = writeln!(
-                self.out,
-                "  // Fails with a {name} in grpc-status-details-bin (a google.rpc.Status)."
+                out,
+                "  rpc {}({}{}) returns ({}{});",
+                m.name,
+                if m.client_streaming { "stream " } else { "" },
+                short(&m.input),
+                if m.server_streaming { "stream " } else { "" },
+                short(&m.output),
             );
         }
-        let request = self.body_name(&op.request, &format!("{}Request", op.method));
-        let response = self.body_name(&op.response, &format!("{}Response", op.method));
+        for (op, why) in &service.left_out {
+            let _ = writeln!(out, "  // {op}: not callable over gRPC: {why}.");
+        }
+        out.push_str("}\n");
+    }
+    for m in &file.messages {
+        message(&mut out, m, "", &short);
+    }
+    for e in &file.enums {
+        let _ = writeln!(out, "\nenum {} {{", e.name);
+        for (name, value) in &e.values {
+            let _ = writeln!(out, "  {name} = {value};");
+        }
+        out.push_str("}\n");
+    }
+    out
+}
+
+/// A message's text; a nested one (`indent` not empty) names types by their full name, as a
+/// variant's message could hide a type of the same name.
+fn message(out: &mut String, m: &MessageDef, indent: &str, short: &dyn Fn(&str) -> String) {
+    if m.fields.is_empty() && m.nested.is_empty() {
+        let _ = writeln!(out, "\n{indent}message {} {{}}", m.name);
+        return;
+    }
+    let _ = writeln!(out, "\n{indent}message {} {{", m.name);
+    let qualified = !indent.is_empty() || !m.oneofs.is_empty();
+    let name = |ty: &FieldType| type_name(ty, qualified, short);
+    let (members, plain): (Vec<&FieldDef>, Vec<&FieldDef>) =
+        m.fields.iter().partition(|f| f.oneof.is_some());
+    for f in plain {
+        let label = match f.label {
+            Label::Singular => "",
+            Label::Optional => "optional ",
+            Label::Repeated if matches!(f.ty, FieldType::Map { .. }) => "",
+            Label::Repeated => "repeated ",
+        };
         let _ = writeln!(
-            self.out,
-            "  rpc {}({}{request}) returns ({}{response});",
-            op.method,
-            if op.client_streaming { "stream " } else { "" },
-            if op.server_streaming { "stream " } else { "" },
+            out,
+            "{indent}  {label}{} {} = {};",
+            name(&f.ty),
+            f.name,
+            f.number
         );
     }
+    for (i, oneof) in m.oneofs.iter().enumerate() {
+        let _ = writeln!(out, "{indent}  oneof {oneof} {{");
+        for f in members.iter().filter(|f| f.oneof == Some(i)) {
+            let _ = writeln!(
+                out,
+                "{indent}    {} {} = {};",
+                name(&f.ty),
+                f.name,
+                f.number
+            );
+        }
+        let _ = writeln!(out, "{indent}  }}");
+    }
+    let nested_indent = format!("{indent}  ");
+    for n in m.nested.iter().filter(|n| !n.map_entry) {
+        message(out, n, &nested_indent, short);
+    }
+    let _ = writeln!(out, "{indent}}}");
+}
 
-    /// The message of a body that is not a contract struct: the arguments (`args`), a
-    /// wrapper, or the empty message.
-    fn body_message(&mut self, body: &Body, name: &str, args: bool) {
-        match body {
-            Body::Message(n) if args && is_args_struct(n) => {
-                if let Some(ContainerFormat::Struct(fields)) = self.reg.get(n) {
-                    let fields = fields.clone();
-                    self.message(name, &fields, "");
-                }
-            }
-            Body::Message(_) => {}
-            Body::Empty => {
-                let _ = writeln!(self.out, "\nmessage {name} {{}}");
-            }
-            Body::Wrapped(format) => {
-                let field = self.field("value", format, 1, false);
-                let _ = writeln!(self.out, "\nmessage {name} {{\n  {field}\n}}");
-            }
+/// How a field's type is written: a scalar's name, `map<K, V>`, or a message's or enum's
+/// name (its full name with a leading dot when `qualified`).
+fn type_name(ty: &FieldType, qualified: bool, short: &dyn Fn(&str) -> String) -> String {
+    match ty {
+        FieldType::Scalar(name, _) => name.to_string(),
+        FieldType::Message(full) | FieldType::Enum(full) if qualified => format!(".{full}"),
+        FieldType::Message(full) | FieldType::Enum(full) => short(full),
+        FieldType::Map { key, value, .. } => format!(
+            "map<{}, {}>",
+            type_name(key, qualified, short),
+            type_name(value, qualified, short)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Serialize};
+
+    use crate::core::proto::descriptor::{self, FileSet};
+    use crate::core::proto::file;
+    use crate::core::proto::schema::{self, trace_of, Contract, OpShape, ProtoTypes};
+
+    #[derive(Serialize, Deserialize)]
+    struct Point {
+        x: i32,
+        y: Option<i64>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum Color {
+        Red,
+        Green,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum Shape {
+        Dot,
+        Circle(f64),
+        Rect { a: Point, b: Point },
+        Pair(u32, String),
+    }
+
+    #[allow(dead_code)]
+    #[derive(Serialize, Deserialize)]
+    struct DrawArgs {
+        shapes: Vec<Shape>,
+        color: Color,
+        labels: BTreeMap<String, Point>,
+        weights: Vec<f32>,
+        note: Option<String>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct NoArgs {}
+
+    fn op(name: &'static str, types: ProtoTypes, streams: (bool, bool)) -> OpShape {
+        OpShape {
+            name,
+            method: crate::core::proto::pascal_case(name),
+            one_way: false,
+            stream_request: streams.0,
+            stream_response: streams.1,
+            message_request: streams.0,
+            message_response: streams.1,
+            proto: Some(types),
         }
     }
 
-    fn message(&mut self, name: &str, fields: &[Named<Format>], indent: &str) {
-        let _ = writeln!(self.out, "\n{indent}message {name} {{");
-        for (i, f) in fields.iter().enumerate() {
-            let line = self.field(&field_ident(&f.name), &f.value, i + 1, !indent.is_empty());
-            let _ = writeln!(self.out, "{indent}  {line}");
-        }
-        let _ = writeln!(self.out, "{indent}}}");
-    }
-
-    fn container(&mut self, name: &str, container: &ContainerFormat) {
-        let ident = proto_ident(name);
-        match container {
-            ContainerFormat::UnitStruct => {
-                let _ = writeln!(self.out, "\nmessage {ident} {{}}");
-            }
-            // Transparent: where it is used, it is what it holds.
-            ContainerFormat::NewTypeStruct(_) => {}
-            ContainerFormat::Struct(fields) => self.message(&ident, fields, ""),
-            ContainerFormat::TupleStruct(fields) => {
-                let fields = numbered(fields);
-                self.message(&ident, &fields, "");
-            }
-            ContainerFormat::Enum(variants) if is_c_like(container) => {
-                let prefix = screaming(name);
-                let _ = writeln!(self.out, "\nenum {ident} {{");
-                for (i, v) in variants {
-                    let _ = writeln!(self.out, "  {prefix}_{} = {i};", screaming(&v.name));
-                }
-                self.out.push_str("}\n");
-            }
-            ContainerFormat::Enum(variants) => {
-                let _ = writeln!(self.out, "\nmessage {ident} {{");
-                let oneof = if variants.values().any(|v| snake(&v.name) == "kind") {
-                    "kind_"
-                } else {
-                    "kind"
-                };
-                let _ = writeln!(self.out, "  oneof {oneof} {{");
-                let mut nested = Vec::new();
-                for (i, v) in variants {
-                    let member = snake(&v.name);
-                    let variant = proto_ident(&v.name);
-                    let ty = match &v.value {
-                        VariantFormat::NewType(f) => self.type_name(f, true),
-                        VariantFormat::Unit => {
-                            nested.push((variant.clone(), Vec::new()));
-                            format!("{ident}.{variant}")
-                        }
-                        VariantFormat::Tuple(fs) => {
-                            nested.push((variant.clone(), numbered(fs)));
-                            format!("{ident}.{variant}")
-                        }
-                        VariantFormat::Struct(fs) => {
-                            nested.push((variant.clone(), fs.clone()));
-                            format!("{ident}.{variant}")
-                        }
-                    };
-                    let _ = writeln!(self.out, "    {ty} {member} = {};", i + 1);
-                }
-                self.out.push_str("  }\n");
-                for (variant, fields) in nested {
-                    if fields.is_empty() {
-                        let _ = writeln!(self.out, "\n  message {variant} {{}}");
-                    } else {
-                        self.message(&variant, &fields, "  ");
-                    }
-                }
-                self.out.push_str("}\n");
-            }
-        }
-    }
-
-    /// One field's line: `[label] type name = number;`. `qualified`: name types by their full
-    /// name (inside an enum's message, where a variant's message could hide a type).
-    fn field(&self, name: &str, format: &Format, number: usize, qualified: bool) -> String {
-        match resolve(format, self.reg) {
-            Format::Option(inner) => match resolve(inner, self.reg) {
-                inner @ (Format::Seq(_) | Format::Map { .. }) => {
-                    self.field(name, inner, number, qualified)
-                }
-                inner if self.is_message(inner) => {
-                    format!("{} {name} = {number};", self.type_name(inner, qualified))
-                }
-                inner => format!(
-                    "optional {} {name} = {number};",
-                    self.type_name(inner, qualified)
+    /// A contract of every shape, built as the macro builds one, then as text and as a
+    /// descriptor.
+    fn sample() -> (String, Vec<u8>) {
+        let contract = Contract {
+            name: "Drawing",
+            operations: vec![
+                op(
+                    "draw",
+                    ProtoTypes::new(
+                        trace_of::<DrawArgs>,
+                        Some(trace_of::<Vec<Point>>),
+                        None,
+                        Some(trace_of::<String>),
+                    ),
+                    (false, false),
                 ),
-            },
-            Format::Seq(inner) => format!(
-                "repeated {} {name} = {number};",
-                self.type_name(inner, qualified)
-            ),
-            Format::Map { key, value } => format!(
-                "map<{}, {}> {name} = {number};",
-                self.type_name(key, qualified),
-                self.type_name(value, qualified)
-            ),
-            other => format!("{} {name} = {number};", self.type_name(other, qualified)),
-        }
-    }
-
-    fn is_message(&self, format: &Format) -> bool {
-        match format {
-            Format::TypeName(n) => !matches!(self.reg.get(n), Some(c) if is_c_like(c)),
-            _ => false,
-        }
-    }
-
-    fn type_name(&self, format: &Format, qualified: bool) -> String {
-        let scalar = match resolve(format, self.reg) {
-            Format::Bool => "bool",
-            Format::U8 | Format::U16 | Format::U32 => "uint32",
-            Format::U64 => "uint64",
-            Format::I8 | Format::I16 | Format::I32 => "int32",
-            Format::I64 => "int64",
-            Format::F32 => "float",
-            Format::F64 => "double",
-            Format::Char | Format::Str => "string",
-            Format::Bytes => "bytes",
-            Format::TypeName(n) => {
-                let ident = proto_ident(n);
-                return match (qualified, self.schema.package) {
-                    (false, _) => ident,
-                    (true, "") => format!(".{ident}"),
-                    (true, package) => format!(".{package}.{ident}"),
-                };
-            }
-            // Refused by the schema's checks before a file is written.
-            _ => "bytes",
+                op(
+                    "watch",
+                    ProtoTypes::new(
+                        trace_of::<NoArgs>,
+                        Some(trace_of::<Shape>),
+                        Some(trace_of::<Point>),
+                        None,
+                    ),
+                    (true, true),
+                ),
+            ],
         };
-        scalar.to_string()
+        let schema = schema::trace(&contract).unwrap();
+        let file = file::build("draw.v1", &[&schema]);
+        (
+            super::text(&file),
+            descriptor::encode(&file, "drawing.proto"),
+        )
     }
-}
 
-/// A tuple's elements as fields `field_1`, `field_2`, ...
-fn numbered(fields: &[Format]) -> Vec<Named<Format>> {
-    fields
-        .iter()
-        .enumerate()
-        .map(|(i, f)| Named {
-            name: format!("field_{}", i + 1),
-            value: f.clone(),
-        })
-        .collect()
-}
-
-/// `name` with what protobuf identifiers cannot hold replaced by `_`, starting with a letter.
-fn proto_ident(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        out.insert(0, 'T');
+    #[test]
+    fn reflection_descriptors_are_what_protoc_makes_of_the_proto_text() {
+        let (text, ours) = sample();
+        let dir = std::env::temp_dir().join(format!("keel-descriptor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("drawing.proto"), &text).unwrap();
+        let protoc = protoc_bin_vendored::protoc_bin_path().unwrap();
+        let out = std::process::Command::new(protoc)
+            .arg(format!("--proto_path={}", dir.display()))
+            .arg(format!(
+                "--descriptor_set_out={}",
+                dir.join("set.pb").display()
+            ))
+            .arg("drawing.proto")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "protoc: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let set = std::fs::read(dir.join("set.pb")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let set: FileSet = crate::core::proto::decode::decode(&Default::default(), &set).unwrap();
+        let theirs = &set.file[0];
+        assert!(
+            theirs.message_type.len() >= 5 && theirs.service.len() == 1,
+            "{theirs:?}"
+        );
+        assert_eq!(descriptor::decode(&ours), *theirs, "\n{text}");
     }
-    out
-}
-
-/// A field's name: as serde names it, made a protobuf identifier.
-fn field_ident(name: &str) -> String {
-    let ident = proto_ident(name);
-    if name.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        ident
-    } else {
-        format!("f{}", &ident[1..])
-    }
-}
-
-/// `PascalCase` → `snake_case`.
-fn snake(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push('_');
-        }
-    }
-    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        out.insert(0, 'v');
-    }
-    out
-}
-
-/// `PascalCase` → `SCREAMING_SNAKE_CASE` (protobuf's enum values).
-fn screaming(name: &str) -> String {
-    snake(name).trim_start_matches('_').to_ascii_uppercase()
 }

@@ -36,6 +36,9 @@ proptest! {
 #[test]
 fn valid_bodies_decode_and_echo() {
     for (op, body) in proto_core::seeds() {
-        assert!(proto_core::decode_op(op, &body), "operation {op}'s valid body was refused");
+        assert!(
+            proto_core::decode_op(op, &body),
+            "operation {op}'s valid body was refused"
+        );
     }
 }

@@ -69,7 +69,6 @@ impl ServiceDescriptor {
                     .collect();
                 schema::trace(&schema::Contract {
                     name: self.name,
-                    package: self.package,
                     operations,
                 })
             })
@@ -234,21 +233,8 @@ impl OperationInfo {
     /// The operation's gRPC method name: its name in `PascalCase` (`get_feature` →
     /// `GetFeature`), as protobuf's style guide names RPCs.
     pub fn grpc_name(&self) -> String {
-        pascal_case(self.name)
+        super::proto::pascal_case(self.name)
     }
-}
-
-/// `snake_case` → `PascalCase`: each `_`-separated word capitalised, the `_`s dropped.
-pub(crate) fn pascal_case(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for word in name.split('_').filter(|w| !w.is_empty()) {
-        let mut chars = word.chars();
-        if let Some(first) = chars.next() {
-            out.extend(first.to_uppercase());
-            out.push_str(chars.as_str());
-        }
-    }
-    out
 }
 
 /// Adds the JSON Schema of a type to a generator (a `$ref` for types kept in its definitions).

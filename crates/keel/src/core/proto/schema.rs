@@ -143,8 +143,6 @@ pub(crate) struct OpSchema {
 pub(crate) struct ServiceSchema {
     /// The contract's name (the gRPC service's).
     pub(crate) service: &'static str,
-    /// Its protobuf package.
-    pub(crate) package: &'static str,
     /// Every struct and enum the operations use, by serde name.
     pub(crate) registry: Registry,
     /// The names of those the operations callable over gRPC use.
@@ -176,12 +174,10 @@ pub(crate) struct OpShape {
     pub(crate) proto: Option<ProtoTypes>,
 }
 
-/// The names of a contract (its name and package) and its operations.
+/// A contract's name and operations.
 pub(crate) struct Contract {
     /// The contract's name.
     pub(crate) name: &'static str,
-    /// Its protobuf package.
-    pub(crate) package: &'static str,
     /// Its operations, in declaration order.
     pub(crate) operations: Vec<OpShape>,
 }
@@ -277,7 +273,6 @@ pub(crate) fn trace(desc: &Contract) -> Result<ServiceSchema, String> {
     ops.sort_by_key(|op| order(op.name));
     Ok(ServiceSchema {
         service: desc.name,
-        package: desc.package,
         registry,
         used,
         ops,
