@@ -584,6 +584,9 @@
 // The layers, from the bottom: runtime, core, transport, dispatch, bindings, then host and
 // client; each imports only layers below it (ARCHITECTURE.md). `client` and `host` are also the
 // public modules of their side; the others are reached through the re-exports below.
+// `#[keel::contract]` inside keel (gRPC's standard services) refers to `::keel`.
+extern crate self as keel;
+
 mod bindings;
 pub mod client;
 mod core;

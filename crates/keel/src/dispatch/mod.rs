@@ -105,6 +105,8 @@ pub(crate) struct Dispatcher {
     /// Cleared when a shutdown begins, before the drain (what the admin endpoint's `/readyz`
     /// says).
     ready: AtomicBool,
+    /// Told when [`Dispatcher::set_unready`] is (gRPC health's `Watch`).
+    ready_changed: tokio::sync::watch::Sender<bool>,
     /// Calls tracked (admitted, not yet answered).
     in_flight: AtomicUsize,
     /// Calls that arrived and are served, not yet tracked (their arguments are being read or
@@ -201,10 +203,16 @@ impl Dispatcher {
                 (name, Arc::new(served))
             })
             .collect::<HashMap<_, _, _>>();
-        let by_address = if services.len() <= BY_ADDRESS {
+        // The contracts' own (gRPC's standard services are kept under their full names, and
+        // reached by HTTP only).
+        let own = || {
             services
-                .values()
-                .map(|s| (s.service.descriptor().name, s.clone()))
+                .iter()
+                .filter(|(key, s)| *key == s.service.descriptor().name)
+        };
+        let by_address = if own().count() <= BY_ADDRESS {
+            own()
+                .map(|(_, s)| (s.service.descriptor().name, s.clone()))
                 .collect()
         } else {
             Box::default()
@@ -220,6 +228,7 @@ impl Dispatcher {
             receive_budget: Budget::new(limits.max_receive_bytes),
             shutting_down: AtomicBool::new(false),
             ready: AtomicBool::new(true),
+            ready_changed: tokio::sync::watch::Sender::new(true),
             in_flight: AtomicUsize::new(0),
             arriving: AtomicUsize::new(0),
             drained: Notify::new(),
@@ -242,16 +251,25 @@ impl Dispatcher {
         self.services.get(name).map(|s| &s.service)
     }
 
-    /// The descriptors of the services hosted, sorted by name.
+    /// The descriptors of the contracts hosted (not gRPC's standard services), sorted by name.
     #[cfg(feature = "openapi")]
     pub(crate) fn descriptors(&self) -> Vec<&'static ServiceDescriptor> {
         let mut all: Vec<_> = self
             .services
-            .values()
-            .map(|s| s.service.descriptor())
+            .iter()
+            .filter(|(key, s)| *key == s.service.descriptor().name)
+            .map(|(_, s)| s.service.descriptor())
             .collect();
         all.sort_by_key(|d| d.name);
         all
+    }
+
+    /// The descriptors of every service hosted, gRPC's standard services included, with the
+    /// names they are found by.
+    pub(crate) fn all_services(&self) -> impl Iterator<Item = (&str, &'static ServiceDescriptor)> {
+        self.services
+            .iter()
+            .map(|(key, s)| (key.as_str(), s.service.descriptor()))
     }
 
     /// The service called `name` with its operations' metric handles.
@@ -272,6 +290,12 @@ impl Dispatcher {
     /// the drain).
     pub(crate) fn set_unready(&self) {
         self.ready.store(false, Ordering::Release);
+        self.ready_changed.send_replace(false);
+    }
+
+    /// Follows whether the host is ready (true until a shutdown begins).
+    pub(crate) fn watch_ready(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ready_changed.subscribe()
     }
 
     /// Sets the gauges read at scrape time from the host's own counters; `conns` holds the

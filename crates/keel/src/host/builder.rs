@@ -112,6 +112,11 @@ pub struct HostConfig {
     /// The admin endpoint's URL (`http://host:port`): `GET /metrics`, `/healthz`, `/readyz`.
     /// Default: `None` (no admin endpoint).
     pub admin: Option<String>,
+    /// Serve gRPC's standard services beside the contracts: `grpc.health.v1.Health` (fed by
+    /// the host's readiness, as `/readyz` is) and server reflection (`grpc.reflection.v1`
+    /// and `v1alpha`, which describe every hosted contract from its types, as
+    /// `GET /openapi.json` does). Default: true.
+    pub grpc_standard_services: bool,
     /// The blocking watchdog's threshold: a poll of an `async` operation's handler that holds
     /// its runtime worker longer than this is reported (a `log` warning naming the operation,
     /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::host::HostStats::handlers_blocked)).
@@ -178,6 +183,7 @@ impl Default for HostConfig {
             pool: PoolConfig::default(),
             drain_grace: Duration::ZERO,
             admin: None,
+            grpc_standard_services: true,
             blocking_watchdog: Some(crate::dispatch::WATCHDOG_THRESHOLD),
             max_connection_age: None,
             max_connection_age_grace: Duration::from_secs(30),
@@ -377,6 +383,13 @@ impl HostBuilder {
     /// are answered `TooLarge`. Default: 4 MiB.
     pub fn max_message_size(mut self, bytes: u32) -> Self {
         self.config.max_message_size = bytes;
+        self
+    }
+
+    /// Whether to serve gRPC's standard services, health and server reflection (see
+    /// [`HostConfig::grpc_standard_services`]). Default: true.
+    pub fn grpc_standard_services(mut self, on: bool) -> Self {
+        self.config.grpc_standard_services = on;
         self
     }
 
@@ -591,6 +604,9 @@ impl HostBuilder {
                 ));
             }
         }
+        let standard = config
+            .grpc_standard_services
+            .then(|| super::standard::add(&mut services));
         let endpoints = endpoints
             .iter()
             .map(|u| Endpoint::parse(u))
@@ -644,6 +660,9 @@ impl HostBuilder {
             config.blocking_watchdog,
         ));
         let _ = dispatcher.sessions.set(Arc::new(super::session::Sessions));
+        if let Some(link) = standard {
+            link.set(&dispatcher);
+        }
         let settings = Arc::new(config.server_settings());
         let registry = Arc::new(super::registry::Registry::new(dispatcher.clone()));
 

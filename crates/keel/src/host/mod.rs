@@ -14,6 +14,7 @@ mod builder;
 mod registry;
 mod session;
 mod signal;
+mod standard;
 
 pub use crate::core::keepalive::{Keepalive, PingPolicy};
 pub use crate::dispatch::{Interceptor, ThrottleConfig};
