@@ -1,8 +1,9 @@
 //! The gRPC protocol on http:// (h2c) and https:// endpoints, spoken by hand with the `h2`
 //! crate: gRPC's JSON subtype (`application/grpc+json`), unary calls and every kind of stream
 //! of messages, status codes and typed faults (`grpc-status-details-bin` decoded back),
-//! `grpc-timeout`, metadata both ways, compression both ways, the message size limit, HTTP/1.1
-//! refused, and a draining host. Hostile peers are in `hostile.rs`.
+//! `grpc-timeout`, metadata both ways, compression both ways, the message size limit, calls in
+//! flight per connection, HTTP/1.1 refused, and a draining host. Hostile peers are in
+//! `hostile.rs`.
 
 #![cfg(feature = "http")]
 
@@ -628,6 +629,38 @@ async fn gzip_both_ways() {
     )
     .await;
     assert_eq!((a.grpc_status(), a.json(0)), (0, json!("hello, zipped")));
+    // zstd too.
+    let packed = zstd::encode_all(&args[..], 1).unwrap();
+    let a = call(
+        &mut tx,
+        &format!("{SERVICE}/SayHello"),
+        &[("grpc-encoding", "zstd")],
+        frame(&packed, true),
+    )
+    .await;
+    assert_eq!((a.grpc_status(), a.json(0)), (0, json!("hello, zipped")));
+    // A compressed client stream.
+    let items: Vec<u8> = (1..=3u64)
+        .flat_map(|seq| frame(&gzip(format!(r#"{{"seq": {seq}}}"#).as_bytes()), true).to_vec())
+        .collect();
+    let a = call(
+        &mut tx,
+        &format!("{SERVICE}/Sum"),
+        &[("grpc-encoding", "gzip")],
+        items.into(),
+    )
+    .await;
+    assert_eq!((a.grpc_status(), a.json(0)), (0, json!(6)), "{a:?}");
+    // A message that decompresses past the limit: RESOURCE_EXHAUSTED.
+    let bomb = gzip(&[b' '; 8 << 20]);
+    let a = call(
+        &mut tx,
+        &format!("{SERVICE}/SayHello"),
+        &[("grpc-encoding", "gzip")],
+        frame(&bomb, true),
+    )
+    .await;
+    assert_eq!(a.grpc_status(), 8, "{a:?}");
     // A compressed reply for a caller that accepts gzip.
     let a = call(
         &mut tx,
@@ -688,6 +721,32 @@ async fn an_oversized_message_is_refused_before_it_arrives_and_the_connection_se
     drop(stream);
     let a = unary(&mut tx, "SayHello", json!({"name": "next"})).await;
     assert_eq!((a.grpc_status(), a.json(0)), (0, json!("hello, next")));
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_a_connections_share_are_resource_exhausted() {
+    let host = host_with(false, |h| h.max_calls_per_connection(2));
+    let tx = connect(host.url()).await;
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let mut tx = tx.clone();
+        running.push(tokio::spawn(async move {
+            unary(&mut tx, "SleepMs", json!({"ms": 300}))
+                .await
+                .grpc_status()
+        }));
+    }
+    assert!(eventually(|| host.stats().calls_in_flight == 2).await);
+    let mut third = tx.clone();
+    let a = unary(&mut third, "SayHello", json!({"name": "third"})).await;
+    assert_eq!(a.grpc_status(), 8, "{a:?}");
+    for r in running {
+        assert_eq!(r.await.unwrap(), 0);
+    }
+    // Served again once there is room.
+    let a = unary(&mut third, "SayHello", json!({"name": "later"})).await;
+    assert_eq!(a.grpc_status(), 0);
     host.shutdown_async().await;
 }
 

@@ -40,6 +40,17 @@ pub(crate) const GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grp
 /// What a host lists in `grpc-accept-encoding`: the codings keel decompresses.
 pub(crate) const ACCEPTED_ENCODINGS: &str = "zstd,gzip";
 
+/// The content type an answer echoes for a request's `subtype` (lower-cased, parameters
+/// dropped).
+pub(crate) fn answer_content_type(subtype: &str) -> std::borrow::Cow<'static, str> {
+    match subtype {
+        "" => CONTENT_TYPE.into(),
+        s if s.eq_ignore_ascii_case("json") => "application/grpc+json".into(),
+        s if s.eq_ignore_ascii_case("proto") => "application/grpc+proto".into(),
+        s => format!("{CONTENT_TYPE}+{}", s.to_ascii_lowercase()).into(),
+    }
+}
+
 /// The subtype of a gRPC content type (`""` for `application/grpc`, `"json"` for
 /// `application/grpc+json`; parameters after `;` ignored), or `None` for any other content
 /// type, `application/grpc-web` among them.
@@ -75,34 +86,44 @@ pub(crate) fn reply_encoding<'a>(accepted: impl Iterator<Item = &'a str>) -> Opt
     Compression::ALL.into_iter().find(|c| listed.contains(c))
 }
 
-/// `type.googleapis.com/{package}.{type}`: the `Any` type URL of a contract's fault type
-/// `fault` (as the contract writes it: a path's last segment is the name, generics dropped).
-pub(crate) fn fault_type_url(package: &str, fault: &str) -> String {
-    let name = fault.split('<').next().unwrap_or(fault);
-    let name = name.rsplit("::").next().unwrap_or(name).trim();
-    if package.is_empty() {
-        format!("type.googleapis.com/{name}")
-    } else {
-        format!("type.googleapis.com/{package}.{name}")
+/// An operation's typed fault type: its contract's protobuf package and the type as the
+/// contract writes it (`OperationInfo::fault`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FaultType<'a> {
+    pub(crate) package: &'a str,
+    pub(crate) written: &'a str,
+}
+
+impl FaultType<'_> {
+    /// The type's name: a path's last segment, generics dropped.
+    fn name(&self) -> &str {
+        let name = self.written.split('<').next().unwrap_or(self.written);
+        name.rsplit("::").next().unwrap_or(name).trim()
+    }
+
+    /// `type.googleapis.com/{package}.{name}`: the type URL of the `Any` that carries it.
+    pub(crate) fn type_url(&self) -> String {
+        if self.package.is_empty() {
+            format!("type.googleapis.com/{}", self.name())
+        } else {
+            format!("type.googleapis.com/{}.{}", self.package, self.name())
+        }
     }
 }
 
 /// Adds `status` to `out` as gRPC says a status travels: `grpc-status`, `grpc-message` when
 /// there is one, and for a typed fault `grpc-status-details-bin`, a `google.rpc.Status` with
-/// one `Any` of type `fault_type` (see [`fault_type_url`]) whose value is the fault as the
+/// one `Any` of `fault`'s type (see [`FaultType::type_url`]) whose value is the fault as the
 /// call's format encoded it. Other details (opaque bytes) travel in `keel-status-details`, as
 /// in keel's HTTP convention. The status's metadata is not added here.
-pub(crate) fn status_headers(status: &Status, fault_type: Option<&str>, out: &mut HeaderMap) {
+pub(crate) fn status_headers(status: &Status, fault: Option<FaultType<'_>>, out: &mut HeaderMap) {
     let code = codes::grpc_code(status.code());
     out.insert(GRPC_STATUS, HeaderValue::from(code));
     let fault_message;
     let message = if status.code() == StatusCode::Fault {
         fault_message = format!(
             "the operation returned its typed fault{}",
-            fault_type.map_or(String::new(), |t| format!(
-                " {}",
-                t.rsplit('/').next().unwrap_or(t)
-            ))
+            fault.map_or(String::new(), |f| format!(" {}", f.name()))
         );
         &fault_message
     } else {
@@ -118,7 +139,7 @@ pub(crate) fn status_headers(status: &Status, fault_type: Option<&str>, out: &mu
             code: code as i32,
             message: message.to_string(),
             details: vec![details::Any {
-                type_url: fault_type.unwrap_or("").to_string(),
+                type_url: fault.map_or(String::new(), |f| f.type_url()),
                 value: status.details().to_vec(),
             }],
         });
@@ -182,26 +203,27 @@ mod tests {
 
     #[test]
     fn fault_type_urls() {
+        let url = |package, written| FaultType { package, written }.type_url();
         assert_eq!(
-            fault_type_url("keel_examples", "DivideByZero"),
+            url("keel_examples", "DivideByZero"),
             "type.googleapis.com/keel_examples.DivideByZero"
         );
         assert_eq!(
-            fault_type_url("a.b", "crate::errors::Nope<u8>"),
+            url("a.b", "crate::errors::Nope<u8>"),
             "type.googleapis.com/a.b.Nope"
         );
-        assert_eq!(fault_type_url("", "F"), "type.googleapis.com/F");
+        assert_eq!(url("", "F"), "type.googleapis.com/F");
     }
 
     #[test]
     fn a_fault_travels_as_a_google_rpc_status() {
         let mut headers = HeaderMap::new();
         let fault = Status::fault(bytes::Bytes::from_static(br#"{"dividend":1.0}"#));
-        status_headers(
-            &fault,
-            Some("type.googleapis.com/p.DivideByZero"),
-            &mut headers,
-        );
+        let ty = FaultType {
+            package: "p",
+            written: "DivideByZero",
+        };
+        status_headers(&fault, Some(ty), &mut headers);
         assert_eq!(headers[GRPC_STATUS], "2");
         let details = base64::engine::general_purpose::STANDARD_NO_PAD
             .decode(headers[GRPC_STATUS_DETAILS].as_bytes())

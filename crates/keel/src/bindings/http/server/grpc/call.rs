@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::super::super::body::{self, Body, Received};
-use super::super::super::grpc::{self, fault_type_url, GRPC_ACCEPT_ENCODING};
+use super::super::super::grpc::{self, FaultType, GRPC_ACCEPT_ENCODING};
 use super::super::call::{stream_args, CancelOnDrop};
 use super::super::Ctx;
 use super::format::message_format;
@@ -38,20 +38,17 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
     req: Request<B>,
 ) -> Response<Body> {
     let received = crate::runtime::clock::now();
-    let content_type = req
+    // `is_grpc` found a gRPC content type.
+    let subtype = req
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or(grpc::CONTENT_TYPE);
-    let content_type = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string();
+        .and_then(grpc::subtype)
+        .unwrap_or("");
+    let content_type = grpc::answer_content_type(subtype);
     let mut answer = Answer {
         content_type: &content_type,
-        fault_type: None,
+        fault: None,
         codec: None,
         compress_above: ctx.conn.dispatcher.limits.compress_replies_above,
     };
@@ -71,7 +68,6 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         );
         return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
     }
-    let subtype = grpc::subtype(&content_type).unwrap_or("");
     let format = match message_format(subtype) {
         Ok(format) => format,
         Err(status) => return answer.trailers_only(&status, &none),
@@ -82,8 +78,10 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         Err(HeadError::Encoding(status)) => return answer.trailers_only(&status, &none),
     };
     answer.codec = head.reply_codec;
-    let fault_type = op.fault.map(|f| fault_type_url(desc.package, f));
-    answer.fault_type = fault_type.as_deref();
+    answer.fault = op.fault.map(|written| FaultType {
+        package: desc.package,
+        written,
+    });
     // From here the call counts as in flight, so a drain waits for it; a call that arrives
     // while the host drains is not processed, and says so.
     let Some(arrival) = ctx.conn.dispatcher.admit() else {

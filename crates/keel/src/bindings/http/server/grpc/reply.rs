@@ -16,7 +16,8 @@ use http_body::Frame;
 
 use super::super::super::body::{Body, BoxError};
 use super::super::super::grpc::{
-    frame, status_headers, ACCEPTED_ENCODINGS, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, GRPC_STATUS,
+    frame, status_headers, FaultType, ACCEPTED_ENCODINGS, GRPC_ACCEPT_ENCODING, GRPC_ENCODING,
+    GRPC_STATUS,
 };
 use super::super::super::metadata_to_headers;
 use crate::core::compress::{self, Compression};
@@ -30,8 +31,8 @@ use crate::core::stream::ByteStream;
 pub(super) struct Answer<'a> {
     /// The request's content type (echoed).
     pub(super) content_type: &'a str,
-    /// The `Any` type URL of the operation's typed fault, if it has one.
-    pub(super) fault_type: Option<&'a str>,
+    /// The operation's typed fault type, if it has one.
+    pub(super) fault: Option<FaultType<'static>>,
     /// How reply messages are compressed, if the caller accepts that.
     pub(super) codec: Option<Compression>,
     /// Messages of at least this many bytes are compressed (when `codec` is set).
@@ -57,7 +58,7 @@ impl Answer<'_> {
     /// A Trailers-Only answer: `status` and `metadata` in the headers, no body.
     pub(super) fn trailers_only(&self, status: &Status, metadata: &Metadata) -> Response<Body> {
         let mut response = self.response(super::super::super::body::empty());
-        status_headers(status, self.fault_type, response.headers_mut());
+        status_headers(status, self.fault, response.headers_mut());
         metadata_to_headers(metadata, response.headers_mut());
         response
     }
@@ -116,7 +117,7 @@ impl Answer<'_> {
 
     fn owned(&self) -> Owned {
         Owned {
-            fault_type: self.fault_type.map(str::to_string),
+            fault: self.fault,
             codec: self.codec,
             compress_above: self.compress_above,
         }
@@ -124,9 +125,9 @@ impl Answer<'_> {
 }
 
 /// What a reply body keeps of its [`Answer`].
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Owned {
-    fault_type: Option<String>,
+    fault: Option<FaultType<'static>>,
     codec: Option<Compression>,
     compress_above: usize,
 }
@@ -146,7 +147,7 @@ impl Owned {
 
     fn trailers(&self, status: &Status) -> HeaderMap {
         let mut trailers = HeaderMap::new();
-        status_headers(status, self.fault_type.as_deref(), &mut trailers);
+        status_headers(status, self.fault, &mut trailers);
         metadata_to_headers(status.metadata(), &mut trailers);
         trailers
     }
