@@ -197,6 +197,29 @@ impl Reader {
     }
 }
 
+/// The one message of a complete body (a unary call's request), without copying it: `Ok(None)`
+/// for an empty body; an error for a body that ends inside its message or holds more than one.
+pub(crate) fn one_message(body: &Bytes, max: u32) -> Result<Option<Message>, FrameError> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let Some(header) = body.get(..PREFIX) else {
+        return Err(FrameError::Truncated);
+    };
+    let prefix = parse_prefix(header.try_into().expect("five bytes"), max)?;
+    let end = PREFIX + prefix.len as usize;
+    if body.len() < end {
+        return Err(FrameError::Truncated);
+    }
+    if body.len() > end {
+        return Err(FrameError::TooMany);
+    }
+    Ok(Some(Message {
+        compressed: prefix.compressed,
+        bytes: body.slice(PREFIX..end),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +285,23 @@ mod tests {
         r.push(&bytes[..7]);
         assert_eq!(r.next(), Ok(None));
         assert_eq!(r.finish(), Err(FrameError::Truncated));
+    }
+
+    #[test]
+    fn a_whole_body_holds_exactly_one_message() {
+        let one = Bytes::from(framed(&[(true, b"abc")]));
+        let m = one_message(&one, 10).unwrap().unwrap();
+        assert!(m.compressed);
+        assert_eq!(&m.bytes[..], b"abc");
+        assert_eq!(one_message(&Bytes::new(), 10), Ok(None));
+        assert_eq!(one_message(&one.slice(..3), 10), Err(FrameError::Truncated));
+        assert_eq!(one_message(&one.slice(..6), 10), Err(FrameError::Truncated));
+        let two = Bytes::from(framed(&[(false, b"a"), (false, b"")]));
+        assert_eq!(one_message(&two, 10), Err(FrameError::TooMany));
+        assert_eq!(
+            one_message(&one, 2),
+            Err(FrameError::TooLarge { len: 3, max: 2 })
+        );
     }
 
     #[test]

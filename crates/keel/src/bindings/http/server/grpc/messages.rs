@@ -70,11 +70,7 @@ pub(super) async fn read_unary<B: Received>(ctx: &Ctx, body: B) -> Result<Unary,
             });
         }
     };
-    let mut reader = Reader::new(max);
-    reader.push(&bytes);
-    let message = reader.next().map_err(|e| frame_status(&e))?;
-    reader.finish().map_err(|e| frame_status(&e))?;
-    let Some(message) = message else {
+    let Some(message) = frame::one_message(&bytes, max).map_err(|e| frame_status(&e))? else {
         return Err(Status::new(
             StatusCode::Unimplemented,
             "a unary call's request must be exactly one message; this one had none",
