@@ -42,12 +42,13 @@ pub(crate) const ACCEPTED_ENCODINGS: &str = "zstd,gzip";
 
 /// The content type an answer echoes for a request's `subtype` (lower-cased, parameters
 /// dropped).
-pub(crate) fn answer_content_type(subtype: &str) -> std::borrow::Cow<'static, str> {
+pub(crate) fn answer_content_type(subtype: &str) -> HeaderValue {
     match subtype {
-        "" => CONTENT_TYPE.into(),
-        s if s.eq_ignore_ascii_case("json") => "application/grpc+json".into(),
-        s if s.eq_ignore_ascii_case("proto") => "application/grpc+proto".into(),
-        s => format!("{CONTENT_TYPE}+{}", s.to_ascii_lowercase()).into(),
+        "" => HeaderValue::from_static(CONTENT_TYPE),
+        s if s.eq_ignore_ascii_case("json") => HeaderValue::from_static("application/grpc+json"),
+        s if s.eq_ignore_ascii_case("proto") => HeaderValue::from_static("application/grpc+proto"),
+        s => HeaderValue::from_str(&format!("{CONTENT_TYPE}+{}", s.to_ascii_lowercase()))
+            .unwrap_or(HeaderValue::from_static(CONTENT_TYPE)),
     }
 }
 

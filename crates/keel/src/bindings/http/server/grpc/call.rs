@@ -45,9 +45,8 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         .and_then(|v| v.to_str().ok())
         .and_then(grpc::subtype)
         .unwrap_or("");
-    let content_type = grpc::answer_content_type(subtype);
     let mut answer = Answer {
-        content_type: &content_type,
+        content_type: grpc::answer_content_type(subtype),
         fault: None,
         codec: None,
         compress_above: ctx.conn.dispatcher.limits.compress_replies_above,

@@ -27,10 +27,10 @@ use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 
 /// What every answer to one call shares.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Answer<'a> {
-    /// The request's content type (echoed).
-    pub(super) content_type: &'a str,
+#[derive(Debug, Clone)]
+pub(super) struct Answer {
+    /// The content type that echoes the request's.
+    pub(super) content_type: HeaderValue,
     /// The operation's typed fault type, if it has one.
     pub(super) fault: Option<FaultType<'static>>,
     /// How reply messages are compressed, if the caller accepts that.
@@ -39,15 +39,12 @@ pub(super) struct Answer<'a> {
     pub(super) compress_above: usize,
 }
 
-impl Answer<'_> {
+impl Answer {
     /// An HTTP 200 with the headers every gRPC answer carries.
     fn response(&self, body: Body) -> Response<Body> {
         let mut response = Response::new(body);
         let headers = response.headers_mut();
-        let content_type = HeaderValue::from_str(self.content_type).unwrap_or(
-            HeaderValue::from_static(super::super::super::grpc::CONTENT_TYPE),
-        );
-        headers.insert(CONTENT_TYPE, content_type);
+        headers.insert(CONTENT_TYPE, self.content_type.clone());
         headers.insert(
             GRPC_ACCEPT_ENCODING,
             HeaderValue::from_static(ACCEPTED_ENCODINGS),
