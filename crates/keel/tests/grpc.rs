@@ -70,6 +70,9 @@ pub trait Greeter {
     async fn abort_after(&self, after: u64) -> MessageStream<Item>;
     /// `after` items, then the typed fault.
     async fn fault_after(&self, after: u64) -> Result<MessageStream<Item>, DivideByZero>;
+    /// Acknowledged on receipt.
+    #[keel(one_way)]
+    fn notify(&self, n: u64);
 }
 
 struct Impl;
@@ -146,6 +149,7 @@ impl Greeter for Impl {
         });
         Ok(rx)
     }
+    fn notify(&self, _n: u64) {}
 }
 
 const JSON: &str = "application/grpc+json";
@@ -368,6 +372,9 @@ async fn unary_ok_on(url: &str) {
     )
     .await;
     assert_eq!((a.grpc_status(), a.json(0)), (0, json!(4.5)));
+    // A one-way operation: acknowledged with its `()`.
+    let a = unary(&mut tx, "Notify", json!({"n": 1})).await;
+    assert_eq!((a.grpc_status(), a.json(0)), (0, json!(null)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
