@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use ::http::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
-use ::http::{Request, Response, Version};
+use ::http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
+use ::http::{Method, Request, Response, Version};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
@@ -54,6 +54,9 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
     let none = Metadata::new();
     if req.version() != Version::HTTP_2 {
         return needs_http2();
+    }
+    if req.method() != Method::POST {
+        return not_post(req.method());
     }
     let (desc, op) = match route(&ctx.conn.dispatcher, req.uri().path()) {
         Ok(found) => found,
@@ -187,5 +190,16 @@ fn needs_http2() -> Response<Body> {
         GRPC_ACCEPT_ENCODING,
         HeaderValue::from_static(grpc::ACCEPTED_ENCODINGS),
     );
+    response
+}
+
+/// A gRPC request that is not a POST: refused as grpc-go refuses it (405).
+fn not_post(method: &Method) -> Response<Body> {
+    let text = format!("gRPC calls are POST requests, not {method}\n");
+    let mut response = Response::new(body::full(Bytes::from(text)));
+    *response.status_mut() = ::http::StatusCode::METHOD_NOT_ALLOWED;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    headers.insert(ALLOW, HeaderValue::from_static("POST"));
     response
 }
