@@ -829,7 +829,7 @@ pub mod __private {
         crate::MessageStream::decode(
             stream,
             format,
-            crate::core::messages::framing::Framing::for_format(format),
+            ctx.request_framing(format),
             ctx.max_message_size(),
             ctx.deadline(),
             None,

@@ -64,6 +64,9 @@
 //! | `malformed_requests_get_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); nothing after it runs |
 //! | `h2_rapid_reset_leaves_the_host_responsive` | http2, https (HTTP/2) | cancelled calls freed; host responsive |
 //! | `h2_settings_and_ping_floods_are_bounded` | http2, https (HTTP/2) | host responsive; memory bounded |
+//! | `grpc_a_prefix_announcing_4_gib_is_refused_at_once` | http2, https (HTTP/2) | gRPC `RESOURCE_EXHAUSTED` (8) before the message arrives; the next gRPC call on the connection served |
+//! | `grpc_a_half_sent_message_is_answered_after_the_frame_timeout` | http2, https (HTTP/2) | gRPC `INTERNAL` (13) "did not arrive in time", `timed_out` counted; the connection kept |
+//! | `grpc_a_flood_of_tiny_messages_is_held_to_the_stream_window` | http2, https (HTTP/2) | a client stream of 8-byte messages to a handler that reads nothing, then catches up: the host holds at most the HTTP/2 stream window (+ a frame or two) for it; every message arrives; `OK` |
 //! | `tls_garbage_is_closed` | tcps, https | closed (at most a TLS alert); nothing registered |
 //! | `plaintext_to_a_tls_port_is_closed` | tcps, https | closed (at most a TLS alert) |
 #![cfg(all(feature = "http", feature = "tls"))]
@@ -2709,6 +2712,163 @@ async fn h2_settings_and_ping_floods_are_bounded(b: Binding) {
 }
 
 // ------------------------------------------------------------------------------------------
+// gRPC (HTTP/2 by hand, with the h2 crate)
+// ------------------------------------------------------------------------------------------
+
+/// An HTTP/2 connection for gRPC requests.
+async fn grpc_client(b: Binding, url: &str) -> h2::client::SendRequest<Bytes> {
+    let io = open(b, url, &[ALPN_H2]).await;
+    let (tx, conn) = h2::client::handshake(io).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    tx
+}
+
+/// Starts a gRPC call (`application/grpc+json`) of `path`; its body is the caller's to send.
+async fn grpc_start(
+    tx: &h2::client::SendRequest<Bytes>,
+    path: &str,
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut tx = tx.clone().ready().await.unwrap();
+    let req = hyper::Request::post(format!("http://keel{path}"))
+        .header("content-type", "application/grpc+json")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    tx.send_request(req, false).unwrap()
+}
+
+/// `message` length-prefixed.
+fn grpc_frame(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+/// A gRPC answer read to its end: its `grpc-status` (trailers, or the headers of a
+/// Trailers-Only answer), `grpc-message`, and the bytes of its messages.
+async fn grpc_answer(response: h2::client::ResponseFuture) -> (u32, String, Vec<u8>) {
+    let response = tokio::time::timeout(PATIENCE, response)
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (parts, mut body) = response.into_parts();
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        data.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await.unwrap();
+    let headers = trailers.as_ref().unwrap_or(&parts.headers);
+    let status = headers["grpc-status"].to_str().unwrap().parse().unwrap();
+    let message = headers
+        .get("grpc-message")
+        .map_or(String::new(), |m| m.to_str().unwrap().to_string());
+    (status, message, data)
+}
+
+/// A gRPC call of the probe's `echo` on `tx` is answered right.
+async fn grpc_echo_is_served(tx: &h2::client::SendRequest<Bytes>) {
+    let (response, mut body) = grpc_start(tx, "/hostile.Probe/Echo").await;
+    body.send_data(grpc_frame(br#"{"s": "after"}"#).into(), true)
+        .unwrap();
+    let (status, message, data) = grpc_answer(response).await;
+    assert_eq!(status, 0, "{message}");
+    assert_eq!(&data[5..], br#""after""#);
+}
+
+async fn grpc_a_prefix_announcing_4_gib_is_refused_at_once(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    let tx = grpc_client(b, &case.url).await;
+    let (response, mut body) = grpc_start(&tx, "/hostile.Probe/Echo").await;
+    // 4 GiB announced, a few bytes sent, the stream left open: the answer cannot wait for
+    // the rest.
+    let mut head = vec![0, 0xff, 0xff, 0xff, 0xff];
+    head.extend_from_slice(b"{\"s\": \"");
+    body.send_data(head.into(), false).unwrap();
+    let (status, message, _) = grpc_answer(response).await;
+    assert_eq!(status, 8, "{message}");
+    assert!(message.contains("4294967295"), "{message}");
+    drop(body);
+    grpc_echo_is_served(&tx).await;
+    case.finish().await;
+}
+
+async fn grpc_a_half_sent_message_is_answered_after_the_frame_timeout(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    let before = case.stats().connections_timed_out;
+    let tx = grpc_client(b, &case.url).await;
+    let (response, mut body) = grpc_start(&tx, "/hostile.Probe/Echo").await;
+    let mut half = grpc_frame(br#"{"s": "a message that never finishes"}"#);
+    half.truncate(12);
+    body.send_data(half.into(), false).unwrap();
+    // Silence from here on.
+    let (status, message, _) = grpc_answer(response).await;
+    assert_eq!(status, 13, "{message}");
+    assert!(message.contains("did not arrive in time"), "{message}");
+    assert!(case.stats().connections_timed_out > before);
+    drop(body);
+    grpc_echo_is_served(&tx).await;
+    case.finish().await;
+}
+
+async fn grpc_a_flood_of_tiny_messages_is_held_to_the_stream_window(b: Binding) {
+    /// HTTP/2's receive window of one stream on keel's hosts (`H2_STREAM_WINDOW`).
+    const H2_WINDOW: usize = 4 << 20;
+    /// The most one DATA frame carries (HTTP/2's default `SETTINGS_MAX_FRAME_SIZE`).
+    const DATA_FRAME: usize = 16 * 1024;
+    let state = Flooded::new();
+    let case = Case::new(b, state.host(|h| h)).await;
+    let tx = grpc_client(b, &case.url).await;
+    let (response, mut body) = grpc_start(&tx, "/hostile.Floods/Hold").await;
+    // `"pp"`: 4 bytes of JSON, 9 with the prefix.
+    let one = grpc_frame(br#""pp""#);
+    let n = (2 * H2_WINDOW) / one.len();
+    let all = one.repeat(n);
+    // The window, plus a frame being reframed and one the message decoder holds.
+    let bound = H2_WINDOW + 2 * DATA_FRAME + 2 * one.len();
+    let (mut sent, mut most) = (0, 0);
+    while sent < all.len() {
+        if sent >= H2_WINDOW && state.taken() == 0 {
+            // The stream's window is spent and the handler took nothing (no credit can come
+            // before it reads): it starts now.
+            state.open_gate();
+        }
+        body.reserve_capacity(DATA_FRAME.min(all.len() - sent));
+        let credit = std::future::poll_fn(|cx| body.poll_capacity(cx));
+        let credit = match tokio::time::timeout(PATIENCE, credit).await {
+            Ok(Some(Ok(c))) => c,
+            other => panic!("sent {sent} bytes; then no credit: {other:?}"),
+        };
+        if credit == 0 {
+            continue;
+        }
+        body.send_data(Bytes::copy_from_slice(&all[sent..sent + credit]), false)
+            .unwrap();
+        sent += credit;
+        let held = sent.saturating_sub(state.taken() as usize * one.len());
+        most = most.max(held);
+        assert!(
+            held <= bound,
+            "sent {sent} bytes, the handler took {}: the host holds up to {held} bytes for one \
+             stream, more than {bound}",
+            state.taken()
+        );
+    }
+    body.send_data(Bytes::new(), true).unwrap();
+    let (status, message, data) = grpc_answer(response).await;
+    assert_eq!(status, 0, "{message}");
+    assert_eq!(&data[5..], n.to_string().as_bytes());
+    assert_eq!(state.ended(), [format!("ok {n}")]);
+    eprintln!("{b:?}: {n} gRPC messages; the host held up to {most} bytes of them");
+    case.finish().await;
+}
+
+// ------------------------------------------------------------------------------------------
 // Streams of messages (keel-wire peers by hand)
 // ------------------------------------------------------------------------------------------
 
@@ -3629,6 +3789,9 @@ common::binding_matrix! {
     }
     [http2] {
         async fn h2_rapid_reset_leaves_the_host_responsive;
+        async fn grpc_a_prefix_announcing_4_gib_is_refused_at_once;
+        async fn grpc_a_half_sent_message_is_answered_after_the_frame_timeout;
+        async fn grpc_a_flood_of_tiny_messages_is_held_to_the_stream_window;
         #[ignore = "slow: a memory case, run alone"]
         async fn h2_settings_and_ping_floods_are_bounded;
     }

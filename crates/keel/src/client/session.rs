@@ -151,6 +151,7 @@ async fn run(service: &Arc<dyn Service>, frame: &Frame, metadata: Metadata) -> O
         reply_codec: None,
         span: tracing::Span::none(),
         reply_framing: Framing::Envelope,
+        request_framing: None,
         max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
         session: None,
         stream_counters: None,

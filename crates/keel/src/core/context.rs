@@ -60,6 +60,10 @@ pub(crate) struct CallFacts {
     pub(crate) span: tracing::Span,
     /// How a reply stream of messages is framed (the binding's choice: NDJSON, SSE, ...).
     pub(crate) reply_framing: Framing,
+    /// How a request stream of messages is framed when the binding chose other than its
+    /// format's own framing (gRPC: length-prefixed messages whatever the format); `None`:
+    /// [`Framing::for_format`].
+    pub(crate) request_framing: Option<Framing>,
     /// The largest message a request stream of messages may carry.
     pub(crate) max_message_size: u32,
     /// The session the call runs in, if any (the client layer's callback channel).
@@ -116,6 +120,7 @@ impl Context {
             reply_codec: None,
             span: tracing::Span::none(),
             reply_framing: Framing::Envelope,
+            request_framing: None,
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
             session: None,
             stream_counters: None,
@@ -135,6 +140,14 @@ impl Context {
     /// How a reply stream of messages is framed.
     pub(crate) fn reply_framing(&self) -> Framing {
         self.inner.facts.reply_framing
+    }
+
+    /// How a request stream of messages in `format` is framed.
+    pub(crate) fn request_framing(&self, format: super::format::Format) -> Framing {
+        self.inner
+            .facts
+            .request_framing
+            .unwrap_or_else(|| Framing::for_format(format))
     }
 
     /// The largest message a request stream of messages may carry.
@@ -329,6 +342,7 @@ mod tests {
             reply_codec: None,
             span: tracing::Span::none(),
             reply_framing: Framing::Envelope,
+            request_framing: None,
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
             session: None,
             stream_counters: None,

@@ -63,6 +63,8 @@ pub(crate) struct Incoming<'a> {
     /// How a reply stream of messages is framed (keel-wire: as the format says; HTTP: also
     /// SSE when the caller asks for it).
     pub(crate) reply_framing: Framing,
+    /// How a request stream of messages is framed, when not as its format's own framing.
+    pub(crate) request_framing: Option<Framing>,
     /// For a call in a session: the session's instance of the service (instead of the one the
     /// host serves), and the session (what `Context::callback` reaches).
     pub(crate) session: Option<SessionCall>,
@@ -185,6 +187,7 @@ pub(crate) fn dispatch(
         reply_codec: req.reply_codec,
         span,
         reply_framing: req.reply_framing,
+        request_framing: req.request_framing,
         max_message_size: dispatcher.limits.max_message_size,
         session: req.session.as_ref().map(|s| s.handle.clone()),
         stream_counters: (info.message_request || info.message_response)

@@ -70,6 +70,7 @@ impl SessionOpener for Sessions {
             reply_codec: None,
             span: tracing::Span::none(),
             reply_framing: Framing::Envelope,
+            request_framing: None,
             max_message_size: dispatcher.limits.max_message_size,
             session: Some(handle.clone()),
             stream_counters: None,
@@ -127,6 +128,7 @@ async fn run_calls(
                     arrival,
                     reply_to: ReplyTo::waiter(tx),
                     reply_framing: Framing::Envelope,
+                    request_framing: None,
                     session: Some(session.clone()),
                 };
                 let received = crate::runtime::clock::now();

@@ -10,11 +10,13 @@ mod body;
 pub(crate) mod client;
 mod conns;
 mod cors;
+mod grpc;
 mod h2conn;
 pub(crate) mod server;
 mod service;
 
 pub use cors::Cors;
+pub use grpc::codes::{code_from_grpc, grpc_code};
 pub use service::{HttpBody, HttpService};
 
 use base64::Engine as _;

@@ -557,6 +557,7 @@ impl HostReader {
             reply_codec: req.flags.accepts_compressed.then_some(Compression::Zstd),
             format: wire_format(*version),
             reply_framing: Framing::for_format(wire_format(*version)),
+            request_framing: None,
             session: None,
             body: req.body.as_ref(),
             stream,

@@ -204,6 +204,7 @@ pub(super) async fn call<B: Received>(
     };
     let incoming = Incoming {
         reply_framing,
+        request_framing: None,
         session: None,
         call_id,
         one_way,
@@ -310,7 +311,7 @@ fn accepts<B>(req: &Request<B>, wanted: &str) -> bool {
 
 /// The non-stream parameters of a streamed-upload call, from the `keel-args` header: a JSON
 /// object, or postcard in unpadded URL-safe base64. Absent: no parameters (`{}`).
-fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
+pub(super) fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
     let Some(v) = req.headers().get(ARGS_HEADER) else {
         return Ok(match format {
             Format::Postcard => Bytes::new(),
@@ -329,10 +330,10 @@ fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
 }
 
 /// Cancels a call whose request future is dropped before its answer arrived.
-struct CancelOnDrop<'a> {
-    conn: &'a Arc<HostConn>,
-    call_id: u64,
-    armed: bool,
+pub(super) struct CancelOnDrop<'a> {
+    pub(super) conn: &'a Arc<HostConn>,
+    pub(super) call_id: u64,
+    pub(super) armed: bool,
 }
 
 impl Drop for CancelOnDrop<'_> {

@@ -16,6 +16,7 @@
 //!   call, its answer into a response;
 //! - `cut.rs`: a streamed answer that fails midway, cut off only once what it sent before has
 //!   been flushed (its NDJSON error line reaches the reader);
+//! - `grpc/`: the gRPC protocol (requests whose content type is `application/grpc…`);
 //! - `describe.rs`: `GET /{Service}` and `GET /openapi.json`;
 //! - `responses.rs`: error answers and the headers every answer carries.
 
@@ -23,6 +24,7 @@ mod call;
 mod cut;
 mod describe;
 mod driver;
+mod grpc;
 mod io_watch;
 mod responses;
 mod route;

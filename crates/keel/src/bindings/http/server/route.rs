@@ -1,6 +1,6 @@
-//! One request's route: `POST /{Service}/{operation}` (a call), `GET /{Service}` (its
-//! description), `GET /openapi.json`, CORS preflights; and what every answer gets on its way
-//! out (`connection: close` while the host drains, CORS headers).
+//! One request's route: gRPC (by content type), `POST /{Service}/{operation}` (a call),
+//! `GET /{Service}` (its description), `GET /openapi.json`, CORS preflights; and what every
+//! answer gets on its way out (`connection: close` while the host drains, CORS headers).
 
 use ::http::header::{HeaderValue, CONNECTION, ORIGIN};
 use ::http::{Method, Request, Response, Version};
@@ -10,6 +10,7 @@ use super::call::call;
 use super::describe::describe;
 #[cfg(feature = "openapi")]
 use super::describe::openapi;
+use super::grpc;
 use super::responses::{error, head_too_large, wrong_method};
 use super::Ctx;
 use crate::core::format::Format;
@@ -32,6 +33,10 @@ pub(in crate::bindings::http) async fn handle<B: Received>(
     let origin = cors.and_then(|_| req.headers().get(ORIGIN).cloned());
     if let Some(answer) = cors.and_then(|c| c.preflight(req.method(), req.headers())) {
         return preflight_answer(answer);
+    }
+    if grpc::is_grpc(&req) {
+        // gRPC's own paths, framing and status (a browser cannot speak it: no CORS).
+        return grpc::call(ctx, req).await;
     }
     let path = req.uri().path().to_string();
     let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
