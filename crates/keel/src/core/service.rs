@@ -76,6 +76,18 @@ impl ServiceDescriptor {
             .map_err(String::as_str)
     }
 
+    /// The name of operation `op`'s typed fault message in the contract's protobuf package
+    /// (what a gRPC fault's `Any` type URL names), if it has one and protobuf can say it.
+    pub(crate) fn grpc_fault_name(&self, op: &str) -> Option<&str> {
+        let schema = self.proto_schema().ok()?;
+        schema
+            .ops
+            .iter()
+            .find(|o| o.name == op)?
+            .fault_name
+            .as_deref()
+    }
+
     /// The protobuf encoding of the contract's types, or why they have none.
     pub(crate) fn proto_codec(&'static self) -> Result<ProtoCodec, &'static str> {
         self.proto_schema().map(|s| ProtoCodec::new(&s.enums))

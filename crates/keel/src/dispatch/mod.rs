@@ -245,6 +245,15 @@ impl Dispatcher {
         &self.interceptors
     }
 
+    /// The service hosted under `key` (a contract's name, or a gRPC standard service's full
+    /// name) and the key as the host keeps it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn service_entry(&self, key: &str) -> Option<(&str, &Arc<dyn Service>)> {
+        self.services
+            .get_key_value(key)
+            .map(|(k, s)| (k.as_str(), &s.service))
+    }
+
     /// The service called `name`, if the host serves it.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn service(&self, name: &str) -> Option<&Arc<dyn Service>> {

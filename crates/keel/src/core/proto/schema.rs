@@ -134,6 +134,8 @@ pub(crate) struct OpSchema {
     pub(crate) server_streaming: bool,
     /// The typed fault, if any.
     pub(crate) fault: Option<Body>,
+    /// The name of the typed fault's message (the type's own, or `{Method}Fault`).
+    pub(crate) fault_name: Option<String>,
     /// Why gRPC cannot call it, when it cannot (a byte stream, parameters beside a stream).
     pub(crate) unavailable: Option<String>,
 }
@@ -265,6 +267,7 @@ pub(crate) fn trace(desc: &Contract) -> Result<ServiceSchema, String> {
             client_streaming: op.message_request,
             server_streaming: op.message_response,
             fault: None,
+            fault_name: None,
             unavailable: Some(why),
         });
     }
@@ -365,6 +368,10 @@ fn op_schema(
         response,
         client_streaming: op.message_request,
         server_streaming: op.message_response,
+        fault_name: fault.as_ref().map(|f| match body(f, registry) {
+            Body::Message(name) => super::file::proto_ident(&name),
+            _ => format!("{}Fault", op.method),
+        }),
         fault: fault.map(|f| body(&f, registry)),
         unavailable,
     }

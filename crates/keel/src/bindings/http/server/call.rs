@@ -314,7 +314,8 @@ fn accepts<B>(req: &Request<B>, wanted: &str) -> bool {
 pub(super) fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
     let Some(v) = req.headers().get(ARGS_HEADER) else {
         return Ok(match format {
-            Format::Postcard => Bytes::new(),
+            // An empty message.
+            Format::Postcard | Format::Protobuf(_) => Bytes::new(),
             // An empty map.
             Format::MsgPack => Bytes::from_static(&[0x80]),
             _ => Bytes::from_static(b"{}"),
@@ -322,9 +323,11 @@ pub(super) fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, 
     };
     let bad = |why: &str| Status::new(StatusCode::BadRequest, format!("{ARGS_HEADER}: {why}"));
     match format {
-        Format::Postcard | Format::MsgPack => super::super::args_decode(v.as_bytes())
-            .map(Bytes::from)
-            .ok_or_else(|| bad("expected binary arguments in unpadded URL-safe base64")),
+        Format::Postcard | Format::MsgPack | Format::Protobuf(_) => {
+            super::super::args_decode(v.as_bytes())
+                .map(Bytes::from)
+                .ok_or_else(|| bad("expected binary arguments in unpadded URL-safe base64"))
+        }
         _ => Ok(Bytes::copy_from_slice(v.as_bytes())),
     }
 }

@@ -58,7 +58,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
     if req.method() != Method::POST {
         return not_post(req.method());
     }
-    let (desc, op) = match route(&ctx.conn.dispatcher, req.uri().path()) {
+    let (key, desc, op) = match route(&ctx.conn.dispatcher, req.uri().path()) {
         Ok(found) => found,
         Err(status) => return answer.trailers_only(&status, &none),
     };
@@ -70,7 +70,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         );
         return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
     }
-    let format = match message_format(subtype) {
+    let format = match message_format(subtype, desc) {
         Ok(format) => format,
         Err(status) => return answer.trailers_only(&status, &none),
     };
@@ -82,7 +82,9 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
     answer.codec = head.reply_codec;
     answer.fault = op.fault.map(|written| FaultType {
         package: desc.package,
-        written,
+        // The message the contract's `.proto` names (the fault type's serde name, or a
+        // wrapper's), else the type as written.
+        written: desc.grpc_fault_name(op.name).unwrap_or(written),
     });
     // From here the call counts as in flight, so a drain waits for it; a call that arrives
     // while the host drains is not processed, and says so.
@@ -139,7 +141,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         call_id,
         one_way: op.one_way,
         deadline: head.deadline,
-        service: desc.name,
+        service: key,
         operation: op.name,
         metadata: head.metadata,
         compression,

@@ -13,13 +13,15 @@ use crate::core::service::{OperationInfo, ServiceDescriptor};
 use crate::core::status::{Status, StatusCode};
 use crate::dispatch::Dispatcher;
 
-/// The operation `/{package}.{Service}/{Method}` names: its service's descriptor and the
-/// operation. Nothing is allocated: the service is found by its name, its package compared,
-/// and the method compared with each operation's name in `PascalCase` as it is spelt out.
+/// The operation `/{package}.{Service}/{Method}` names: the name the host keeps its service
+/// under, the service's descriptor and the operation. Nothing is allocated: the service is
+/// found by its name, its package compared (gRPC's standard services are kept under their
+/// full names), and the method compared with each operation's name in `PascalCase` as it is
+/// spelt out.
 pub(super) fn route<'d>(
     dispatcher: &'d Dispatcher,
     path: &str,
-) -> Result<(&'d ServiceDescriptor, &'d OperationInfo), Status> {
+) -> Result<(&'d str, &'static ServiceDescriptor, &'static OperationInfo), Status> {
     let unknown = |what: &str| {
         Status::new(
             StatusCode::UnknownService,
@@ -30,10 +32,11 @@ pub(super) fn route<'d>(
         return Err(unknown(&format!("no gRPC method at `{path}`")));
     };
     let (package, name) = full.rsplit_once('.').unwrap_or(("", full));
-    let desc = dispatcher
-        .service(name)
-        .map(|s| s.descriptor())
-        .filter(|d| d.package == package)
+    let (key, desc) = dispatcher
+        .service_entry(name)
+        .filter(|(_, s)| s.descriptor().package == package)
+        .or_else(|| dispatcher.service_entry(full))
+        .map(|(key, s)| (key, s.descriptor()))
         .ok_or_else(|| unknown(&format!("unknown service `{full}`")))?;
     let op = desc
         .operations
@@ -45,7 +48,7 @@ pub(super) fn route<'d>(
                 format!("unknown method `{method}` for service `{full}`"),
             )
         })?;
-    Ok((desc, op))
+    Ok((key, desc, op))
 }
 
 /// Whether `method` is `snake`'s `PascalCase` form (see `OperationInfo::grpc_name`), compared
