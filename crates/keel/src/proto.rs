@@ -210,7 +210,7 @@ mod tests {
     fn op(name: &'static str, types: ProtoTypes, streams: (bool, bool)) -> OpShape {
         OpShape {
             name,
-            method: crate::core::proto::pascal_case(name),
+            method: crate::core::proto::names::pascal_case(name),
             one_way: false,
             stream_request: streams.0,
             stream_response: streams.1,

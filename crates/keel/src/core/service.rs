@@ -78,6 +78,7 @@ impl ServiceDescriptor {
 
     /// The name of operation `op`'s typed fault message in the contract's protobuf package
     /// (what a gRPC fault's `Any` type URL names), if it has one and protobuf can say it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn grpc_fault_name(&self, op: &str) -> Option<&str> {
         let schema = self.proto_schema().ok()?;
         schema
@@ -245,7 +246,7 @@ impl OperationInfo {
     /// The operation's gRPC method name: its name in `PascalCase` (`get_feature` →
     /// `GetFeature`), as protobuf's style guide names RPCs.
     pub fn grpc_name(&self) -> String {
-        super::proto::pascal_case(self.name)
+        super::proto::names::pascal_case(self.name)
     }
 }
 

@@ -275,7 +275,9 @@ impl Dispatcher {
 
     /// The descriptors of every service hosted, gRPC's standard services included, with the
     /// names they are found by.
-    pub(crate) fn all_services(&self) -> impl Iterator<Item = (&str, &'static ServiceDescriptor)> {
+    pub(crate) fn all_services(
+        &self,
+    ) -> impl Iterator<Item = (&str, &'static crate::core::service::ServiceDescriptor)> {
         self.services
             .iter()
             .map(|(key, s)| (key.as_str(), s.service.descriptor()))

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::model::{ContainerFormat, Format, Named, Registry, VariantFormat};
+use super::names::{field_ident, pascal_case, proto_ident, screaming, snake};
 use super::schema::{is_c_like, resolve, Body, OpSchema, ServiceSchema};
 
 /// A file: one package's services and the types they use.
@@ -236,7 +237,7 @@ impl Builder<'_> {
         };
         let ty = match resolve(inner, self.reg) {
             Format::Map { key, value } => {
-                let entry_name = format!("{}Entry", pascal(name));
+                let entry_name = format!("{}Entry", pascal_case(name));
                 let entry_full = format!("{full}.{entry_name}");
                 let mut entry = MessageDef {
                     name: entry_name,
@@ -393,63 +394,4 @@ fn numbered(fields: &[Format]) -> Vec<Named<Format>> {
             value: f.clone(),
         })
         .collect()
-}
-
-/// `name` with what protobuf identifiers cannot hold replaced by `_`, starting with a letter.
-pub(crate) fn proto_ident(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        out.insert(0, 'T');
-    }
-    out
-}
-
-/// A field's name: as serde names it, made a protobuf identifier.
-fn field_ident(name: &str) -> String {
-    let ident = proto_ident(name);
-    if name.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        ident
-    } else {
-        format!("f{}", &ident[1..])
-    }
-}
-
-/// `PascalCase` → `snake_case`.
-fn snake(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push('_');
-        }
-    }
-    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        out.insert(0, 'v');
-    }
-    out
-}
-
-/// `snake_case` → `PascalCase` (a map field's entry message: `notes` → `NotesEntry`).
-fn pascal(name: &str) -> String {
-    crate::core::proto::pascal_case(name)
-}
-
-/// `PascalCase` → `SCREAMING_SNAKE_CASE` (protobuf's enum values).
-fn screaming(name: &str) -> String {
-    snake(name).trim_start_matches('_').to_ascii_uppercase()
 }

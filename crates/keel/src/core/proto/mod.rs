@@ -4,6 +4,7 @@
 //! - `encode.rs`: any `Serialize` value as a message;
 //! - `descriptor.rs`: a file's `FileDescriptorProto`, for gRPC server reflection;
 //! - `decode.rs`: a message as any `Deserialize` type, the type driving the decoding;
+//! - `names.rs`: how Rust names become protobuf's (`PascalCase` methods, identifiers);
 //! - `model.rs`: the shapes of types, as serde-reflection traces them, kept in a `static`;
 //! - `file.rs`: one `.proto` file's services, messages and enums, decided once for the text
 //!   and the reflection descriptors;
@@ -22,6 +23,7 @@ pub(crate) mod descriptor;
 pub(crate) mod encode;
 pub(crate) mod file;
 pub(crate) mod model;
+pub(crate) mod names;
 pub(crate) mod schema;
 pub(crate) mod wire;
 
@@ -135,19 +137,6 @@ impl PartialEq for ProtoCodec {
 }
 
 impl Eq for ProtoCodec {}
-
-/// `snake_case` → `PascalCase`: each `_`-separated word capitalised, the `_`s dropped.
-pub(crate) fn pascal_case(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for word in name.split('_').filter(|w| !w.is_empty()) {
-        let mut chars = word.chars();
-        if let Some(first) = chars.next() {
-            out.extend(first.to_uppercase());
-            out.push_str(chars.as_str());
-        }
-    }
-    out
-}
 
 #[cfg(test)]
 mod tests;

@@ -135,6 +135,7 @@ pub(crate) struct OpSchema {
     /// The typed fault, if any.
     pub(crate) fault: Option<Body>,
     /// The name of the typed fault's message (the type's own, or `{Method}Fault`).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fault_name: Option<String>,
     /// Why gRPC cannot call it, when it cannot (a byte stream, parameters beside a stream).
     pub(crate) unavailable: Option<String>,
@@ -369,7 +370,7 @@ fn op_schema(
         client_streaming: op.message_request,
         server_streaming: op.message_response,
         fault_name: fault.as_ref().map(|f| match body(f, registry) {
-            Body::Message(name) => super::file::proto_ident(&name),
+            Body::Message(name) => super::names::proto_ident(&name),
             _ => format!("{}Fault", op.method),
         }),
         fault: fault.map(|f| body(&f, registry)),

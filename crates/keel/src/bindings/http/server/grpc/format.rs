@@ -33,6 +33,8 @@ pub(super) fn message_format(
     ))
 }
 
+// The generated client's methods are `pub` in a test-private contract.
+#[allow(unreachable_pub)]
 #[cfg(test)]
 mod tests {
     use super::*;
