@@ -607,6 +607,12 @@ impl HostBuilder {
         let standard = config
             .grpc_standard_services
             .then(|| super::standard::add(&mut services));
+        // Each contract's protobuf schema is traced now, not on its first gRPC call: the first
+        // call is as quick as the next (a contract protobuf cannot describe is found here too,
+        // and answered `UNIMPLEMENTED` with the reason when gRPC asks).
+        for s in services.values() {
+            let _ = s.descriptor().proto_schema();
+        }
         let endpoints = endpoints
             .iter()
             .map(|u| Endpoint::parse(u))
