@@ -62,6 +62,7 @@
 //! | `a_slowloris_head_is_closed` | http1, https (HTTP/1.1) | closed after the frame timeout, `timed_out` counted |
 //! | `request_smuggling_gets_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); the smuggled request never runs |
 //! | `malformed_requests_get_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); nothing after it runs |
+//! | `h2_a_body_that_breaks_its_content_length_is_reset` | http2, https (HTTP/2) | DATA that do not add up to `content-length`: RST_STREAM PROTOCOL_ERROR, never an answer, also where the answer is known from the head (404); a matching body answered |
 //! | `h2_rapid_reset_leaves_the_host_responsive` | http2, https (HTTP/2) | cancelled calls freed; host responsive |
 //! | `h2_settings_and_ping_floods_are_bounded` | http2, https (HTTP/2) | host responsive; memory bounded |
 //! | `tls_garbage_is_closed` | tcps, https | closed (at most a TLS alert); nothing registered |
@@ -2652,6 +2653,93 @@ async fn malformed_requests_get_400_and_close(b: Binding) {
     case.finish().await;
 }
 
+/// A stream's frames until the host reset or answered it: `(type, payload)` of the RST_STREAM
+/// or HEADERS frame; PINGs acknowledged on the way count in `acks`.
+async fn h2_stream_end(frames: &mut H2Frames, stream: u32, acks: &mut u64) -> (u8, Vec<u8>) {
+    loop {
+        let (ty, flags, id, payload) = frames
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("closed before stream {stream} ended"));
+        if ty == PING && flags & 1 == 1 {
+            *acks += 1;
+        }
+        if id == stream && (ty == RST_STREAM || ty == HEADERS) {
+            return (ty, payload);
+        }
+    }
+}
+
+async fn h2_a_body_that_breaks_its_content_length_is_reset(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    let (mut frames, mut wr) = h2_raw(b, &case.url, &[]).await;
+    let mut stream = 1u32;
+    let mut acks = 0u64;
+    // A path answered on the head alone (404), and a call, which reads its body.
+    for path in ["/", "/Probe/echo"] {
+        // (declared length, DATA frames): more than declared in one frame or over two, less.
+        for (declared, chunks) in [
+            ("1", &[&b"test"[..]][..]),
+            ("1", &[&b"test"[..], &b"test"[..]][..]),
+            ("10", &[&b"{}"[..]][..]),
+        ] {
+            let mut block = h2_post_block(path);
+            block.extend(hpack(&[("content-length", declared)]));
+            let mut out = h2_frame(HEADERS, END_HEADERS, stream, &block);
+            // The PING's answer comes once the host has read the head, and run whatever it
+            // runs on a head alone: an answer given then would not wait for the body.
+            out.extend(h2_frame(PING, 0, 0, &u64::from(stream).to_be_bytes()));
+            wr.write_all(&out).await.unwrap();
+            wr.flush().await.unwrap();
+            let before = acks;
+            while acks == before {
+                let (ty, flags, id, _) = frames.next().await.expect("open");
+                assert!(
+                    id != stream,
+                    "{path} {declared}: stream {stream} got frame type {ty} before its body"
+                );
+                acks += u64::from(ty == PING && flags & 1 == 1);
+            }
+            let mut out = Vec::new();
+            for (i, chunk) in chunks.iter().enumerate() {
+                let end = if i + 1 == chunks.len() { END_STREAM } else { 0 };
+                out.extend(h2_frame(DATA, end, stream, chunk));
+            }
+            wr.write_all(&out).await.unwrap();
+            wr.flush().await.unwrap();
+            let (ty, payload) = h2_stream_end(&mut frames, stream, &mut acks).await;
+            assert_eq!(
+                (ty, payload),
+                (RST_STREAM, 1u32.to_be_bytes().to_vec()),
+                "{path} content-length {declared}, DATA {chunks:?}: RST_STREAM PROTOCOL_ERROR"
+            );
+            stream += 2;
+        }
+    }
+    // A body that matches its length is answered, on the same connection.
+    let mut block = h2_post_block("/");
+    block.extend(hpack(&[("content-length", "2")]));
+    let mut out = h2_frame(HEADERS, END_HEADERS, stream, &block);
+    out.extend(h2_frame(DATA, END_STREAM, stream, b"{}"));
+    wr.write_all(&out).await.unwrap();
+    wr.flush().await.unwrap();
+    let (ty, _) = h2_stream_end(&mut frames, stream, &mut acks).await;
+    assert_eq!(ty, HEADERS, "a well-formed request is answered");
+    // An upload larger than what such an answer waits for (64 KiB) is answered before its
+    // body is sent, as before.
+    stream += 2;
+    let mut block = h2_post_block("/");
+    block.extend(hpack(&[("content-length", "1048576")]));
+    wr.write_all(&h2_frame(HEADERS, END_HEADERS, stream, &block))
+        .await
+        .unwrap();
+    wr.flush().await.unwrap();
+    let (ty, _) = h2_stream_end(&mut frames, stream, &mut acks).await;
+    assert_eq!(ty, HEADERS, "a large upload's early answer");
+    drop(wr);
+    case.finish().await;
+}
+
 async fn h2_rapid_reset_leaves_the_host_responsive(b: Binding) {
     let case = Case::new(b, |h| h).await;
     let (mut frames, mut wr) = h2_raw(b, &case.url, &[]).await;
@@ -3628,6 +3716,7 @@ common::binding_matrix! {
         async fn malformed_requests_get_400_and_close;
     }
     [http2] {
+        async fn h2_a_body_that_breaks_its_content_length_is_reset;
         async fn h2_rapid_reset_leaves_the_host_responsive;
         #[ignore = "slow: a memory case, run alone"]
         async fn h2_settings_and_ping_floods_are_bounded;

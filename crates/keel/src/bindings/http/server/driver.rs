@@ -12,7 +12,7 @@ use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 
 use super::io_watch::{HeadWatch, Watched};
-use super::route::handle;
+use super::unread::handle_checked;
 use super::{Ctx, Stop};
 use crate::bindings::{HostConnRegistry, ServerSettings};
 use crate::dispatch::{poll_once_then_spawn, Dispatcher, HostConnInfo};
@@ -79,7 +79,7 @@ pub(crate) async fn serve(
         let ctx = ctx.clone();
         hyper::service::service_fn(move |req| {
             let ctx = ctx.clone();
-            async move { Ok::<_, Infallible>(handle(&ctx, req).await) }
+            async move { Ok::<_, Infallible>(handle_checked(&ctx, req).await) }
         })
     };
     let io = Watched {
