@@ -60,6 +60,7 @@
 //! | `many_partial_bodies_stay_within_the_receive_budget` | http1, http2, https (both) | 408 each; memory bounded |
 //! | `a_huge_header_is_refused` | http1, http2, https (both) | 431 (or reset/close) |
 //! | `a_slowloris_head_is_closed` | http1, https (HTTP/1.1) | closed after the frame timeout, `timed_out` counted |
+//! | `a_first_line_neither_http1_nor_h2_is_closed_quietly` | http1, https (no ALPN) | a first line naming no HTTP version, or binary: closed, nothing sent; a malformed HTTP/1.1 request line still 400; with ALPN `http/1.1`, 400 |
 //! | `request_smuggling_gets_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); the smuggled request never runs |
 //! | `malformed_requests_get_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); nothing after it runs |
 //! | `h2_a_body_that_breaks_its_content_length_is_reset` | http2, https (HTTP/2) | DATA that do not add up to `content-length`: RST_STREAM PROTOCOL_ERROR, never an answer, also where the answer is known from the head (404); a matching body answered |
@@ -2619,6 +2620,48 @@ async fn smuggle(b: Binding, url: &str, head: &str, v: u64) {
     assert!(!recorded.contains(&v), "{head:?}: the smuggled request ran");
 }
 
+async fn a_first_line_neither_http1_nor_h2_is_closed_quietly(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    // No ALPN (a plain port, or TLS without it): HTTP/1.1 and HTTP/2 share the connection, and
+    // bytes that are neither are closed unanswered (RFC 9113 §3.4, h2spec 3.5/2).
+    let sent = |line: &'static [u8], alpn: &'static [&'static [u8]]| {
+        let url = case.url.clone();
+        async move {
+            let mut io = open(b, &url, alpn).await;
+            io.write_all(line).await.unwrap();
+            io.flush().await.unwrap();
+            assert_closed(&mut io, &String::from_utf8_lossy(line)).await
+        }
+    };
+    for line in [
+        &b"INVALID CONNECTION PREFACE\r\n\r\n"[..],
+        b"GET /Probe\r\n\r\n",
+        b"\x16\x03\x01\x00\x04junk",
+    ] {
+        let got = sent(line, &[]).await;
+        assert!(
+            got.is_empty(),
+            "{line:?}: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    // An HTTP/1.1 request, malformed or not, is answered as before.
+    let got = sent(b"GET /a b HTTP/1.1\r\nhost: keel\r\n\r\n", &[]).await;
+    assert!(got.starts_with(b"HTTP/1.1 400 "), "{got:?}");
+    let got = sent(
+        b"GET /Probe HTTP/1.1\r\nhost: keel\r\nconnection: close\r\n\r\n",
+        &[],
+    )
+    .await;
+    assert!(got.starts_with(b"HTTP/1.1 200 "), "{got:?}");
+    if is_tls(b) {
+        // ALPN agreed on HTTP/1.1: whatever arrives is HTTP/1.1's to answer.
+        let got = sent(b"INVALID CONNECTION PREFACE\r\n\r\n", &[ALPN_H1]).await;
+        assert!(got.starts_with(b"HTTP/1.1 400 "), "{got:?}");
+    }
+    case.finish().await;
+}
+
 async fn request_smuggling_gets_400_and_close(b: Binding) {
     let case = Case::new(b, |h| h).await;
     let post = "POST /Probe/echo HTTP/1.1\r\nhost: keel\r\ncontent-type: application/json\r\n";
@@ -3711,6 +3754,7 @@ common::binding_matrix! {
         async fn a_huge_header_is_refused;
     }
     [http1] {
+        async fn a_first_line_neither_http1_nor_h2_is_closed_quietly;
         async fn a_slowloris_head_is_closed;
         async fn request_smuggling_gets_400_and_close;
         async fn malformed_requests_get_400_and_close;

@@ -82,10 +82,10 @@ pub(crate) async fn serve(
             async move { Ok::<_, Infallible>(handle_checked(&ctx, req).await) }
         })
     };
-    let io = Watched {
-        io: connected.io,
-        watch: head_watch.clone(),
-    };
+    // Unless ALPN agreed on one, HTTP/1.1 and HTTP/2 share the port: a first line that is
+    // neither closes the connection (`first_line`).
+    let agreed = matches!(connected.alpn.as_deref(), Some(b"h2" | b"http/1.1"));
+    let io = Watched::new(connected.io, head_watch.clone(), !agreed);
     // This task polls the connection: woken, it flushes (see `cut`).
     std::future::poll_fn(|cx| {
         head_watch.set_connection_task(cx.waker());

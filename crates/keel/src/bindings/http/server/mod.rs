@@ -9,6 +9,8 @@
 //!   ([`Stop`], [`HttpResponder`]);
 //! - `driver.rs`: the connection's task ([`serve`]): hyper's server, the HTTP/2 request futures
 //!   run in the connection's task, the stop signal, the timeouts;
+//! - `first_line.rs`: without ALPN, a connection's first line must be HTTP/1 or HTTP/2's
+//!   preface, or it is closed unanswered;
 //! - `io_watch.rs`: the IO watchdog (a request head that does not finish, output the peer does
 //!   not read, a connection where nothing moves) and the count of the connection's flushes;
 //! - `route.rs`: one request's route ([`handle`]): calls, descriptions, OpenAPI, CORS;
@@ -25,6 +27,7 @@ mod call;
 mod cut;
 mod describe;
 mod driver;
+mod first_line;
 mod io_watch;
 mod responses;
 mod route;
