@@ -3,11 +3,13 @@
 //! HTTP/1.1) and an `https://` host (ALPN `h2`). Every case of every section must pass; a
 //! failure names the cases and what h2spec expected of them.
 //!
-//! h2spec is a Go program (`go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible`,
-//! as `.ci/run` does); a test whose h2spec is missing skips with a note, unless
-//! `KEEL_REQUIRE_H2SPEC=1` (CI sets it), where it fails. Both tests are in the `external` test
-//! group (`#[ignore]`): `cargo test -p keel --test h2spec -- --ignored` runs them
-//! (`docs/testing.md`). Run with `--nocapture` to see h2spec's report.
+//! h2spec is a Go program, taken from `PATH`: `.ci/run` builds it from the Go module proxy with
+//! its dependencies pinned (by hand, `go install
+//! github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible` builds the same cases). A test
+//! whose h2spec is missing skips with a note, unless `KEEL_REQUIRE_H2SPEC=1` (CI sets it), where
+//! it fails. Both are in the `external` test group (`#[ignore]`):
+//! `cargo test -p keel --test h2spec -- --ignored` runs them (`docs/testing.md`). Run with
+//! `--nocapture` to see h2spec's report.
 #![cfg(all(feature = "http", feature = "tls"))]
 #![allow(missing_docs)]
 
@@ -40,7 +42,7 @@ fn h2spec_binary() -> Option<PathBuf> {
     assert!(
         !required,
         "KEEL_REQUIRE_H2SPEC=1 but h2spec is not on PATH (go install \
-         github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible, as .ci/run does)"
+         github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible, or see .ci/run)"
     );
     println!(
         "SKIPPED: h2spec is not on PATH (go install \
