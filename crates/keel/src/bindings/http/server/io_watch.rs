@@ -281,9 +281,11 @@ impl Watched {
                                 unreachable!("matched above")
                             };
                             let held = line.into_held();
-                            if !held.is_empty() {
-                                self.first_line = Sniff::Releasing(held, 0);
+                            if held.is_empty() {
+                                // The end, before any byte: that is the caller's too.
+                                return Poll::Ready(Ok(()));
                             }
+                            self.first_line = Sniff::Releasing(held, 0);
                         }
                         Verdict::Close => {
                             return Poll::Ready(Err(std::io::Error::new(
