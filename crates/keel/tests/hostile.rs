@@ -63,7 +63,7 @@
 //! | `a_first_line_neither_http1_nor_h2_is_closed_quietly` | http1, https (no ALPN) | a first line naming no HTTP version, or binary: closed, nothing sent; a malformed HTTP/1.1 request line still 400; with ALPN `http/1.1`, 400 |
 //! | `request_smuggling_gets_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); the smuggled request never runs |
 //! | `malformed_requests_get_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); nothing after it runs |
-//! | `h2_a_body_that_breaks_its_content_length_is_reset` | http2, https (HTTP/2) | DATA that do not add up to `content-length`: RST_STREAM PROTOCOL_ERROR, never an answer, also where the answer is known from the head (404); a matching body answered |
+//! | `h2_frames_after_an_answer_on_the_head_are_still_checked` | http2, https (HTTP/2) | DATA that do not add up to `content-length`, malformed trailers: RST_STREAM PROTOCOL_ERROR, also after an answer given on the head (404); a call never answers them; a matching body answered; a large declared upload answered before it is sent; DATA after the client's RST_STREAM: STREAM_CLOSED (stream or connection) |
 //! | `h2_rapid_reset_leaves_the_host_responsive` | http2, https (HTTP/2) | cancelled calls freed; host responsive |
 //! | `h2_settings_and_ping_floods_are_bounded` | http2, https (HTTP/2) | host responsive; memory bounded |
 //! | `tls_garbage_is_closed` | tcps, https | closed (at most a TLS alert); nothing registered |
@@ -2696,80 +2696,125 @@ async fn malformed_requests_get_400_and_close(b: Binding) {
     case.finish().await;
 }
 
-/// A stream's frames until the host reset or answered it: `(type, payload)` of the RST_STREAM
-/// or HEADERS frame; PINGs acknowledged on the way count in `acks`.
-async fn h2_stream_end(frames: &mut H2Frames, stream: u32, acks: &mut u64) -> (u8, Vec<u8>) {
-    loop {
-        let (ty, flags, id, payload) = frames
-            .next()
-            .await
-            .unwrap_or_else(|| panic!("closed before stream {stream} ended"));
-        if ty == PING && flags & 1 == 1 {
-            *acks += 1;
-        }
-        if id == stream && (ty == RST_STREAM || ty == HEADERS) {
-            return (ty, payload);
+/// What a raw HTTP/2 connection read of one stream: the types of its frames, and how the
+/// stream (or the connection) ended.
+#[derive(Debug, Default)]
+struct H2Seen {
+    /// Frame types on the stream (HEADERS, DATA, ...) before its end.
+    on_stream: Vec<u8>,
+    /// RST_STREAM's error code, if the stream was reset.
+    reset: Option<u32>,
+    /// GOAWAY's error code, if the connection was told to go away.
+    goaway: Option<u32>,
+    /// The connection closed.
+    closed: bool,
+    /// Acknowledged PINGs.
+    acks: u64,
+}
+
+impl H2Seen {
+    /// Reads frames until `stream` is reset, a GOAWAY or the close, or until `done` holds.
+    async fn read(&mut self, frames: &mut H2Frames, stream: u32, done: impl Fn(&H2Seen) -> bool) {
+        while !done(self) {
+            let Some((ty, flags, id, payload)) = frames.next().await else {
+                self.closed = true;
+                return;
+            };
+            let code = || u32::from_be_bytes(payload[payload.len() - 4..].try_into().unwrap());
+            match ty {
+                PING if flags & 1 == 1 => self.acks += 1,
+                GOAWAY => {
+                    self.goaway = Some(code());
+                    return;
+                }
+                RST_STREAM if id == stream => {
+                    self.reset = Some(code());
+                    return;
+                }
+                _ if id == stream => self.on_stream.push(ty),
+                _ => {}
+            }
         }
     }
 }
 
-async fn h2_a_body_that_breaks_its_content_length_is_reset(b: Binding) {
+/// Sends `head` (a HEADERS frame's block, END_STREAM unset) on `stream` and a PING, and reads
+/// until the PING is answered: by then the host has read the head and run whatever it runs on
+/// a head alone (an answer given on it has been sent). Then sends `rest` and reads until the
+/// stream is reset or the connection goes away.
+async fn h2_head_then(
+    frames: &mut H2Frames,
+    wr: &mut WriteHalf<Raw>,
+    stream: u32,
+    head: &[u8],
+    rest: &[u8],
+) -> H2Seen {
+    let mut seen = H2Seen::default();
+    let mut out = h2_frame(HEADERS, END_HEADERS, stream, head);
+    out.extend(h2_frame(PING, 0, 0, &u64::from(stream).to_be_bytes()));
+    wr.write_all(&out).await.unwrap();
+    wr.flush().await.unwrap();
+    seen.read(frames, stream, |s| s.acks == 1).await;
+    wr.write_all(rest).await.unwrap();
+    wr.flush().await.unwrap();
+    seen.read(frames, stream, |_| false).await;
+    seen
+}
+
+const PROTOCOL_ERROR: u32 = 1;
+const STREAM_CLOSED: u32 = 5;
+
+async fn h2_frames_after_an_answer_on_the_head_are_still_checked(b: Binding) {
     let case = Case::new(b, |h| h).await;
     let (mut frames, mut wr) = h2_raw(b, &case.url, &[]).await;
     let mut stream = 1u32;
-    let mut acks = 0u64;
-    // A path answered on the head alone (404), and a call, which reads its body.
+    // A body that does not add up to its content-length (more in one frame, more over two,
+    // less): reset PROTOCOL_ERROR, both on a path answered on the head alone (404, sent before
+    // the body arrived) and on a call, which reads its body first and so never answers it.
     for path in ["/", "/Probe/echo"] {
-        // (declared length, DATA frames): more than declared in one frame or over two, less.
         for (declared, chunks) in [
             ("1", &[&b"test"[..]][..]),
             ("1", &[&b"test"[..], &b"test"[..]][..]),
             ("10", &[&b"{}"[..]][..]),
         ] {
-            let mut block = h2_post_block(path);
-            block.extend(hpack(&[("content-length", declared)]));
-            let mut out = h2_frame(HEADERS, END_HEADERS, stream, &block);
-            // The PING's answer comes once the host has read the head, and run whatever it
-            // runs on a head alone: an answer given then would not wait for the body.
-            out.extend(h2_frame(PING, 0, 0, &u64::from(stream).to_be_bytes()));
-            wr.write_all(&out).await.unwrap();
-            wr.flush().await.unwrap();
-            let before = acks;
-            while acks == before {
-                let (ty, flags, id, _) = frames.next().await.expect("open");
-                assert!(
-                    id != stream,
-                    "{path} {declared}: stream {stream} got frame type {ty} before its body"
-                );
-                acks += u64::from(ty == PING && flags & 1 == 1);
-            }
-            let mut out = Vec::new();
+            let mut head = h2_post_block(path);
+            head.extend(hpack(&[("content-length", declared)]));
+            let mut rest = Vec::new();
             for (i, chunk) in chunks.iter().enumerate() {
                 let end = if i + 1 == chunks.len() { END_STREAM } else { 0 };
-                out.extend(h2_frame(DATA, end, stream, chunk));
+                rest.extend(h2_frame(DATA, end, stream, chunk));
             }
-            wr.write_all(&out).await.unwrap();
-            wr.flush().await.unwrap();
-            let (ty, payload) = h2_stream_end(&mut frames, stream, &mut acks).await;
-            assert_eq!(
-                (ty, payload),
-                (RST_STREAM, 1u32.to_be_bytes().to_vec()),
-                "{path} content-length {declared}, DATA {chunks:?}: RST_STREAM PROTOCOL_ERROR"
-            );
+            let seen = h2_head_then(&mut frames, &mut wr, stream, &head, &rest).await;
+            let what = format!("{path} content-length {declared}, DATA {chunks:?}: {seen:?}");
+            assert_eq!(seen.reset, Some(PROTOCOL_ERROR), "{what}");
+            if path != "/" {
+                assert!(seen.on_stream.is_empty(), "{what}");
+            }
             stream += 2;
         }
     }
+    // Trailers as h2spec's 8.1.2.1/3 sends them (a pseudo-header, END_STREAM unset), no
+    // content-length: the same.
+    let trailers = hpack(&[(":method", "POST")]);
+    let mut rest = h2_frame(DATA, 0, stream, b"test");
+    rest.extend(h2_frame(HEADERS, END_HEADERS, stream, &trailers));
+    let seen = h2_head_then(&mut frames, &mut wr, stream, &h2_post_block("/"), &rest).await;
+    assert_eq!(seen.reset, Some(PROTOCOL_ERROR), "trailers: {seen:?}");
     // A body that matches its length is answered, on the same connection.
+    stream += 2;
     let mut block = h2_post_block("/");
     block.extend(hpack(&[("content-length", "2")]));
     let mut out = h2_frame(HEADERS, END_HEADERS, stream, &block);
     out.extend(h2_frame(DATA, END_STREAM, stream, b"{}"));
     wr.write_all(&out).await.unwrap();
     wr.flush().await.unwrap();
-    let (ty, _) = h2_stream_end(&mut frames, stream, &mut acks).await;
-    assert_eq!(ty, HEADERS, "a well-formed request is answered");
-    // An upload larger than what such an answer waits for (64 KiB) is answered before its
-    // body is sent, as before.
+    let mut seen = H2Seen::default();
+    seen.read(&mut frames, stream, |s| !s.on_stream.is_empty())
+        .await;
+    assert_eq!(seen.on_stream.first(), Some(&HEADERS), "{seen:?}");
+    assert_eq!((seen.reset, seen.goaway), (None, None), "{seen:?}");
+    // An upload declared larger than what is read on after such an answer (64 KiB) is answered
+    // before its body is sent.
     stream += 2;
     let mut block = h2_post_block("/");
     block.extend(hpack(&[("content-length", "1048576")]));
@@ -2777,8 +2822,31 @@ async fn h2_a_body_that_breaks_its_content_length_is_reset(b: Binding) {
         .await
         .unwrap();
     wr.flush().await.unwrap();
-    let (ty, _) = h2_stream_end(&mut frames, stream, &mut acks).await;
-    assert_eq!(ty, HEADERS, "a large upload's early answer");
+    let mut seen = H2Seen::default();
+    seen.read(&mut frames, stream, |s| !s.on_stream.is_empty())
+        .await;
+    assert_eq!(
+        seen.on_stream.first(),
+        Some(&HEADERS),
+        "a large upload's early answer: {seen:?}"
+    );
+    drop(wr);
+    // Frames after the client's own RST_STREAM (§5.1), on a stream answered on its head: a
+    // STREAM_CLOSED error, of the stream or of the connection, never ignored.
+    let (mut frames, mut wr) = h2_raw(b, &case.url, &[]).await;
+    let get = hpack(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", "/"),
+        (":authority", "keel"),
+    ]);
+    let mut rest = h2_frame(RST_STREAM, 0, 1, &8u32.to_be_bytes());
+    rest.extend(h2_frame(DATA, END_STREAM, 1, b"test"));
+    let seen = h2_head_then(&mut frames, &mut wr, 1, &get, &rest).await;
+    assert!(
+        seen.reset == Some(STREAM_CLOSED) || seen.goaway.is_some() || seen.closed,
+        "DATA after RST_STREAM: {seen:?}"
+    );
     drop(wr);
     case.finish().await;
 }
@@ -3760,7 +3828,7 @@ common::binding_matrix! {
         async fn malformed_requests_get_400_and_close;
     }
     [http2] {
-        async fn h2_a_body_that_breaks_its_content_length_is_reset;
+        async fn h2_frames_after_an_answer_on_the_head_are_still_checked;
         async fn h2_rapid_reset_leaves_the_host_responsive;
         #[ignore = "slow: a memory case, run alone"]
         async fn h2_settings_and_ping_floods_are_bounded;

@@ -14,8 +14,8 @@
 //! - `io_watch.rs`: the IO watchdog (a request head that does not finish, output the peer does
 //!   not read, a connection where nothing moves) and the count of the connection's flushes;
 //! - `route.rs`: one request's route ([`handle`]): calls, descriptions, OpenAPI, CORS;
-//! - `unread.rs`: an HTTP/2 answer given on a request's head waits for a small body to end, so
-//!   that h2 can refuse one that breaks its `content-length` (RFC 9113 §8.1.2.6);
+//! - `unread.rs`: after an HTTP/2 answer given on a request's head, its body is read on, so
+//!   that h2 still refuses a malformed one (RFC 9113 §8.1.2.6) rather than ignore it;
 //! - `call.rs`: `POST /{Service}/{operation}`: headers, body and arguments into a dispatched
 //!   call, its answer into a response;
 //! - `cut.rs`: a streamed answer that fails midway, cut off only once what it sent before has

@@ -1,18 +1,20 @@
 //! An HTTP/2 request answered on its head alone (404, 405, 415, a CORS preflight, ...) while its
-//! body is still arriving: a small body that declares its length is read to its end before the
-//! answer goes, so that one whose DATA frames do not add up to its `content-length` is refused
-//! as RFC 9113 §8.1.2.6 requires, its stream reset with `PROTOCOL_ERROR` (h2 checks the length
-//! as the frames arrive), rather than answered.
+//! body is still arriving: the answer goes at once, and the body is read on to its end in the
+//! background (at most 64 KiB of it, within the frame timeout), so that h2 goes on checking the
+//! stream: DATA frames that break the request's `content-length` (RFC 9113 §8.1.2.6) or
+//! trailers with a pseudo-header (§8.1.2.1) still reset it with `PROTOCOL_ERROR`, and frames
+//! after the client's own RST_STREAM are still a `STREAM_CLOSED` error (§5.1).
 //!
-//! Without the wait the answer is a race: a handler that runs before the DATA frames are read
-//! answers, the unread body is dropped, and h2 resets the stream with `NO_ERROR` (RFC 9113
-//! §8.1.1 allows an answer before the whole request); the frames that break the length then
-//! arrive on a closed stream and are ignored. keel runs a request's handler as soon as the
-//! connection has read what had arrived (`driver::Deferred`), so a body sent in a TCP segment
-//! after its head lost that race often (h2spec 8.1.2.6 failed one run in six).
+//! Dropping the unread body instead, as hyper does, makes h2 reset the stream with `NO_ERROR`
+//! once the answer is sent (RFC 9113 §8.1.1 allows an answer before the whole request), and
+//! frames that arrive after that reset are ignored, whatever they are. keel runs a request's
+//! handler as soon as the connection has read what had arrived (`driver::Deferred`), so frames
+//! sent in a TCP segment after the head often came after that reset: h2spec's 8.1.2.6, 8.1.2.1/3
+//! and 5.1/8-9 each failed one run in ten or so.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use ::http::header::CONTENT_LENGTH;
 use ::http::{Request, Response, Version};
@@ -25,19 +27,19 @@ use super::super::body::Body;
 use super::route::handle;
 use super::Ctx;
 
-/// The largest declared body an answer given on a request's head waits for. A client sends a
-/// body this small with its head, so waiting costs it nothing; a larger upload to a wrong path
-/// is refused before it is sent, as before (its stream reset with `NO_ERROR` after the answer).
-const WAITS_FOR: u64 = 64 * 1024;
+/// The most of an unread body read on after an answer given on the request's head. A body
+/// declared larger is not read at all: the client is told to stop sending (its stream reset
+/// with `NO_ERROR` after the answer), as before.
+const READS_ON: u64 = 64 * 1024;
 
-/// [`handle`], for a request of keel's own HTTP connections: an HTTP/2 request whose body is
-/// open and declares at most [`WAITS_FOR`] bytes, answered without reading its body, is answered
-/// once that body has ended (within the frame timeout; past it, answered as it is).
+/// [`handle`], for a request of keel's own HTTP connections: the body of an HTTP/2 request
+/// answered without reading it (and still open) is read on to its end after the answer, within
+/// [`READS_ON`] bytes and the frame timeout.
 pub(super) async fn handle_checked(ctx: &Ctx, req: Request<Incoming>) -> Response<Body> {
-    let waits = req.version() == Version::HTTP_2
+    let reads_on = req.version() == Version::HTTP_2
         && !req.body().is_end_stream()
-        && declared(&req).is_some_and(|n| n <= WAITS_FOR);
-    if !waits {
+        && declared(&req).is_none_or(|n| n <= READS_ON);
+    if !reads_on {
         return handle(ctx, req).await;
     }
     let (parts, body) = req.into_parts();
@@ -49,14 +51,28 @@ pub(super) async fn handle_checked(ctx: &Ctx, req: Request<Incoming>) -> Respons
     };
     let response = handle(ctx, Request::from_parts(parts, lent)).await;
     // Only a body already given back: one still held (a stream the handler reads beside its
-    // answer) is not waited for.
-    if let Ok(mut body) = unread.try_recv() {
-        // h2 resets the stream with PROTOCOL_ERROR if the frames break the declared length
-        // (the answer then goes nowhere); a body that errs or ends here is done with either way.
-        let read_to_end = async { while let Some(Ok(_)) = body.frame().await {} };
-        let _ = tokio::time::timeout(ctx.settings.frame_timeout, read_to_end).await;
+    // answer) is the handler's.
+    if let Ok(body) = unread.try_recv() {
+        tokio::spawn(read_on(body, ctx.settings.frame_timeout));
     }
     response
+}
+
+/// Reads `body` to its end, its error (h2 reset the stream: a malformed request, or the
+/// client's reset), [`READS_ON`] bytes or `timeout`, whichever comes first, and drops it. The
+/// answer's own handle keeps the stream open until the answer is sent, so dropping the body
+/// early never cuts the answer off: h2 then resets the stream with `NO_ERROR`.
+async fn read_on(mut body: Incoming, timeout: Duration) {
+    let read = async {
+        let mut taken = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            taken += frame.data_ref().map_or(0, |d| d.len() as u64);
+            if taken > READS_ON {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, read).await;
 }
 
 /// The request's `content-length`, if it has one that parses.
@@ -71,7 +87,7 @@ fn declared<B>(req: &Request<B>) -> Option<u64> {
 }
 
 /// A request body lent to [`handle`]: dropped without a single frame taken, it goes back to
-/// [`handle_checked`] (its receiver), which reads it to its end. A body whose reader took
+/// [`handle_checked`] (its receiver), which reads it on. A body whose reader took
 /// frames was read, or given up on purpose (a stream the handler stopped reading): it is
 /// dropped as usual.
 struct Lent {
