@@ -60,8 +60,10 @@
 //! | `many_partial_bodies_stay_within_the_receive_budget` | http1, http2, https (both) | 408 each; memory bounded |
 //! | `a_huge_header_is_refused` | http1, http2, https (both) | 431 (or reset/close) |
 //! | `a_slowloris_head_is_closed` | http1, https (HTTP/1.1) | closed after the frame timeout, `timed_out` counted |
+//! | `a_first_line_neither_http1_nor_h2_is_closed_quietly` | http1, https (no ALPN) | a first line naming no HTTP version, or binary: closed, nothing sent; a malformed HTTP/1.1 request line still 400; with ALPN `http/1.1`, 400 |
 //! | `request_smuggling_gets_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); the smuggled request never runs |
 //! | `malformed_requests_get_400_and_close` | http1, https (HTTP/1.1) | 400 (or close); nothing after it runs |
+//! | `h2_frames_after_an_answer_on_the_head_are_still_checked` | http2, https (HTTP/2) | DATA that do not add up to `content-length`, malformed trailers: RST_STREAM PROTOCOL_ERROR, also after an answer given on the head (404); a call never answers them; a matching body answered; a large declared upload answered before it is sent; DATA after the client's RST_STREAM: STREAM_CLOSED (stream or connection) |
 //! | `h2_rapid_reset_leaves_the_host_responsive` | http2, https (HTTP/2) | cancelled calls freed; host responsive |
 //! | `h2_settings_and_ping_floods_are_bounded` | http2, https (HTTP/2) | host responsive; memory bounded |
 //! | `grpc_a_prefix_announcing_4_gib_is_refused_at_once` | http2, https (HTTP/2) | gRPC `RESOURCE_EXHAUSTED` (8) before the message arrives; the next gRPC call on the connection served |
@@ -2621,6 +2623,48 @@ async fn smuggle(b: Binding, url: &str, head: &str, v: u64) {
     assert!(!recorded.contains(&v), "{head:?}: the smuggled request ran");
 }
 
+async fn a_first_line_neither_http1_nor_h2_is_closed_quietly(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    // No ALPN (a plain port, or TLS without it): HTTP/1.1 and HTTP/2 share the connection, and
+    // bytes that are neither are closed unanswered (RFC 9113 §3.4, h2spec 3.5/2).
+    let sent = |line: &'static [u8], alpn: &'static [&'static [u8]]| {
+        let url = case.url.clone();
+        async move {
+            let mut io = open(b, &url, alpn).await;
+            io.write_all(line).await.unwrap();
+            io.flush().await.unwrap();
+            assert_closed(&mut io, &String::from_utf8_lossy(line)).await
+        }
+    };
+    for line in [
+        &b"INVALID CONNECTION PREFACE\r\n\r\n"[..],
+        b"GET /Probe\r\n\r\n",
+        b"\x16\x03\x01\x00\x04junk",
+    ] {
+        let got = sent(line, &[]).await;
+        assert!(
+            got.is_empty(),
+            "{line:?}: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    // An HTTP/1.1 request, malformed or not, is answered as before.
+    let got = sent(b"GET /a b HTTP/1.1\r\nhost: keel\r\n\r\n", &[]).await;
+    assert!(got.starts_with(b"HTTP/1.1 400 "), "{got:?}");
+    let got = sent(
+        b"GET /Probe HTTP/1.1\r\nhost: keel\r\nconnection: close\r\n\r\n",
+        &[],
+    )
+    .await;
+    assert!(got.starts_with(b"HTTP/1.1 200 "), "{got:?}");
+    if is_tls(b) {
+        // ALPN agreed on HTTP/1.1: whatever arrives is HTTP/1.1's to answer.
+        let got = sent(b"INVALID CONNECTION PREFACE\r\n\r\n", &[ALPN_H1]).await;
+        assert!(got.starts_with(b"HTTP/1.1 400 "), "{got:?}");
+    }
+    case.finish().await;
+}
+
 async fn request_smuggling_gets_400_and_close(b: Binding) {
     let case = Case::new(b, |h| h).await;
     let post = "POST /Probe/echo HTTP/1.1\r\nhost: keel\r\ncontent-type: application/json\r\n";
@@ -2652,6 +2696,161 @@ async fn malformed_requests_get_400_and_close(b: Binding) {
     for (i, head) in heads.iter().enumerate() {
         smuggle(b, &case.url, head, 2000 + i as u64).await;
     }
+    case.finish().await;
+}
+
+/// What a raw HTTP/2 connection read of one stream: the types of its frames, and how the
+/// stream (or the connection) ended.
+#[derive(Debug, Default)]
+struct H2Seen {
+    /// Frame types on the stream (HEADERS, DATA, ...) before its end.
+    on_stream: Vec<u8>,
+    /// RST_STREAM's error code, if the stream was reset.
+    reset: Option<u32>,
+    /// GOAWAY's error code, if the connection was told to go away.
+    goaway: Option<u32>,
+    /// The connection closed.
+    closed: bool,
+    /// Acknowledged PINGs.
+    acks: u64,
+}
+
+impl H2Seen {
+    /// Reads frames until `stream` is reset, a GOAWAY or the close, or until `done` holds.
+    async fn read(&mut self, frames: &mut H2Frames, stream: u32, done: impl Fn(&H2Seen) -> bool) {
+        while !done(self) {
+            let Some((ty, flags, id, payload)) = frames.next().await else {
+                self.closed = true;
+                return;
+            };
+            let code = || u32::from_be_bytes(payload[payload.len() - 4..].try_into().unwrap());
+            match ty {
+                PING if flags & 1 == 1 => self.acks += 1,
+                GOAWAY => {
+                    self.goaway = Some(code());
+                    return;
+                }
+                RST_STREAM if id == stream => {
+                    self.reset = Some(code());
+                    return;
+                }
+                _ if id == stream => self.on_stream.push(ty),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Sends `head` (a HEADERS frame's block, END_STREAM unset) on `stream` and a PING, and reads
+/// until the PING is answered: by then the host has read the head and run whatever it runs on
+/// a head alone (an answer given on it has been sent). Then sends `rest` and reads until the
+/// stream is reset or the connection goes away.
+async fn h2_head_then(
+    frames: &mut H2Frames,
+    wr: &mut WriteHalf<Raw>,
+    stream: u32,
+    head: &[u8],
+    rest: &[u8],
+) -> H2Seen {
+    let mut seen = H2Seen::default();
+    let mut out = h2_frame(HEADERS, END_HEADERS, stream, head);
+    out.extend(h2_frame(PING, 0, 0, &u64::from(stream).to_be_bytes()));
+    wr.write_all(&out).await.unwrap();
+    wr.flush().await.unwrap();
+    seen.read(frames, stream, |s| s.acks == 1).await;
+    wr.write_all(rest).await.unwrap();
+    wr.flush().await.unwrap();
+    seen.read(frames, stream, |_| false).await;
+    seen
+}
+
+const PROTOCOL_ERROR: u32 = 1;
+const STREAM_CLOSED: u32 = 5;
+
+async fn h2_frames_after_an_answer_on_the_head_are_still_checked(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    let (mut frames, mut wr) = h2_raw(b, &case.url, &[]).await;
+    let mut stream = 1u32;
+    // A body that does not add up to its content-length (more in one frame, more over two,
+    // less): reset PROTOCOL_ERROR, both on a path answered on the head alone (404, sent before
+    // the body arrived) and on a call, which reads its body first and so never answers it.
+    for path in ["/", "/Probe/echo"] {
+        for (declared, chunks) in [
+            ("1", &[&b"test"[..]][..]),
+            ("1", &[&b"test"[..], &b"test"[..]][..]),
+            ("10", &[&b"{}"[..]][..]),
+        ] {
+            let mut head = h2_post_block(path);
+            head.extend(hpack(&[("content-length", declared)]));
+            let mut rest = Vec::new();
+            for (i, chunk) in chunks.iter().enumerate() {
+                let end = if i + 1 == chunks.len() { END_STREAM } else { 0 };
+                rest.extend(h2_frame(DATA, end, stream, chunk));
+            }
+            let seen = h2_head_then(&mut frames, &mut wr, stream, &head, &rest).await;
+            let what = format!("{path} content-length {declared}, DATA {chunks:?}: {seen:?}");
+            assert_eq!(seen.reset, Some(PROTOCOL_ERROR), "{what}");
+            if path != "/" {
+                assert!(seen.on_stream.is_empty(), "{what}");
+            }
+            stream += 2;
+        }
+    }
+    // Trailers as h2spec's 8.1.2.1/3 sends them (a pseudo-header, END_STREAM unset), no
+    // content-length: the same.
+    let trailers = hpack(&[(":method", "POST")]);
+    let mut rest = h2_frame(DATA, 0, stream, b"test");
+    rest.extend(h2_frame(HEADERS, END_HEADERS, stream, &trailers));
+    let seen = h2_head_then(&mut frames, &mut wr, stream, &h2_post_block("/"), &rest).await;
+    assert_eq!(seen.reset, Some(PROTOCOL_ERROR), "trailers: {seen:?}");
+    // A body that matches its length is answered, on the same connection.
+    stream += 2;
+    let mut block = h2_post_block("/");
+    block.extend(hpack(&[("content-length", "2")]));
+    let mut out = h2_frame(HEADERS, END_HEADERS, stream, &block);
+    out.extend(h2_frame(DATA, END_STREAM, stream, b"{}"));
+    wr.write_all(&out).await.unwrap();
+    wr.flush().await.unwrap();
+    let mut seen = H2Seen::default();
+    seen.read(&mut frames, stream, |s| !s.on_stream.is_empty())
+        .await;
+    assert_eq!(seen.on_stream.first(), Some(&HEADERS), "{seen:?}");
+    assert_eq!((seen.reset, seen.goaway), (None, None), "{seen:?}");
+    // An upload declared larger than what is read on after such an answer (64 KiB) is answered
+    // before its body is sent.
+    stream += 2;
+    let mut block = h2_post_block("/");
+    block.extend(hpack(&[("content-length", "1048576")]));
+    wr.write_all(&h2_frame(HEADERS, END_HEADERS, stream, &block))
+        .await
+        .unwrap();
+    wr.flush().await.unwrap();
+    let mut seen = H2Seen::default();
+    seen.read(&mut frames, stream, |s| !s.on_stream.is_empty())
+        .await;
+    assert_eq!(
+        seen.on_stream.first(),
+        Some(&HEADERS),
+        "a large upload's early answer: {seen:?}"
+    );
+    drop(wr);
+    // Frames after the client's own RST_STREAM (§5.1), on a stream answered on its head: a
+    // STREAM_CLOSED error, of the stream or of the connection, never ignored.
+    let (mut frames, mut wr) = h2_raw(b, &case.url, &[]).await;
+    let get = hpack(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", "/"),
+        (":authority", "keel"),
+    ]);
+    let mut rest = h2_frame(RST_STREAM, 0, 1, &8u32.to_be_bytes());
+    rest.extend(h2_frame(DATA, END_STREAM, 1, b"test"));
+    let seen = h2_head_then(&mut frames, &mut wr, 1, &get, &rest).await;
+    assert!(
+        seen.reset == Some(STREAM_CLOSED) || seen.goaway.is_some() || seen.closed,
+        "DATA after RST_STREAM: {seen:?}"
+    );
+    drop(wr);
     case.finish().await;
 }
 
@@ -3783,11 +3982,13 @@ common::binding_matrix! {
         async fn a_huge_header_is_refused;
     }
     [http1] {
+        async fn a_first_line_neither_http1_nor_h2_is_closed_quietly;
         async fn a_slowloris_head_is_closed;
         async fn request_smuggling_gets_400_and_close;
         async fn malformed_requests_get_400_and_close;
     }
     [http2] {
+        async fn h2_frames_after_an_answer_on_the_head_are_still_checked;
         async fn h2_rapid_reset_leaves_the_host_responsive;
         async fn grpc_a_prefix_announcing_4_gib_is_refused_at_once;
         async fn grpc_a_half_sent_message_is_answered_after_the_frame_timeout;

@@ -12,7 +12,7 @@ use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 
 use super::io_watch::{HeadWatch, Watched};
-use super::route::handle;
+use super::unread::handle_checked;
 use super::{Ctx, Stop};
 use crate::bindings::{HostConnRegistry, ServerSettings};
 use crate::dispatch::{poll_once_then_spawn, Dispatcher, HostConnInfo};
@@ -79,13 +79,13 @@ pub(crate) async fn serve(
         let ctx = ctx.clone();
         hyper::service::service_fn(move |req| {
             let ctx = ctx.clone();
-            async move { Ok::<_, Infallible>(handle(&ctx, req).await) }
+            async move { Ok::<_, Infallible>(handle_checked(&ctx, req).await) }
         })
     };
-    let io = Watched {
-        io: connected.io,
-        watch: head_watch.clone(),
-    };
+    // Unless ALPN agreed on one, HTTP/1.1 and HTTP/2 share the port: a first line that is
+    // neither closes the connection (`first_line`).
+    let agreed = matches!(connected.alpn.as_deref(), Some(b"h2" | b"http/1.1"));
+    let io = Watched::new(connected.io, head_watch.clone(), !agreed);
     // This task polls the connection: woken, it flushes (see `cut`).
     std::future::poll_fn(|cx| {
         head_watch.set_connection_task(cx.waker());

@@ -5,12 +5,13 @@
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Poll, Waker};
+use std::task::{ready, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use super::first_line::{FirstLine, Verdict};
 use crate::transport::Io;
 
 /// Follows an HTTP connection's bytes: the request head an HTTP/1.1 connection is receiving,
@@ -209,8 +210,94 @@ impl Drop for RequestGuard {
 
 /// A connection's byte stream, reporting what arrives to its [`HeadWatch`].
 pub(super) struct Watched {
-    pub(super) io: Box<dyn Io>,
-    pub(super) watch: Arc<HeadWatch>,
+    io: Box<dyn Io>,
+    watch: Arc<HeadWatch>,
+    first_line: Sniff,
+}
+
+/// Where a connection is with its first line ([`first_line`](super::first_line)).
+enum Sniff {
+    /// Held back from hyper until it ends.
+    Holding(FirstLine),
+    /// Passed: hyper reads this first, from the offset.
+    Releasing(Vec<u8>, usize),
+    /// Nothing (more) to hold: reads go straight through.
+    Off,
+}
+
+impl Watched {
+    /// `io`, reporting to `watch`. `sniff`: the protocol is not agreed (no ALPN), so the first
+    /// line must be HTTP/1 or HTTP/2's preface, or the connection is closed.
+    pub(super) fn new(io: Box<dyn Io>, watch: Arc<HeadWatch>, sniff: bool) -> Watched {
+        let first_line = if sniff {
+            Sniff::Holding(FirstLine::default())
+        } else {
+            Sniff::Off
+        };
+        Watched {
+            io,
+            watch,
+            first_line,
+        }
+    }
+
+    /// Reads until the first line's verdict, then hands it to the caller (a
+    /// [`Sniff::Holding`] connection only).
+    fn poll_first_line(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        loop {
+            match &mut self.first_line {
+                Sniff::Off => return Pin::new(self).poll_read(cx, buf),
+                Sniff::Releasing(held, at) => {
+                    let n = (held.len() - *at).min(buf.remaining());
+                    buf.put_slice(&held[*at..*at + n]);
+                    *at += n;
+                    if *at == held.len() {
+                        self.first_line = Sniff::Off;
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Sniff::Holding(line) => {
+                    let mut chunk = [0u8; 2048];
+                    let mut read = ReadBuf::new(&mut chunk);
+                    ready!(Pin::new(&mut self.io).poll_read(cx, &mut read))?;
+                    let got = read.filled();
+                    let verdict = if got.is_empty() {
+                        // The end: hyper gets what there is, then the end.
+                        Verdict::Pass
+                    } else {
+                        self.watch.received(got);
+                        line.feed(got)
+                    };
+                    match verdict {
+                        Verdict::Wait => {}
+                        Verdict::Pass => {
+                            let Sniff::Holding(line) =
+                                std::mem::replace(&mut self.first_line, Sniff::Off)
+                            else {
+                                unreachable!("matched above")
+                            };
+                            let held = line.into_held();
+                            if held.is_empty() {
+                                // The end, before any byte: that is the caller's too.
+                                return Poll::Ready(Ok(()));
+                            }
+                            self.first_line = Sniff::Releasing(held, 0);
+                        }
+                        Verdict::Close => {
+                            return Poll::Ready(Err(std::io::Error::new(
+                                std::io::ErrorKind::InvalidData,
+                                "neither an HTTP/1 request nor HTTP/2's preface",
+                            )))
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl AsyncRead for Watched {
@@ -219,6 +306,9 @@ impl AsyncRead for Watched {
         cx: &mut std::task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if !matches!(self.first_line, Sniff::Off) {
+            return self.poll_first_line(cx, buf);
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {

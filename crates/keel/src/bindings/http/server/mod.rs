@@ -9,9 +9,13 @@
 //!   ([`Stop`], [`HttpResponder`]);
 //! - `driver.rs`: the connection's task ([`serve`]): hyper's server, the HTTP/2 request futures
 //!   run in the connection's task, the stop signal, the timeouts;
+//! - `first_line.rs`: without ALPN, a connection's first line must be HTTP/1 or HTTP/2's
+//!   preface, or it is closed unanswered;
 //! - `io_watch.rs`: the IO watchdog (a request head that does not finish, output the peer does
 //!   not read, a connection where nothing moves) and the count of the connection's flushes;
 //! - `route.rs`: one request's route ([`handle`]): calls, descriptions, OpenAPI, CORS;
+//! - `unread.rs`: after an HTTP/2 answer given on a request's head, its body is read on, so
+//!   that h2 still refuses a malformed one (RFC 9113 §8.1.2.6) rather than ignore it;
 //! - `call.rs`: `POST /{Service}/{operation}`: headers, body and arguments into a dispatched
 //!   call, its answer into a response;
 //! - `cut.rs`: a streamed answer that fails midway, cut off only once what it sent before has
@@ -24,10 +28,12 @@ mod call;
 mod cut;
 mod describe;
 mod driver;
+mod first_line;
 mod grpc;
 mod io_watch;
 mod responses;
 mod route;
+mod unread;
 
 pub(crate) use driver::serve;
 pub(super) use route::handle;
