@@ -137,6 +137,7 @@ pub(crate) struct Outgoing {
     /// not to a pooled one that may lead to the same host (set by the channel's attempt loop).
     pub(crate) fresh: bool,
     /// On a gRPC channel: the contract and operation called (the path, the fault's type).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) grpc: Option<GrpcTarget>,
 }
 
