@@ -577,3 +577,96 @@ fn stream_failed(payload: Bytes) -> Error {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    const FAULT: &str = "type.googleapis.com/p.DivideByZero";
+
+    fn expect() -> Expect {
+        Expect {
+            max: 1 << 20,
+            fault: Some(FAULT.into()),
+        }
+    }
+
+    #[test]
+    fn only_unavailable_marked_unprocessed_was_not_processed() {
+        assert!(unprocessed(&headers(&[
+            ("grpc-status", "14"),
+            ("keel-unprocessed", "1")
+        ])));
+        // A bare UNAVAILABLE may come from a handler that ran.
+        assert!(!unprocessed(&headers(&[("grpc-status", "14")])));
+        assert!(!unprocessed(&headers(&[
+            ("grpc-status", "13"),
+            ("keel-unprocessed", "1")
+        ])));
+    }
+
+    #[test]
+    fn trailers_map_back_to_keels_status() {
+        let md = Metadata::new;
+        assert_eq!(
+            status(&headers(&[("grpc-status", "0")]), md(), &expect()).unwrap(),
+            None
+        );
+        let s = status(
+            &headers(&[
+                ("grpc-status", "5"),
+                ("grpc-message", "no such key: %C3%BC"),
+            ]),
+            md(),
+            &expect(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.code(), StatusCode::NotFound);
+        assert_eq!(s.message(), "no such key: ü");
+        // A number out of gRPC's range, or none at all, is UNKNOWN; no grpc-status is an error.
+        for code in ["99", "x"] {
+            let s = status(&headers(&[("grpc-status", code)]), md(), &expect());
+            assert_eq!(s.unwrap().unwrap().code(), StatusCode::Unknown, "{code}");
+        }
+        assert!(status(&HeaderMap::new(), md(), &expect()).is_err());
+    }
+
+    #[test]
+    fn a_fault_is_the_any_of_the_operations_fault_type() {
+        let details = |type_url: &str| {
+            let encoded = details::encode(&details::RpcStatus {
+                code: 2,
+                message: "fault".into(),
+                details: vec![details::Any {
+                    type_url: type_url.into(),
+                    value: vec![9, 1],
+                }],
+            });
+            super::super::super::details_encode(&encoded)
+        };
+        let h = headers(&[
+            ("grpc-status", "2"),
+            ("grpc-status-details-bin", &details(FAULT)),
+        ]);
+        let s = status(&h, Metadata::new(), &expect()).unwrap().unwrap();
+        assert_eq!(s.code(), StatusCode::Fault);
+        assert_eq!(&s.details()[..], &[9, 1]);
+        // Another type is no fault of this operation: UNKNOWN, the details kept as they came.
+        let other = details("type.googleapis.com/p.Other");
+        let h = headers(&[("grpc-status", "2"), ("grpc-status-details-bin", &other)]);
+        let s = status(&h, Metadata::new(), &expect()).unwrap().unwrap();
+        assert_eq!(s.code(), StatusCode::Unknown);
+        assert!(!s.details().is_empty());
+    }
+}
