@@ -35,7 +35,13 @@ pub(super) fn route<'d>(
     let (key, desc) = dispatcher
         .service_entry(name)
         .filter(|(_, s)| s.descriptor().package == package)
-        .or_else(|| dispatcher.service_entry(full))
+        // gRPC's standard services are kept under their full (dotted) names; a contract's key
+        // is its bare name, which only the package check above may match.
+        .or_else(|| {
+            dispatcher
+                .service_entry(full)
+                .filter(|(key, _)| key.contains('.'))
+        })
         .map(|(key, s)| (key, s.descriptor()))
         .ok_or_else(|| unknown(&format!("unknown service `{full}`")))?;
     let op = desc
