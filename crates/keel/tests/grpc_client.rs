@@ -459,3 +459,25 @@ fn a_host_refuses_the_client_schemes() {
         .unwrap_err();
     assert!(e.message().contains("client schemes"), "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balanced_channel_over_grpc_urls_goes_around_a_host_that_is_down() {
+    let up = host_with(false, Impl::default(), |h| h);
+    let down = host_with(false, Impl::default(), |h| h);
+    let down_url = grpc_url(&down);
+    down.shutdown_async().await;
+    let channel = keel::Channel::balanced([down_url, grpc_url(&up)])
+        .build()
+        .unwrap();
+    let client = GreeterClient::new(channel);
+    for i in 0..10 {
+        let name = format!("call {i}");
+        assert_eq!(
+            client.say_hello(name.clone()).await.unwrap(),
+            format!("hello, {name}")
+        );
+    }
+    let (seqs, _) = collect(client.count(3).await.unwrap()).await;
+    assert_eq!(seqs, [0, 1, 2]);
+    up.shutdown_async().await;
+}
