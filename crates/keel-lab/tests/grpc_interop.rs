@@ -203,7 +203,9 @@ async fn tonic_server() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keel_calls_a_tonic_server_generated_from_keels_proto() {
-    let channel = keel::Channel::new(&tonic_server().await).unwrap();
+    // Opened before the first call: the connection is settled with a request tonic does not
+    // route (any answer will do).
+    let channel = keel::Channel::connect(&tonic_server().await).await.unwrap();
     let calc = CalculatorClient::new(channel.clone());
     assert_eq!(calc.multiply(6.0, 7.0).await.unwrap(), 42.0);
     // Metadata both ways, and a deadline tonic saw (as `grpc-timeout`).
