@@ -70,12 +70,16 @@ pub trait Greeter {
     async fn pair(&self, p: (u32, u32)) -> u32;
     /// Bytes, which gRPC has no type for.
     async fn download(&self, n: u64) -> ByteStream;
+    /// UNAVAILABLE on its first two calls, then how many calls it took.
+    #[keel(idempotent)]
+    async fn flaky(&self) -> Result<u64, Status>;
 }
 
 #[derive(Default, Clone)]
 struct Impl {
     dropped: Arc<AtomicU64>,
     notified: Arc<AtomicU64>,
+    flaky: Arc<AtomicU64>,
 }
 
 /// Counts in `0` when dropped unless disarmed.
@@ -172,6 +176,12 @@ impl Greeter for Impl {
     async fn download(&self, n: u64) -> ByteStream {
         ByteStream::from_bytes(vec![7u8; n as usize])
     }
+    async fn flaky(&self) -> Result<u64, Status> {
+        match self.flaky.fetch_add(1, Ordering::SeqCst) + 1 {
+            n @ 3.. => Ok(n),
+            _ => Err(Status::new(StatusCode::Unavailable, "not yet")),
+        }
+    }
 }
 
 /// A keel host serving `service` on http:// (or https://), with `settings`.
@@ -232,8 +242,9 @@ async fn every_kind_of_call_on(tls: bool) {
         "hello, grpc"
     );
     assert_eq!(client.divide(9.0, 3.0).await.unwrap(), 3.0);
+    // Acknowledged on receipt: the handler runs after.
     client.notify(5).await.unwrap();
-    assert_eq!(service.notified.load(Ordering::SeqCst), 1);
+    assert!(eventually(|| service.notified.load(Ordering::SeqCst) == 1).await);
     // Server streaming.
     let (seqs, end) = collect(client.count(5).await.unwrap()).await;
     assert_eq!(seqs, [0, 1, 2, 3, 4]);
@@ -480,4 +491,66 @@ async fn a_balanced_channel_over_grpc_urls_goes_around_a_host_that_is_down() {
     let (seqs, _) = collect(client.count(3).await.unwrap()).await;
     assert_eq!(seqs, [0, 1, 2]);
     up.shutdown_async().await;
+}
+
+/// Adds `x-tenant` to every call and records each outcome's code.
+#[derive(Default, Clone)]
+struct Tenant {
+    outcomes: Arc<std::sync::Mutex<Vec<Option<StatusCode>>>>,
+}
+
+impl keel::client::Interceptor for Tenant {
+    fn before(&self, call: &mut keel::client::ClientCall) -> Result<(), Status> {
+        call.metadata_mut()
+            .insert("x-tenant", "intercepted")
+            .unwrap();
+        Ok(())
+    }
+    fn after(&self, _call: &keel::client::ClientCall, outcome: Result<(), &keel::Error>) {
+        let code = match outcome {
+            Ok(()) => Some(StatusCode::Ok),
+            Err(e) => e.status_code(),
+        };
+        self.outcomes.lock().unwrap().push(code);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interceptors_see_grpc_calls_as_any_other() {
+    let host = host_with(false, Impl::default(), |h| h);
+    let tenant = Tenant::default();
+    let channel = channel_builder(&grpc_url(&host))
+        .interceptor(tenant.clone())
+        .build()
+        .unwrap();
+    let client = GreeterClient::new(channel);
+    let reply = keel::client::ReplyMetadata::new();
+    client
+        .with_reply_metadata(&reply)
+        .say_hello("i".into())
+        .await
+        .unwrap();
+    assert_eq!(reply.get().get("x-tenant"), Some("intercepted"));
+    client.find("k".into()).await.unwrap_err();
+    assert_eq!(
+        *tenant.outcomes.lock().unwrap(),
+        [Some(StatusCode::Ok), Some(StatusCode::NotFound)]
+    );
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_call_answered_unavailable_is_retried_by_the_attempt_loop() {
+    let host = host_with(false, Impl::default(), |h| h);
+    let retry = keel::client::RetryPolicy::default()
+        .max_attempts(4)
+        .backoff(Duration::from_millis(1), Duration::from_millis(1));
+    let channel = channel_builder(&grpc_url(&host))
+        .retry(retry)
+        .build()
+        .unwrap();
+    let client = GreeterClient::new(channel.clone());
+    assert_eq!(client.flaky().await.unwrap(), 3);
+    assert_eq!(channel.stats().retries, 2);
+    host.shutdown_async().await;
 }
