@@ -139,6 +139,16 @@
 //!
 //! # Endpoints and TLS
 //!
+//! | URL | host | client |
+//! |---|---|---|
+//! | `tcp://host:port` | keel's wire protocol | keel's wire protocol |
+//! | `tcps://host:port` | the same over TLS | the same over TLS |
+//! | `unix:///path` | keel's wire protocol on a Unix socket | the same |
+//! | `http://host:port` | HTTP/1.1 and HTTP/2 (prior knowledge) on one port: keel's convention ([`http`]), gRPC, OpenAPI | keel's convention, HTTP/1.1 (or HTTP/2, [`ChannelBuilder::http_version`](client::ChannelBuilder::http_version)) |
+//! | `https://host:port` | the same over TLS (ALPN) | the same over TLS, HTTP/2 if ALPN agrees |
+//! | `grpc://host:port` | (refused: hosts serve gRPC on `http://`) | gRPC over HTTP/2 (prior knowledge), to any gRPC server whose messages match the contract's `.proto` (`GRPC.md`, "keel's client") |
+//! | `grpcs://host:port` | (refused: hosts serve gRPC on `https://`) | gRPC over HTTP/2 on TLS (ALPN `h2`) |
+//!
 //! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
 //! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`](host::HostBuilder::tls)); clients
 //! trust the system's root certificates unless told otherwise (`ChannelBuilder::tls`). For

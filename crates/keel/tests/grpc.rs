@@ -991,6 +991,8 @@ async fn a_draining_host_answers_unavailable() {
     let a = late.expect("the drain began");
     assert_eq!(a.grpc_status(), 14, "{a:?}");
     assert!(a.trailers_only());
+    // Marked as keel's convention marks it, so a keel client sends the call again.
+    assert_eq!(a.headers["keel-unprocessed"], "1", "{a:?}");
     // The call in flight finished.
     assert_eq!(running.await.unwrap(), 0);
     assert_eq!(shutdown.await.unwrap().abandoned_calls, 0);

@@ -5,7 +5,8 @@
 //! - [`wire`]: the keel wire protocol (`tcp://`, `tcps://`, `unix://`), one multiplexed
 //!   connection, frames from `keel-wire`;
 //! - [`http`] (feature `http`): HTTP/1.1 and HTTP/2 (`http://`, `https://`), one request per
-//!   call, the convention in `HTTP.md`.
+//!   call, the convention in `HTTP.md`; and gRPC over the same HTTP/2 client (`grpc://`,
+//!   `grpcs://`, `GRPC.md`).
 //!
 //! A binding sits on the transport (sockets, TLS) and on dispatch (the host side hands every
 //! call to [`crate::dispatch::dispatch`]); it takes plain settings ([`ClientSettings`],
@@ -135,6 +136,19 @@ pub(crate) struct Outgoing {
     /// The host refused the previous attempt unprocessed: this one goes to a new connection,
     /// not to a pooled one that may lead to the same host (set by the channel's attempt loop).
     pub(crate) fresh: bool,
+    /// On a gRPC channel: the contract and operation called (the path, the fault's type).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) grpc: Option<GrpcTarget>,
+}
+
+/// What a gRPC binding needs to know of a call beyond its names: its contract's descriptor and
+/// the operation's index in it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GrpcTarget {
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) desc: &'static crate::core::service::ServiceDescriptor,
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) op: usize,
 }
 
 /// A successful answer: the reply and its metadata.
@@ -281,8 +295,12 @@ pub(crate) fn client(endpoint: Endpoint, settings: ClientSettings) -> Result<Cli
         Protocol::Http => {
             Client::Other(Box::new(http::client::HttpClient::new(endpoint, settings)))
         }
+        #[cfg(feature = "http")]
+        Protocol::Grpc => Client::Other(Box::new(http::client::HttpClient::new_grpc(
+            endpoint, settings,
+        ))),
         #[cfg(not(feature = "http"))]
-        Protocol::Http => return Err(http_feature_needed(&endpoint)),
+        Protocol::Http | Protocol::Grpc => return Err(http_feature_needed(&endpoint)),
     })
 }
 
@@ -304,14 +322,15 @@ pub(crate) async fn serve(
         }
         #[cfg(not(feature = "http"))]
         Protocol::Http => unreachable!("refused at start without the `http` feature"),
+        Protocol::Grpc => unreachable!("a host refuses gRPC's client schemes at start"),
     }
 }
 
-/// The error for an HTTP endpoint in a build without the `http` feature.
+/// The error for an HTTP (or gRPC) endpoint in a build without the `http` feature.
 #[cfg(not(feature = "http"))]
 pub(crate) fn http_feature_needed(endpoint: &Endpoint) -> Error {
     Error::new(
         crate::core::error::Kind::Config,
-        format!("{endpoint}: HTTP endpoints need keel's `http` feature"),
+        format!("{endpoint}: HTTP and gRPC endpoints need keel's `http` feature"),
     )
 }

@@ -334,6 +334,7 @@ impl ChannelBuilder {
                 calls: AtomicU64::new(0),
                 metrics: ChannelMetrics::new(binding),
                 url: self.url,
+                grpc: matches!(binding, "grpc" | "grpcs"),
             }),
         }
     }

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{Channel, ReplyMetadata};
-use crate::bindings::{Outgoing, Replied};
+use crate::bindings::{GrpcTarget, Outgoing, Replied};
 use crate::core::codec;
 use crate::core::error::{Error, Kind};
 use crate::core::format::Format;
@@ -21,15 +21,28 @@ use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::runtime::clock;
 
-/// Operation `op` of `desc` called with `args` (encoded) and `upload`, as a channel sends it.
+/// The format `ch`'s calls of operation `op` of `desc` encode their messages in: MessagePack,
+/// or protobuf on a gRPC channel (GRPC.md, "Types"). An operation gRPC cannot call fails here,
+/// `Unimplemented` with the reason, before anything is sent.
+fn format(ch: &Channel, desc: &'static ServiceDescriptor, op: usize) -> Result<Format, Error> {
+    if !ch.inner.grpc {
+        return Ok(Format::MsgPack);
+    }
+    desc.grpc_codec(op)
+        .map(Format::Protobuf)
+        .map_err(|why| Error::from_status(Status::new(StatusCode::Unimplemented, why)))
+}
+
+/// Operation `op` of `desc` called on `ch` with `args` (encoded in `format`) and `upload`, as
+/// the channel sends it.
 fn outgoing<A: Serialize>(
-    desc: &'static ServiceDescriptor,
-    op: usize,
+    (ch, desc, op): (&Channel, &'static ServiceDescriptor, usize),
+    format: Format,
     args: &A,
     upload: Option<ByteStream>,
 ) -> Result<Outgoing, Error> {
     let info = &desc.operations[op];
-    let body = codec::encode(Format::MsgPack, args).map_err(|e| {
+    let body = codec::encode(format, args).map_err(|e| {
         Error::new(
             Kind::Codec,
             format!(
@@ -52,6 +65,7 @@ fn outgoing<A: Serialize>(
         download: info.stream_response,
         idempotent: info.idempotent,
         fresh: false,
+        grpc: ch.inner.grpc.then_some(GrpcTarget { desc, op }),
     })
 }
 
@@ -77,11 +91,11 @@ fn stream(replied: Replied) -> ByteStream {
 }
 
 fn decode_reply<T: DeserializeOwned>(
-    desc: &ServiceDescriptor,
-    op: usize,
+    (desc, op): (&ServiceDescriptor, usize),
+    format: Format,
     body: &[u8],
 ) -> Result<T, Error> {
-    codec::decode(Format::MsgPack, body).map_err(|e| {
+    codec::decode(format, body).map_err(|e| {
         let name = desc.operations[op].name;
         Error::new(
             Kind::Codec,
@@ -92,14 +106,18 @@ fn decode_reply<T: DeserializeOwned>(
 
 /// The caller's error for a host's answer other than Ok. A fault is decoded as the contract's
 /// typed fault `E`.
-fn fault_or_status<E>(desc: &ServiceDescriptor, op: usize, status: Status) -> Error
+fn fault_or_status<E>(
+    (desc, op): (&ServiceDescriptor, usize),
+    format: Format,
+    status: Status,
+) -> Error
 where
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
     if status.code() != StatusCode::Fault {
         return Error::from_status(status);
     }
-    match decode_reply::<E>(desc, op, status.details()) {
+    match decode_reply::<E>((desc, op), format, status.details()) {
         Ok(fault) => Error::from_fault(fault).with_metadata(status.metadata().clone()),
         Err(undecodable) => undecodable,
     }
@@ -114,8 +132,12 @@ pub async fn call<A: Serialize, T: DeserializeOwned>(
     args: &A,
     upload: Option<ByteStream>,
 ) -> Result<T, Error> {
-    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
-        Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
+    let format = format(ch, desc, op)?;
+    match ch
+        .call(outgoing((ch, desc, op), format, args, upload)?, opts)
+        .await?
+    {
+        Ok(payload) => decode_reply((desc, op), format, &body(desc, op, payload)?),
         Err(status) => Err(Error::from_status(status)),
     }
 }
@@ -129,7 +151,11 @@ pub async fn call_stream<A: Serialize>(
     args: &A,
     upload: Option<ByteStream>,
 ) -> Result<ByteStream, Error> {
-    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
+    let format = format(ch, desc, op)?;
+    match ch
+        .call(outgoing((ch, desc, op), format, args, upload)?, opts)
+        .await?
+    {
         Ok(payload) => Ok(stream(payload)),
         Err(status) => Err(Error::from_status(status)),
     }
@@ -148,9 +174,13 @@ where
     A: Serialize,
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
-    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
+    let format = format(ch, desc, op)?;
+    match ch
+        .call(outgoing((ch, desc, op), format, args, upload)?, opts)
+        .await?
+    {
         Ok(payload) => Ok(stream(payload)),
-        Err(status) => Err(fault_or_status::<E>(desc, op, status)),
+        Err(status) => Err(fault_or_status::<E>((desc, op), format, status)),
     }
 }
 
@@ -168,9 +198,13 @@ where
     T: DeserializeOwned,
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
-    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
-        Ok(payload) => decode_reply(desc, op, &body(desc, op, payload)?),
-        Err(status) => Err(fault_or_status::<E>(desc, op, status)),
+    let format = format(ch, desc, op)?;
+    match ch
+        .call(outgoing((ch, desc, op), format, args, upload)?, opts)
+        .await?
+    {
+        Ok(payload) => decode_reply((desc, op), format, &body(desc, op, payload)?),
+        Err(status) => Err(fault_or_status::<E>((desc, op), format, status)),
     }
 }
 
@@ -208,7 +242,10 @@ where
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
     let target = (ch, opts, desc, op);
-    let refused = |status| fault_or_status::<E>(desc, op, status);
+    let refused = |status| match format(ch, desc, op) {
+        Ok(format) => fault_or_status::<E>((desc, op), format, status),
+        Err(e) => e,
+    };
     call_messages_with(target, args, upload, Some(decode_fault::<E>), refused).await
 }
 
@@ -225,15 +262,17 @@ where
     A: Serialize,
     T: DeserializeOwned,
 {
+    let format = format(ch, desc, op)?;
     let (budget, max) = ch.stream_limits(opts);
     let deadline = clock::now() + budget;
-    let replied = match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
+    let call = outgoing((ch, desc, op), format, args, upload)?;
+    let replied = match ch.call(call, opts).await? {
         Ok(replied) => replied,
         Err(status) => return Err(refused(status)),
     };
     Ok(MessageStream::decode(
         stream(replied),
-        Format::MsgPack,
+        format,
         Framing::Envelope,
         max,
         Some(deadline),
@@ -272,7 +311,7 @@ where
 }
 
 /// The request stream of operation `op`, which takes a [`MessageStream`]: its messages in
-/// MessagePack, framed for the wire.
+/// the channel's format (MessagePack, or protobuf on gRPC), framed for the wire.
 pub fn upload_messages<T: Serialize + Send + 'static>(
     ch: &Channel,
     desc: &'static ServiceDescriptor,
@@ -280,7 +319,9 @@ pub fn upload_messages<T: Serialize + Send + 'static>(
     messages: MessageStream<T>,
 ) -> ByteStream {
     let counted = counter(ch, desc, op, m::CLIENT_MESSAGES_SENT);
-    messages.encode(Format::MsgPack, Framing::Envelope, None, Some(counted))
+    // An operation gRPC cannot call fails when it is called, before this stream is read.
+    let format = format(ch, desc, op).unwrap_or(Format::MsgPack);
+    messages.encode(format, Framing::Envelope, None, Some(counted))
 }
 
 /// Calls a one-way operation: returns once the host acknowledged receipt.
@@ -292,7 +333,11 @@ pub async fn call_one_way<A: Serialize>(
     args: &A,
     upload: Option<ByteStream>,
 ) -> Result<(), Error> {
-    match ch.call(outgoing(desc, op, args, upload)?, opts).await? {
+    let format = format(ch, desc, op)?;
+    match ch
+        .call(outgoing((ch, desc, op), format, args, upload)?, opts)
+        .await?
+    {
         Ok(_) => Ok(()),
         Err(status) => Err(Error::from_status(status)),
     }

@@ -121,6 +121,8 @@ struct Inner {
     metrics: ChannelMetrics,
     /// The URL the channel was built for (the calls' spans name it).
     url: String,
+    /// The channel speaks gRPC (`grpc://`, `grpcs://`): its messages are protobuf.
+    grpc: bool,
 }
 
 impl Channel {

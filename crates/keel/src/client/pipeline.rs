@@ -507,6 +507,7 @@ mod tests {
             download: false,
             idempotent,
             fresh: false,
+            grpc: None,
         }
     }
 

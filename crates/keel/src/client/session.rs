@@ -49,6 +49,7 @@ impl Channel {
             download: true,
             idempotent: false,
             fresh: false,
+            grpc: None,
         };
         let replied = match self.call(call, options).await? {
             Ok(replied) => replied,

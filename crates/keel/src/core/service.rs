@@ -94,6 +94,35 @@ impl ServiceDescriptor {
         self.proto_schema().map(|s| ProtoCodec::new(&s.enums))
     }
 
+    /// The protobuf encoding of operation `op`'s messages, for a gRPC client; or why gRPC
+    /// cannot call it (its contract's types have no protobuf description, it streams bytes, or
+    /// its `.proto` leaves it out for a reason it names).
+    pub(crate) fn grpc_codec(&'static self, op: usize) -> Result<ProtoCodec, String> {
+        let info = &self.operations[op];
+        let cannot = |why: &str| {
+            format!(
+                "{}/{} cannot be called over gRPC: {why}",
+                self.grpc_name(),
+                info.grpc_name()
+            )
+        };
+        if (info.stream_request && !info.message_request)
+            || (info.stream_response && !info.message_response)
+        {
+            return Err(cannot(
+                "it streams bytes (keel::ByteStream), which gRPC has no type for",
+            ));
+        }
+        let schema = self.proto_schema().map_err(cannot)?;
+        match schema.ops.iter().find(|o| o.name == info.name) {
+            Some(o) => match &o.unavailable {
+                Some(why) => Err(cannot(why)),
+                None => Ok(ProtoCodec::new(&schema.enums)),
+            },
+            None => Err(cannot("its types cannot be described in protobuf")),
+        }
+    }
+
     /// This description in the protobuf package `package` (what generated code builds). Not
     /// a public API.
     #[doc(hidden)]

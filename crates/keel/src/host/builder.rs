@@ -11,9 +11,7 @@ use crate::core::keepalive::{Keepalive, PingPolicy};
 use crate::core::service::Service;
 use crate::dispatch::{Dispatcher, Interceptor, Limits, ThrottleConfig};
 use crate::transport::socket::ServerSecurity;
-#[cfg(not(feature = "http"))]
-use crate::transport::Protocol;
-use crate::transport::{Endpoint, ServerTlsSettings};
+use crate::transport::{Endpoint, Protocol, ServerTlsSettings};
 
 /// Settings for the worker pool that runs blocking (`fn`) operations. `None` keeps keel-pool's
 /// documented default (see [`keel_pool::Builder`]).
@@ -617,6 +615,15 @@ impl HostBuilder {
             .iter()
             .map(|u| Endpoint::parse(u))
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(ep) = endpoints.iter().find(|e| e.protocol() == Protocol::Grpc) {
+            return Err(Error::new(
+                Kind::Config,
+                format!(
+                    "{ep}: grpc:// and grpcs:// are client schemes; a host serves gRPC on its \
+                     http:// and https:// endpoints"
+                ),
+            ));
+        }
         #[cfg(not(feature = "http"))]
         if let Some(ep) = endpoints.iter().find(|e| e.protocol() == Protocol::Http) {
             return Err(crate::bindings::http_feature_needed(ep));

@@ -15,6 +15,8 @@ pub(crate) enum Protocol {
     Wire,
     /// HTTP/1.1 or HTTP/2.
     Http,
+    /// gRPC over HTTP/2 (a client's scheme: hosts speak gRPC on their HTTP endpoints).
+    Grpc,
 }
 
 /// Where a host listens or a client connects, parsed from a URL.
@@ -30,9 +32,13 @@ pub(crate) enum Endpoint {
     Http(String),
     /// `https://host:port`
     Https(String),
+    /// `grpc://host:port`: gRPC over HTTP/2 with prior knowledge (h2c).
+    Grpc(String),
+    /// `grpcs://host:port`: gRPC over HTTP/2 on TLS (ALPN `h2`).
+    Grpcs(String),
 }
 
-const SCHEMES: &str = "tcp, tcps, unix, http, https";
+const SCHEMES: &str = "tcp, tcps, unix, http, https, grpc, grpcs";
 
 fn config(message: String) -> Error {
     Error::new(Kind::Config, message)
@@ -78,6 +84,8 @@ impl Endpoint {
             "tcps" => host_port(input, &url).map(Endpoint::Tcps),
             "http" => host_port(input, &url).map(Endpoint::Http),
             "https" => host_port(input, &url).map(Endpoint::Https),
+            "grpc" => host_port(input, &url).map(Endpoint::Grpc),
+            "grpcs" => host_port(input, &url).map(Endpoint::Grpcs),
             "unix" => {
                 let expected = || config(format!("`{input}`: expected unix:///absolute/path"));
                 if url.host_str().is_some_and(|h| !h.is_empty()) || has_extras(&url) {
@@ -106,6 +114,7 @@ impl Endpoint {
         match self {
             Endpoint::Tcp(_) | Endpoint::Tcps(_) | Endpoint::Unix(_) => Protocol::Wire,
             Endpoint::Http(_) | Endpoint::Https(_) => Protocol::Http,
+            Endpoint::Grpc(_) | Endpoint::Grpcs(_) => Protocol::Grpc,
         }
     }
 
@@ -117,12 +126,28 @@ impl Endpoint {
             Endpoint::Unix(_) => "unix",
             Endpoint::Http(_) => "http",
             Endpoint::Https(_) => "https",
+            Endpoint::Grpc(_) => "grpc",
+            Endpoint::Grpcs(_) => "grpcs",
+        }
+    }
+
+    /// The scheme an HTTP request to this endpoint names (`:scheme`): `https` over TLS, else
+    /// `http` (gRPC's requests are HTTP/2 requests).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn http_scheme(&self) -> &'static str {
+        if self.is_tls() {
+            "https"
+        } else {
+            "http"
         }
     }
 
     /// Whether the scheme runs over TLS.
     pub(crate) fn is_tls(&self) -> bool {
-        matches!(self, Endpoint::Tcps(_) | Endpoint::Https(_))
+        matches!(
+            self,
+            Endpoint::Tcps(_) | Endpoint::Https(_) | Endpoint::Grpcs(_)
+        )
     }
 
     /// The ALPN protocols of this endpoint's binding, most preferred first: what a host accepts,
@@ -131,6 +156,7 @@ impl Endpoint {
         match self.protocol() {
             Protocol::Wire => &[ALPN_KEEL],
             Protocol::Http => &[ALPN_H2, ALPN_HTTP1],
+            Protocol::Grpc => &[ALPN_H2],
         }
     }
 
@@ -152,6 +178,8 @@ impl Endpoint {
             Endpoint::Tcps(_) => Endpoint::Tcps(authority),
             Endpoint::Http(_) => Endpoint::Http(authority),
             Endpoint::Https(_) => Endpoint::Https(authority),
+            Endpoint::Grpc(_) => Endpoint::Grpc(authority),
+            Endpoint::Grpcs(_) => Endpoint::Grpcs(authority),
             Endpoint::Unix(p) => Endpoint::Unix(p.clone()),
         }
     }
@@ -159,9 +187,12 @@ impl Endpoint {
     /// `host:port` for network schemes.
     pub(crate) fn authority(&self) -> Option<&str> {
         match self {
-            Endpoint::Tcp(a) | Endpoint::Tcps(a) | Endpoint::Http(a) | Endpoint::Https(a) => {
-                Some(a)
-            }
+            Endpoint::Tcp(a)
+            | Endpoint::Tcps(a)
+            | Endpoint::Http(a)
+            | Endpoint::Https(a)
+            | Endpoint::Grpc(a)
+            | Endpoint::Grpcs(a) => Some(a),
             Endpoint::Unix(_) => None,
         }
     }
@@ -174,6 +205,8 @@ impl fmt::Display for Endpoint {
             Endpoint::Tcps(a) => write!(f, "tcps://{a}"),
             Endpoint::Http(a) => write!(f, "http://{a}"),
             Endpoint::Https(a) => write!(f, "https://{a}"),
+            Endpoint::Grpc(a) => write!(f, "grpc://{a}"),
+            Endpoint::Grpcs(a) => write!(f, "grpcs://{a}"),
             Endpoint::Unix(p) => write!(f, "unix://{}", p.display()),
         }
     }
@@ -207,6 +240,14 @@ mod tests {
             Endpoint::Https("h:1".into())
         );
         assert_eq!(
+            Endpoint::parse("grpc://h:1").unwrap(),
+            Endpoint::Grpc("h:1".into())
+        );
+        assert_eq!(
+            Endpoint::parse("grpcs://h:1/").unwrap(),
+            Endpoint::Grpcs("h:1".into())
+        );
+        assert_eq!(
             Endpoint::parse("unix:///tmp/k.sock").unwrap(),
             Endpoint::Unix("/tmp/k.sock".into())
         );
@@ -219,6 +260,8 @@ mod tests {
             "unix://relative.sock",
             "unix://",
             "http://h",
+            "grpc://h",
+            "grpcs://h:1/Svc",
         ] {
             let e = Endpoint::parse(bad).unwrap_err();
             assert_eq!(e.kind(), Kind::Config, "{bad}");
@@ -266,6 +309,12 @@ mod tests {
             assert_eq!(Endpoint::parse(url).unwrap().host(), host, "{url}");
         }
         assert_eq!(Endpoint::parse("tcps://h:1").unwrap().alpn(), &[b"keel/1"]);
+        // gRPC is HTTP/2 only.
+        let grpcs = Endpoint::parse("grpcs://h:1").unwrap();
+        assert_eq!(grpcs.alpn(), &[&b"h2"[..]]);
+        assert!(grpcs.is_tls());
+        assert_eq!(grpcs.http_scheme(), "https");
+        assert_eq!(Endpoint::parse("grpc://h:1").unwrap().http_scheme(), "http");
         assert_eq!(
             Endpoint::parse("https://h:1").unwrap().alpn(),
             &[&b"h2"[..], &b"http/1.1"[..]]
@@ -282,6 +331,8 @@ mod tests {
             "unix:///tmp/x.sock",
             "http://h:1",
             "https://h:1",
+            "grpc://h:1",
+            "grpcs://h:1",
         ] {
             assert_eq!(Endpoint::parse(url).unwrap().to_string(), url);
         }

@@ -9,6 +9,8 @@
 //! | `unix:///path/to/socket` | keel wire protocol over a Unix socket |
 //! | `http://host:port` | HTTP/1.1 and HTTP/2 (prior knowledge) on one port |
 //! | `https://host:port` | HTTP/1.1 and HTTP/2 over TLS (ALPN) |
+//! | `grpc://host:port` | clients only: gRPC over HTTP/2 (prior knowledge) |
+//! | `grpcs://host:port` | clients only: gRPC over HTTP/2 on TLS (ALPN `h2`) |
 //!
 //! Listening and connecting happen in two steps: the raw socket ([`socket::Listener::accept`],
 //! [`Endpoint::connect_raw`]) and the security layer on top of it
@@ -16,7 +18,8 @@
 //! runs in the connection's own task, never in the accept loop.
 //!
 //! TLS endpoints agree on their protocol with ALPN ([`Endpoint::alpn`]): `keel/1` on `tcps`;
-//! `h2` or `http/1.1` on `https`. There is no plaintext fallback in either direction.
+//! `h2` or `http/1.1` on `https`; `h2` on `grpcs`. There is no plaintext fallback in either
+//! direction.
 
 pub(crate) mod address;
 pub(crate) mod socket;

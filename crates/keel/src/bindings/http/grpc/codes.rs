@@ -59,6 +59,21 @@ pub fn code_from_grpc(code: u32) -> StatusCode {
     }
 }
 
+/// The gRPC code a gRPC client reads from an answer without `grpc-status` whose HTTP status is
+/// not 200, as gRPC's `doc/http-grpc-status-mapping.md` says: 400 `INTERNAL`, 401
+/// `UNAUTHENTICATED`, 403 `PERMISSION_DENIED`, 404 `UNIMPLEMENTED`, 429, 502, 503 and 504
+/// `UNAVAILABLE`, anything else `UNKNOWN`.
+pub(crate) fn code_from_http(status: u16) -> StatusCode {
+    match status {
+        400 => StatusCode::Internal,
+        401 => StatusCode::Unauthenticated,
+        403 => StatusCode::PermissionDenied,
+        404 => StatusCode::Unimplemented,
+        429 | 502 | 503 | 504 => StatusCode::Unavailable,
+        _ => StatusCode::Unknown,
+    }
+}
+
 /// `message` as `grpc-message` carries it: UTF-8, every byte outside printable ASCII
 /// (`0x20`–`0x7E`) and `%` itself as `%XX` (upper-case hex).
 pub(crate) fn percent_encode(message: &str) -> String {
@@ -78,7 +93,6 @@ pub(crate) fn percent_encode(message: &str) -> String {
 /// A `grpc-message` value decoded: `%XX` sequences as bytes, the result as UTF-8 (invalid
 /// sequences replaced); a `%` not followed by two hex digits is kept as it is, as the spec
 /// asks of receivers.
-#[cfg_attr(not(test), allow(dead_code))] // For gRPC clients (a later step) and the tests.
 pub(crate) fn percent_decode(value: &[u8]) -> String {
     let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(value.len());
@@ -122,6 +136,14 @@ mod tests {
         assert_eq!(grpc_code(StatusCode::TooLarge), 8);
         assert_eq!(grpc_code(StatusCode::ShuttingDown), 14);
         assert_eq!(grpc_code(StatusCode::DeadlineExceeded), 4);
+    }
+
+    #[test]
+    fn http_statuses_map_as_grpc_says() {
+        assert_eq!(code_from_http(404), StatusCode::Unimplemented);
+        assert_eq!(code_from_http(503), StatusCode::Unavailable);
+        assert_eq!(code_from_http(401), StatusCode::Unauthenticated);
+        assert_eq!(code_from_http(500), StatusCode::Unknown);
     }
 
     #[test]

@@ -118,7 +118,6 @@ impl<'a> Iterator for Fields<'a> {
 
 /// The `google.rpc.Status` in `bytes`, or `None` if they are not one. Unknown fields are
 /// skipped.
-#[cfg_attr(not(test), allow(dead_code))] // For gRPC clients (a later step) and the tests.
 pub(crate) fn decode(bytes: &[u8]) -> Option<RpcStatus> {
     let mut status = RpcStatus {
         code: 0,

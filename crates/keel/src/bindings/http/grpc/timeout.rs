@@ -25,9 +25,48 @@ pub(crate) fn parse(value: &[u8]) -> Result<Duration, &'static str> {
     })
 }
 
+/// `budget` as a `grpc-timeout` value: whole milliseconds, rounded up (so a remainder under a
+/// millisecond is not sent as no time at all), or a coarser unit, rounded up, when that takes
+/// more than 8 digits.
+pub(crate) fn encode(budget: Duration) -> String {
+    const MAX: u128 = 99_999_999;
+    let ms = budget.as_nanos().div_ceil(1_000_000).max(1);
+    if ms <= MAX {
+        return format!("{ms}m");
+    }
+    let s = ms.div_ceil(1000);
+    if s <= MAX {
+        return format!("{s}S");
+    }
+    let m = s.div_ceil(60);
+    if m <= MAX {
+        return format!("{m}M");
+    }
+    format!("{}H", m.div_ceil(60).min(MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn budgets_encode_rounded_up_and_parse_back_no_shorter() {
+        assert_eq!(encode(Duration::from_millis(250)), "250m");
+        assert_eq!(encode(Duration::from_micros(1)), "1m");
+        assert_eq!(encode(Duration::ZERO), "1m");
+        assert_eq!(encode(Duration::from_micros(1500)), "2m");
+        assert_eq!(encode(Duration::from_secs(200_000)), "200000S");
+        assert_eq!(encode(Duration::MAX), "99999999H");
+        for d in [
+            Duration::from_nanos(1),
+            Duration::from_millis(99_999_999),
+            Duration::from_millis(100_000_001),
+            Duration::from_secs(99_999_999 * 60),
+        ] {
+            let back = parse(encode(d).as_bytes()).unwrap();
+            assert!(back >= d, "{d:?} came back as {back:?}");
+        }
+    }
 
     #[test]
     fn every_unit_parses() {

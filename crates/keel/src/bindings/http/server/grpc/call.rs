@@ -93,7 +93,13 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             StatusCode::ShuttingDown,
             "the host is shutting down: the call was not processed",
         );
-        return answer.trailers_only(&status, &none);
+        let mut response = answer.trailers_only(&status, &none);
+        // As keel's convention marks it: nothing ran, so a keel client sends it again.
+        response.headers_mut().insert(
+            super::super::super::UNPROCESSED_HEADER,
+            HeaderValue::from_static("1"),
+        );
+        return response;
     };
     let max = ctx.settings.max_message_size;
     let (args, compression, stream, reserved) = if op.stream_request {

@@ -2,6 +2,11 @@
 //! requests. HTTP/1.1 (hyper): a pool of keep-alive connections, one call at a time each, at
 //! most `http_max_connections`. HTTP/2 (the `h2` crate, see [`super::h2conn`]): one
 //! multiplexed connection, reconnected on the next call after it fails.
+//!
+//! On `grpc://` and `grpcs://` the same client speaks gRPC (`grpc.rs`): HTTP/2 only, the same
+//! connection, keepalive and cancellation, with gRPC's framing, headers and trailers.
+
+mod grpc;
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -67,6 +72,8 @@ pub(crate) struct HttpClient {
     /// Serialises HTTP/2 connection attempts so a burst of first calls opens one connection.
     h2_connecting: tokio::sync::Mutex<()>,
     conns: Arc<ClientConns>,
+    /// Calls are gRPC calls (`grpc://`, `grpcs://`): HTTP/2 only.
+    grpc: bool,
 }
 
 impl fmt::Debug for HttpClient {
@@ -138,11 +145,22 @@ impl HttpClient {
             h2_connecting: tokio::sync::Mutex::new(()),
             conns: Arc::new(ClientConns::new(config.reconnects.clone())),
             config,
+            grpc: false,
         }
+    }
+
+    /// A client whose calls are gRPC calls over HTTP/2 (`grpc://`, `grpcs://`).
+    pub(crate) fn new_grpc(endpoint: Endpoint, config: ClientSettings) -> HttpClient {
+        let mut client = HttpClient::new(endpoint, config);
+        client.grpc = true;
+        client
     }
 
     /// The version the next call uses.
     fn proto(&self) -> Proto {
+        if self.grpc {
+            return Proto::H2;
+        }
         match self.config.http_version {
             HttpVersion::Http1 => Proto::H1,
             HttpVersion::Http2 => Proto::H2,
@@ -184,7 +202,7 @@ impl HttpClient {
     /// for a round trip. (`OPTIONS /` asks nothing of the host; any answer will do.)
     async fn settle_h2(&self, conn: H2ClientConn) -> Result<(), Error> {
         let authority = self.endpoint.authority().unwrap_or_default();
-        let uri = format!("{}://{authority}/", self.endpoint.scheme());
+        let uri = format!("{}://{authority}/", self.endpoint.http_scheme());
         let request = Request::builder()
             .method(Method::OPTIONS)
             .uri(uri)
@@ -197,6 +215,9 @@ impl HttpClient {
         };
         match tokio::time::timeout(self.config.connect_timeout, answered).await {
             Ok(Ok(_)) => Ok(()),
+            // A gRPC server (or a proxy that routes only gRPC) may reset the stream: an answer
+            // too, after the host's SETTINGS.
+            Ok(Err(e)) if self.grpc && e.is_reset() && e.is_remote() => Ok(()),
             Ok(Err(e)) => Err(self.broken(e)),
             Err(_) => Err(Error::new(
                 Kind::Connect,
@@ -215,6 +236,9 @@ impl HttpClient {
     /// flows until it ends or the caller drops it. For a call the host refused unprocessed, or
     /// that never left, the request stream comes back unless a chunk of it was taken.
     async fn attempt_inner(&self, call: &mut Outgoing, deadline: Instant) -> Attempt {
+        if self.grpc {
+            return self.attempt_grpc(call, deadline).await;
+        }
         let proto = self.proto();
         let (service, operation) = (call.service, call.operation);
         let made = self.request(
@@ -321,27 +345,10 @@ impl HttpClient {
     /// Dropping this future (deadline, caller gone) resets the stream: the host stops the
     /// call. The connection carries on.
     async fn send_h2(&self, request: Request<()>, body: RequestBody, download: bool) -> Tried {
-        let conn = match self.h2_conn().await {
-            Ok(Some(c)) => c,
-            Ok(None) => return Tried::NotSent,
-            Err(e) => return Tried::connect_failed(e),
+        let (response, upload, id) = match self.open_h2_stream(request, body).await {
+            Ok(opened) => opened,
+            Err(tried) => return tried,
         };
-        let id = conn.id;
-        let Ok(mut sender) = conn.sender.ready().await else {
-            // Closed, or the host said GOAWAY: new calls go to a new connection.
-            self.forget_h2(id);
-            return Tried::NotSent;
-        };
-        let tasks = conn.tasks;
-        let (response, upload) =
-            match h2conn::send(&mut sender, request, body, |pipe| tasks.spawn(pipe)) {
-                Ok(sent) => sent,
-                Err(e) if e.is_io() || e.is_go_away() || e.is_reset() => {
-                    self.forget_h2(id);
-                    return Tried::NotSent;
-                }
-                Err(e) => return Tried::Done(Err(self.broken(e))),
-            };
         match response.await {
             Ok(response) if unprocessed(&response) => {
                 // Its streams in flight finish; new calls go to a new connection.
@@ -363,6 +370,36 @@ impl HttpClient {
                 Tried::Unprocessed
             }
             Err(e) => Tried::Done(Err(self.broken(e))),
+        }
+    }
+
+    /// Opens a stream for `request` on the HTTP/2 connection (connecting if there is none) and
+    /// sends `body` on it: the response's future, the upload's guard, and the connection's id;
+    /// or what the try ended with if the request could not be sent.
+    async fn open_h2_stream(
+        &self,
+        request: Request<()>,
+        body: RequestBody,
+    ) -> Result<(h2::client::ResponseFuture, Option<h2conn::UploadGuard>, u64), Tried> {
+        let conn = match self.h2_conn().await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err(Tried::NotSent),
+            Err(e) => return Err(Tried::connect_failed(e)),
+        };
+        let id = conn.id;
+        let Ok(mut sender) = conn.sender.ready().await else {
+            // Closed, or the host said GOAWAY: new calls go to a new connection.
+            self.forget_h2(id);
+            return Err(Tried::NotSent);
+        };
+        let tasks = conn.tasks;
+        match h2conn::send(&mut sender, request, body, |pipe| tasks.spawn(pipe)) {
+            Ok((response, upload)) => Ok((response, upload, id)),
+            Err(e) if e.is_io() || e.is_go_away() || e.is_reset() => {
+                self.forget_h2(id);
+                Err(Tried::NotSent)
+            }
+            Err(e) => Err(Tried::Done(Err(self.broken(e)))),
         }
     }
 
@@ -455,6 +492,7 @@ impl HttpClient {
         let connect = async {
             let raw = endpoint.connect_raw().await.map_err(connect_err)?;
             let alpn: &[&[u8]] = match self.config.http_version {
+                _ if self.grpc => &[ALPN_H2],
                 HttpVersion::Http1 => &[ALPN_HTTP1],
                 HttpVersion::Http2 => &[ALPN_H2],
                 _ => &[ALPN_H2, ALPN_HTTP1],
@@ -466,6 +504,12 @@ impl HttpClient {
                 Some(b"http/1.1") => Proto::H1,
                 _ => want,
             };
+            if proto != want && self.grpc {
+                return Err(Error::new(
+                    Kind::Protocol,
+                    format!("{endpoint}: TLS agreed on {proto:?}, but gRPC needs HTTP/2"),
+                ));
+            }
             if proto != want && self.config.http_version != HttpVersion::Auto {
                 return Err(Error::new(
                     Kind::Protocol,
@@ -537,7 +581,7 @@ impl HttpClient {
         // HTTP/2 carries scheme and authority as pseudo-headers; HTTP/1.1 the Host header.
         let uri = match proto {
             Proto::H1 => path,
-            Proto::H2 => format!("{}://{authority}{path}", self.endpoint.scheme()),
+            Proto::H2 => format!("{}://{authority}{path}", self.endpoint.http_scheme()),
         };
         let uri: Uri = uri.parse().map_err(|e| self.config_error(e))?;
         let remaining = deadline.saturating_duration_since(clock::now());
