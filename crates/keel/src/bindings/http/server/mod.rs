@@ -17,6 +17,7 @@
 //! - `cut.rs`: a streamed answer that fails midway, cut off only once what it sent before has
 //!   been flushed (its NDJSON error line reaches the reader);
 //! - `grpc/`: the gRPC protocol (requests whose content type is `application/grpc…`);
+//! - `grpc_web.rs`: gRPC-Web (`application/grpc-web…`), through `grpc/`, trailers in the body;
 //! - `describe.rs`: `GET /{Service}` and `GET /openapi.json`;
 //! - `responses.rs`: error answers and the headers every answer carries.
 
@@ -25,6 +26,7 @@ mod cut;
 mod describe;
 mod driver;
 mod grpc;
+mod grpc_web;
 mod io_watch;
 mod responses;
 mod route;

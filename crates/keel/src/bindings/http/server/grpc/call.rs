@@ -32,18 +32,33 @@ pub(in crate::bindings::http::server) fn is_grpc<B>(req: &Request<B>) -> bool {
         .is_some_and(|ct| grpc::subtype(ct).is_some())
 }
 
-/// One gRPC call (a request [`is_grpc`] accepted).
+/// Which protocol of the gRPC family a call speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::bindings::http::server) enum Dialect {
+    /// gRPC itself (`application/grpc…`): HTTP/2 only, every kind of call.
+    Grpc,
+    /// gRPC-Web (`application/grpc-web…`, its body already decoded from base64 if it was
+    /// text): HTTP/1.1 or HTTP/2, unary and server streaming only. The caller turns the
+    /// answer's trailers into gRPC-Web's trailer frame.
+    Web,
+}
+
+/// One gRPC call (a request [`is_grpc`] accepted, or a gRPC-Web one).
 pub(in crate::bindings::http::server) async fn call<B: Received>(
     ctx: &Ctx,
     req: Request<B>,
+    dialect: Dialect,
 ) -> Response<Body> {
     let received = crate::runtime::clock::now();
-    // `is_grpc` found a gRPC content type.
+    // `is_grpc` (or gRPC-Web's check) found a content type of the family.
     let subtype = req
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(grpc::subtype)
+        .and_then(|ct| match dialect {
+            Dialect::Grpc => grpc::subtype(ct),
+            Dialect::Web => grpc::web::parse_content_type(ct).map(|(_, s)| s),
+        })
         .unwrap_or("");
     let mut answer = Answer {
         content_type: grpc::answer_content_type(subtype),
@@ -52,7 +67,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         compress_above: ctx.conn.dispatcher.limits.compress_replies_above,
     };
     let none = Metadata::new();
-    if req.version() != Version::HTTP_2 {
+    if req.version() != Version::HTTP_2 && dialect == Dialect::Grpc {
         return needs_http2();
     }
     if req.method() != Method::POST {
@@ -70,12 +85,28 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         );
         return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
     }
+    if dialect == Dialect::Web && op.stream_request {
+        let msg = format!(
+            "{}/{} streams requests (client streaming or bidirectional), which gRPC-Web cannot \
+             carry: call it over gRPC (HTTP/2) or Connect",
+            desc.grpc_name(),
+            op.grpc_name()
+        );
+        return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
+    }
     let format = match message_format(subtype, desc) {
         Ok(format) => format,
         Err(status) => return answer.trailers_only(&status, &none),
     };
     let head = match head(req.headers()) {
-        Ok(head) => head,
+        Ok(mut head) => {
+            if dialect == Dialect::Web {
+                // What gRPC-Web clients say about themselves.
+                head.metadata.remove("x-grpc-web");
+                head.metadata.remove("x-user-agent");
+            }
+            head
+        }
         Err(HeadError::Bad(status)) => return answer.trailers_only(&status, &none),
         Err(HeadError::Encoding(status)) => return answer.trailers_only(&status, &none),
     };
