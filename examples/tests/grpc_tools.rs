@@ -253,3 +253,77 @@ fn a_python_client_generated_from_the_proto_files_calls_the_examples() {
          Get(1) without a token = UNAUTHENTICATED\n"
     );
 }
+
+/// `buf curl` (the Buf CLI, Go) with `protocol` against the examples host, schema from the
+/// committed `.proto` files.
+fn buf_curl(protocol: &str, url: &str, data: &str, headers: &[&str]) -> (bool, String, String) {
+    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
+    let mut cmd = Command::new("buf");
+    cmd.args(["curl", "--protocol", protocol]);
+    if protocol == "grpc" {
+        // h2c: HTTP/2 without TLS.
+        cmd.arg("--http2-prior-knowledge");
+    }
+    for file in ["calculator.proto", "accounts.proto"] {
+        cmd.arg("--schema").arg(protos.join(file));
+    }
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    cmd.args(["--data", data, url]);
+    output(&mut cmd)
+}
+
+#[test]
+#[ignore = "external: runs buf"]
+fn buf_curl_calls_over_connect_grpc_web_and_grpc() {
+    if !have("buf", &["--version"]) {
+        return;
+    }
+    let host = examples_host();
+    let base = host.url().to_string();
+    let auth = format!("authorization: Bearer {}", accounts::DEFAULT_TOKEN);
+    for protocol in ["connect", "grpcweb", "grpc"] {
+        let url = |method: &str| format!("{base}/keel_examples.{method}");
+        let (ok, out, err) = buf_curl(
+            protocol,
+            &url("Calculator/Add"),
+            r#"{"a": 100, "b": 15.99}"#,
+            &[&auth],
+        );
+        assert!(ok, "{protocol}: {out}{err}");
+        let added: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(added["value"], 115.99, "{protocol}");
+
+        // The typed fault: code unknown, its one detail the DivideByZero message.
+        let (ok, out, err) = buf_curl(
+            protocol,
+            &url("Calculator/Divide"),
+            r#"{"a": 22, "b": 0}"#,
+            &[&auth],
+        );
+        assert!(!ok, "{protocol}: dividing by zero succeeded: {out}");
+        let error: serde_json::Value =
+            serde_json::from_str(&err).unwrap_or_else(|e| panic!("{protocol}: {e}: {out}{err}"));
+        assert_eq!(error["code"], "unknown", "{protocol}: {error}");
+        let detail = &error["details"][0];
+        assert_eq!(
+            detail["type"], "keel_examples.DivideByZero",
+            "{protocol}: {error}"
+        );
+        // `dividend = 1` (tag 0x09, a double) = 22.0, in unpadded base64.
+        assert_eq!(detail["value"], "CQAAAAAAADZA", "{protocol}: {error}");
+
+        // The Accounts: the bearer token as a header, not_found, and no token.
+        let get = url("Accounts/Get");
+        let (ok, out, err) = buf_curl(protocol, &get, r#"{"id": 1}"#, &[&auth]);
+        assert!(ok, "{protocol}: {out}{err}");
+        let account: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(account["owner"], "demo", "{protocol}: {account}");
+        let (ok, _, err) = buf_curl(protocol, &get, r#"{"id": 404}"#, &[&auth]);
+        assert!(!ok && err.contains("not_found"), "{protocol}: {err}");
+        let (ok, _, err) = buf_curl(protocol, &get, r#"{"id": 1}"#, &[]);
+        assert!(!ok && err.contains("unauthenticated"), "{protocol}: {err}");
+    }
+    host.shutdown();
+}

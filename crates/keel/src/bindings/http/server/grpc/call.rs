@@ -41,6 +41,16 @@ pub(in crate::bindings::http::server) enum Dialect {
     /// text): HTTP/1.1 or HTTP/2, unary and server streaming only. The caller turns the
     /// answer's trailers into gRPC-Web's trailer frame.
     Web,
+    /// Connect's unary calls (`application/proto`, `application/json`; `get`: a GET), turned
+    /// into one length-prefixed message by the caller: HTTP/1.1 or HTTP/2, unary operations
+    /// only, a GET only for `#[keel(idempotent)]` ones.
+    ConnectUnary {
+        /// The request was a GET.
+        get: bool,
+    },
+    /// Connect's streaming calls (`application/connect+…`): every kind of call, bidirectional
+    /// ones over HTTP/2 only.
+    ConnectStream,
 }
 
 /// One gRPC call (a request [`is_grpc`] accepted, or a gRPC-Web one).
@@ -58,6 +68,8 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         .and_then(|ct| match dialect {
             Dialect::Grpc => grpc::subtype(ct),
             Dialect::Web => grpc::web::parse_content_type(ct).map(|(_, s)| s),
+            // The Connect adapter names the codec as gRPC would.
+            Dialect::ConnectUnary { .. } | Dialect::ConnectStream => grpc::subtype(ct),
         })
         .unwrap_or("");
     let mut answer = Answer {
@@ -92,6 +104,10 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             desc.grpc_name(),
             op.grpc_name()
         );
+        return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
+    }
+    if let Some(msg) = connect_refusal(dialect, op, req.version()) {
+        let msg = format!("{}/{}: {msg}", desc.grpc_name(), op.grpc_name());
         return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
     }
     let format = match message_format(subtype, desc) {
@@ -206,6 +222,27 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             let status = Status::new(StatusCode::Internal, "the call ended without an answer");
             answer.trailers_only(&status, &none)
         }
+    }
+}
+
+/// Why Connect cannot make this call (`None`: it can).
+fn connect_refusal(
+    dialect: Dialect,
+    op: &crate::core::service::OperationInfo,
+    version: Version,
+) -> Option<&'static str> {
+    match dialect {
+        Dialect::ConnectUnary { .. } if op.stream_request || op.message_response => Some(
+            "streams messages, which Connect carries as a streaming call: send \
+             application/connect+proto or application/connect+json",
+        ),
+        Dialect::ConnectUnary { get: true } if !op.idempotent => {
+            Some("is not #[keel(idempotent)], so it cannot be called with GET: POST it")
+        }
+        Dialect::ConnectStream if version != Version::HTTP_2 && op.bidirectional() => {
+            Some("streams messages both ways, which needs HTTP/2; this request came over HTTP/1.1")
+        }
+        _ => None,
     }
 }
 
