@@ -217,7 +217,7 @@ fn unbase64(text: &[u8]) -> Vec<u8> {
     let mut run = Vec::new();
     for &c in text {
         run.push(c);
-        if run.len() % 4 == 0 && c == b'=' {
+        if run.len().is_multiple_of(4) && c == b'=' {
             out.extend(
                 base64::engine::general_purpose::STANDARD
                     .decode(&run)

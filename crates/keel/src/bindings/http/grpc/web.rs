@@ -105,7 +105,7 @@ impl TextDecoder {
                 continue;
             }
             run.push(c);
-            if run.len() % 4 == 0 && c == b'=' {
+            if run.len().is_multiple_of(4) && c == b'=' {
                 decode_into(&run, &mut out)?;
                 run.clear();
             }
