@@ -2,7 +2,7 @@
 //! `h2` crate), binary and base64 text (`application/grpc-web-text`), unary and server
 //! streaming calls with the status in a trailer frame, Trailers-Only errors and typed faults,
 //! client streaming refused, `grpc-timeout`, compression, the message size limit, a text body
-//! that is not base64, and CORS. A browser calling it is `grpc_web_browser.rs`.
+//! that is not base64, and CORS. A browser calling it is `examples/tests/grpc_web_browser.rs`.
 
 #![cfg(feature = "http")]
 
