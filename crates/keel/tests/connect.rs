@@ -57,6 +57,8 @@ pub trait Conn {
     async fn sleep_ms(&self, ms: u64) -> u64;
     /// `n` letters.
     async fn text(&self, n: u64) -> String;
+    /// `word` `word_count` times.
+    async fn repeat(&self, word_count: u64, word: String) -> String;
     /// `n` items.
     async fn count(&self, n: u64) -> MessageStream<Item>;
     /// The sum of the items' `seq`.
@@ -89,6 +91,9 @@ impl Conn for Impl {
     }
     async fn text(&self, n: u64) -> String {
         "a".repeat(n as usize)
+    }
+    async fn repeat(&self, word_count: u64, word: String) -> String {
+        word.repeat(word_count as usize)
     }
     async fn count(&self, n: u64) -> MessageStream<Item> {
         MessageStream::from_iter((0..n).map(|seq| Item { seq }))
@@ -278,6 +283,40 @@ async fn unary_json_and_proto_with_metadata() {
         a.body.windows(8).any(|w| w == 4.5f64.to_le_bytes()),
         "{a:?}"
     );
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_json_names_and_64_bit_strings_are_accepted() {
+    let host = host();
+    let addr = addr(&host);
+    // What a protobuf-JSON client sends: lowerCamelCase, a uint64 as a string.
+    let a = h1(
+        &addr,
+        &post("Repeat"),
+        &[JSON],
+        br#"{"wordCount": "3", "word": "ab"}"#,
+    )
+    .await;
+    assert_eq!((a.status, a.json()), (200, json!("ababab")), "{a:?}");
+    // keel's own JSON, unchanged; a string that is a string stays one.
+    let a = h1(
+        &addr,
+        &post("Repeat"),
+        &[JSON],
+        br#"{"word_count": 2, "word": "7"}"#,
+    )
+    .await;
+    assert_eq!((a.status, a.json()), (200, json!("77")));
+    // The same through gRPC-Web's JSON, over HTTP/1.1.
+    let a = h1(
+        &addr,
+        &post("Repeat"),
+        &[("content-type", "application/grpc-web+json")],
+        &envelope(0, br#"{"wordCount": "2", "word": "x"}"#),
+    )
+    .await;
+    assert_eq!(&a.envelopes()[0].1, br#""xx""#, "{a:?}");
     host.shutdown_async().await;
 }
 

@@ -18,6 +18,7 @@ use super::messages::{read_unary, request_stream};
 use super::reply::Answer;
 use super::request::{head, route, HeadError};
 use crate::core::codec;
+use crate::core::format::Format;
 use crate::core::messages::framing::Framing;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
@@ -168,8 +169,16 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
                 return answer.trailers_only(&status, &none);
             }
         };
+        let (bytes, compression) = if format == Format::Json {
+            match from_proto_json(desc, op.name, unary.bytes, compression, max) {
+                Ok(read) => read,
+                Err(status) => return answer.trailers_only(&status, &none),
+            }
+        } else {
+            (unary.bytes, compression)
+        };
         let empty = crate::core::stream::ByteStream::empty();
-        (unary.bytes, compression, empty, Some(unary.reserved))
+        (bytes, compression, empty, Some(unary.reserved))
     };
 
     let call_id = ctx.next_call_id.fetch_add(1, Ordering::Relaxed);
@@ -223,6 +232,29 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             answer.trailers_only(&status, &none)
         }
     }
+}
+
+/// A unary JSON request as keel's JSON reads it: decompressed here (so it can be read), and
+/// what protobuf's JSON mapping says differently (lowerCamelCase names, 64-bit integers as
+/// strings, bytes in base64) rewritten along the operation's types (GRPC.md, "JSON names").
+fn from_proto_json(
+    desc: &'static crate::core::service::ServiceDescriptor,
+    op: &str,
+    bytes: Bytes,
+    compression: Option<crate::core::compress::Compression>,
+    max: u32,
+) -> Result<(Bytes, Option<crate::core::compress::Compression>), Status> {
+    let Ok(schema) = desc.proto_schema() else {
+        return Ok((bytes, compression));
+    };
+    let plain = match compression {
+        None => bytes,
+        Some(codec) => crate::core::compress::decompress(codec, &bytes, max as usize)
+            .map(Bytes::from)
+            .map_err(|e| super::messages::decompress_status(codec, e))?,
+    };
+    let rewritten = crate::core::proto::json::request_from_proto_json(schema, op, &plain);
+    Ok((rewritten.map_or(plain, Bytes::from), None))
 }
 
 /// Why Connect cannot make this call (`None`: it can).
