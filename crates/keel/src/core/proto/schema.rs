@@ -16,7 +16,7 @@ use super::Enums;
 /// Traces one type: what generated code stores per operation.
 pub type TraceFn = fn(&mut Tracer) -> serde_reflection::Result<serde_reflection::Format>;
 
-/// [`TraceFn`] of `T`: one pass over `T`'s shape (see [`trace_all`] for the passes an enum
+/// [`TraceFn`] of `T`: one pass over `T`'s shape (see `trace_all` for the passes an enum
 /// needs).
 pub fn trace_of<T: DeserializeOwned>(
     tracer: &mut Tracer,

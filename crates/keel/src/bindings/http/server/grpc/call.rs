@@ -250,7 +250,6 @@ fn from_proto_json(
     let plain = match compression {
         None => bytes,
         Some(codec) => crate::core::compress::decompress(codec, &bytes, max as usize)
-            .map(Bytes::from)
             .map_err(|e| super::messages::decompress_status(codec, e))?,
     };
     let rewritten = crate::core::proto::json::request_from_proto_json(schema, op, &plain);
