@@ -535,22 +535,54 @@ async fn unknown_services_and_methods_are_unimplemented() {
     let response = response.await.unwrap();
     assert_eq!(response.status(), 405);
     assert_eq!(response.headers()["allow"], "POST");
-    // Protobuf is not there yet: a clear UNIMPLEMENTED.
+    // Protobuf (GRPC.md "Types"): the parameters are fields 1, 2, ...; a reply that is not a
+    // struct is field 1 of a wrapper; each message of a stream of structs is the struct.
     for ct in ["application/grpc", "application/grpc+proto"] {
+        // SayHelloRequest { string name = 1; } with name = "ann".
         let a = call(
             &mut tx,
             &format!("{SERVICE}/SayHello"),
             &[("content-type", ct)],
-            frame(b"", false),
+            frame(b"\x0a\x03ann", false),
         )
         .await;
-        assert_eq!(a.grpc_status(), 12, "{ct}");
+        assert_eq!(a.grpc_status(), 0, "{ct}: {}", a.grpc_message());
+        assert_eq!(a.headers["content-type"], ct);
+        let reply = &a.messages[0].1;
+        assert_eq!(
+            reply[0], 0x0a,
+            "SayHelloResponse.value is field 1, a string"
+        );
         assert!(
-            a.grpc_message().contains("protobuf"),
-            "{}",
-            a.grpc_message()
+            std::str::from_utf8(&reply[2..]).unwrap().contains("ann"),
+            "{reply:?}"
         );
     }
+    // CountRequest { uint64 n = 1; } with n = 3: Items { uint64 seq = 1; } 0, 1, 2.
+    let a = call(
+        &mut tx,
+        &format!("{SERVICE}/Count"),
+        &[("content-type", "application/grpc")],
+        frame(b"\x08\x03", false),
+    )
+    .await;
+    assert_eq!(a.grpc_status(), 0, "{}", a.grpc_message());
+    let items: Vec<&[u8]> = a.messages.iter().map(|(_, m)| &m[..]).collect();
+    assert_eq!(items, [&b"\x08\x00"[..], b"\x08\x01", b"\x08\x02"]);
+    // A body that is not the message: INTERNAL, as grpc-go answers what it cannot parse.
+    let a = call(
+        &mut tx,
+        &format!("{SERVICE}/Count"),
+        &[("content-type", "application/grpc")],
+        frame(b"\x0a\x05ab", false),
+    )
+    .await;
+    assert_eq!(a.grpc_status(), 13, "{}", a.grpc_message());
+    assert!(
+        a.grpc_message().contains("cut short"),
+        "{}",
+        a.grpc_message()
+    );
     host.shutdown_async().await;
 }
 

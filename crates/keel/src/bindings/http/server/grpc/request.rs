@@ -35,7 +35,13 @@ pub(super) fn route<'d>(
     let (key, desc) = dispatcher
         .service_entry(name)
         .filter(|(_, s)| s.descriptor().package == package)
-        .or_else(|| dispatcher.service_entry(full))
+        // gRPC's standard services, kept under their full names (a contract's key is its
+        // name alone, which a path without its package must not find).
+        .or_else(|| {
+            dispatcher
+                .service_entry(full)
+                .filter(|(key, s)| *key != s.descriptor().name)
+        })
         .map(|(key, s)| (key, s.descriptor()))
         .ok_or_else(|| unknown(&format!("unknown service `{full}`")))?;
     let op = desc
