@@ -566,6 +566,46 @@ async fn bidirectional_over_http2_flows_while_the_request_does() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_over_http2() {
+    let host = host();
+    let tcp = tokio::net::TcpStream::connect(addr(&host)).await.unwrap();
+    let (tx, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    for (method, body, status, expected) in [
+        ("SayHello", r#"{"name": "h2"}"#, 200, json!("hello, h2")),
+        (
+            "Find",
+            r#"{"key": "k"}"#,
+            404,
+            json!({"code": "not_found", "message": "no k"}),
+        ),
+    ] {
+        let mut tx = tx.clone().ready().await.unwrap();
+        let req = http::Request::post(format!("http://keel{SERVICE}/{method}"))
+            .header("content-type", "application/json")
+            .header("connect-protocol-version", "1")
+            .header("connect-timeout-ms", "10000")
+            .body(())
+            .unwrap();
+        let (response, mut stream) = tx.send_request(req, false).unwrap();
+        stream.send_data(Bytes::from(body), true).unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), status);
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let mut body = response.into_body();
+        let mut got = Vec::new();
+        while let Some(c) = body.data().await {
+            got.extend_from_slice(&c.unwrap());
+        }
+        assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), expected);
+        assert!(body.trailers().await.unwrap().is_none(), "no HTTP trailers");
+    }
+    host.shutdown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits() {
     let host = host();
     let addr = addr(&host);
