@@ -32,7 +32,18 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             let compression = parts.headers.get(CONTENT_ENCODING).cloned();
             match read(ctx, incoming, h1).await {
                 Ok(message) => (codec, message, compression),
-                Err(status) => return error(&as_grpc_headers(&status), "json", h1),
+                Err(status) => {
+                    let too_large = status.code() == StatusCode::TooLarge;
+                    let mut response = error(&as_grpc_headers(&status));
+                    if h1 && too_large {
+                        // The body may not have been read to its end: the connection cannot
+                        // carry another request.
+                        response
+                            .headers_mut()
+                            .insert(CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    return response;
+                }
             }
         }
         None => {
@@ -48,7 +59,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
                     } else {
                         StatusCode::BadRequest
                     };
-                    return error(&as_grpc_headers(&Status::new(code, why)), "json", h1);
+                    return error(&as_grpc_headers(&Status::new(code, why)));
                 }
             }
         }
@@ -63,7 +74,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
                 super::super::super::grpc::ACCEPTED_ENCODINGS
             );
             let status = Status::new(StatusCode::Unimplemented, msg);
-            return error(&as_grpc_headers(&status), &codec, h1);
+            return error(&as_grpc_headers(&status));
         }
     };
     let mut headers = match grpc_headers(
@@ -73,7 +84,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         "accept-encoding",
     ) {
         Ok(h) => h,
-        Err(status) => return error(&as_grpc_headers(&status), &codec, h1),
+        Err(status) => return error(&as_grpc_headers(&status)),
     };
     if let Some(c) = compression.filter(|_| compressed) {
         headers.insert(GRPC_ENCODING, c);
@@ -87,7 +98,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
     *grpc_req.version_mut() = parts.version;
     *grpc_req.headers_mut() = headers;
     let answer = grpc::call(ctx, grpc_req, Dialect::ConnectUnary { get }).await;
-    let mut response = translate(answer, &codec, h1).await;
+    let mut response = translate(answer, &codec).await;
     if get {
         // The same query gets the same answer: caches keep the codings apart.
         response
@@ -133,26 +144,26 @@ async fn read<B: Received>(ctx: &Ctx, incoming: B, h1: bool) -> Result<Bytes, St
 }
 
 /// A gRPC answer to a unary call as Connect's.
-async fn translate(answer: Response<Body>, codec: &str, h1: bool) -> Response<Body> {
+async fn translate(answer: Response<Body>, codec: &str) -> Response<Body> {
     let (parts, reply) = answer.into_parts();
     if parts.status != ::http::StatusCode::OK {
         return Response::from_parts(parts, reply);
     }
     if parts.headers.contains_key(GRPC_STATUS) {
-        return error(&parts.headers, codec, h1);
+        return error(&parts.headers);
     }
     // The host's own reply, one message: held whole.
     let collected = match reply.collect().await {
         Ok(c) => c,
         Err(e) => {
             let status = Status::new(StatusCode::Internal, format!("the reply broke: {e}"));
-            return error(&as_grpc_headers(&status), codec, h1);
+            return error(&as_grpc_headers(&status));
         }
     };
     let trailers = collected.trailers().cloned().unwrap_or_default();
     let data = collected.to_bytes();
     if connect::grpc_status(&trailers).is_some() {
-        let mut response = error(&trailers, codec, h1);
+        let mut response = error(&trailers);
         copy_metadata(&parts.headers, "", response.headers_mut());
         return response;
     }
@@ -160,7 +171,7 @@ async fn translate(answer: Response<Body>, codec: &str, h1: bool) -> Response<Bo
         Ok(Some(m)) => m,
         _ => {
             let status = Status::new(StatusCode::Internal, "the reply was not one message");
-            return error(&as_grpc_headers(&status), codec, h1);
+            return error(&as_grpc_headers(&status));
         }
     };
     let mut response = Response::new(body::full(message.bytes));
@@ -203,7 +214,7 @@ fn copy_metadata(from: &HeaderMap, prefix: &str, to: &mut HeaderMap) {
 
 /// An error answer: the status in `status` (gRPC's headers) as Connect's JSON, with its HTTP
 /// status, and the metadata among `status`.
-fn error(status: &HeaderMap, _codec: &str, h1: bool) -> Response<Body> {
+fn error(status: &HeaderMap) -> Response<Body> {
     let (http, json) = connect::error_json(status);
     let bytes = serde_json::to_vec(&json).expect("JSON of JSON values");
     let mut response = Response::new(body::full(Bytes::from(bytes)));
@@ -212,9 +223,5 @@ fn error(status: &HeaderMap, _codec: &str, h1: bool) -> Response<Body> {
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     copy_metadata(status, "", headers);
-    if h1 && http == 429 {
-        // A body refused for its size may not have been read: the connection cannot carry on.
-        headers.insert(CONNECTION, HeaderValue::from_static("close"));
-    }
     response
 }
