@@ -66,6 +66,9 @@
 //! | `h2_frames_after_an_answer_on_the_head_are_still_checked` | http2, https (HTTP/2) | DATA that do not add up to `content-length`, malformed trailers: RST_STREAM PROTOCOL_ERROR, also after an answer given on the head (404); a call never answers them; a matching body answered; a large declared upload answered before it is sent; DATA after the client's RST_STREAM: STREAM_CLOSED (stream or connection) |
 //! | `h2_rapid_reset_leaves_the_host_responsive` | http2, https (HTTP/2) | cancelled calls freed; host responsive |
 //! | `h2_settings_and_ping_floods_are_bounded` | http2, https (HTTP/2) | host responsive; memory bounded |
+//! | `grpc_web_text_that_is_not_base64_is_internal` | http1, https (HTTP/1.1) | a gRPC-Web-text body that is not base64: `INTERNAL` (13) naming base64 in the trailer frame; the connection serves on |
+//! | `connect_an_envelope_announcing_4_gib_is_refused_at_once` | http1, https (HTTP/1.1) | a Connect streaming envelope announcing 4 GiB, the rest never sent: the end-of-stream message with `resource_exhausted` at once |
+//! | `connect_unary_bodies_and_get_messages_past_the_limits_are_refused` | http1, https (HTTP/1.1) | a Connect unary body announcing 4 GiB: 429 `resource_exhausted` and close; a GET `message` past the message size limit: 429; past the head limit: 431 |
 //! | `grpc_a_prefix_announcing_4_gib_is_refused_at_once` | http2, https (HTTP/2) | gRPC `RESOURCE_EXHAUSTED` (8) before the message arrives; the next gRPC call on the connection served |
 //! | `grpc_a_half_sent_message_is_answered_after_the_frame_timeout` | http2, https (HTTP/2) | gRPC `INTERNAL` (13) "did not arrive in time", `timed_out` counted; the connection kept |
 //! | `grpc_a_flood_of_tiny_messages_is_held_to_the_stream_window` | http2, https (HTTP/2) | a client stream of 8-byte messages to a handler that reads nothing, then catches up: the host holds at most the HTTP/2 stream window (+ a frame or two) for it; every message arrives; `OK` |
@@ -3068,6 +3071,133 @@ async fn grpc_a_flood_of_tiny_messages_is_held_to_the_stream_window(b: Binding) 
 }
 
 // ------------------------------------------------------------------------------------------
+// gRPC-Web and Connect (HTTP/1.1 by hand)
+// ------------------------------------------------------------------------------------------
+
+/// A gRPC-Web or Connect request head for `path` over HTTP/1.1.
+fn h1_head(path: &str, content_type: &str, extra: &str) -> String {
+    format!("POST {path} HTTP/1.1\r\nhost: keel\r\ncontent-type: {content_type}\r\n{extra}\r\n")
+}
+
+/// The fields of a gRPC-Web answer's trailer frame (its last frame), or of its headers for a
+/// Trailers-Only answer.
+fn grpc_web_status(r: &Resp) -> (u32, String) {
+    let field = |lines: &str, name: &str| {
+        lines
+            .split("\r\n")
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+    };
+    let (status, message) = match r.header("grpc-status") {
+        Some(s) => (
+            s.to_string(),
+            r.header("grpc-message").unwrap_or("").to_string(),
+        ),
+        None => {
+            let mut b = &r.body[..];
+            let mut block = String::new();
+            while b.len() >= 5 {
+                let len = u32::from_be_bytes(b[1..5].try_into().unwrap()) as usize;
+                if b[0] & 0x80 != 0 {
+                    block = String::from_utf8_lossy(&b[5..5 + len]).to_string();
+                }
+                b = &b[5 + len..];
+            }
+            (
+                field(&block, "grpc-status").expect("a trailer frame"),
+                field(&block, "grpc-message").unwrap_or_default(),
+            )
+        }
+    };
+    (status.parse().unwrap(), message)
+}
+
+async fn grpc_web_text_that_is_not_base64_is_internal(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    let mut h = H1::connect(b, &case.url).await;
+    let body = b"%%%% not base64 %%%%";
+    let head = h1_head(
+        "/hostile.Probe/Echo",
+        "application/grpc-web-text",
+        &format!("content-length: {}\r\n", body.len()),
+    );
+    h.send(head.as_bytes()).await.unwrap();
+    h.send(body).await.unwrap();
+    let r = h.response().await.expect("an answer");
+    assert_eq!(r.status, 200, "{r:?}");
+    let (status, message) = grpc_web_status(&r);
+    assert_eq!(status, 13, "{message}");
+    assert!(message.contains("base64"), "{message}");
+    // The connection serves on: keel's own call after it.
+    h.send(&h1_post(
+        "/Probe/echo",
+        "application/json",
+        br#"{"s": "after"}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(h.response().await.unwrap().status, 200);
+    case.finish().await;
+}
+
+async fn connect_an_envelope_announcing_4_gib_is_refused_at_once(b: Binding) {
+    let case = Case::new(b, |h| h).await;
+    let mut h = H1::connect(b, &case.url).await;
+    // A streaming call (chunked body) whose first envelope announces 4 GiB; the rest never
+    // comes: the answer cannot wait for it.
+    let head = h1_head(
+        "/hostile.Probe/Echo",
+        "application/connect+json",
+        "transfer-encoding: chunked\r\n",
+    );
+    h.send(head.as_bytes()).await.unwrap();
+    h.send(b"8\r\n\x00\xff\xff\xff\xff{\"s\r\n").await.unwrap();
+    let r = h.response().await.expect("an answer");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body[0], 0x02, "the end-of-stream message: {r:?}");
+    let end: serde_json::Value = serde_json::from_slice(&r.body[5..]).unwrap();
+    assert_eq!(end["error"]["code"], "resource_exhausted", "{end}");
+    assert!(
+        end["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("4294967295"),
+        "{end}"
+    );
+    case.finish().await;
+}
+
+async fn connect_unary_bodies_and_get_messages_past_the_limits_are_refused(b: Binding) {
+    let case = Case::new(b, |h| h.max_message_size(1024)).await;
+    let mut h = H1::connect(b, &case.url).await;
+    // A unary body announcing more than the message size limit: refused from its length.
+    let head = h1_head(
+        "/hostile.Probe/Echo",
+        "application/proto",
+        "content-length: 4294967295\r\n",
+    );
+    h.send(head.as_bytes()).await.unwrap();
+    let r = h.response().await.expect("an answer");
+    assert_eq!(r.status, 429, "{r:?}");
+    let error: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(error["code"], "resource_exhausted", "{error}");
+    h.assert_closed("after a body too large to drain").await;
+
+    // A GET whose `message` is past the message size limit, and one past the head's.
+    for (size, status) in [(4096, 429), (200 * 1024, 431)] {
+        let mut h = H1::connect(b, &case.url).await;
+        let head = format!(
+            "GET /hostile.Probe/Echo?connect=v1&encoding=json&message={} HTTP/1.1\r\nhost: keel\r\n\r\n",
+            "a".repeat(size)
+        );
+        // The host may answer (and close) before the head has all arrived.
+        let _ = h.send(head.as_bytes()).await;
+        let r = h.response().await.expect("an answer");
+        assert_eq!(r.status, status, "{size} bytes: {r:?}");
+    }
+    case.finish().await;
+}
+
+// ------------------------------------------------------------------------------------------
 // Streams of messages (keel-wire peers by hand)
 // ------------------------------------------------------------------------------------------
 
@@ -3986,6 +4116,9 @@ common::binding_matrix! {
         async fn a_slowloris_head_is_closed;
         async fn request_smuggling_gets_400_and_close;
         async fn malformed_requests_get_400_and_close;
+        async fn grpc_web_text_that_is_not_base64_is_internal;
+        async fn connect_an_envelope_announcing_4_gib_is_refused_at_once;
+        async fn connect_unary_bodies_and_get_messages_past_the_limits_are_refused;
     }
     [http2] {
         async fn h2_frames_after_an_answer_on_the_head_are_still_checked;

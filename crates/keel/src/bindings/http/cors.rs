@@ -22,7 +22,13 @@ use crate::core::error::{Error, Kind};
 /// [`max_age`](Cors::max_age). A preflight from any other origin gets `403` (status
 /// `permission_denied`). Every answer to an allowed origin carries
 /// `Access-Control-Allow-Origin` and exposes its headers (`keel-status`, reply metadata, ...)
-/// to the page. Requests without `Origin` (curl, keel's clients) are not affected.
+/// to the page.
+///
+/// gRPC-Web (GRPC.md) needs nothing more: its request headers (`x-grpc-web`,
+/// `x-user-agent`, `grpc-timeout`, `content-type`, metadata) are allowed because a preflight
+/// allows every header the browser asks for, and every gRPC-Web answer exposes
+/// `grpc-status`, `grpc-message` and `grpc-status-details-bin` (where a Trailers-Only answer
+/// carries its status) besides its other headers. Requests without `Origin` (curl, keel's clients) are not affected.
 ///
 /// ```
 /// # fn main() -> Result<(), keel::Error> {
@@ -177,11 +183,24 @@ impl Cors {
         let Some(origin) = origin.filter(|o| self.allows(o)) else {
             return;
         };
-        let exposed: Vec<&str> = headers
+        let mut exposed: Vec<&str> = headers
             .keys()
             .map(|k| k.as_str())
             .filter(|k| !is_safelisted_response_header(k))
             .collect();
+        let grpc_web = headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("application/grpc-web"));
+        if grpc_web {
+            // gRPC-Web clients look for the status in the headers of a Trailers-Only answer;
+            // expose its names whether or not this answer has them.
+            for name in GRPC_WEB_EXPOSED {
+                if !exposed.contains(&name) {
+                    exposed.push(name);
+                }
+            }
+        }
         if !exposed.is_empty() {
             if let Ok(v) = HeaderValue::from_str(&exposed.join(", ")) {
                 headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, v);
@@ -196,6 +215,9 @@ impl Cors {
         }
     }
 }
+
+/// What every gRPC-Web answer exposes to the page.
+const GRPC_WEB_EXPOSED: [&str; 3] = ["grpc-status", "grpc-message", "grpc-status-details-bin"];
 
 /// Response headers a page may read without being told (the Fetch standard's CORS-safelisted
 /// response header names), and the CORS headers themselves.
@@ -303,5 +325,32 @@ mod tests {
         );
         assert!(headers.get(ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
         assert_eq!(headers[VARY], "origin");
+    }
+
+    #[test]
+    fn grpc_web_answers_expose_the_status_headers() {
+        let cors = Cors::allow_origins(["http://a.test"]).unwrap();
+        let h = preflight_headers(
+            "http://a.test",
+            "POST",
+            Some("content-type, x-grpc-web, x-user-agent, grpc-timeout"),
+        );
+        let out = cors.preflight(&Method::OPTIONS, &h).unwrap().unwrap();
+        assert_eq!(
+            out[ACCESS_CONTROL_ALLOW_HEADERS],
+            "content-type, x-grpc-web, x-user-agent, grpc-timeout"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "content-type",
+            HeaderValue::from_static("application/grpc-web+proto"),
+        );
+        headers.insert("grpc-accept-encoding", HeaderValue::from_static("gzip"));
+        let origin = HeaderValue::from_static("http://a.test");
+        cors.decorate(Some(&origin), &mut headers);
+        assert_eq!(
+            headers[ACCESS_CONTROL_EXPOSE_HEADERS],
+            "grpc-accept-encoding, grpc-status, grpc-message, grpc-status-details-bin"
+        );
     }
 }

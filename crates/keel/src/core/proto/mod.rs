@@ -8,6 +8,7 @@
 //! - `model.rs`: the shapes of types, as serde-reflection traces them, kept in a `static`;
 //! - `file.rs`: one `.proto` file's services, messages and enums, decided once for the text
 //!   and the reflection descriptors;
+//! - `json.rs`: protobuf JSON's names and strings read as keel's serde JSON (requests);
 //! - `schema.rs`: a contract's types traced (with serde-reflection) into the messages, enums
 //!   and oneofs of its `.proto` file, checked for what protobuf cannot say.
 //!
@@ -22,6 +23,8 @@ pub(crate) mod decode;
 pub(crate) mod descriptor;
 pub(crate) mod encode;
 pub(crate) mod file;
+#[cfg(feature = "http")]
+pub(crate) mod json;
 pub(crate) mod model;
 pub(crate) mod names;
 pub(crate) mod schema;

@@ -7,12 +7,16 @@
 //! - `frame.rs`: the 5-byte prefix, a scanner and a reader of messages, the encoder;
 //! - `timeout.rs`: `grpc-timeout`;
 //! - `codes.rs`: keel's status codes and gRPC's, both ways; `grpc-message`'s encoding;
-//! - `details.rs`: `google.rpc.Status`, encoded by hand.
+//! - `details.rs`: `google.rpc.Status`, encoded by hand;
+//! - `web.rs`: gRPC-Web's content types, trailer frame and base64 text;
+//! - `connect.rs`: Connect's content types, error JSON, end-of-stream message, timeout, GET query.
 
 pub(crate) mod codes;
+pub(crate) mod connect;
 pub(crate) mod details;
 pub(crate) mod frame;
 pub(crate) mod timeout;
+pub(crate) mod web;
 
 use base64::Engine as _;
 use http::{HeaderMap, HeaderName, HeaderValue};

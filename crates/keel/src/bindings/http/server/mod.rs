@@ -21,15 +21,19 @@
 //! - `cut.rs`: a streamed answer that fails midway, cut off only once what it sent before has
 //!   been flushed (its NDJSON error line reaches the reader);
 //! - `grpc/`: the gRPC protocol (requests whose content type is `application/grpc…`);
+//! - `connect/`: Connect (`application/proto`, `application/connect+…`, ...), through `grpc/`;
+//! - `grpc_web.rs`: gRPC-Web (`application/grpc-web…`), through `grpc/`, trailers in the body;
 //! - `describe.rs`: `GET /{Service}` and `GET /openapi.json`;
 //! - `responses.rs`: error answers and the headers every answer carries.
 
 mod call;
+mod connect;
 mod cut;
 mod describe;
 mod driver;
 mod first_line;
 mod grpc;
+mod grpc_web;
 mod io_watch;
 mod responses;
 mod route;

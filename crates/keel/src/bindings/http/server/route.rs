@@ -1,4 +1,4 @@
-//! One request's route: gRPC (by content type), `POST /{Service}/{operation}` (a call),
+//! One request's route: gRPC, gRPC-Web and Connect (by content type), `POST /{Service}/{operation}` (a call),
 //! `GET /{Service}` (its description), `GET /openapi.json`, CORS preflights; and what every
 //! answer gets on its way out (`connection: close` while the host drains, CORS headers).
 
@@ -7,10 +7,12 @@ use ::http::{Method, Request, Response, Version};
 
 use super::super::body::{self, Body, Received};
 use super::call::call;
+use super::connect::{self, ConnectRequest};
 use super::describe::describe;
 #[cfg(feature = "openapi")]
 use super::describe::openapi;
 use super::grpc;
+use super::grpc_web;
 use super::responses::{error, head_too_large, wrong_method};
 use super::Ctx;
 use crate::core::format::Format;
@@ -36,11 +38,25 @@ pub(in crate::bindings::http) async fn handle<B: Received>(
     }
     if grpc::is_grpc(&req) {
         // gRPC's own paths, framing and status (a browser cannot speak it: no CORS).
-        return grpc::call(ctx, req).await;
+        return grpc::call(ctx, req, grpc::Dialect::Grpc).await;
     }
     let path = req.uri().path().to_string();
+    let web = grpc_web::content_type(&req);
+    let connect = connect::classify(&req);
     let mut segments = path.strip_prefix('/').unwrap_or(&path).split('/');
     let mut response = match (segments.next(), segments.next(), segments.next()) {
+        // gRPC-Web: gRPC's paths and status, for browsers (so CORS applies).
+        _ if web.is_some() => {
+            let (text, subtype) = web.unwrap_or_default();
+            grpc_web::call(ctx, req, text, &subtype).await
+        }
+        // Connect: through the gRPC path too (GRPC.md, "Connect").
+        _ if connect.is_some() => match connect {
+            Some(ConnectRequest::Unary(codec)) => connect::unary_call(ctx, req, Some(codec)).await,
+            Some(ConnectRequest::Get) => connect::unary_call(ctx, req, None).await,
+            Some(ConnectRequest::Streaming(codec)) => connect::stream_call(ctx, req, &codec).await,
+            None => unreachable!("matched on is_some"),
+        },
         #[cfg(feature = "openapi")]
         (Some("openapi.json"), None, _) => {
             if req.method() == Method::GET {

@@ -18,6 +18,7 @@ use super::messages::{read_unary, request_stream};
 use super::reply::Answer;
 use super::request::{head, route, HeadError};
 use crate::core::codec;
+use crate::core::format::Format;
 use crate::core::messages::framing::Framing;
 use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
@@ -32,18 +33,45 @@ pub(in crate::bindings::http::server) fn is_grpc<B>(req: &Request<B>) -> bool {
         .is_some_and(|ct| grpc::subtype(ct).is_some())
 }
 
-/// One gRPC call (a request [`is_grpc`] accepted).
+/// Which protocol of the gRPC family a call speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::bindings::http::server) enum Dialect {
+    /// gRPC itself (`application/grpc…`): HTTP/2 only, every kind of call.
+    Grpc,
+    /// gRPC-Web (`application/grpc-web…`, its body already decoded from base64 if it was
+    /// text): HTTP/1.1 or HTTP/2, unary and server streaming only. The caller turns the
+    /// answer's trailers into gRPC-Web's trailer frame.
+    Web,
+    /// Connect's unary calls (`application/proto`, `application/json`; `get`: a GET), turned
+    /// into one length-prefixed message by the caller: HTTP/1.1 or HTTP/2, unary operations
+    /// only, a GET only for `#[keel(idempotent)]` ones.
+    ConnectUnary {
+        /// The request was a GET.
+        get: bool,
+    },
+    /// Connect's streaming calls (`application/connect+…`): every kind of call, bidirectional
+    /// ones over HTTP/2 only.
+    ConnectStream,
+}
+
+/// One gRPC call (a request [`is_grpc`] accepted, or a gRPC-Web one).
 pub(in crate::bindings::http::server) async fn call<B: Received>(
     ctx: &Ctx,
     req: Request<B>,
+    dialect: Dialect,
 ) -> Response<Body> {
     let received = crate::runtime::clock::now();
-    // `is_grpc` found a gRPC content type.
+    // `is_grpc` (or gRPC-Web's check) found a content type of the family.
     let subtype = req
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(grpc::subtype)
+        .and_then(|ct| match dialect {
+            Dialect::Grpc => grpc::subtype(ct),
+            Dialect::Web => grpc::web::parse_content_type(ct).map(|(_, s)| s),
+            // The Connect adapter names the codec as gRPC would.
+            Dialect::ConnectUnary { .. } | Dialect::ConnectStream => grpc::subtype(ct),
+        })
         .unwrap_or("");
     let mut answer = Answer {
         content_type: grpc::answer_content_type(subtype),
@@ -52,7 +80,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         compress_above: ctx.conn.dispatcher.limits.compress_replies_above,
     };
     let none = Metadata::new();
-    if req.version() != Version::HTTP_2 {
+    if req.version() != Version::HTTP_2 && dialect == Dialect::Grpc {
         return needs_http2();
     }
     if req.method() != Method::POST {
@@ -70,12 +98,32 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         );
         return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
     }
+    if dialect == Dialect::Web && op.stream_request {
+        let msg = format!(
+            "{}/{} streams requests (client streaming or bidirectional), which gRPC-Web cannot \
+             carry: call it over gRPC (HTTP/2) or Connect",
+            desc.grpc_name(),
+            op.grpc_name()
+        );
+        return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
+    }
+    if let Some(msg) = connect_refusal(dialect, op, req.version()) {
+        let msg = format!("{}/{}: {msg}", desc.grpc_name(), op.grpc_name());
+        return answer.trailers_only(&Status::new(StatusCode::Unimplemented, msg), &none);
+    }
     let format = match message_format(subtype, desc) {
         Ok(format) => format,
         Err(status) => return answer.trailers_only(&status, &none),
     };
     let head = match head(req.headers()) {
-        Ok(head) => head,
+        Ok(mut head) => {
+            if dialect == Dialect::Web {
+                // What gRPC-Web clients say about themselves.
+                head.metadata.remove("x-grpc-web");
+                head.metadata.remove("x-user-agent");
+            }
+            head
+        }
         Err(HeadError::Bad(status)) => return answer.trailers_only(&status, &none),
         Err(HeadError::Encoding(status)) => return answer.trailers_only(&status, &none),
     };
@@ -127,8 +175,16 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
                 return answer.trailers_only(&status, &none);
             }
         };
+        let (bytes, compression) = if format == Format::Json {
+            match from_proto_json(desc, op.name, unary.bytes, compression, max) {
+                Ok(read) => read,
+                Err(status) => return answer.trailers_only(&status, &none),
+            }
+        } else {
+            (unary.bytes, compression)
+        };
         let empty = crate::core::stream::ByteStream::empty();
-        (unary.bytes, compression, empty, Some(unary.reserved))
+        (bytes, compression, empty, Some(unary.reserved))
     };
 
     let call_id = ctx.next_call_id.fetch_add(1, Ordering::Relaxed);
@@ -181,6 +237,49 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             let status = Status::new(StatusCode::Internal, "the call ended without an answer");
             answer.trailers_only(&status, &none)
         }
+    }
+}
+
+/// A unary JSON request as keel's JSON reads it: decompressed here (so it can be read), and
+/// what protobuf's JSON mapping says differently (lowerCamelCase names, 64-bit integers as
+/// strings, bytes in base64) rewritten along the operation's types (GRPC.md, "JSON names").
+fn from_proto_json(
+    desc: &'static crate::core::service::ServiceDescriptor,
+    op: &str,
+    bytes: Bytes,
+    compression: Option<crate::core::compress::Compression>,
+    max: u32,
+) -> Result<(Bytes, Option<crate::core::compress::Compression>), Status> {
+    let Ok(schema) = desc.proto_schema() else {
+        return Ok((bytes, compression));
+    };
+    let plain = match compression {
+        None => bytes,
+        Some(codec) => crate::core::compress::decompress(codec, &bytes, max as usize)
+            .map_err(|e| super::messages::decompress_status(codec, e))?,
+    };
+    let rewritten = crate::core::proto::json::request_from_proto_json(schema, op, &plain);
+    Ok((rewritten.map_or(plain, Bytes::from), None))
+}
+
+/// Why Connect cannot make this call (`None`: it can).
+fn connect_refusal(
+    dialect: Dialect,
+    op: &crate::core::service::OperationInfo,
+    version: Version,
+) -> Option<&'static str> {
+    match dialect {
+        Dialect::ConnectUnary { .. } if op.stream_request || op.message_response => Some(
+            "streams messages, which Connect carries as a streaming call: send \
+             application/connect+proto or application/connect+json",
+        ),
+        Dialect::ConnectUnary { get: true } if !op.idempotent => {
+            Some("is not #[keel(idempotent)], so it cannot be called with GET: POST it")
+        }
+        Dialect::ConnectStream if version != Version::HTTP_2 && op.bidirectional() => {
+            Some("streams messages both ways, which needs HTTP/2; this request came over HTTP/1.1")
+        }
+        _ => None,
     }
 }
 

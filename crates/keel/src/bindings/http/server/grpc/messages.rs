@@ -12,6 +12,7 @@ use http_body::{Frame, SizeHint};
 
 use super::super::super::body::{self, BoxError, ReadError, Received};
 use super::super::super::grpc::frame::{self, FrameError, Reader, Scanner};
+use super::super::super::grpc::web::NotBase64;
 use super::super::Ctx;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::error::{Error, Kind};
@@ -61,6 +62,9 @@ pub(super) async fn read_unary<B: Received>(ctx: &Ctx, body: B) -> Result<Unary,
             return Err(Status::new(StatusCode::TooLarge, msg));
         }
         Err(ReadError::Broken(e)) => {
+            if let Some(e) = e.downcast_ref::<NotBase64>() {
+                return Err(Status::new(StatusCode::BadRequest, e.to_string()));
+            }
             return Err(match e.downcast_ref::<FrameError>() {
                 Some(e) => frame_status(e),
                 None => Status::new(

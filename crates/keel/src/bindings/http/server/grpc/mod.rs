@@ -20,4 +20,4 @@ mod messages;
 mod reply;
 mod request;
 
-pub(super) use call::{call, is_grpc};
+pub(super) use call::{call, is_grpc, Dialect};
