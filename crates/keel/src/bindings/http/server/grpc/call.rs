@@ -96,7 +96,9 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         return answer.trailers_only(&status, &none);
     };
     let max = ctx.settings.max_message_size;
-    let (args, compression, stream, reserved) = if op.stream_request {
+    // The arguments: keel-args beside a streamed request, else the one message, where it lies
+    // in the request's body.
+    let (args, unary, compression, stream) = if op.stream_request {
         // The messages are the stream; the other parameters travel as keel's HTTP convention
         // sends them beside a streamed body (`keel-args`).
         let args = match stream_args(&req, format) {
@@ -104,7 +106,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             Err(status) => return answer.trailers_only(&status, &none),
         };
         let stream = request_stream(req.into_body(), head.compression, max);
-        (args, None, stream, None)
+        (args, None, None, stream)
     } else {
         let unary = match read_unary(ctx, req.into_body()).await {
             Ok(unary) => unary,
@@ -122,7 +124,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             }
         };
         let empty = crate::core::stream::ByteStream::empty();
-        (unary.bytes, compression, empty, Some(unary.reserved))
+        (Bytes::new(), Some(unary), compression, empty)
     };
 
     let call_id = ctx.next_call_id.fetch_add(1, Ordering::Relaxed);
@@ -148,16 +150,17 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         // Reply messages are compressed one by one here, not as a body.
         reply_codec: None,
         format,
-        body: &args,
+        body: unary.as_ref().map_or(&args[..], |u| u.message()),
         stream,
         arrival,
         reply_to: ReplyTo::waiter(tx),
     };
     let mut clock = crate::runtime::clock::now();
     dispatch(&ctx.conn, incoming, received, &mut clock, None);
-    // The arguments are decoded: the message's memory is free again.
+    // The arguments are decoded: the message's memory (and its room in the budget) is free
+    // again.
     drop(args);
-    drop(reserved);
+    drop(unary);
     let answered = answered.await;
     guard.armed = false;
     match answered {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ::http::HeaderMap;
 
 use super::super::super::grpc::{self, timeout, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, GRPC_TIMEOUT};
-use super::super::super::metadata_from_headers;
+use super::super::super::metadata_from_headers_except;
 use crate::core::compress::Compression;
 use crate::core::metadata::Metadata;
 use crate::core::service::{OperationInfo, ServiceDescriptor};
@@ -121,9 +121,8 @@ pub(super) fn head(headers: &HeaderMap) -> Result<Head, HeadError> {
             .iter()
             .filter_map(|v| v.to_str().ok()),
     );
-    let mut metadata = metadata_from_headers(headers);
-    // Not reserved in keel's convention, but every gRPC client sends its own.
-    metadata.remove("user-agent");
+    // `user-agent` is not reserved in keel's convention, but every gRPC client sends its own.
+    let metadata = metadata_from_headers_except(headers, "user-agent");
     Ok(Head {
         deadline,
         metadata,
