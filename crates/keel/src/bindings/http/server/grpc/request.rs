@@ -32,10 +32,21 @@ pub(super) fn route<'d>(
         return Err(unknown(&format!("no gRPC method at `{path}`")));
     };
     let (package, name) = full.rsplit_once('.').unwrap_or(("", full));
+    // A service kept under its full name (gRPC's standard ones) is found by it, but only if
+    // it is that service's full name: `/Greeter/...` does not reach `pkg.Greeter`.
+    let named_in_full = |d: &ServiceDescriptor| {
+        full.strip_suffix(d.name).is_some_and(|p| {
+            (p.is_empty() && d.package.is_empty()) || p.strip_suffix('.') == Some(d.package)
+        })
+    };
     let (key, desc) = dispatcher
         .service_entry(name)
         .filter(|(_, s)| s.descriptor().package == package)
-        .or_else(|| dispatcher.service_entry(full))
+        .or_else(|| {
+            dispatcher
+                .service_entry(full)
+                .filter(|(_, s)| named_in_full(s.descriptor()))
+        })
         .map(|(key, s)| (key, s.descriptor()))
         .ok_or_else(|| unknown(&format!("unknown service `{full}`")))?;
     let op = desc
