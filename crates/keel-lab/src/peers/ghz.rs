@@ -35,12 +35,19 @@ pub(crate) struct GhzRow {
     pub(crate) server_cpu_us: f64,
 }
 
-/// ghz's version when it is on `PATH` and runs.
+/// ghz's version when it is on `PATH` and runs (what `ghz --version` prints, on either
+/// stream: `dev` for a `go install` build, which does not stamp it).
 pub(crate) fn version() -> Option<String> {
     let out = Command::new("ghz").arg("--version").output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let printed = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    let v = printed(&out.stdout);
+    out.status.success().then(|| {
+        if v.is_empty() {
+            printed(&out.stderr)
+        } else {
+            v
+        }
+    })
 }
 
 /// ghz against every gRPC server among `p.systems` (tonic, keel-grpc), one after the other.
