@@ -12,7 +12,7 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
-//! keel-lab peers [--seconds 3] [--rounds 3]  keel beside raw TCP, tonic, tarpc
+//! keel-lab peers [--seconds 3] [--rounds 3]  keel beside raw TCP, tonic, tarpc (and ghz, if on PATH)
 //! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
 //!

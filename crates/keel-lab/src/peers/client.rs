@@ -20,7 +20,8 @@ use super::tonic_peer::{TonicConn, TonicQuotes};
 pub(crate) enum Conn {
     /// A raw TCP connection.
     Raw(Arc<RawConn>),
-    /// A tonic channel (boxed: its two clients are large).
+    /// A tonic channel (boxed: its two clients are large), to tonic's server or to keel's host
+    /// over gRPC.
     Tonic(Box<TonicConn>),
     /// A tarpc client.
     Tarpc(TarpcConn),
@@ -31,13 +32,21 @@ pub(crate) enum Conn {
 impl Conn {
     /// Connects to the server of `system` at `addr` (as [`super::serve::PeerServer::addr`]).
     pub(crate) async fn connect(system: System, addr: &str) -> anyhow::Result<Conn> {
+        if system.tonic_client() {
+            // keel's host announces a URL; tonic's server `host:port`.
+            let url = if addr.contains("://") {
+                addr.to_string()
+            } else {
+                format!("http://{addr}")
+            };
+            return Ok(Conn::Tonic(Box::new(TonicConn::connect(&url).await?)));
+        }
         if system.is_keel() {
             return Ok(Conn::Keel(KeelConn::connect(system, addr).await?));
         }
         let sa: SocketAddr = addr.parse()?;
         Ok(match system {
             System::Raw => Conn::Raw(Arc::new(RawConn::connect(sa).await?)),
-            System::Tonic => Conn::Tonic(Box::new(TonicConn::connect(sa).await?)),
             _ => Conn::Tarpc(TarpcConn::connect(sa).await?),
         })
     }

@@ -1,9 +1,11 @@
-//! The targets keel-tcp and keel-h2 are held to against their peers, each a ratio (or, for the
+//! The targets keel-tcp, keel-h2 and keel-grpc are held to against their peers, each a ratio (or, for the
 //! server's CPU, an amount) computed from one round's rows, so that both sides of a ratio were
 //! measured minutes apart at most; over several rounds, the median of the rounds' values.
 //! They are the goals of the "widen the lead" work (docs/history/performance-rounds.md; the
 //! model it left is docs/performance.md) and issue 31's for streams of messages, kept here so
-//! that every `keel-lab peers` run says whether it still meets them.
+//! that every `keel-lab peers` run says whether it still meets them. keel-grpc's two are issue
+//! 32's: keel's host over gRPC against tonic's server, both called by tonic's client on the
+//! same `.proto`, one connection, 64 in flight.
 
 use serde::Serialize;
 
@@ -81,9 +83,12 @@ pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
     let messages = |s| find(rows, s).and_then(|r| r.streaming.map(|m| m.messages_per_sec));
     let stall = |s| find(rows, s).and_then(|r| r.stall);
     use System::*;
-    let server_cpu = find(rows, KeelTcpAsync)
-        .map(|r| r.throughput_1.server_cpu_us)
-        .filter(|v| v.is_finite());
+    let server_cpu_of = |s| {
+        find(rows, s)
+            .map(|r| r.throughput_1.server_cpu_us)
+            .filter(|v| v.is_finite())
+    };
+    let server_cpu = server_cpu_of(KeelTcpAsync);
     [
         (
             "keel-tcp-async calls/s ÷ tonic",
@@ -146,6 +151,18 @@ pub(crate) fn goals(rows: &[Row]) -> Vec<Goal> {
             false,
             stall(KeelTcpAsync).map(|s| s.client.growth_kib),
         ),
+        (
+            "keel-grpc calls/s ÷ tonic",
+            2.0,
+            true,
+            ratio(calls(KeelGrpc), calls(Tonic)),
+        ),
+        (
+            "keel-grpc server CPU per call ÷ tonic",
+            0.5,
+            false,
+            ratio(server_cpu_of(KeelGrpc), server_cpu_of(Tonic)),
+        ),
     ]
     .into_iter()
     .map(|(name, bar, at_least, value)| {
@@ -181,9 +198,10 @@ mod tests {
             row(System::KeelTcpAsync, 2.0),
             row(System::KeelTcpSync, 1.5),
             row(System::KeelH2, 6.0),
+            row(System::KeelGrpc, 10.0),
         ];
         let g = goals(&rows);
-        assert_eq!(g.len(), 11);
+        assert_eq!(g.len(), 13);
         let t = by_name(&g, "keel-tcp-async calls/s ÷ tonic");
         assert_eq!((t.value, t.met), (Some(0.5), Some(false)));
         let r = by_name(&g, "keel-tcp-async calls/s ÷ raw");
@@ -209,6 +227,12 @@ mod tests {
         assert_eq!((srv.value, srv.met), (Some(200.0), Some(true)));
         let cli = by_name(&g, "keel-tcp-async stalled stream client RSS growth KiB");
         assert_eq!((cli.value, cli.met), (Some(200.0), Some(true)));
+        // keel-grpc 10 against tonic 4: 2.5 × the calls (met), 2.5 × the CPU (not met).
+        let grpc = by_name(&g, "keel-grpc calls/s ÷ tonic");
+        assert_eq!((grpc.value, grpc.met), (Some(2.5), Some(true)));
+        let cpu = by_name(&g, "keel-grpc server CPU per call ÷ tonic");
+        assert_eq!((cpu.bar, cpu.at_least), (0.5, false));
+        assert_eq!((cpu.value, cpu.met), (Some(2.5), Some(false)));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! keel: one contract with the operation twice, async (on the host's runtime) and sync (on a
 //! keel-pool thread), served over keel-wire (`tcp://`) or HTTP (`http://`, HTTP/1.1 or h2c as
-//! the client asks); and the streaming workload's contract, a server stream of quotes. Host and
-//! channels keep keel's defaults.
+//! the client asks, and gRPC to tonic's client); and the streaming workload's contract, a
+//! server stream of quotes. Host and channels keep keel's defaults. [`protos`] is what keel
+//! exports for the two contracts: the `.proto` files tonic's side is compiled from
+//! (`proto/`, `build.rs`).
 
 // `#[keel::contract]` declares the generated clients' methods `pub` whatever the trait's
 // visibility, which is unreachable in this binary.
@@ -59,6 +61,18 @@ pub(crate) fn host(url: &str) -> anyhow::Result<keel::Host> {
         .start()?)
 }
 
+/// The `.proto` files keel exports for [`Adder`] and [`Ticker`] (`keel::proto::file`), each
+/// with its name under `crates/keel-lab/proto/`, where they are committed for `build.rs`.
+pub(crate) fn protos() -> anyhow::Result<[(&'static str, String); 2]> {
+    Ok([
+        ("adder.proto", keel::proto::file(AdderClient::descriptor())?),
+        (
+            "ticker.proto",
+            keel::proto::file(TickerClient::descriptor())?,
+        ),
+    ])
+}
+
 /// One keel channel: one connection (HTTP/1.1: at most one, so that in-flight calls share it
 /// as on the other systems), and which operation to call.
 #[derive(Debug, Clone)]
@@ -103,5 +117,38 @@ impl KeelConn {
         count: u64,
     ) -> anyhow::Result<MessageStream<Quote>> {
         Ok(self.ticker.watch(symbol.to_string(), count).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// tonic's side is compiled from the committed files: they must be what the contracts
+    /// export now, or the two servers would not run one schema. Regenerate them with
+    /// `KEEL_BLESS=1 cargo test -p keel-lab the_committed_protos` and review the diff.
+    #[test]
+    fn the_committed_protos_are_what_the_contracts_export() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
+        for (file, exported) in protos().unwrap() {
+            let path = dir.join(file);
+            if std::env::var_os("KEEL_BLESS").is_some() {
+                std::fs::write(&path, &exported).unwrap();
+                continue;
+            }
+            let committed = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                committed == exported,
+                "{} differs from what keel::proto::file exports; regenerate it with \
+                 `KEEL_BLESS=1 cargo test -p keel-lab the_committed_protos` and review the \
+                 diff:\n{exported}",
+                path.display()
+            );
+        }
+        // The package tonic's code is generated in (`tonic_peer.rs`'s `include_proto!`).
+        assert_eq!(AdderClient::descriptor().package, "keel_lab");
     }
 }

@@ -4,14 +4,16 @@
 //! `keel-lab peers-serve`) and its own client (in this process).
 //!
 //! - [`system`]: the systems; [`raw`], [`tonic_peer`], [`tarpc_peer`], [`keel_peer`]: each
-//!   one's server and client; [`client`]: any of those clients behind one type; [`quote`]: the
-//!   streamed message.
+//!   one's server and client (`keel-grpc` is keel's host called by tonic's client, on the
+//!   `.proto` keel exports); [`client`]: any of those clients behind one type; [`quote`]: the
+//!   streamed message; [`ghz`]: the optional cross-check of the gRPC servers with ghz.
 //! - [`serve`]: the child process; [`measure`]: the workloads (latency, throughput, memory,
 //!   streaming, a stalled stream);
 //!   [`ratios`]: the rows and keel ÷ each peer; [`median`]: one row per system from several
 //!   rounds; [`goals`]: the targets keel is held to; [`html`]: the report section.
 
 pub(crate) mod client;
+pub(crate) mod ghz;
 pub(crate) mod goals;
 pub(crate) mod html;
 pub(crate) mod keel_peer;
@@ -151,6 +153,18 @@ pub(crate) struct Peers {
     pub(crate) placement: String,
     /// The machine's 1-minute load average when the run started and ended.
     pub(crate) loadavg: (f64, f64),
+    /// ghz against the gRPC servers (tonic, keel-grpc), when ghz is on `PATH`; `None` when it
+    /// is not (or no gRPC server ran).
+    pub(crate) ghz: Option<Ghz>,
+}
+
+/// The ghz cross-check ([`ghz`]).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Ghz {
+    /// `ghz --version`.
+    pub(crate) version: String,
+    /// One per gRPC server.
+    pub(crate) rows: Vec<ghz::GhzRow>,
 }
 
 /// Runs every workload on every system of `p`, one system after the other, `p.rounds` times.
@@ -179,7 +193,16 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<Peers> {
         }
         rounds.push(rows);
     }
-    Ok(Peers::new(p.clone(), rounds, placement, (load0, loadavg())))
+    let ghz = match ghz::version() {
+        Some(version) if p.systems.iter().any(|s| s.tonic_client()) => Some(Ghz {
+            version,
+            rows: ghz::run(p)?,
+        }),
+        _ => None,
+    };
+    let mut peers = Peers::new(p.clone(), rounds, placement, (load0, loadavg()));
+    peers.ghz = ghz;
+    Ok(peers)
 }
 
 impl Peers {
@@ -204,6 +227,7 @@ impl Peers {
             rounds,
             placement,
             loadavg,
+            ghz: None,
         }
     }
 }
@@ -330,7 +354,40 @@ pub(crate) fn summary(r: &Peers) -> String {
         );
     }
     s.push_str(&streaming_table(r));
+    s.push_str(&ghz_table(r));
     s.push_str(&goals_table(r));
+    s
+}
+
+/// The ghz cross-check's table; nothing when ghz did not run.
+fn ghz_table(r: &Peers) -> String {
+    let mut s = String::new();
+    let Some(g) = &r.ghz else {
+        return s;
+    };
+    let _ = writeln!(
+        s,
+        "\nghz ({}) as the client: 1 connection, {} in flight, one {} s run after a warm-up",
+        g.version, r.params.inflight, r.params.seconds
+    );
+    let _ = writeln!(
+        s,
+        "| server | calls/s | p50 / p99 µs | server CPU µs/call | calls (not OK) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    for row in &g.rows {
+        let _ = writeln!(
+            s,
+            "| {} | {:.0}k | {:.1} / {:.1} | {:.2} | {} ({}) |",
+            row.system.name(),
+            row.calls_per_sec / 1000.0,
+            row.p50_us,
+            row.p99_us,
+            row.server_cpu_us,
+            row.calls,
+            row.errors
+        );
+    }
     s
 }
 
@@ -445,8 +502,8 @@ mod tests {
         assert_eq!(v["params"]["stall_seconds"], 2.0);
         let text = summary(&p);
         // The heading, the table (2 rows), the streaming table (a blank line, its heading and 2
-        // rows), a blank line, the goals (11) and no round columns.
-        assert_eq!(text.lines().count(), 3 + 2 + 4 + 2 + 1 + 2 + 11);
+        // rows), a blank line, the goals (13) and no round columns.
+        assert_eq!(text.lines().count(), 3 + 2 + 4 + 2 + 1 + 2 + 13);
         assert!(text.contains("| keel-tcp-async | 2.0 / 4.0 / 6.0 |"));
         assert!(text.contains("then none for 2 s\n"));
         assert!(text.contains("| keel-tcp-async | 2000k | 2.000 / 2.000 | 200 / 200 (0 / 0) |\n"));
@@ -456,7 +513,37 @@ mod tests {
         ));
         assert!(text.contains("| keel-tcp-async pinned p50 ÷ raw | ≤ 1.1 | 2.00 ✗ |\n"));
         assert!(text.contains("| keel-h2 calls/s ÷ tonic | ≥ 1.3 | - |\n"));
+        assert!(text.contains("| keel-grpc calls/s ÷ tonic | ≥ 2 | - |\n"));
         assert!(!text.contains("round 1"));
+        assert!(v["ghz"].is_null());
+        assert!(!text.contains("ghz"));
+    }
+
+    #[test]
+    fn the_ghz_table_follows_the_streaming_table_when_ghz_ran() {
+        let rows = vec![
+            ratios::tests::row(System::Tonic, 1.0),
+            ratios::tests::row(System::KeelGrpc, 2.0),
+        ];
+        let mut p = Peers::new(Params::full(3.0), vec![rows], String::new(), (0.0, 0.0));
+        p.ghz = Some(Ghz {
+            version: "v0.120.0".to_string(),
+            rows: vec![ghz::GhzRow {
+                system: System::KeelGrpc,
+                calls: 300_000,
+                errors: 0,
+                calls_per_sec: 100_000.0,
+                p50_us: 600.0,
+                p99_us: 1500.0,
+                server_cpu_us: 4.25,
+            }],
+        });
+        let text = summary(&p);
+        assert!(text.contains("ghz (v0.120.0) as the client: 1 connection, 64 in flight"));
+        assert!(text.contains("| keel-grpc | 100k | 600.0 / 1500.0 | 4.25 | 300000 (0) |\n"));
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["ghz"]["rows"][0]["system"], "keel-grpc");
+        assert_eq!(v["ghz"]["rows"][0]["calls_per_sec"], 100_000.0);
     }
 
     #[test]

@@ -18,19 +18,27 @@ pub(crate) enum System {
     KeelTcpSync,
     /// keel over HTTP/2 (h2c), the async operation.
     KeelH2,
+    /// keel's host speaking gRPC (protobuf, h2c) to tonic's client, the async operation: the
+    /// same client, on the same `.proto` (the one keel exports, `proto/adder.proto`), as the
+    /// `tonic` row's.
+    KeelGrpc,
     /// keel over HTTP/1.1, the async operation.
     KeelH1,
+    // keel's own client over `grpc://` (being built elsewhere) goes here as `KeelGrpcKeel`
+    // ("keel-grpc-keel"): keel's host again, `KeelConn` connecting to `grpc://` (client.rs,
+    // keel_peer.rs), beside `KeelGrpc`'s tonic client.
 }
 
 impl System {
     /// Every system, in the order of the tables.
-    pub(crate) const ALL: [System; 7] = [
+    pub(crate) const ALL: [System; 8] = [
         System::Raw,
         System::Tonic,
         System::Tarpc,
         System::KeelTcpAsync,
         System::KeelTcpSync,
         System::KeelH2,
+        System::KeelGrpc,
         System::KeelH1,
     ];
 
@@ -43,23 +51,39 @@ impl System {
             System::KeelTcpAsync => "keel-tcp-async",
             System::KeelTcpSync => "keel-tcp-sync",
             System::KeelH2 => "keel-h2",
+            System::KeelGrpc => "keel-grpc",
             System::KeelH1 => "keel-h1",
         }
     }
 
-    /// Whether this is one of keel's variants (the numerators of the ratios).
+    /// Whether this is one of keel's variants (the numerators of the ratios): keel's host,
+    /// whichever client calls it.
     pub(crate) fn is_keel(self) -> bool {
         matches!(
             self,
-            System::KeelTcpAsync | System::KeelTcpSync | System::KeelH2 | System::KeelH1
+            System::KeelTcpAsync
+                | System::KeelTcpSync
+                | System::KeelH2
+                | System::KeelGrpc
+                | System::KeelH1
         )
     }
 
+    /// Whether the client is tonic's (generated from the `.proto` keel exports): the `tonic`
+    /// and `keel-grpc` rows.
+    pub(crate) fn tonic_client(self) -> bool {
+        matches!(self, System::Tonic | System::KeelGrpc)
+    }
+
     /// Whether the streaming workload runs on this system: raw (the limit), tonic (gRPC server
-    /// streaming) and keel over keel-wire (keel-tcp-async's row; keel-tcp-sync's server is the
-    /// same host). tarpc has no streaming; keel over HTTP is not in this workload.
+    /// streaming), keel over keel-wire (keel-tcp-async's row; keel-tcp-sync's server is the
+    /// same host) and keel's host over gRPC (tonic's client). tarpc has no streaming; keel's
+    /// own HTTP convention is not in this workload.
     pub(crate) fn streams(self) -> bool {
-        matches!(self, System::Raw | System::Tonic | System::KeelTcpAsync)
+        matches!(
+            self,
+            System::Raw | System::Tonic | System::KeelTcpAsync | System::KeelGrpc
+        )
     }
 
     /// Whether the stalled-consumer check runs on this system (keel-wire's, whose bound it
@@ -73,7 +97,7 @@ impl System {
     pub(crate) fn listen_url(self) -> &'static str {
         match self {
             System::KeelTcpAsync | System::KeelTcpSync => "tcp://127.0.0.1:0",
-            System::KeelH2 | System::KeelH1 => "http://127.0.0.1:0",
+            System::KeelH2 | System::KeelGrpc | System::KeelH1 => "http://127.0.0.1:0",
             System::Raw | System::Tonic | System::Tarpc => "127.0.0.1:0",
         }
     }
@@ -88,13 +112,20 @@ mod tests {
         let names: std::collections::BTreeSet<_> = System::ALL.iter().map(|s| s.name()).collect();
         assert_eq!(names.len(), System::ALL.len());
         let keel: Vec<_> = System::ALL.iter().filter(|s| s.is_keel()).collect();
-        assert_eq!(keel.len(), 4);
+        assert_eq!(keel.len(), 5);
         assert!(keel.iter().all(|s| s.name().starts_with("keel-")));
         let streams: Vec<_> = System::ALL.iter().filter(|s| s.streams()).collect();
         assert_eq!(
             streams,
-            [&System::Raw, &System::Tonic, &System::KeelTcpAsync]
+            [
+                &System::Raw,
+                &System::Tonic,
+                &System::KeelTcpAsync,
+                &System::KeelGrpc
+            ]
         );
+        let tonic: Vec<_> = System::ALL.iter().filter(|s| s.tonic_client()).collect();
+        assert_eq!(tonic, [&System::Tonic, &System::KeelGrpc]);
         assert!(!System::Tarpc.streams());
         assert!(System::ALL.iter().all(|s| !s.stalls() || s.streams()));
         assert_eq!(

@@ -1,7 +1,10 @@
-//! tonic: gRPC over HTTP/2, the messages of `proto/peers.proto` (compiled by `build.rs`): "add
-//! two f64", and the streaming workload's `rpc Watch(WatchRequest) returns (stream Quote)`.
+//! tonic: gRPC over HTTP/2, on the `.proto` files keel exports for the peers contracts
+//! (`proto/adder.proto`, `proto/ticker.proto`, compiled by `build.rs`): "add two f64" (`Add`,
+//! and `AddSync`, which tonic serves alike), and the streaming workload's
+//! `rpc Watch(WatchRequest) returns (stream Quote)`. Its server is the `tonic` row's; its
+//! client calls both the `tonic` row's server and keel's host (the `keel-grpc` row), so both
+//! servers run the identical schema for the identical client.
 
-use std::net::SocketAddr;
 use std::pin::Pin;
 
 use futures::Stream;
@@ -9,7 +12,9 @@ use tokio::net::TcpListener;
 
 use super::quote::{self, Quote};
 
-/// The code tonic-prost-build generated from `proto/peers.proto`.
+/// The code tonic-prost-build generated from `proto/adder.proto` and `proto/ticker.proto`
+/// (package `keel_lab`, the crate's name: what `#[keel::contract]` gives a contract without a
+/// `package`).
 #[allow(
     missing_docs,
     unreachable_pub,
@@ -17,14 +22,14 @@ use super::quote::{self, Quote};
     clippy::all
 )]
 mod pb {
-    tonic::include_proto!("peers");
+    tonic::include_proto!("keel_lab");
 }
 
 use pb::adder_client::AdderClient;
 use pb::adder_server::{Adder, AdderServer};
 use pb::ticker_client::TickerClient;
 use pb::ticker_server::{Ticker, TickerServer};
-use pb::{AddReply, AddRequest, WatchRequest};
+use pb::{AddRequest, AddResponse, AddSyncRequest, AddSyncResponse, WatchRequest};
 
 #[derive(Debug, Default)]
 struct Add;
@@ -34,9 +39,17 @@ impl Adder for Add {
     async fn add(
         &self,
         request: tonic::Request<AddRequest>,
-    ) -> Result<tonic::Response<AddReply>, tonic::Status> {
+    ) -> Result<tonic::Response<AddResponse>, tonic::Status> {
         let r = request.into_inner();
-        Ok(tonic::Response::new(AddReply { sum: r.a + r.b }))
+        Ok(tonic::Response::new(AddResponse { value: r.a + r.b }))
+    }
+
+    async fn add_sync(
+        &self,
+        request: tonic::Request<AddSyncRequest>,
+    ) -> Result<tonic::Response<AddSyncResponse>, tonic::Status> {
+        let r = request.into_inner();
+        Ok(tonic::Response::new(AddSyncResponse { value: r.a + r.b }))
     }
 }
 
@@ -77,7 +90,7 @@ pub(crate) async fn serve(listener: TcpListener) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One tonic channel: one HTTP/2 connection, and the two services' clients on it.
+/// One tonic channel: one HTTP/2 connection (h2c), and the two services' clients on it.
 #[derive(Debug, Clone)]
 pub(crate) struct TonicConn {
     adder: AdderClient<tonic::transport::Channel>,
@@ -85,9 +98,9 @@ pub(crate) struct TonicConn {
 }
 
 impl TonicConn {
-    /// Connects to `addr`.
-    pub(crate) async fn connect(addr: SocketAddr) -> anyhow::Result<TonicConn> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+    /// Connects to `url` (`http://host:port`): tonic's server or keel's host.
+    pub(crate) async fn connect(url: &str) -> anyhow::Result<TonicConn> {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
             .tcp_nodelay(true)
             .connect()
             .await?;
@@ -101,7 +114,7 @@ impl TonicConn {
     pub(crate) async fn add(&self, a: f64, b: f64) -> anyhow::Result<f64> {
         // The generated client takes `&mut self`; clones share the connection.
         let mut c = self.adder.clone();
-        Ok(c.add(AddRequest { a, b }).await?.into_inner().sum)
+        Ok(c.add(AddRequest { a, b }).await?.into_inner().value)
     }
 
     /// A server stream of `count` quotes of `symbol`, on this channel's connection.

@@ -29,7 +29,7 @@ pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result
         Format::Json => serde_json::to_vec(value)
             .map(Bytes::from)
             .map_err(|e| e.to_string()),
-        Format::Protobuf(codec) => codec.encode(value).map(Bytes::from),
+        Format::Protobuf(codec) => encode_scratch(|out| codec.encode_into(value, out)),
     }
 }
 
@@ -59,14 +59,20 @@ thread_local! {
 /// alive, else in new memory of [`SCRATCH`] bytes. A body of [`SCRATCH`] bytes or more becomes
 /// a `Bytes` of its own, without a copy, and its memory goes with it.
 fn encode_msgpack<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, String> {
+    encode_scratch(|out| msgpack_into(value, out).map_err(|e| e.to_string()))
+}
+
+/// A body `write` appends to an empty `Vec`, made as [`encode_msgpack`] says: through the
+/// thread's scratch buffers (MessagePack and protobuf bodies alike).
+fn encode_scratch(write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>) -> Result<Bytes, String> {
     // Taken out while in use: a `Serialize` impl that encodes something itself meanwhile gets
     // buffers of its own (and so does a thread whose locals are being destroyed).
     let mut scratch = SCRATCH_BUFS.try_with(Cell::take).unwrap_or_default();
     scratch.encoding.clear();
-    let encoded = msgpack_into(value, &mut scratch.encoding);
+    let encoded = write(&mut scratch.encoding);
     let len = scratch.encoding.len();
     let body = if let Err(e) = encoded {
-        Err(e.to_string())
+        Err(e)
     } else if len >= SCRATCH {
         // The scratch `Vec` goes with the body: the next body gets a new one.
         Ok(Bytes::from(std::mem::take(&mut scratch.encoding)))
@@ -87,6 +93,28 @@ fn msgpack_into<T: Serialize + ?Sized>(
         .with_struct_map()
         .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
     value.serialize(&mut se)
+}
+
+/// What `write` puts in a `BytesMut`, as one `Bytes`: a small one (`len` under [`SCRATCH`])
+/// written into the thread's body buffer and split off, as a small encoded body is (no
+/// allocation of its own), a larger one in a buffer of its own. `len` is what `write` writes,
+/// or at least a bound on it.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) fn small_bytes(len: usize, write: impl FnOnce(&mut BytesMut)) -> Bytes {
+    if len >= SCRATCH {
+        let mut out = BytesMut::with_capacity(len);
+        write(&mut out);
+        return out.freeze();
+    }
+    let mut scratch = SCRATCH_BUFS.try_with(Cell::take).unwrap_or_default();
+    let bodies = &mut scratch.bodies;
+    if bodies.capacity() < len {
+        bodies.reserve(SCRATCH);
+    }
+    write(bodies);
+    let out = bodies.split().freeze();
+    let _ = SCRATCH_BUFS.try_with(|bufs| bufs.set(scratch));
+    out
 }
 
 /// The small body in `scratch.encoding`, copied into the body buffer and split off.

@@ -133,8 +133,12 @@ impl Metadata {
     /// Whether `key` is reserved: HTTP's own headers (`content-type`, `connection`, `host`,
     /// `te`, ...) and every key starting with `keel-` (keel's HTTP convention) or `grpc-`.
     pub fn is_reserved(key: &str) -> bool {
-        let key = key.to_ascii_lowercase();
-        key.starts_with("keel-") || key.starts_with("grpc-") || RESERVED.contains(&&*key)
+        // Compared without lower-casing a copy: this runs for every header of every HTTP call.
+        let prefix = |p: &str| {
+            key.get(..p.len())
+                .is_some_and(|k| k.eq_ignore_ascii_case(p))
+        };
+        prefix("keel-") || prefix("grpc-") || RESERVED.iter().any(|r| r.eq_ignore_ascii_case(key))
     }
 
     fn check_key(key: &str) -> Result<String, MetadataError> {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use smallvec::{smallvec, SmallVec};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -44,7 +45,7 @@ impl Budget {
         let acquire = self.room.clone().acquire_many_owned(n);
         match tokio::time::timeout_at(deadline, acquire).await {
             Ok(Ok(permit)) => Some(Reservation {
-                permits: vec![permit],
+                permits: smallvec![permit],
             }),
             _ => None,
         }
@@ -57,10 +58,12 @@ impl Budget {
     }
 }
 
-/// Bytes reserved from one or more budgets; given back when dropped.
+/// Bytes reserved from one or more budgets; given back when dropped. A body's reservation is
+/// one or two permits (the connection's, and the host's past 64 KiB), held in place: no
+/// allocation per call.
 #[derive(Debug, Default)]
 pub(crate) struct Reservation {
-    permits: Vec<OwnedSemaphorePermit>,
+    permits: SmallVec<[OwnedSemaphorePermit; 2]>,
 }
 
 impl Reservation {

@@ -133,10 +133,17 @@ pub fn http_status(code: StatusCode) -> u16 {
 /// Headers that cannot be metadata (reserved names, values that are not printable ASCII or
 /// not base64) are left out.
 pub(crate) fn metadata_from_headers(headers: &HeaderMap) -> Metadata {
+    metadata_from_headers_except(headers, "")
+}
+
+/// [`metadata_from_headers`], leaving out the header `except` too (a lower-case name; `""`:
+/// none), so that one the caller does not want costs nothing.
+pub(crate) fn metadata_from_headers_except(headers: &HeaderMap, except: &str) -> Metadata {
     let mut md = Metadata::new();
     for (name, value) in headers {
         let key = name.as_str();
-        if Metadata::is_reserved(key)
+        if key == except
+            || Metadata::is_reserved(key)
             || key.starts_with("access-control-")
             || !keel_wire::metadata::is_valid_key(key)
         {

@@ -9,7 +9,9 @@
 use serde::de::{self, value::BorrowedStrDeserializer, DeserializeSeed, IntoDeserializer, Visitor};
 use serde::Deserialize;
 
-use super::wire::{fields, read_varint, Field, Value};
+use smallvec::SmallVec;
+
+use super::wire::{fields, next_field, read_varint, Field, Value};
 use super::{Enums, ProtoError};
 use crate::core::depth::Depth;
 
@@ -28,11 +30,21 @@ fn numbered<'a, 'de>(entries: &'a [Field<'de>], n: u32) -> &'a [Field<'de>] {
     &entries[start..end]
 }
 
+/// A message's fields: on the stack up to 8 of them, so a small message costs no allocation.
+type Fields<'de> = SmallVec<[Field<'de>; 8]>;
+
 /// The fields of the message `buf`, sorted by number (a stable sort: a repeated field's
-/// elements keep their order).
-fn sorted_fields(buf: &[u8]) -> Result<Vec<Field<'_>>> {
-    let mut entries = fields(buf).map_err(ProtoError::new)?;
-    entries.sort_by_key(|f| f.number);
+/// elements keep their order). A sender that writes its fields in order (as protobuf's own
+/// encoders do) needs no sort.
+fn sorted_fields(buf: &[u8]) -> Result<Fields<'_>> {
+    let mut entries = Fields::new();
+    let mut pos = 0;
+    while let Some(field) = next_field(buf, &mut pos).map_err(ProtoError::new)? {
+        entries.push(field);
+    }
+    if !entries.is_sorted_by_key(|f| f.number) {
+        entries.sort_by_key(|f| f.number);
+    }
     Ok(entries)
 }
 
@@ -127,7 +139,7 @@ impl<'de> de::Deserializer<'de> for TopDe<'_, 'de> {
 /// A message's fields, presented to a struct as a map from field name to value: every field
 /// the struct declares, absent ones with their defaults.
 struct MessageDe<'a, 'de> {
-    entries: Vec<Field<'de>>,
+    entries: Fields<'de>,
     names: &'static [&'static str],
     next: usize,
     enums: &'a Enums,
@@ -339,7 +351,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
         visitor.visit_map(MapDe {
             values: self.values,
             next: 0,
-            entry: Vec::new(),
+            entry: Fields::new(),
             enums: self.enums,
         })
     }
@@ -365,7 +377,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
                 .ok_or_else(|| ProtoError::new(format!("{v} is not a value of enum {name}")))?;
             return visitor.visit_enum(EnumDe {
                 index,
-                content: Vec::new(),
+                content: Fields::new(),
                 enums: self.enums,
             });
         }
@@ -388,7 +400,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
             .ok_or_else(|| ProtoError::new(format!("no member of the oneof {name} is set")))?;
         visitor.visit_enum(EnumDe {
             index: number - 1,
-            content: numbered(&entries, number).to_vec(),
+            content: numbered(&entries, number).iter().copied().collect(),
             enums: self.enums,
         })
     }
@@ -633,7 +645,7 @@ impl<'de> de::Deserializer<'de> for ElemDe<'_, '_, 'de> {
                 .ok_or_else(|| ProtoError::new(format!("{v} is not a value of enum {name}")))?;
             visitor.visit_enum(EnumDe {
                 index,
-                content: Vec::new(),
+                content: Fields::new(),
                 enums,
             })
         } else {
@@ -654,7 +666,7 @@ impl<'de> de::Deserializer<'de> for ElemDe<'_, '_, 'de> {
 
 /// A tuple's (or tuple struct's) elements: fields 1 to `len` of its message.
 struct TupleDe<'a, 'de> {
-    entries: Vec<Field<'de>>,
+    entries: Fields<'de>,
     next: u32,
     len: usize,
     enums: &'a Enums,
@@ -682,7 +694,7 @@ struct MapDe<'a, 'de> {
     values: &'a [Field<'de>],
     next: usize,
     /// The fields of the entry whose key was read last.
-    entry: Vec<Field<'de>>,
+    entry: Fields<'de>,
     enums: &'a Enums,
 }
 
@@ -716,7 +728,7 @@ impl<'de> de::MapAccess<'de> for MapDe<'_, 'de> {
 /// An enum's variant: its index and, for a oneof member, the member's occurrences.
 struct EnumDe<'a, 'de> {
     index: u32,
-    content: Vec<Field<'de>>,
+    content: Fields<'de>,
     enums: &'a Enums,
 }
 

@@ -101,14 +101,6 @@ impl ProtoCodec {
         ProtoCodec { enums }
     }
 
-    /// Encodes `value` as a message body.
-    pub(crate) fn encode<T: serde::Serialize + ?Sized>(
-        &self,
-        value: &T,
-    ) -> Result<Vec<u8>, String> {
-        encode::encode(self.enums, value).map_err(|e| e.to_string())
-    }
-
     /// Appends `value`, encoded as a message body, to `out`.
     pub(crate) fn encode_into<T: serde::Serialize + ?Sized>(
         &self,

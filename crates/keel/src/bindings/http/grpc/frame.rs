@@ -197,9 +197,24 @@ impl Reader {
     }
 }
 
-/// The one message of a complete body (a unary call's request), without copying it: `Ok(None)`
-/// for an empty body; an error for a body that ends inside its message or holds more than one.
+/// The one message of a complete body, as a slice of it (no copy): `Ok(None)` for an empty
+/// body; an error for a body that ends inside its message or holds more than one.
 pub(crate) fn one_message(body: &Bytes, max: u32) -> Result<Option<Message>, FrameError> {
+    Ok(one_message_at(body, max)?.map(|(compressed, at)| Message {
+        compressed,
+        bytes: body.slice(at),
+    }))
+}
+
+/// The one message of a complete body (a unary call's request): `Ok(None)` for an empty body;
+/// an error for a body that ends inside its message or holds more than one. Returns whether the
+/// message is compressed, and where it lies in `body`, not a slice of it: a slice of a `Bytes`
+/// made from a `Vec` (as h2 hands over a DATA frame's payload) allocates, and a host reads the
+/// message where it lies.
+pub(crate) fn one_message_at(
+    body: &[u8],
+    max: u32,
+) -> Result<Option<(bool, std::ops::Range<usize>)>, FrameError> {
     if body.is_empty() {
         return Ok(None);
     }
@@ -214,10 +229,7 @@ pub(crate) fn one_message(body: &Bytes, max: u32) -> Result<Option<Message>, Fra
     if body.len() > end {
         return Err(FrameError::TooMany);
     }
-    Ok(Some(Message {
-        compressed: prefix.compressed,
-        bytes: body.slice(PREFIX..end),
-    }))
+    Ok(Some((prefix.compressed, PREFIX..end)))
 }
 
 #[cfg(test)]
@@ -289,17 +301,17 @@ mod tests {
 
     #[test]
     fn a_whole_body_holds_exactly_one_message() {
-        let one = Bytes::from(framed(&[(true, b"abc")]));
-        let m = one_message(&one, 10).unwrap().unwrap();
-        assert!(m.compressed);
-        assert_eq!(&m.bytes[..], b"abc");
-        assert_eq!(one_message(&Bytes::new(), 10), Ok(None));
-        assert_eq!(one_message(&one.slice(..3), 10), Err(FrameError::Truncated));
-        assert_eq!(one_message(&one.slice(..6), 10), Err(FrameError::Truncated));
-        let two = Bytes::from(framed(&[(false, b"a"), (false, b"")]));
-        assert_eq!(one_message(&two, 10), Err(FrameError::TooMany));
+        let one = framed(&[(true, b"abc")]);
+        let (compressed, at) = one_message_at(&one, 10).unwrap().unwrap();
+        assert!(compressed);
+        assert_eq!(&one[at], b"abc");
+        assert_eq!(one_message_at(&[], 10), Ok(None));
+        assert_eq!(one_message_at(&one[..3], 10), Err(FrameError::Truncated));
+        assert_eq!(one_message_at(&one[..6], 10), Err(FrameError::Truncated));
+        let two = framed(&[(false, b"a"), (false, b"")]);
+        assert_eq!(one_message_at(&two, 10), Err(FrameError::TooMany));
         assert_eq!(
-            one_message(&one, 2),
+            one_message_at(&one, 2),
             Err(FrameError::TooLarge { len: 3, max: 2 })
         );
     }

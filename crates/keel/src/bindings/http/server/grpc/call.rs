@@ -150,7 +150,10 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         return response;
     };
     let max = ctx.settings.max_message_size;
-    let (args, compression, stream, reserved) = if op.stream_request {
+    // The arguments: keel-args beside a streamed request, else the one message, where it lies
+    // in the request's body.
+    // `held`: a unary message whose JSON was rewritten, kept for its room in the budget.
+    let (args, unary, compression, stream, held) = if op.stream_request {
         // The messages are the stream; the other parameters travel as keel's HTTP convention
         // sends them beside a streamed body (`keel-args`).
         let args = match stream_args(&req, format) {
@@ -158,7 +161,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             Err(status) => return answer.trailers_only(&status, &none),
         };
         let stream = request_stream(req.into_body(), head.compression, max);
-        (args, None, stream, None)
+        (args, None, None, stream, None)
     } else {
         let unary = match read_unary(ctx, req.into_body()).await {
             Ok(unary) => unary,
@@ -175,16 +178,16 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
                 return answer.trailers_only(&status, &none);
             }
         };
-        let (bytes, compression) = if format == Format::Json {
-            match from_proto_json(desc, op.name, unary.bytes, compression, max) {
-                Ok(read) => read,
+        let empty = crate::core::stream::ByteStream::empty();
+        if format == Format::Json {
+            let bytes = Bytes::copy_from_slice(unary.message());
+            match from_proto_json(desc, op.name, bytes, compression, max) {
+                Ok((bytes, compression)) => (bytes, None, compression, empty, Some(unary)),
                 Err(status) => return answer.trailers_only(&status, &none),
             }
         } else {
-            (unary.bytes, compression)
-        };
-        let empty = crate::core::stream::ByteStream::empty();
-        (bytes, compression, empty, Some(unary.reserved))
+            (Bytes::new(), Some(unary), compression, empty, None)
+        }
     };
 
     let call_id = ctx.next_call_id.fetch_add(1, Ordering::Relaxed);
@@ -210,16 +213,18 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         // Reply messages are compressed one by one here, not as a body.
         reply_codec: None,
         format,
-        body: &args,
+        body: unary.as_ref().map_or(&args[..], |u| u.message()),
         stream,
         arrival,
         reply_to: ReplyTo::waiter(tx),
     };
     let mut clock = crate::runtime::clock::now();
     dispatch(&ctx.conn, incoming, received, &mut clock, None);
-    // The arguments are decoded: the message's memory is free again.
+    // The arguments are decoded: the message's memory (and its room in the budget) is free
+    // again.
     drop(args);
-    drop(reserved);
+    drop(unary);
+    drop(held);
     let answered = answered.await;
     guard.armed = false;
     match answered {

@@ -24,12 +24,14 @@ use crate::dispatch::Reservation;
 /// A unary call's request message.
 #[derive(Debug)]
 pub(super) struct Unary {
-    /// The message (compressed if `compressed`).
-    pub(super) bytes: Bytes,
+    /// The request's body: the message's prefix and the message.
+    body: Bytes,
+    /// Where the message lies in `body`.
+    at: std::ops::Range<usize>,
     /// Its compressed flag was set.
     pub(super) compressed: bool,
-    /// Its room in the receive budget, held while the message is in use.
-    pub(super) reserved: Reservation,
+    /// Its room in the receive budget, held (never read) while the message is in use.
+    _reserved: Reservation,
 }
 
 /// Reads a unary call's request: exactly one message of at most the host's message size.
@@ -74,17 +76,27 @@ pub(super) async fn read_unary<B: Received>(ctx: &Ctx, body: B) -> Result<Unary,
             });
         }
     };
-    let Some(message) = frame::one_message(&bytes, max).map_err(|e| frame_status(&e))? else {
+    let Some((compressed, at)) =
+        frame::one_message_at(&bytes, max).map_err(|e| frame_status(&e))?
+    else {
         return Err(Status::new(
             StatusCode::Unimplemented,
             "a unary call's request must be exactly one message; this one had none",
         ));
     };
     Ok(Unary {
-        bytes: message.bytes,
-        compressed: message.compressed,
-        reserved,
+        body: bytes,
+        at,
+        compressed,
+        _reserved: reserved,
     })
+}
+
+impl Unary {
+    /// The message (compressed if `compressed`).
+    pub(super) fn message(&self) -> &[u8] {
+        &self.body[self.at.clone()]
+    }
 }
 
 /// The status for messages that are not well framed (gRPC's codes: a size past the limit is

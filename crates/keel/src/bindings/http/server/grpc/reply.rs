@@ -20,6 +20,7 @@ use super::super::super::grpc::{
     GRPC_STATUS,
 };
 use super::super::super::metadata_to_headers;
+use crate::core::codec;
 use crate::core::compress::{self, Compression};
 use crate::core::messages::framing::{decode_end, Decoded, Decoder, Frame as KeelFrame, Framing};
 use crate::core::metadata::Metadata;
@@ -62,10 +63,18 @@ impl Answer {
 
     /// A unary call's answer: `message`, then the `OK` trailers.
     pub(super) fn unary(&self, message: &[u8], metadata: &Metadata) -> Response<Body> {
-        let mut out = BytesMut::with_capacity(frame::PREFIX + message.len());
-        let compressed = self.encode(message, &mut out);
+        let len = frame::PREFIX + message.len();
+        let (data, compressed) = if self.codec.is_some() && message.len() >= self.compress_above {
+            let mut out = BytesMut::with_capacity(len);
+            let compressed = self.encode(message, &mut out);
+            (out.freeze(), compressed)
+        } else {
+            // Not compressed: a small reply is framed in the thread's body buffer.
+            let data = codec::small_bytes(len, |out| frame::encode(false, message, out));
+            (data, false)
+        };
         let body = Reply::body(State {
-            data: Some(out.freeze()),
+            data: Some(data),
             source: None,
             decoder: None,
             answer: self.owned(),

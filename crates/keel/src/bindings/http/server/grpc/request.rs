@@ -6,7 +6,7 @@ use std::time::Duration;
 use ::http::HeaderMap;
 
 use super::super::super::grpc::{self, timeout, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, GRPC_TIMEOUT};
-use super::super::super::metadata_from_headers;
+use super::super::super::metadata_from_headers_except;
 use crate::core::compress::Compression;
 use crate::core::metadata::Metadata;
 use crate::core::service::{OperationInfo, ServiceDescriptor};
@@ -32,15 +32,20 @@ pub(super) fn route<'d>(
         return Err(unknown(&format!("no gRPC method at `{path}`")));
     };
     let (package, name) = full.rsplit_once('.').unwrap_or(("", full));
+    // A service kept under its full name (gRPC's standard ones) is found by it, but only if
+    // it is that service's full name: `/Greeter/...` does not reach `pkg.Greeter`.
+    let named_in_full = |d: &ServiceDescriptor| {
+        full.strip_suffix(d.name).is_some_and(|p| {
+            (p.is_empty() && d.package.is_empty()) || p.strip_suffix('.') == Some(d.package)
+        })
+    };
     let (key, desc) = dispatcher
         .service_entry(name)
         .filter(|(_, s)| s.descriptor().package == package)
-        // gRPC's standard services, kept under their full names (a contract's key is its
-        // name alone, which a path without its package must not find).
         .or_else(|| {
             dispatcher
                 .service_entry(full)
-                .filter(|(key, s)| *key != s.descriptor().name)
+                .filter(|(_, s)| named_in_full(s.descriptor()))
         })
         .map(|(key, s)| (key, s.descriptor()))
         .ok_or_else(|| unknown(&format!("unknown service `{full}`")))?;
@@ -127,9 +132,8 @@ pub(super) fn head(headers: &HeaderMap) -> Result<Head, HeadError> {
             .iter()
             .filter_map(|v| v.to_str().ok()),
     );
-    let mut metadata = metadata_from_headers(headers);
-    // Not reserved in keel's convention, but every gRPC client sends its own.
-    metadata.remove("user-agent");
+    // `user-agent` is not reserved in keel's convention, but every gRPC client sends its own.
+    let metadata = metadata_from_headers_except(headers, "user-agent");
     Ok(Head {
         deadline,
         metadata,
