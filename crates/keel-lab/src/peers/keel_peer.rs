@@ -85,6 +85,14 @@ pub(crate) struct KeelConn {
 impl KeelConn {
     /// Connects to `url` the way `system` speaks.
     pub(crate) async fn connect(system: System, url: &str) -> anyhow::Result<KeelConn> {
+        // keel's host announces `http://`; its gRPC is reached as `grpc://` (h2c).
+        let grpc_url;
+        let url = if system == System::KeelGrpcKeel {
+            grpc_url = url.replacen("http://", "grpc://", 1);
+            &grpc_url
+        } else {
+            url
+        };
         let b = keel::Channel::builder(url);
         let b = match system {
             System::KeelH1 => b

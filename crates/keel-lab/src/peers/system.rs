@@ -24,14 +24,14 @@ pub(crate) enum System {
     KeelGrpc,
     /// keel over HTTP/1.1, the async operation.
     KeelH1,
-    // keel's own client over `grpc://` (being built elsewhere) goes here as `KeelGrpcKeel`
-    // ("keel-grpc-keel"): keel's host again, `KeelConn` connecting to `grpc://` (client.rs,
-    // keel_peer.rs), beside `KeelGrpc`'s tonic client.
+    /// keel's host speaking gRPC to keel's own client over `grpc://` (protobuf, h2c), the async
+    /// operation: `keel-grpc`'s server with keel's client instead of tonic's.
+    KeelGrpcKeel,
 }
 
 impl System {
     /// Every system, in the order of the tables.
-    pub(crate) const ALL: [System; 8] = [
+    pub(crate) const ALL: [System; 9] = [
         System::Raw,
         System::Tonic,
         System::Tarpc,
@@ -40,6 +40,7 @@ impl System {
         System::KeelH2,
         System::KeelGrpc,
         System::KeelH1,
+        System::KeelGrpcKeel,
     ];
 
     /// The name in tables and JSON.
@@ -53,6 +54,7 @@ impl System {
             System::KeelH2 => "keel-h2",
             System::KeelGrpc => "keel-grpc",
             System::KeelH1 => "keel-h1",
+            System::KeelGrpcKeel => "keel-grpc-keel",
         }
     }
 
@@ -66,6 +68,7 @@ impl System {
                 | System::KeelH2
                 | System::KeelGrpc
                 | System::KeelH1
+                | System::KeelGrpcKeel
         )
     }
 
@@ -97,7 +100,9 @@ impl System {
     pub(crate) fn listen_url(self) -> &'static str {
         match self {
             System::KeelTcpAsync | System::KeelTcpSync => "tcp://127.0.0.1:0",
-            System::KeelH2 | System::KeelGrpc | System::KeelH1 => "http://127.0.0.1:0",
+            System::KeelH2 | System::KeelGrpc | System::KeelH1 | System::KeelGrpcKeel => {
+                "http://127.0.0.1:0"
+            }
             System::Raw | System::Tonic | System::Tarpc => "127.0.0.1:0",
         }
     }
@@ -112,7 +117,7 @@ mod tests {
         let names: std::collections::BTreeSet<_> = System::ALL.iter().map(|s| s.name()).collect();
         assert_eq!(names.len(), System::ALL.len());
         let keel: Vec<_> = System::ALL.iter().filter(|s| s.is_keel()).collect();
-        assert_eq!(keel.len(), 5);
+        assert_eq!(keel.len(), 6);
         assert!(keel.iter().all(|s| s.name().starts_with("keel-")));
         let streams: Vec<_> = System::ALL.iter().filter(|s| s.streams()).collect();
         assert_eq!(
