@@ -211,6 +211,46 @@ impl<'a, 'de> FieldDe<'a, 'de> {
     }
 }
 
+/// The `deserialize_*` methods of bools and integers, for a deserializer with a `varint(what)`
+/// method (a field's last occurrence, or a repeated field's element, packed or not): `int32`
+/// and `uint32` truncate a wider value as protobuf's own parsers do; the narrower Rust types
+/// refuse a value out of their range.
+macro_rules! varint_methods {
+    () => {
+        fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            visitor.visit_bool(self.varint("a bool")? != 0)
+        }
+        fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            let v = self.varint("an integer")? as i64;
+            visitor.visit_i8(i8::try_from(v).map_err(|_| out_of_range(v, "i8"))?)
+        }
+        fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            let v = self.varint("an integer")? as i64;
+            visitor.visit_i16(i16::try_from(v).map_err(|_| out_of_range(v, "i16"))?)
+        }
+        fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            visitor.visit_i32(self.varint("an integer")? as i32)
+        }
+        fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            visitor.visit_i64(self.varint("an integer")? as i64)
+        }
+        fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            let v = self.varint("an integer")?;
+            visitor.visit_u8(u8::try_from(v).map_err(|_| out_of_range(v, "u8"))?)
+        }
+        fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            let v = self.varint("an integer")?;
+            visitor.visit_u16(u16::try_from(v).map_err(|_| out_of_range(v, "u16"))?)
+        }
+        fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            visitor.visit_u32(self.varint("an integer")? as u32)
+        }
+        fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            visitor.visit_u64(self.varint("an integer")?)
+        }
+    };
+}
+
 fn out_of_range(v: impl std::fmt::Display, ty: &str) -> ProtoError {
     ProtoError::new(format!("{v} is out of range for {ty}"))
 }
@@ -225,38 +265,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
              enum, #[serde(flatten)])",
         ))
     }
-    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_bool(self.varint("a bool")? != 0)
-    }
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")? as i64;
-        visitor.visit_i8(i8::try_from(v).map_err(|_| out_of_range(v, "i8"))?)
-    }
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")? as i64;
-        visitor.visit_i16(i16::try_from(v).map_err(|_| out_of_range(v, "i16"))?)
-    }
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        // int32 truncates a wider value, as protobuf's own parsers do.
-        visitor.visit_i32(self.varint("an integer")? as i32)
-    }
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i64(self.varint("an integer")? as i64)
-    }
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")?;
-        visitor.visit_u8(u8::try_from(v).map_err(|_| out_of_range(v, "u8"))?)
-    }
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")?;
-        visitor.visit_u16(u16::try_from(v).map_err(|_| out_of_range(v, "u16"))?)
-    }
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u32(self.varint("an integer")? as u32)
-    }
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u64(self.varint("an integer")?)
-    }
+    varint_methods!();
     fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         match self.last() {
             None => visitor.visit_f32(0.0),
@@ -533,37 +542,7 @@ impl<'de> de::Deserializer<'de> for ElemDe<'_, '_, 'de> {
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         self.whole(|f| f.deserialize_any(visitor))
     }
-    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_bool(self.varint("a bool")? != 0)
-    }
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")? as i64;
-        visitor.visit_i8(i8::try_from(v).map_err(|_| out_of_range(v, "i8"))?)
-    }
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")? as i64;
-        visitor.visit_i16(i16::try_from(v).map_err(|_| out_of_range(v, "i16"))?)
-    }
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i32(self.varint("an integer")? as i32)
-    }
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i64(self.varint("an integer")? as i64)
-    }
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")?;
-        visitor.visit_u8(u8::try_from(v).map_err(|_| out_of_range(v, "u8"))?)
-    }
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let v = self.varint("an integer")?;
-        visitor.visit_u16(u16::try_from(v).map_err(|_| out_of_range(v, "u16"))?)
-    }
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u32(self.varint("an integer")? as u32)
-    }
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u64(self.varint("an integer")?)
-    }
+    varint_methods!();
     fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         visitor.visit_f32(f32::from_le_bytes(self.fixed::<4>("float")?))
     }
