@@ -23,7 +23,8 @@ pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 pub(crate) use call::poll_once_then_spawn;
 pub(crate) use call::{dispatch, BlockingCalls, Incoming, SessionCall, SessionOpener};
 pub(crate) use conn::{HostAnswer, HostConn, HostConnInfo, ReplyTo, Responder};
-pub use intercept::Interceptor;
+pub(crate) use intercept::descriptions_off;
+pub use intercept::{Interceptor, ALL_SERVICES, DESCRIBE};
 pub(crate) use metrics::Observed;
 pub(crate) use schedule::deferring;
 pub use throttle::ThrottleConfig;
@@ -96,6 +97,8 @@ pub(crate) struct Dispatcher {
     pub(crate) known_names: keel_wire::KnownNames,
     /// The host's interceptors, in order.
     interceptors: Vec<Arc<dyn Interceptor>>,
+    /// Whether the host answers requests for descriptions of its contracts (`intercept.rs`).
+    descriptions: AtomicBool,
     pub(crate) limits: Limits,
     pub(crate) pool: Arc<keel_pool::Pool>,
     pub(crate) throttle: Arc<Throttle>,
@@ -222,6 +225,7 @@ impl Dispatcher {
             by_address,
             known_names,
             interceptors,
+            descriptions: AtomicBool::new(true),
             limits,
             pool: Arc::new(pool),
             throttle: Throttle::new(throttle),

@@ -115,6 +115,13 @@ pub struct HostConfig {
     /// and `v1alpha`, which describe every hosted contract from its types, as
     /// `GET /openapi.json` does). Default: true.
     pub grpc_standard_services: bool,
+    /// Whether the host describes its contracts: `GET /{Service}`, `GET /openapi.json` and
+    /// gRPC server reflection. Each such request passes the host's interceptors first (as an
+    /// operation named [`DESCRIBE`](crate::host::DESCRIBE)), so an interceptor that demands
+    /// credentials demands them here too; off, each is answered `NotFound` (HTTP 404).
+    /// [`Host::set_descriptions`](crate::Host::set_descriptions) switches them at run time.
+    /// Default: true.
+    pub descriptions: bool,
     /// The blocking watchdog's threshold: a poll of an `async` operation's handler that holds
     /// its runtime worker longer than this is reported (a `log` warning naming the operation,
     /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::host::HostStats::handlers_blocked)).
@@ -182,6 +189,7 @@ impl Default for HostConfig {
             drain_grace: Duration::ZERO,
             admin: None,
             grpc_standard_services: true,
+            descriptions: true,
             blocking_watchdog: Some(crate::dispatch::WATCHDOG_THRESHOLD),
             max_connection_age: None,
             max_connection_age_grace: Duration::from_secs(30),
@@ -388,6 +396,13 @@ impl HostBuilder {
     /// [`HostConfig::grpc_standard_services`]). Default: true.
     pub fn grpc_standard_services(mut self, on: bool) -> Self {
         self.config.grpc_standard_services = on;
+        self
+    }
+
+    /// Whether the host describes its contracts (see [`HostConfig::descriptions`]).
+    /// Default: true.
+    pub fn descriptions(mut self, on: bool) -> Self {
+        self.config.descriptions = on;
         self
     }
 
@@ -673,6 +688,7 @@ impl HostBuilder {
             config.blocking_watchdog,
         ));
         let _ = dispatcher.sessions.set(Arc::new(super::session::Sessions));
+        dispatcher.set_descriptions(config.descriptions);
         if let Some(link) = standard {
             link.set(&dispatcher);
         }

@@ -17,7 +17,7 @@ mod signal;
 mod standard;
 
 pub use crate::core::keepalive::{Keepalive, PingPolicy};
-pub use crate::dispatch::{Interceptor, ThrottleConfig};
+pub use crate::dispatch::{Interceptor, ThrottleConfig, ALL_SERVICES, DESCRIBE};
 pub use builder::{HostBuilder, HostConfig, PoolConfig};
 
 use std::sync::atomic::Ordering;
@@ -150,6 +150,14 @@ impl Host {
     #[cfg(feature = "openapi")]
     pub fn openapi(&self) -> String {
         crate::openapi::document(&self.dispatcher.descriptors())
+    }
+
+    /// Switches the host's descriptions of its contracts (`GET /{Service}`,
+    /// `GET /openapi.json`, gRPC server reflection) on or off, for requests that arrive from
+    /// now on (see [`HostConfig::descriptions`]). [`Host::openapi`] is not affected: it is the
+    /// host's owner asking.
+    pub fn set_descriptions(&self, on: bool) {
+        self.dispatcher.set_descriptions(on);
     }
 
     /// Whether the host reports itself ready (`GET /readyz`): true until a shutdown begins.
