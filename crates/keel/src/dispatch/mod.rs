@@ -40,7 +40,7 @@ use tokio::sync::Notify;
 use crate::core::service::Service;
 #[cfg(feature = "openapi")]
 use crate::core::service::ServiceDescriptor;
-use metrics::{HostMetrics, OpMetrics};
+use metrics::{HostMetrics, OpMetrics, ThrottleMetrics};
 use throttle::Throttle;
 
 /// The dispatcher's limits, as plain values from the host's settings.
@@ -81,6 +81,16 @@ const BY_ADDRESS: usize = 4;
 pub(crate) struct Served {
     pub(crate) service: Arc<dyn Service>,
     pub(crate) metrics: Box<[Arc<OpMetrics>]>,
+    /// The service's own throttle (`HostBuilder::service_throttle`), which its calls take
+    /// instead of the host-wide one, with its metric handles.
+    pub(crate) throttle: Option<(Arc<Throttle>, ThrottleMetrics)>,
+}
+
+impl Served {
+    /// The throttle this service's calls take: its own, or the host's.
+    pub(crate) fn throttle<'a>(&'a self, host: &'a Arc<Throttle>) -> &'a Arc<Throttle> {
+        self.throttle.as_ref().map_or(host, |(own, _)| own)
+    }
 }
 
 /// What every connection of a host shares: services, admission, the pool, the calls in flight.
@@ -175,6 +185,7 @@ impl Dispatcher {
         interceptors: Vec<Arc<dyn Interceptor>>,
         limits: Limits,
         throttle: ThrottleConfig,
+        service_throttles: &[(String, ThrottleConfig)],
         pool: keel_pool::Pool,
         blocking_watchdog: Option<Duration>,
     ) -> Dispatcher {
@@ -199,9 +210,14 @@ impl Dispatcher {
                         Arc::new(OpMetrics::new(desc.name, op.name, watch))
                     })
                     .collect();
+                let own = service_throttles
+                    .iter()
+                    .find(|(n, _)| *n == name && name == desc.name)
+                    .map(|(_, config)| (Throttle::new(*config), ThrottleMetrics::new(desc.name)));
                 let served = Served {
                     service,
                     metrics: ops,
+                    throttle: own,
                 };
                 (name, Arc::new(served))
             })
@@ -318,9 +334,12 @@ impl Dispatcher {
     #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn observe_metrics(&self, conns: &[&'static str]) {
         let pool = self.pool.metrics();
+        for (t, metrics) in self.own_throttles() {
+            metrics.observe(t.running(), t.queued(), t.max_concurrent(), t.max_queued());
+        }
         self.metrics.observe(&Observed {
             running: self.throttle.running(),
-            queued: self.queued(),
+            queued: self.throttle.queued(),
             max_concurrent: self.throttle.max_concurrent(),
             max_queued: self.throttle.max_queued(),
             pool: &pool,
@@ -398,9 +417,14 @@ impl Dispatcher {
         self.in_flight.load(Ordering::SeqCst)
     }
 
-    /// Calls waiting in the throttle queue now.
+    /// Calls waiting in the throttle queues now (the host's and the services' own).
     pub(crate) fn queued(&self) -> usize {
-        self.throttle.queued()
+        self.throttle.queued() + self.own_throttles().map(|(t, _)| t.queued()).sum::<usize>()
+    }
+
+    /// The services' own throttles, with their metric handles.
+    fn own_throttles(&self) -> impl Iterator<Item = &(Arc<Throttle>, ThrottleMetrics)> {
+        self.services.values().filter_map(|s| s.throttle.as_ref())
     }
 
     /// Milliseconds since the dispatcher started (the clock of connections' activity).

@@ -34,6 +34,9 @@ pub struct PoolConfig {
 pub struct HostConfig {
     /// Admission control. Default: [`ThrottleConfig::default`].
     pub throttle: ThrottleConfig,
+    /// Services with a throttle of their own, by contract name
+    /// ([`HostBuilder::service_throttle`]). Default: none.
+    pub service_throttles: Vec<(String, ThrottleConfig)>,
     /// Largest request body accepted. Default: 4 MiB.
     pub max_message_size: u32,
     /// How long `shutdown` waits for calls in flight before answering them `ShuttingDown`.
@@ -169,6 +172,7 @@ impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
             throttle: ThrottleConfig::default(),
+            service_throttles: Vec::new(),
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
             compress_replies_above: 1024,
             close_timeout: Duration::from_secs(10),
@@ -333,6 +337,39 @@ impl HostBuilder {
     /// Calls waiting for a slot; one more is answered `Busy` at once. Default: 1,024.
     pub fn max_queued_calls(mut self, n: usize) -> Self {
         self.config.throttle.max_queued_calls = n;
+        self
+    }
+
+    /// Gives the service named `service` (a contract's name, `Calculator`) a throttle of its
+    /// own, as WCF's `serviceThrottling` is per service: its calls take places in it (at most
+    /// `throttle.max_concurrent_calls` running, `max_queued_calls` waiting, one more `Busy`)
+    /// instead of in the host-wide throttle, so a slow service cannot take the places of a
+    /// fast one, nor a fast one those of a slow one. Services without one share the host's.
+    /// Its metrics are the throttle's, labelled `service` (see the crate docs, "Metrics").
+    /// `start` fails if the host serves no such contract.
+    ///
+    /// The host then runs at most the host-wide limit plus each service's own at once; the
+    /// per-connection limit (`max_calls_per_connection`) still applies to every call.
+    ///
+    /// ```
+    /// # #[keel::contract] pub trait Reports { fn monthly(&self) -> u64; }
+    /// # struct R;
+    /// # impl Reports for R { fn monthly(&self) -> u64 { 1 } }
+    /// use keel::host::ThrottleConfig;
+    ///
+    /// let host = keel::Host::builder()
+    ///     .service(ReportsServer::new(R))
+    ///     .service_throttle("Reports", ThrottleConfig::new(4, 100))
+    ///     .endpoint("tcp://127.0.0.1:0")
+    ///     .start()?;
+    /// # host.shutdown();
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    pub fn service_throttle(mut self, service: &str, throttle: ThrottleConfig) -> Self {
+        self.config.service_throttles.retain(|(s, _)| s != service);
+        self.config
+            .service_throttles
+            .push((service.to_string(), throttle));
         self
     }
 
@@ -617,6 +654,21 @@ impl HostBuilder {
                 ));
             }
         }
+        if let Some((name, _)) = config
+            .service_throttles
+            .iter()
+            .find(|(name, _)| !services.contains_key(name))
+        {
+            let mut served: Vec<_> = services.keys().map(String::as_str).collect();
+            served.sort_unstable();
+            return Err(Error::new(
+                Kind::Config,
+                format!(
+                    "service_throttle names `{name}`, which this host does not serve (it serves: {})",
+                    served.join(", ")
+                ),
+            ));
+        }
         let standard = config
             .grpc_standard_services
             .then(|| super::standard::add(&mut services));
@@ -684,6 +736,7 @@ impl HostBuilder {
             interceptors,
             limits,
             config.throttle,
+            &config.service_throttles,
             pool,
             config.blocking_watchdog,
         ));

@@ -67,7 +67,7 @@ pub struct HostStats {
     pub connections_timed_out: u64,
     /// Calls in flight now (admitted, not yet answered).
     pub calls_in_flight: usize,
-    /// Calls waiting in the throttle queue now.
+    /// Calls waiting in a throttle queue now (the host-wide one and each service's own).
     pub calls_queued: usize,
     /// Calls accepted since start.
     pub calls_total: u64,
