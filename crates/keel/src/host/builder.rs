@@ -160,6 +160,12 @@ pub struct HostConfig {
     /// present certificates. Required when the host has a TLS endpoint. Default: `None`.
     #[cfg(feature = "tls")]
     pub tls: Option<crate::tls::ServerTls>,
+    /// How often the host reads the files its TLS settings came from
+    /// ([`ServerTls::from_pem_files`](crate::tls::ServerTls::from_pem_files)) and, when they
+    /// changed, takes the new certificate ([`HostBuilder::watch_tls_files`]). Default: `None`
+    /// (not watched).
+    #[cfg(feature = "tls")]
+    pub watch_tls_files: Option<Duration>,
 }
 
 /// The host's keepalive default: see [`HostConfig::keepalive`].
@@ -203,6 +209,8 @@ impl Default for HostConfig {
             cors: None,
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "tls")]
+            watch_tls_files: None,
         }
     }
 }
@@ -635,6 +643,24 @@ impl HostBuilder {
         self
     }
 
+    /// Reads the files the host's TLS settings came from
+    /// ([`ServerTls::from_pem_files`](crate::tls::ServerTls::from_pem_files)) every `every`,
+    /// and when their contents change, takes the new certificate and key (with the same
+    /// client authentication) for every handshake from then on; connections already open keep
+    /// theirs. New files that are refused (unreadable, malformed, a key that does not match
+    /// the certificate) are logged as a warning and counted
+    /// ([`HostStats::tls_reload_failures`](crate::host::HostStats::tls_reload_failures)), and
+    /// the current certificate stays. Replace both files at once (write elsewhere, then
+    /// rename, as cert-manager's and Kubernetes' secret volumes do): a key read before its
+    /// certificate is replaced is refused until the pair matches. `start` fails if the
+    /// settings were not read from files. [`Host::reload_tls`](crate::Host::reload_tls) does
+    /// the same on demand. Default: not watched.
+    #[cfg(feature = "tls")]
+    pub fn watch_tls_files(mut self, every: Duration) -> Self {
+        self.config.watch_tls_files = Some(every);
+        self
+    }
+
     /// Binds every endpoint and starts serving. Returns once the host accepts connections.
     pub fn start(self) -> Result<Host, Error> {
         let HostBuilder {
@@ -748,6 +774,26 @@ impl HostBuilder {
         let settings = Arc::new(config.server_settings());
         let registry = Arc::new(super::registry::Registry::new(dispatcher.clone()));
 
+        #[cfg(feature = "tls")]
+        let certificates = Arc::new(super::certificates::Certificates::new(
+            security
+                .iter()
+                .filter_map(|s| s.tls_slot().cloned())
+                .collect(),
+        ));
+        #[cfg(feature = "tls")]
+        let watcher = match (config.watch_tls_files, &config.tls) {
+            (None, _) => None,
+            (Some(every), Some(tls)) if tls.read_files().is_some() => Some((every, tls.clone())),
+            (Some(_), _) => {
+                return Err(Error::new(
+                    Kind::Config,
+                    "watch_tls_files needs TLS settings read from files: \
+                     HostBuilder::tls(ServerTls::from_pem_files(chain, key)?)",
+                ))
+            }
+        };
+
         // Every endpoint is bound before any is served: a failure leaves nothing running.
         let mut urls = Vec::new();
         let mut listeners = Vec::new();
@@ -779,6 +825,10 @@ impl HostBuilder {
             let grace = config.max_connection_age_grace;
             accept_tasks.push(handle.spawn(super::age_reaper(registry.clone(), age, grace)));
         }
+        #[cfg(feature = "tls")]
+        if let Some((every, tls)) = watcher {
+            accept_tasks.push(handle.spawn(certificates.clone().watch(tls, every)));
+        }
         #[cfg(feature = "http")]
         let admin_url = admin.map(|admin| {
             let url = admin.url.clone();
@@ -796,6 +846,8 @@ impl HostBuilder {
             urls,
             admin_url,
             accept_tasks,
+            #[cfg(feature = "tls")]
+            certificates,
         })
     }
 }

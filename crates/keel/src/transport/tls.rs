@@ -36,7 +36,12 @@
 //!
 //! In production, load the host's certificate chain and key from PEM files
 //! ([`ServerTls::from_pem_files`]); clients either trust the system roots (the default) or a
-//! private CA ([`ClientTls::from_roots_pem_file`]). Anything else rustls can do is available
+//! private CA ([`ClientTls::from_roots_pem_file`]). A renewed certificate (cert-manager, ACME)
+//! is taken without a restart: the host watches its files
+//! ([`HostBuilder::watch_tls_files`](crate::host::HostBuilder::watch_tls_files)) or is given new
+//! settings ([`Host::reload_tls`](crate::Host::reload_tls)); new handshakes use the new
+//! certificate at once, connections already open keep theirs, and files that do not make a
+//! usable certificate are refused with a logged warning while the current one stays. Anything else rustls can do is available
 //! through the escape hatch [`rustls_unstable`], outside keel's semver guarantees.
 //!
 //! [`HostBuilder::tls`]: crate::host::HostBuilder::tls
@@ -44,7 +49,7 @@
 //! [`HostConfig::handshake_timeout`]: crate::host::HostConfig::handshake_timeout
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
@@ -169,6 +174,25 @@ pub struct ServerTls {
     identity: Option<Arc<Identity>>,
     /// Meaningful only with `identity` (rustls does not tell for a config from elsewhere).
     client_certs_required: bool,
+    /// The files [`ServerTls::from_pem_files`] read, and the client roots
+    /// [`ServerTls::require_client_certs`] was given: what a host watching the files needs to
+    /// make the settings again from their new contents.
+    files: Option<Arc<PemFiles>>,
+}
+
+/// Where a [`ServerTls`] read its certificate chain and key.
+#[derive(Debug)]
+struct PemFiles {
+    chain: PathBuf,
+    key: PathBuf,
+    client_roots_pem: Option<Vec<u8>>,
+}
+
+/// The contents of a [`ServerTls`]'s files as last read: compared to tell a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PemContents {
+    chain: Vec<u8>,
+    key: Vec<u8>,
 }
 
 impl fmt::Debug for ServerTls {
@@ -205,14 +229,40 @@ impl ServerTls {
     }
 
     /// [`ServerTls::from_pem`] with the chain and the key read from files (which may be the
-    /// same file).
+    /// same file). A host given these settings can watch the files and take a renewed
+    /// certificate without a restart ([`HostBuilder::watch_tls_files`](crate::host::HostBuilder::watch_tls_files)).
     pub fn from_pem_files(
         cert_chain: impl AsRef<Path>,
         key: impl AsRef<Path>,
     ) -> Result<ServerTls, Error> {
-        let chain = read_file("certificate chain", cert_chain.as_ref())?;
-        let key = read_file("private key", key.as_ref())?;
-        ServerTls::from_pem(&chain, &key)
+        let files = PemFiles {
+            chain: cert_chain.as_ref().to_path_buf(),
+            key: key.as_ref().to_path_buf(),
+            client_roots_pem: None,
+        };
+        let contents = files.read()?;
+        let mut tls = ServerTls::from_pem(&contents.chain, &contents.key)?;
+        tls.files = Some(Arc::new(files));
+        Ok(tls)
+    }
+
+    /// What the files of settings made by [`ServerTls::from_pem_files`] hold now (`None` for
+    /// other settings).
+    pub(crate) fn read_files(&self) -> Option<Result<PemContents, Error>> {
+        self.files.as_ref().map(|f| f.read())
+    }
+
+    /// These settings made again from `contents` of their files: the same client
+    /// authentication, the certificate chain and key the files hold now.
+    pub(crate) fn remake(&self, contents: &PemContents) -> Result<ServerTls, Error> {
+        let files = self.files.clone();
+        let tls = ServerTls::from_pem(&contents.chain, &contents.key)?;
+        let mut tls = match files.as_ref().and_then(|f| f.client_roots_pem.as_deref()) {
+            Some(roots) => tls.require_client_certs(roots)?,
+            None => tls,
+        };
+        tls.files = files;
+        Ok(tls)
     }
 
     /// Requires every client to present a certificate signed by one of `trusted_roots_pem`
@@ -244,7 +294,15 @@ impl ServerTls {
             .map_err(|e| {
                 config_err(format!("cannot verify client certificates: {e}")).with_source(e)
             })?;
-        ServerTls::build(identity, Some(verifier))
+        let mut tls = ServerTls::build(identity, Some(verifier))?;
+        tls.files = self.files.map(|f| {
+            Arc::new(PemFiles {
+                chain: f.chain.clone(),
+                key: f.key.clone(),
+                client_roots_pem: Some(trusted_roots_pem.to_vec()),
+            })
+        });
+        Ok(tls)
     }
 
     /// Settings from a rustls config (see [`rustls_unstable::server_tls`]).
@@ -253,6 +311,7 @@ impl ServerTls {
             config,
             identity: None,
             client_certs_required: false,
+            files: None,
         }
     }
 
@@ -282,6 +341,7 @@ impl ServerTls {
             config: Arc::new(config),
             identity: Some(identity),
             client_certs_required,
+            files: None,
         })
     }
 
@@ -290,6 +350,50 @@ impl ServerTls {
         let mut config = (*self.config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+impl PemFiles {
+    fn read(&self) -> Result<PemContents, Error> {
+        Ok(PemContents {
+            chain: read_file("certificate chain", &self.chain)?,
+            key: read_file("private key", &self.key)?,
+        })
+    }
+}
+
+/// A TLS endpoint's acceptor, replaced while the host runs when its certificate is
+/// ([`Host::reload_tls`](crate::Host::reload_tls)): each handshake takes the one current when
+/// it starts, so connections already open keep theirs.
+pub(crate) struct AcceptorSlot {
+    alpn: &'static [&'static [u8]],
+    current: parking_lot::RwLock<tokio_rustls::TlsAcceptor>,
+}
+
+impl fmt::Debug for AcceptorSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcceptorSlot").finish_non_exhaustive()
+    }
+}
+
+impl AcceptorSlot {
+    /// The slot of an endpoint speaking `alpn`, holding `tls`'s acceptor.
+    pub(crate) fn new(tls: &ServerTls, alpn: &'static [&'static [u8]]) -> Arc<AcceptorSlot> {
+        Arc::new(AcceptorSlot {
+            alpn,
+            current: parking_lot::RwLock::new(tls.acceptor(alpn)),
+        })
+    }
+
+    /// The acceptor for a handshake starting now.
+    pub(crate) fn current(&self) -> tokio_rustls::TlsAcceptor {
+        self.current.read().clone()
+    }
+
+    /// Handshakes from now on use `tls`.
+    pub(crate) fn replace(&self, tls: &ServerTls) {
+        let acceptor = tls.acceptor(self.alpn);
+        *self.current.write() = acceptor;
     }
 }
 
