@@ -532,7 +532,9 @@ async fn certificate_files_replaced_100_times_under_load_lose_no_call() {
         files.publish(&chain, &key);
         assert!(
             eventually(|| host.stats().tls_reloads == round).await,
-            "reload {round} not taken"
+            "reload {round} not taken: {:?}, warnings {:?}",
+            host.stats(),
+            WARNINGS.lock().unwrap()
         );
         if round % 25 == 0 {
             for url in host.urls() {
@@ -588,4 +590,50 @@ fn watching_tls_files_needs_settings_read_from_files_and_reload_needs_a_tls_endp
         .unwrap_err();
     assert!(err.to_string().contains("no TLS endpoint"), "{err}");
     host.shutdown();
+}
+
+/// Both sides rotate under mutual TLS: the host moves to a certificate from a new CA and trusts
+/// only clients of a new client CA; a connection open before keeps working; a client whose
+/// settings are reloaded (`ClientTls::reload`) reaches the host again from its channels, even
+/// one made before the reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_and_client_rotate_their_certificates_under_mutual_tls() {
+    let (server_ca, new_server_ca) = (Ca::new("server CA"), Ca::new("new server CA"));
+    let (client_ca, new_client_ca) = (Ca::new("client CA"), Ca::new("new client CA"));
+    let server_tls = |ca: &Ca, trusted: &str| {
+        let (chain, key) = ca.issue("127.0.0.1");
+        ServerTls::from_pem(chain.as_bytes(), key.as_bytes())
+            .unwrap()
+            .require_client_certs(trusted.as_bytes())
+            .unwrap()
+    };
+    let client_tls = |server: &Ca, client: &Ca| {
+        let (chain, key) = client.issue("a-client");
+        ClientTls::from_roots_pem(server.pem.as_bytes())
+            .unwrap()
+            .with_identity(chain.as_bytes(), key.as_bytes())
+            .unwrap()
+    };
+    let both_client_cas = format!("{}{}", client_ca.pem, new_client_ca.pem);
+    let host = tls_host(server_tls(&server_ca, &both_client_cas));
+    let tls = client_tls(&server_ca, &client_ca);
+    let before = client(host.url(), tls.clone());
+    assert_eq!(before.echo("one".into()).await.unwrap(), "one");
+
+    host.reload_tls(server_tls(&new_server_ca, &new_client_ca.pem))
+        .unwrap();
+    // The connection open before the reload keeps its certificate and goes on.
+    assert_eq!(before.echo("two".into()).await.unwrap(), "two");
+    // A new connection meets the new certificate, which these settings do not trust yet.
+    let after = client(host.url(), tls.clone());
+    let err = after.echo("three".into()).await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+
+    tls.reload(&client_tls(&new_server_ca, &new_client_ca));
+    // Channels given these settings (or clones) connect with the new ones from now on.
+    assert_eq!(after.echo("four".into()).await.unwrap(), "four");
+    let fresh = client(host.url(), tls.clone());
+    assert_eq!(fresh.echo("five".into()).await.unwrap(), "five");
+    assert_eq!(host.stats().tls_reloads, 1);
+    host.shutdown_async().await;
 }

@@ -784,7 +784,7 @@ impl HostBuilder {
         #[cfg(feature = "tls")]
         let watcher = match (config.watch_tls_files, &config.tls) {
             (None, _) => None,
-            (Some(every), Some(tls)) if tls.read_files().is_some() => Some((every, tls.clone())),
+            (Some(every), Some(tls)) if tls.made_from().is_some() => Some((every, tls.clone())),
             (Some(_), _) => {
                 return Err(Error::new(
                     Kind::Config,

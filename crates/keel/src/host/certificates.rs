@@ -55,10 +55,9 @@ impl Certificates {
     /// the current certificate, trying again when the files change again). Runs until the
     /// host's runtime stops it.
     pub(crate) async fn watch(self: Arc<Self>, tls: ServerTls, every: Duration) {
-        let mut last: Option<PemContents> = match tls.read_files() {
-            Some(Ok(contents)) => Some(contents),
-            _ => None,
-        };
+        // What the host's settings were made from, read before it started: a change made
+        // since is seen at the first tick.
+        let mut last: Option<PemContents> = tls.made_from().cloned();
         // The last refusal logged: the same one again (a file still missing) is not.
         let mut refusal: Option<String> = None;
         let mut ticks = tokio::time::interval(every);

@@ -41,7 +41,8 @@
 //! ([`HostBuilder::watch_tls_files`](crate::host::HostBuilder::watch_tls_files)) or is given new
 //! settings ([`Host::reload_tls`](crate::Host::reload_tls)); new handshakes use the new
 //! certificate at once, connections already open keep theirs, and files that do not make a
-//! usable certificate are refused with a logged warning while the current one stays. Anything else rustls can do is available
+//! usable certificate are refused with a logged warning while the current one stays. A client's
+//! trust roots and certificate are replaced with [`ClientTls::reload`]. Anything else rustls can do is available
 //! through the escape hatch [`rustls_unstable`], outside keel's semver guarantees.
 //!
 //! [`HostBuilder::tls`]: crate::host::HostBuilder::tls
@@ -180,12 +181,15 @@ pub struct ServerTls {
     files: Option<Arc<PemFiles>>,
 }
 
-/// Where a [`ServerTls`] read its certificate chain and key.
+/// Where a [`ServerTls`] read its certificate chain and key, and what they held then.
 #[derive(Debug)]
 struct PemFiles {
     chain: PathBuf,
     key: PathBuf,
     client_roots_pem: Option<Vec<u8>>,
+    /// What the settings were made from: a watcher compares the files with it, so a change
+    /// made before it first looks is not missed.
+    made_from: PemContents,
 }
 
 /// The contents of a [`ServerTls`]'s files as last read: compared to tell a change.
@@ -235,33 +239,49 @@ impl ServerTls {
         cert_chain: impl AsRef<Path>,
         key: impl AsRef<Path>,
     ) -> Result<ServerTls, Error> {
-        let files = PemFiles {
-            chain: cert_chain.as_ref().to_path_buf(),
-            key: key.as_ref().to_path_buf(),
+        let (chain, key) = (cert_chain.as_ref(), key.as_ref());
+        let made_from = PemContents::read(chain, key)?;
+        let mut tls = ServerTls::from_pem(&made_from.chain, &made_from.key)?;
+        tls.files = Some(Arc::new(PemFiles {
+            chain: chain.to_path_buf(),
+            key: key.to_path_buf(),
             client_roots_pem: None,
-        };
-        let contents = files.read()?;
-        let mut tls = ServerTls::from_pem(&contents.chain, &contents.key)?;
-        tls.files = Some(Arc::new(files));
+            made_from,
+        }));
         Ok(tls)
+    }
+
+    /// What the files of settings made by [`ServerTls::from_pem_files`] held when these
+    /// settings were made from them.
+    pub(crate) fn made_from(&self) -> Option<&PemContents> {
+        self.files.as_ref().map(|f| &f.made_from)
     }
 
     /// What the files of settings made by [`ServerTls::from_pem_files`] hold now (`None` for
     /// other settings).
     pub(crate) fn read_files(&self) -> Option<Result<PemContents, Error>> {
-        self.files.as_ref().map(|f| f.read())
+        self.files
+            .as_ref()
+            .map(|f| PemContents::read(&f.chain, &f.key))
     }
 
     /// These settings made again from `contents` of their files: the same client
     /// authentication, the certificate chain and key the files hold now.
     pub(crate) fn remake(&self, contents: &PemContents) -> Result<ServerTls, Error> {
-        let files = self.files.clone();
+        let files = self.files.as_ref().ok_or_else(|| {
+            config_err("only settings read by ServerTls::from_pem_files can be read again")
+        })?;
         let tls = ServerTls::from_pem(&contents.chain, &contents.key)?;
-        let mut tls = match files.as_ref().and_then(|f| f.client_roots_pem.as_deref()) {
+        let mut tls = match &files.client_roots_pem {
             Some(roots) => tls.require_client_certs(roots)?,
             None => tls,
         };
-        tls.files = files;
+        tls.files = Some(Arc::new(PemFiles {
+            chain: files.chain.clone(),
+            key: files.key.clone(),
+            client_roots_pem: files.client_roots_pem.clone(),
+            made_from: contents.clone(),
+        }));
         Ok(tls)
     }
 
@@ -300,6 +320,7 @@ impl ServerTls {
                 chain: f.chain.clone(),
                 key: f.key.clone(),
                 client_roots_pem: Some(trusted_roots_pem.to_vec()),
+                made_from: f.made_from.clone(),
             })
         });
         Ok(tls)
@@ -353,11 +374,11 @@ impl ServerTls {
     }
 }
 
-impl PemFiles {
-    fn read(&self) -> Result<PemContents, Error> {
+impl PemContents {
+    fn read(chain: &Path, key: &Path) -> Result<PemContents, Error> {
         Ok(PemContents {
-            chain: read_file("certificate chain", &self.chain)?,
-            key: read_file("private key", &self.key)?,
+            chain: read_file("certificate chain", chain)?,
+            key: read_file("private key", key)?,
         })
     }
 }
@@ -405,21 +426,29 @@ impl AcceptorSlot {
 /// Cheap to clone. Its `Debug` output shows no key material.
 #[derive(Clone)]
 pub struct ClientTls {
+    /// Shared by every clone, so that [`ClientTls::reload`] reaches every channel given one.
+    made: Arc<parking_lot::RwLock<MadeClient>>,
+    server_name: Option<String>,
+}
+
+/// What a [`ClientTls`] trusts and presents.
+#[derive(Clone)]
+struct MadeClient {
     config: Arc<rustls::ClientConfig>,
     /// `None` for [`rustls_unstable::client_tls`], which cannot be rebuilt.
     roots: Option<Arc<RootCertStore>>,
     identity: bool,
-    server_name: Option<String>,
 }
 
 impl fmt::Debug for ClientTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let made = self.made.read();
         let mut d = f.debug_struct("ClientTls");
-        match &self.roots {
+        match &made.roots {
             Some(roots) => d.field("roots", &roots.len()),
             None => d.field("rustls_unstable", &true),
         };
-        d.field("identity", &self.identity)
+        d.field("identity", &made.identity)
             .field("server_name", &self.server_name)
             .finish_non_exhaustive()
     }
@@ -474,7 +503,7 @@ impl ClientTls {
     /// Not available for [`rustls_unstable::client_tls`] settings: configure the client certificate
     /// on the rustls config instead.
     pub fn with_identity(self, cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<ClientTls, Error> {
-        let roots = self.roots.ok_or_else(|| {
+        let roots = self.made.read().roots.clone().ok_or_else(|| {
             config_err(
                 "with_identity needs ClientTls settings made by keel; with \
                  rustls_unstable::client_tls, configure the client certificate on the rustls \
@@ -485,6 +514,28 @@ impl ClientTls {
         let mut tls = ClientTls::build(roots, Some(identity))?;
         tls.server_name = self.server_name;
         Ok(tls)
+    }
+
+    /// Replaces what these settings trust and present with `new`'s (its roots and client
+    /// certificate; the server name checked stays this one's), for every channel given these
+    /// settings or a clone of them: connections they open from now on use the new ones, while
+    /// connections already open keep theirs. For a renewed client certificate, or a CA being
+    /// rotated (trust both the old and the new CA while hosts move over).
+    ///
+    /// ```
+    /// let old_ca = keel::tls::self_signed(&["localhost"])?;
+    /// let tls = keel::tls::ClientTls::from_roots_pem(old_ca.cert_pem.as_bytes())?;
+    /// let channel = keel::Channel::builder("tcps://localhost:7000").tls(tls.clone()).build()?;
+    /// // Later: the host moves to a certificate from a new CA.
+    /// let new_ca = keel::tls::self_signed(&["localhost"])?;
+    /// tls.reload(&keel::tls::ClientTls::from_roots_pem(new_ca.cert_pem.as_bytes())?);
+    /// // `channel`'s next connection trusts the new CA (and no longer the old one).
+    /// # drop(channel);
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    pub fn reload(&self, new: &ClientTls) {
+        let made = new.made.read().clone();
+        *self.made.write() = made;
     }
 
     /// This configuration checking certificates against `name`, unless it already names one
@@ -507,10 +558,16 @@ impl ClientTls {
 
     /// Settings from a rustls config (see [`rustls_unstable::client_tls`]).
     fn from_rustls(config: Arc<rustls::ClientConfig>) -> ClientTls {
-        ClientTls {
+        ClientTls::made(MadeClient {
             identity: config.client_auth_cert_resolver.has_certs(),
             config,
             roots: None,
+        })
+    }
+
+    fn made(made: MadeClient) -> ClientTls {
+        ClientTls {
+            made: Arc::new(parking_lot::RwLock::new(made)),
             server_name: None,
         }
     }
@@ -534,12 +591,11 @@ impl ClientTls {
                 })?,
             None => builder.with_no_client_auth(),
         };
-        Ok(ClientTls {
+        Ok(ClientTls::made(MadeClient {
             config: Arc::new(config),
             roots: Some(roots),
             identity: has_identity,
-            server_name: None,
-        })
+        }))
     }
 
     /// The settings a client without its own uses: the system roots, loaded once per process
@@ -569,7 +625,7 @@ impl ClientTls {
                 "`{name}` is not a valid TLS server name (a DNS name or an IP address): {e}"
             )))
         })?;
-        let mut config = (*self.config).clone();
+        let mut config = (*self.made.read().config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let stream = connector
@@ -768,7 +824,7 @@ mod tests {
             .require_client_certs(a.cert_pem.as_bytes())
             .unwrap_err();
         assert!(e.to_string().contains("rustls_unstable"), "{e}");
-        let client = ClientTls::from_rustls(a.client_tls().unwrap().config);
+        let client = ClientTls::from_rustls(a.client_tls().unwrap().made.read().config.clone());
         let e = client
             .with_identity(a.cert_pem.as_bytes(), a.key_pem.as_bytes())
             .unwrap_err();
@@ -794,7 +850,7 @@ mod tests {
                 let mut end = Vec::new();
                 let _ = tls.read_to_end(&mut end).await;
             });
-            let mut config = (*client.config).clone();
+            let mut config = (*client.made.read().config).clone();
             config.alpn_protocols = vec![b"keel/1".to_vec()];
             let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
             let name = ServerName::try_from("localhost").unwrap();
