@@ -42,7 +42,10 @@ pub trait Accounts {
 pub struct Caller(pub String);
 
 /// Lets in only calls with `Authorization: Bearer <token>` for a known token; every other call
-/// is answered `unauthenticated` (401 over HTTP) before its arguments are even decoded.
+/// is answered `unauthenticated` (401 over HTTP) before its arguments are even decoded. The
+/// host's descriptions of its contracts (`GET /openapi.json`, `GET /{Service}`, which pass the
+/// interceptors as operation [`keel::host::DESCRIBE`]) stay open: the contract is public, its
+/// calls are not.
 #[derive(Debug, Clone)]
 pub struct BearerAuth {
     users: Arc<HashMap<String, String>>,
@@ -59,6 +62,9 @@ impl BearerAuth {
 
 impl Interceptor for BearerAuth {
     fn before(&self, ctx: &Context) -> Result<(), Status> {
+        if ctx.operation() == keel::host::DESCRIBE {
+            return Ok(());
+        }
         let token = ctx
             .metadata()
             .get("authorization")

@@ -77,7 +77,8 @@
 //! back ([`Context::insert_reply_metadata`], read by the caller through [`ReplyMetadata`](client::ReplyMetadata)). An
 //! operation returning `Result<T, keel::Status>` answers with any code of gRPC's set
 //! ([`Status::not_found`], [`Status::unauthenticated`], ...) with a message and details. An
-//! [`host::Interceptor`] added to the host sees every call before and after it, and may refuse it.
+//! [`host::Interceptor`] added to the host sees every call before and after it, and may refuse it;
+//! requests for the host's descriptions pass it too (as operation [`host::DESCRIBE`]).
 //!
 //! ```
 //! use keel::host::Interceptor;

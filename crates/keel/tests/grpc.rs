@@ -997,3 +997,43 @@ async fn a_draining_host_answers_unavailable() {
     assert_eq!(running.await.unwrap(), 0);
     assert_eq!(shutdown.await.unwrap().abandoned_calls, 0);
 }
+
+/// Refuses callers without `authorization` metadata, descriptions included.
+struct TokenOnly;
+
+impl keel::host::Interceptor for TokenOnly {
+    fn before(&self, ctx: &Context) -> Result<(), Status> {
+        match ctx.metadata().get("authorization") {
+            Some(_) => Ok(()),
+            None => Err(Status::unauthenticated("a token is required")),
+        }
+    }
+}
+
+/// Server reflection answers only callers the host's interceptors admit, and not at all while
+/// the host's descriptions are switched off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_passes_the_interceptors_and_can_be_switched_off() {
+    let host = host_with(false, |h| h.interceptor(TokenOnly));
+    let mut tx = connect(host.url()).await;
+    let path = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+    let list = || json_frame(&json!({"host": "", "list_services": ""}));
+    let a = call(&mut tx, path, &[], list()).await;
+    assert_eq!(a.grpc_status(), 16, "{a:?}");
+    let token = [("authorization", "Bearer t")];
+    let a = call(&mut tx, path, &token, list()).await;
+    assert_eq!(a.grpc_status(), 0, "{a:?}");
+    assert!(
+        a.json(0).to_string().contains("keel_test.v1.Greeter"),
+        "{a:?}"
+    );
+    host.set_descriptions(false);
+    let a = call(&mut tx, path, &token, list()).await;
+    assert_eq!(a.grpc_status(), 5, "{a:?}");
+    assert!(a.grpc_message().contains("switched off"), "{a:?}");
+    assert!(a.messages.is_empty(), "{a:?}");
+    host.set_descriptions(true);
+    let a = call(&mut tx, path, &token, list()).await;
+    assert_eq!(a.grpc_status(), 0, "{a:?}");
+    host.shutdown_async().await;
+}

@@ -113,7 +113,44 @@ async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
     assert_eq!(proxy.accepted(), 2);
 }
 
-/// Calls in flight when the path dies fail together with the call that found it, and a
+/// The frozen host: a call is in flight when the path dies, and no other call follows
+/// on the connection (a balanced channel sends them elsewhere), so no call carries a probe.
+/// The client pings once nothing has arrived for a second while a call waits, and the call
+/// fails at that ping's timeout (about 2 s), not at the 20 s interval. In keel's time.
+#[tokio::test]
+async fn a_call_waiting_on_a_path_that_died_fails_in_about_two_seconds_with_no_other_call() {
+    let clock = keel::testing::pause();
+    let host = host();
+    let proxy = Proxy::start(host.url()).await;
+    let channel = Channel::new(proxy.url()).unwrap();
+    let client = ProbeClient::new(channel.clone());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move { client.sleep_async_ms(60_000).await }
+    });
+    assert!(
+        eventually_within(Duration::from_secs(10), || host.stats().calls_in_flight
+            == 1)
+        .await
+    );
+    proxy.blackhole_existing();
+    let failed_after = drive(&clock, STEP, Duration::from_secs(90), || {
+        waiting.is_finished()
+    })
+    .await
+    .expect("the waiting call never ended");
+    let err = waiting.await.unwrap().unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    // A second of quiet, then the ping's 1 s timeout (and a step of the driven clock).
+    assert!(
+        failed_after <= Duration::from_millis(2_000) + 2 * STEP,
+        "failed after {failed_after:?}: the 20 s interval, not the waiting call, found it"
+    );
+    assert_eq!(client.echo("next".into()).await.unwrap(), "next");
+}
+
 /// connection that answers its pings is never dropped, however long its calls run.
 #[tokio::test]
 async fn a_quiet_but_live_connection_is_kept() {

@@ -246,8 +246,10 @@ fn promtool_accepts_the_metrics() {
         eprintln!("SKIPPED: promtool not on PATH");
         return;
     }
+    // A throttle of its own for Probe: its labelled series beside the host-wide ones.
     let host = keel::Host::builder()
         .service(ProbeServer::new(Pong))
+        .service_throttle("Probe", keel::host::ThrottleConfig::new(8, 8))
         .endpoint("tcp://127.0.0.1:0")
         .endpoint("http://127.0.0.1:0")
         .admin("http://127.0.0.1:0")
@@ -485,5 +487,47 @@ fn stream_messages_are_counted_per_operation_on_both_sides() {
         ),
         3.0
     );
+    host.shutdown();
+}
+
+/// A service with a throttle of its own.
+#[keel::contract]
+pub trait Metered {
+    /// Returns `n`.
+    fn echo(&self, n: u64) -> u64;
+}
+
+struct Meter;
+
+impl Metered for Meter {
+    fn echo(&self, n: u64) -> u64 {
+        n
+    }
+}
+
+#[test]
+fn a_services_own_throttle_has_the_throttle_metrics_labelled_with_the_service() {
+    let host = keel::Host::builder()
+        .service(MeteredServer::new(Meter))
+        .service_throttle("Metered", keel::host::ThrottleConfig::new(3, 7))
+        .endpoint("tcp://127.0.0.1:0")
+        .admin("http://127.0.0.1:0")
+        .start()
+        .unwrap();
+    let client = MeteredBlockingClient::connect(host.url()).unwrap();
+    assert_eq!(client.echo(5).unwrap(), 5);
+    let (status, text) = get(host.admin_url().unwrap(), "/metrics");
+    assert_eq!(status, 200);
+    let service = [("service", "Metered")];
+    assert_eq!(
+        must(&text, "keel_throttle_max_concurrent_calls", &service),
+        3.0
+    );
+    assert_eq!(must(&text, "keel_throttle_max_queued_calls", &service), 7.0);
+    assert_eq!(must(&text, "keel_throttle_calls_running", &service), 0.0);
+    assert_eq!(must(&text, "keel_throttle_calls_queued", &service), 0.0);
+    assert_eq!(must(&text, "keel_throttle_rejected_total", &service), 0.0);
+    // The host-wide throttle keeps its unlabelled series.
+    assert!(value(&text, "keel_throttle_max_concurrent_calls", &[]).is_some());
     host.shutdown();
 }

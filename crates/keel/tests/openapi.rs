@@ -336,3 +336,111 @@ async fn a_host_serves_it_at_openapi_json() {
     }
     host.shutdown_async().await;
 }
+
+/// Refuses callers without a bearer token; lets descriptions through when `open_descriptions`.
+#[cfg(feature = "http")]
+struct Bearer {
+    open_descriptions: bool,
+}
+
+#[cfg(feature = "http")]
+impl keel::host::Interceptor for Bearer {
+    fn before(&self, ctx: &Context) -> Result<(), Status> {
+        if self.open_descriptions && ctx.operation() == keel::host::DESCRIBE {
+            return Ok(());
+        }
+        match ctx.metadata().get("authorization") {
+            Some("Bearer t") => Ok(()),
+            _ => Err(Status::unauthenticated("a bearer token is required")),
+        }
+    }
+}
+
+/// `request` (method and path) to `addr` over HTTP/1.1 with `headers`; the whole answer.
+#[cfg(feature = "http")]
+async fn http1(addr: &str, request: &str, headers: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{request} HTTP/1.1\r\nhost: {addr}\r\n{headers}content-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    sock.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+/// `GET /openapi.json` and `GET /{Service}` pass the host's interceptors as calls do (an
+/// unknown service is refused like a known one, so refusals tell nothing of what the host
+/// serves), and can be switched off and on at run time.
+#[cfg(feature = "http")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptions_pass_the_interceptors_and_can_be_switched_off() {
+    let host = keel::Host::builder()
+        .service(StoreServer::new(S))
+        .endpoint("http://127.0.0.1:0")
+        .interceptor(Bearer {
+            open_descriptions: false,
+        })
+        .runtime(tokio::runtime::Handle::current())
+        .start()
+        .unwrap();
+    let addr = host.url().strip_prefix("http://").unwrap().to_string();
+    let token = "authorization: Bearer t\r\n";
+    for path in ["/openapi.json", "/Store", "/Nope"] {
+        let answer = http1(&addr, &format!("GET {path}"), "").await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{path}: {answer}");
+        assert!(answer.contains("bearer token"), "{path}: {answer}");
+    }
+    let answer = http1(&addr, "GET /openapi.json", token).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(&host.openapi()), "{answer}");
+    let answer = http1(&addr, "GET /Store", token).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"put\""), "{answer}");
+    let answer = http1(&addr, "GET /Nope", token).await;
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+
+    host.set_descriptions(false);
+    for path in ["/openapi.json", "/Store"] {
+        let answer = http1(&addr, &format!("GET {path}"), token).await;
+        assert!(answer.starts_with("HTTP/1.1 404"), "{path}: {answer}");
+        assert!(answer.contains("switched off"), "{path}: {answer}");
+    }
+    // Calls are not descriptions: they go on.
+    let answer = http1(&addr, "POST /Store/touch", token).await;
+    assert!(!answer.contains("switched off"), "{answer}");
+    host.set_descriptions(true);
+    let answer = http1(&addr, "GET /Store", token).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    host.shutdown_async().await;
+
+    // An interceptor may leave descriptions open; a host may start with them off.
+    let host = keel::Host::builder()
+        .service(StoreServer::new(S))
+        .endpoint("http://127.0.0.1:0")
+        .interceptor(Bearer {
+            open_descriptions: true,
+        })
+        .runtime(tokio::runtime::Handle::current())
+        .start()
+        .unwrap();
+    let addr = host.url().strip_prefix("http://").unwrap().to_string();
+    let answer = http1(&addr, "GET /openapi.json", "").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let answer = http1(&addr, "POST /Store/touch", "").await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    host.shutdown_async().await;
+    let host = keel::Host::builder()
+        .service(StoreServer::new(S))
+        .endpoint("http://127.0.0.1:0")
+        .descriptions(false)
+        .runtime(tokio::runtime::Handle::current())
+        .start()
+        .unwrap();
+    let addr = host.url().strip_prefix("http://").unwrap().to_string();
+    let answer = http1(&addr, "GET /openapi.json", "").await;
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    host.shutdown_async().await;
+}

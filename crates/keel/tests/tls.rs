@@ -381,3 +381,259 @@ async fn a_handler_sees_the_clients_certificate_under_mutual_tls_on_both_tls_bin
     assert!(client.certificates().await.unwrap().is_empty());
     host.shutdown_async().await;
 }
+
+/// The warnings keel logged (this test binary's logger).
+static WARNINGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+struct Warnings;
+
+impl log::Log for Warnings {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            WARNINGS.lock().unwrap().push(record.args().to_string());
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// The certificate a TLS endpoint presents to a new connection now (the leaf, DER), checked
+/// against `ca_pem`.
+async fn presented_leaf(url: &str, ca_pem: &str) -> Vec<u8> {
+    let (scheme, addr) = url.split_once("://").unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let alpn: &[u8] = if scheme == "tcps" { b"keel/1" } else { b"h2" };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// The first certificate of a PEM chain, DER.
+fn leaf_of(chain_pem: &str) -> Vec<u8> {
+    let first = rustls::pki_types::CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .next()
+        .unwrap();
+    first.unwrap().to_vec()
+}
+
+/// Certificate files laid out as Kubernetes' secret volumes and cert-manager lay them out: the
+/// host reads `dir/live/cert.pem` and `dir/live/key.pem`, where `live` is a symbolic link to
+/// one generation's directory, swapped in one rename.
+struct CertDir {
+    dir: std::path::PathBuf,
+    generation: u32,
+}
+
+impl CertDir {
+    fn new(name: &str) -> CertDir {
+        let dir = std::env::temp_dir().join(format!("keel-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        CertDir { dir, generation: 0 }
+    }
+
+    fn cert(&self) -> std::path::PathBuf {
+        self.dir.join("live/cert.pem")
+    }
+
+    fn key(&self) -> std::path::PathBuf {
+        self.dir.join("live/key.pem")
+    }
+
+    /// Makes `(chain, key)` the live files, at once.
+    fn publish(&mut self, chain: &str, key: &str) {
+        self.generation += 1;
+        let name = format!("gen-{}", self.generation);
+        let gen = self.dir.join(&name);
+        std::fs::create_dir_all(&gen).unwrap();
+        std::fs::write(gen.join("cert.pem"), chain).unwrap();
+        std::fs::write(gen.join("key.pem"), key).unwrap();
+        let tmp = self.dir.join("live.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&name, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.join("live")).unwrap();
+    }
+}
+
+impl Drop for CertDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Certificate rotation under load: a host serving tcps and https while its certificate files
+/// are replaced 100 times, with 8 clients calling (and opening new connections) throughout:
+/// no call fails, new connections see each new certificate, and a corrupt file is refused,
+/// logged, and the certificate before it kept.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_files_replaced_100_times_under_load_lose_no_call() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let _ = log::set_logger(&Warnings).map(|()| log::set_max_level(log::LevelFilter::Warn));
+    let ca = Ca::new("rotation CA");
+    let mut files = CertDir::new("tls-rotation");
+    let (chain, key) = ca.issue("127.0.0.1");
+    files.publish(&chain, &key);
+    let host = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("tcps://127.0.0.1:0")
+        .endpoint("https://127.0.0.1:0")
+        .tls(ServerTls::from_pem_files(files.cert(), files.key()).unwrap())
+        .watch_tls_files(std::time::Duration::from_millis(5))
+        .runtime(tokio::runtime::Handle::current())
+        .start()
+        .unwrap();
+    let trust = || ClientTls::from_roots_pem(ca.pem.as_bytes()).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let url = host.urls()[i % 2].clone();
+            let (stop, calls, tls) = (stop.clone(), calls.clone(), trust());
+            tokio::spawn(async move {
+                let mut failures = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    // A new connection (and handshake) for every 20 calls.
+                    let c = client(&url, tls.clone());
+                    for n in 0..20 {
+                        match c.echo(format!("{i}-{n}")).await {
+                            Ok(echoed) => assert_eq!(echoed, format!("{i}-{n}")),
+                            Err(e) => failures.push(format!("{url}: {e}")),
+                        }
+                        calls.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+
+    for round in 1..=100 {
+        let (chain, key) = ca.issue("127.0.0.1");
+        files.publish(&chain, &key);
+        assert!(
+            eventually(|| host.stats().tls_reloads == round).await,
+            "reload {round} not taken: {:?}, warnings {:?}",
+            host.stats(),
+            WARNINGS.lock().unwrap()
+        );
+        if round % 25 == 0 {
+            for url in host.urls() {
+                assert_eq!(presented_leaf(url, &ca.pem).await, leaf_of(&chain), "{url}");
+            }
+        }
+    }
+    // A corrupt certificate: refused, logged, the last good one kept.
+    let (good, _) = ca.issue("127.0.0.1");
+    let last = presented_leaf(host.url(), &ca.pem).await;
+    files.publish("-----BEGIN CERTIFICATE-----\nnot base64\n", "garbage");
+    assert!(eventually(|| host.stats().tls_reload_failures == 1).await);
+    assert_eq!(host.stats().tls_reloads, 100);
+    assert_eq!(presented_leaf(host.url(), &ca.pem).await, last);
+    assert_ne!(leaf_of(&good), last);
+    let logged = WARNINGS.lock().unwrap().clone();
+    assert!(
+        logged
+            .iter()
+            .any(|w| w.contains("refused") && w.contains("certificate")),
+        "{logged:?}"
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        let failures = c.await.unwrap();
+        assert!(failures.is_empty(), "{failures:?}");
+    }
+    assert!(
+        calls.load(Ordering::Relaxed) >= 8 * 20,
+        "the clients made their calls"
+    );
+    host.shutdown_async().await;
+}
+
+#[test]
+fn watching_tls_files_needs_settings_read_from_files_and_reload_needs_a_tls_endpoint() {
+    let err = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("tcps://127.0.0.1:0")
+        .tls(test_cert().server_tls().unwrap())
+        .watch_tls_files(std::time::Duration::from_secs(1))
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("from_pem_files"), "{err}");
+    let host = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("tcp://127.0.0.1:0")
+        .start()
+        .unwrap();
+    let err = host
+        .reload_tls(test_cert().server_tls().unwrap())
+        .unwrap_err();
+    assert!(err.to_string().contains("no TLS endpoint"), "{err}");
+    host.shutdown();
+}
+
+/// Both sides rotate under mutual TLS: the host moves to a certificate from a new CA and trusts
+/// only clients of a new client CA; a connection open before keeps working; a client whose
+/// settings are reloaded (`ClientTls::reload`) reaches the host again from its channels, even
+/// one made before the reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_and_client_rotate_their_certificates_under_mutual_tls() {
+    let (server_ca, new_server_ca) = (Ca::new("server CA"), Ca::new("new server CA"));
+    let (client_ca, new_client_ca) = (Ca::new("client CA"), Ca::new("new client CA"));
+    let server_tls = |ca: &Ca, trusted: &str| {
+        let (chain, key) = ca.issue("127.0.0.1");
+        ServerTls::from_pem(chain.as_bytes(), key.as_bytes())
+            .unwrap()
+            .require_client_certs(trusted.as_bytes())
+            .unwrap()
+    };
+    let client_tls = |server: &Ca, client: &Ca| {
+        let (chain, key) = client.issue("a-client");
+        ClientTls::from_roots_pem(server.pem.as_bytes())
+            .unwrap()
+            .with_identity(chain.as_bytes(), key.as_bytes())
+            .unwrap()
+    };
+    let both_client_cas = format!("{}{}", client_ca.pem, new_client_ca.pem);
+    let host = tls_host(server_tls(&server_ca, &both_client_cas));
+    let tls = client_tls(&server_ca, &client_ca);
+    let before = client(host.url(), tls.clone());
+    assert_eq!(before.echo("one".into()).await.unwrap(), "one");
+
+    host.reload_tls(server_tls(&new_server_ca, &new_client_ca.pem))
+        .unwrap();
+    // The connection open before the reload keeps its certificate and goes on.
+    assert_eq!(before.echo("two".into()).await.unwrap(), "two");
+    // A new connection meets the new certificate, which these settings do not trust yet.
+    let after = client(host.url(), tls.clone());
+    let err = after.echo("three".into()).await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+
+    tls.reload(&client_tls(&new_server_ca, &new_client_ca));
+    // Channels given these settings (or clones) connect with the new ones from now on.
+    assert_eq!(after.echo("four".into()).await.unwrap(), "four");
+    let fresh = client(host.url(), tls.clone());
+    assert_eq!(fresh.echo("five".into()).await.unwrap(), "five");
+    assert_eq!(host.stats().tls_reloads, 1);
+    host.shutdown_async().await;
+}

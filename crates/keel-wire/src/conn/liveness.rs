@@ -32,6 +32,15 @@ pub struct PingPolicy {
     pub max_strikes: u32,
 }
 
+/// A client whose calls wait for replies pings once nothing has arrived for this long (or four
+/// round trips, if longer), whatever the interval: a host that froze or a path that died under
+/// a call in flight is found in about this plus the timeout, not at the next interval.
+pub const BUSY_QUIET_MIN: Duration = Duration::from_secs(1);
+
+/// Pings a client sends while its calls wait, with no new call between them, are at least this
+/// far apart: a host's default [`PingPolicy`] in keel allows one every 5 s.
+pub const BUSY_PING_SPACING: Duration = Duration::from_secs(6);
+
 /// A connection's liveness state (part of [`Connection`](crate::Connection)).
 #[derive(Debug, Default)]
 pub(super) struct Liveness {
@@ -41,6 +50,10 @@ pub(super) struct Liveness {
     /// Waiting for a sign of life since this time (a ping went out then).
     awaiting: Option<Instant>,
     pub(super) policy: Option<PingPolicy>,
+    /// Client: when the last keepalive Ping went out.
+    last_sent_ping: Option<Instant>,
+    /// Client: a call started since that Ping (so the next one is no strike at the host).
+    call_since_ping: bool,
     /// Host: when the last Ping arrived.
     last_ping: Option<Instant>,
     /// Host: a Request arrived since the last Ping.
@@ -85,9 +98,34 @@ impl Liveness {
             .max(rtt.unwrap_or(Duration::ZERO).saturating_mul(4))
     }
 
+    /// Client: how long calls may wait with nothing received before a ping checks the path:
+    /// four round trips, and at least [`BUSY_QUIET_MIN`].
+    fn busy_quiet(rtt: Option<Duration>) -> Duration {
+        BUSY_QUIET_MIN.max(rtt.unwrap_or(Duration::ZERO).saturating_mul(4))
+    }
+
+    /// Client, with calls waiting for replies: when to ping if nothing arrives. Not before
+    /// [`BUSY_PING_SPACING`] after the last ping unless a call started since (a host counts
+    /// closer pings with no call between as strikes, see [`PingPolicy`]).
+    fn busy_due(&self, last: Instant, rtt: Option<Duration>) -> Instant {
+        let quiet = last + Liveness::busy_quiet(rtt);
+        match self.last_sent_ping {
+            Some(ping) if !self.call_since_ping => quiet.max(ping + BUSY_PING_SPACING),
+            _ => quiet,
+        }
+    }
+
+    /// A liveness ping goes out at `now`, awaited from then.
+    fn pinged(&mut self, now: Instant) {
+        self.awaiting = Some(now);
+        self.last_sent_ping = Some(now);
+        self.call_since_ping = false;
+    }
+
     /// A call starts at `now`: if nothing arrived for the timeout, a ping goes with it.
     /// Returns whether to send one (it is awaited from now).
     pub(super) fn on_call(&mut self, now: Instant) -> bool {
+        self.call_since_ping = true;
         let (Some(k), Some(last)) = (self.keepalive, self.last_received) else {
             return false;
         };
@@ -97,20 +135,26 @@ impl Liveness {
         if self.awaiting.is_some() || !quiet_too_long {
             return false;
         }
-        self.awaiting = Some(now);
+        self.pinged(now);
         true
     }
 
-    /// When the caller should call [`Liveness::on_timeout`] next.
-    pub(super) fn deadline(&self, rtt: Option<Duration>) -> Option<Instant> {
+    /// When the caller should call [`Liveness::on_timeout`] next; `busy`: calls wait for
+    /// replies (client).
+    pub(super) fn deadline(&self, rtt: Option<Duration>, busy: bool) -> Option<Instant> {
         let k = self.keepalive?;
+        let last = self.last_received?;
         match self.awaiting {
             Some(since) => Some(since + self.timeout(&k, rtt)),
-            None => Some(self.last_received? + k.interval),
+            None if busy => Some((last + k.interval).min(self.busy_due(last, rtt))),
+            None => Some(last + k.interval),
         }
     }
 
-    pub(super) fn on_timeout(&mut self, now: Instant, rtt: Option<Duration>) -> Due {
+    /// The timer fired at `now`; `busy`: calls wait for replies (client). A quiet connection
+    /// is pinged after the interval, a connection whose calls wait with nothing arriving after
+    /// [`Liveness::busy_quiet`], whatever the traffic the caller sends on it.
+    pub(super) fn on_timeout(&mut self, now: Instant, rtt: Option<Duration>, busy: bool) -> Due {
         let (Some(k), Some(last)) = (self.keepalive, self.last_received) else {
             return Due::Nothing;
         };
@@ -123,8 +167,10 @@ impl Liveness {
                     Due::Nothing
                 }
             }
-            None if now.saturating_duration_since(last) >= k.interval => {
-                self.awaiting = Some(now);
+            None if now.saturating_duration_since(last) >= k.interval
+                || (busy && now >= self.busy_due(last, rtt)) =>
+            {
+                self.pinged(now);
                 Due::Ping
             }
             None => Due::Nothing,
@@ -180,13 +226,16 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
-        assert_eq!(l.deadline(None), Some(t0 + K.interval));
-        assert_eq!(l.on_timeout(t0 + ms(19_999), None), Due::Nothing);
-        assert_eq!(l.on_timeout(t0 + K.interval, None), Due::Ping);
+        assert_eq!(l.deadline(None, false), Some(t0 + K.interval));
+        assert_eq!(l.on_timeout(t0 + ms(19_999), None, false), Due::Nothing);
+        assert_eq!(l.on_timeout(t0 + K.interval, None, false), Due::Ping);
         let pinged = t0 + K.interval;
-        assert_eq!(l.deadline(None), Some(pinged + K.timeout));
-        assert_eq!(l.on_timeout(pinged + ms(999), None), Due::Nothing);
-        assert_eq!(l.on_timeout(pinged + ms(1_000), None), Due::Dead(ms(1_000)));
+        assert_eq!(l.deadline(None, false), Some(pinged + K.timeout));
+        assert_eq!(l.on_timeout(pinged + ms(999), None, false), Due::Nothing);
+        assert_eq!(
+            l.on_timeout(pinged + ms(1_000), None, false),
+            Due::Dead(ms(1_000))
+        );
     }
 
     #[test]
@@ -194,19 +243,19 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
-        assert_eq!(l.on_timeout(t0 + K.interval, None), Due::Ping);
+        assert_eq!(l.on_timeout(t0 + K.interval, None, false), Due::Ping);
         // Read before the ping went out: proves nothing.
         l.on_received(t0 + ms(5));
         assert_eq!(
-            l.on_timeout(t0 + K.interval + K.timeout, None),
+            l.on_timeout(t0 + K.interval + K.timeout, None, false),
             Due::Dead(K.timeout)
         );
         l.on_received(t0 + K.interval + ms(300));
         assert_eq!(
-            l.on_timeout(t0 + K.interval + K.timeout, None),
+            l.on_timeout(t0 + K.interval + K.timeout, None, false),
             Due::Nothing
         );
-        assert_eq!(l.deadline(None), Some(t0 + 2 * K.interval + ms(300)));
+        assert_eq!(l.deadline(None, false), Some(t0 + 2 * K.interval + ms(300)));
     }
 
     #[test]
@@ -220,8 +269,11 @@ mod tests {
         assert!(l.on_call(t0 + ms(1_010)));
         // One ping awaited at a time.
         assert!(!l.on_call(t0 + ms(1_500)));
-        assert_eq!(l.deadline(None), Some(t0 + ms(2_010)));
-        assert_eq!(l.on_timeout(t0 + ms(2_010), None), Due::Dead(ms(1_000)));
+        assert_eq!(l.deadline(None, false), Some(t0 + ms(2_010)));
+        assert_eq!(
+            l.on_timeout(t0 + ms(2_010), None, false),
+            Due::Dead(ms(1_000))
+        );
     }
 
     #[test]
@@ -229,12 +281,15 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
-        assert_eq!(l.on_timeout(t0 + K.interval, None), Due::Ping);
+        assert_eq!(l.on_timeout(t0 + K.interval, None, false), Due::Ping);
         let rtt = Some(ms(400));
         let pinged = t0 + K.interval;
-        assert_eq!(l.deadline(rtt), Some(pinged + ms(1_600)));
-        assert_eq!(l.on_timeout(pinged + ms(1_000), rtt), Due::Nothing);
-        assert_eq!(l.on_timeout(pinged + ms(1_600), rtt), Due::Dead(ms(1_600)));
+        assert_eq!(l.deadline(rtt, false), Some(pinged + ms(1_600)));
+        assert_eq!(l.on_timeout(pinged + ms(1_000), rtt, false), Due::Nothing);
+        assert_eq!(
+            l.on_timeout(pinged + ms(1_600), rtt, false),
+            Due::Dead(ms(1_600))
+        );
     }
 
     #[test]
@@ -243,14 +298,17 @@ mod tests {
         let mut l = Liveness::default();
         l.enable(K, t0);
         assert!(l.on_call(t0 + ms(1_000)));
-        assert_eq!(l.on_timeout(t0 + ms(2_000), None), Due::Dead(ms(1_000)));
+        assert_eq!(
+            l.on_timeout(t0 + ms(2_000), None, false),
+            Due::Dead(ms(1_000))
+        );
         l.restart_wait(t0 + ms(2_000));
-        assert_eq!(l.on_timeout(t0 + ms(2_500), None), Due::Nothing);
-        assert_eq!(l.deadline(None), Some(t0 + ms(3_000)));
+        assert_eq!(l.on_timeout(t0 + ms(2_500), None, false), Due::Nothing);
+        assert_eq!(l.deadline(None, false), Some(t0 + ms(3_000)));
         // Without an awaited ping there is nothing to restart.
         l.on_received(t0 + ms(2_600));
         l.restart_wait(t0 + ms(2_700));
-        assert_eq!(l.deadline(None), Some(t0 + ms(2_600) + K.interval));
+        assert_eq!(l.deadline(None, false), Some(t0 + ms(2_600) + K.interval));
     }
 
     #[test]
@@ -258,9 +316,9 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.on_received(t0);
-        assert_eq!(l.deadline(None), None);
+        assert_eq!(l.deadline(None, false), None);
         assert!(!l.on_call(t0 + ms(60_000)));
-        assert_eq!(l.on_timeout(t0 + ms(60_000), None), Due::Nothing);
+        assert_eq!(l.on_timeout(t0 + ms(60_000), None, false), Due::Nothing);
     }
 
     #[test]
@@ -293,5 +351,61 @@ mod tests {
         l.on_request();
         assert!(l.on_ping(t2 + ms(4)));
         assert!(l.on_ping(t2 + ms(5)));
+    }
+
+    #[test]
+    fn calls_waiting_with_nothing_arriving_are_probed_after_a_second() {
+        let t0 = Instant::now();
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        // Replies keep arriving: the connection is not quiet.
+        l.on_received(t0 + ms(900));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_900)));
+        assert_eq!(l.on_timeout(t0 + ms(1_899), None, true), Due::Nothing);
+        // Nothing for a second while calls wait: a ping, whatever the interval says.
+        assert_eq!(l.on_timeout(t0 + ms(1_900), None, true), Due::Ping);
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(2_900)));
+        assert_eq!(
+            l.on_timeout(t0 + ms(2_900), None, true),
+            Due::Dead(K.timeout)
+        );
+        // Without calls waiting, the same quiet waits for the interval.
+        let mut idle = Liveness::default();
+        idle.enable(K, t0);
+        assert_eq!(idle.on_timeout(t0 + ms(1_000), None, false), Due::Nothing);
+        assert_eq!(idle.deadline(None, false), Some(t0 + K.interval));
+    }
+
+    #[test]
+    fn a_long_call_is_probed_no_closer_than_the_hosts_ping_policy_allows() {
+        let t0 = Instant::now();
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        assert!(!l.on_call(t0));
+        assert_eq!(l.on_timeout(t0 + ms(1_000), None, true), Due::Ping);
+        // The pong: alive. The call still runs, and no call started since the ping.
+        l.on_received(t0 + ms(1_010));
+        assert_eq!(
+            l.deadline(None, true),
+            Some(t0 + ms(1_000) + BUSY_PING_SPACING)
+        );
+        assert_eq!(l.on_timeout(t0 + ms(2_010), None, true), Due::Nothing);
+        assert_eq!(
+            l.on_timeout(t0 + ms(1_000) + BUSY_PING_SPACING, None, true),
+            Due::Ping
+        );
+        // A call started since the last ping: the next may come a second after the last sign.
+        l.on_received(t0 + ms(7_010));
+        assert!(!l.on_call(t0 + ms(7_020)));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(8_010)));
+    }
+
+    #[test]
+    fn the_busy_wait_is_at_least_four_round_trips() {
+        let t0 = Instant::now();
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        assert_eq!(l.deadline(Some(ms(500)), true), Some(t0 + ms(2_000)));
+        assert_eq!(l.deadline(Some(ms(10)), true), Some(t0 + BUSY_QUIET_MIN));
     }
 }

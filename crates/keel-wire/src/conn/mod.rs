@@ -124,7 +124,7 @@ use crate::{
 mod liveness;
 mod types;
 
-pub use liveness::{Keepalive, PingPolicy};
+pub use liveness::{Keepalive, PingPolicy, BUSY_PING_SPACING, BUSY_QUIET_MIN};
 pub use types::{CallRejected, Closed, ConnError, Event, Side};
 
 use liveness::{Due, Liveness};
@@ -809,7 +809,7 @@ impl<C> Connection<C> {
         if self.closed.is_some() {
             return None;
         }
-        self.liveness.deadline(self.srtt)
+        self.liveness.deadline(self.srtt, !self.calls.is_empty())
     }
 
     /// The keepalive timer fired at `now`: queues a keepalive Ping if nothing has arrived for
@@ -824,7 +824,10 @@ impl<C> Connection<C> {
         if self.closed.is_some() {
             return Ok(false);
         }
-        match self.liveness.on_timeout(now, self.srtt) {
+        match self
+            .liveness
+            .on_timeout(now, self.srtt, !self.calls.is_empty())
+        {
             Due::Nothing => Ok(false),
             Due::Ping => {
                 self.liveness_ping(now);

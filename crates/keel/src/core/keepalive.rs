@@ -23,7 +23,10 @@ pub struct Keepalive {
     /// Ping once nothing has arrived for this long.
     pub interval: Duration,
     /// The peer is gone if nothing arrives within this long after a ping. A client also pings,
-    /// with its call, when it starts a call on a connection nothing arrived on for this long.
+    /// with its call, when it starts a call on a connection nothing arrived on for this long;
+    /// and on keel-wire, whatever the interval, once its calls have waited 1 s (or four round
+    /// trips) with nothing arriving, so a host that froze under a call is found in about 1 s
+    /// plus this.
     pub timeout: Duration,
 }
 

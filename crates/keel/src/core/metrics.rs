@@ -41,10 +41,17 @@
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
-//! | `keel_throttle_calls_running` | gauge | | throttle places taken (calls running) |
-//! | `keel_throttle_calls_queued` | gauge | | calls waiting for a place |
-//! | `keel_throttle_max_concurrent_calls`, `keel_throttle_max_queued_calls` | gauge | | the throttle's limits |
-//! | `keel_throttle_rejected_total` | counter | | calls answered `Busy` because the queue was full |
+//! | `keel_throttle_calls_running` | gauge | (service) | throttle places taken (calls running) |
+//! | `keel_throttle_calls_queued` | gauge | (service) | calls waiting for a place |
+//! | `keel_throttle_max_concurrent_calls`, `keel_throttle_max_queued_calls` | gauge | (service) | the throttle's limits |
+//! | `keel_throttle_rejected_total` | counter | (service) | calls answered `Busy` because the queue was full |
+//!
+//! The unlabelled throttle series are the host-wide throttle's; a service with a throttle of its
+//! own ([`HostBuilder::service_throttle`](crate::host::HostBuilder::service_throttle)) has the same
+//! series labelled `service`.
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
 //! | `keel_pool_threads` | gauge | state (`idle`, `busy`, `starting`) | keel-pool's threads |
 //! | `keel_pool_min_threads`, `keel_pool_max_threads` | gauge | | the warm floor and the cap |
 //! | `keel_pool_tasks_queued` | gauge | | tasks waiting for a thread |

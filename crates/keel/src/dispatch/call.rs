@@ -269,7 +269,7 @@ pub(crate) fn dispatch(
         // Acknowledge receipt now; the outcome is not reported.
         conn.acknowledge(call_id);
     }
-    match dispatcher.throttle.admit() {
+    match served.throttle(&dispatcher.throttle).admit() {
         Admission::Now(permit) => {
             call.metrics.throttle_wait.record(0.0);
             call.start(invocation, permit, clock, blocking)
@@ -292,8 +292,17 @@ pub(crate) fn dispatch(
             });
         }
         Admission::Busy => {
-            dispatcher.metrics.throttle_rejected.increment(1);
-            let status = Status::new(StatusCode::Busy, "the host's call queue is full");
+            let status = match &served.throttle {
+                Some((_, metrics)) => {
+                    metrics.rejected.increment(1);
+                    let msg = format!("the call queue of service `{}` is full", desc.name);
+                    Status::new(StatusCode::Busy, msg)
+                }
+                None => {
+                    dispatcher.metrics.throttle_rejected.increment(1);
+                    Status::new(StatusCode::Busy, "the host's call queue is full")
+                }
+            };
             call.finish(Err(status));
         }
     }

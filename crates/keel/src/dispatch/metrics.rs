@@ -109,6 +109,40 @@ impl HostConnMetrics {
     }
 }
 
+/// The handles of a service's own throttle: the host-wide throttle's metrics with a `service`
+/// label.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+pub(crate) struct ThrottleMetrics {
+    pub(crate) rejected: Counter,
+    running: Gauge,
+    queued: Gauge,
+    max_concurrent: Gauge,
+    max_queued: Gauge,
+}
+
+impl ThrottleMetrics {
+    pub(crate) fn new(service: &'static str) -> ThrottleMetrics {
+        let labels = [("service", service)];
+        ThrottleMetrics {
+            rejected: counter!(m::THROTTLE_REJECTED, &labels),
+            running: gauge!(m::THROTTLE_RUNNING, &labels),
+            queued: gauge!(m::THROTTLE_QUEUED, &labels),
+            max_concurrent: gauge!(m::THROTTLE_MAX_CONCURRENT, &labels),
+            max_queued: gauge!(m::THROTTLE_MAX_QUEUED, &labels),
+        }
+    }
+
+    /// Sets the gauges, at scrape time.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn observe(&self, running: usize, queued: usize, max_c: usize, max_q: usize) {
+        self.running.set(running as f64);
+        self.queued.set(queued as f64);
+        self.max_concurrent.set(max_c as f64);
+        self.max_queued.set(max_q as f64);
+    }
+}
+
 /// The host-wide handles: throttle, pool, connections by binding, readiness.
 #[derive(Debug)]
 #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]

@@ -23,7 +23,8 @@ pub(crate) use budget::{Budget, ReceiveBudget, Reservation};
 pub(crate) use call::poll_once_then_spawn;
 pub(crate) use call::{dispatch, BlockingCalls, Incoming, SessionCall, SessionOpener};
 pub(crate) use conn::{HostAnswer, HostConn, HostConnInfo, ReplyTo, Responder};
-pub use intercept::Interceptor;
+pub(crate) use intercept::descriptions_off;
+pub use intercept::{Interceptor, ALL_SERVICES, DESCRIBE};
 pub(crate) use metrics::Observed;
 pub(crate) use schedule::deferring;
 pub use throttle::ThrottleConfig;
@@ -39,7 +40,7 @@ use tokio::sync::Notify;
 use crate::core::service::Service;
 #[cfg(feature = "openapi")]
 use crate::core::service::ServiceDescriptor;
-use metrics::{HostMetrics, OpMetrics};
+use metrics::{HostMetrics, OpMetrics, ThrottleMetrics};
 use throttle::Throttle;
 
 /// The dispatcher's limits, as plain values from the host's settings.
@@ -80,6 +81,16 @@ const BY_ADDRESS: usize = 4;
 pub(crate) struct Served {
     pub(crate) service: Arc<dyn Service>,
     pub(crate) metrics: Box<[Arc<OpMetrics>]>,
+    /// The service's own throttle (`HostBuilder::service_throttle`), which its calls take
+    /// instead of the host-wide one, with its metric handles.
+    pub(crate) throttle: Option<(Arc<Throttle>, ThrottleMetrics)>,
+}
+
+impl Served {
+    /// The throttle this service's calls take: its own, or the host's.
+    pub(crate) fn throttle<'a>(&'a self, host: &'a Arc<Throttle>) -> &'a Arc<Throttle> {
+        self.throttle.as_ref().map_or(host, |(own, _)| own)
+    }
 }
 
 /// What every connection of a host shares: services, admission, the pool, the calls in flight.
@@ -96,6 +107,8 @@ pub(crate) struct Dispatcher {
     pub(crate) known_names: keel_wire::KnownNames,
     /// The host's interceptors, in order.
     interceptors: Vec<Arc<dyn Interceptor>>,
+    /// Whether the host answers requests for descriptions of its contracts (`intercept.rs`).
+    descriptions: AtomicBool,
     pub(crate) limits: Limits,
     pub(crate) pool: Arc<keel_pool::Pool>,
     pub(crate) throttle: Arc<Throttle>,
@@ -172,6 +185,7 @@ impl Dispatcher {
         interceptors: Vec<Arc<dyn Interceptor>>,
         limits: Limits,
         throttle: ThrottleConfig,
+        service_throttles: &[(String, ThrottleConfig)],
         pool: keel_pool::Pool,
         blocking_watchdog: Option<Duration>,
     ) -> Dispatcher {
@@ -196,9 +210,14 @@ impl Dispatcher {
                         Arc::new(OpMetrics::new(desc.name, op.name, watch))
                     })
                     .collect();
+                let own = service_throttles
+                    .iter()
+                    .find(|(n, _)| *n == name && name == desc.name)
+                    .map(|(_, config)| (Throttle::new(*config), ThrottleMetrics::new(desc.name)));
                 let served = Served {
                     service,
                     metrics: ops,
+                    throttle: own,
                 };
                 (name, Arc::new(served))
             })
@@ -222,6 +241,7 @@ impl Dispatcher {
             by_address,
             known_names,
             interceptors,
+            descriptions: AtomicBool::new(true),
             limits,
             pool: Arc::new(pool),
             throttle: Throttle::new(throttle),
@@ -314,9 +334,12 @@ impl Dispatcher {
     #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn observe_metrics(&self, conns: &[&'static str]) {
         let pool = self.pool.metrics();
+        for (t, metrics) in self.own_throttles() {
+            metrics.observe(t.running(), t.queued(), t.max_concurrent(), t.max_queued());
+        }
         self.metrics.observe(&Observed {
             running: self.throttle.running(),
-            queued: self.queued(),
+            queued: self.throttle.queued(),
             max_concurrent: self.throttle.max_concurrent(),
             max_queued: self.throttle.max_queued(),
             pool: &pool,
@@ -394,9 +417,14 @@ impl Dispatcher {
         self.in_flight.load(Ordering::SeqCst)
     }
 
-    /// Calls waiting in the throttle queue now.
+    /// Calls waiting in the throttle queues now (the host's and the services' own).
     pub(crate) fn queued(&self) -> usize {
-        self.throttle.queued()
+        self.throttle.queued() + self.own_throttles().map(|(t, _)| t.queued()).sum::<usize>()
+    }
+
+    /// The services' own throttles, with their metric handles.
+    fn own_throttles(&self) -> impl Iterator<Item = &(Arc<Throttle>, ThrottleMetrics)> {
+        self.services.values().filter_map(|s| s.throttle.as_ref())
     }
 
     /// Milliseconds since the dispatcher started (the clock of connections' activity).

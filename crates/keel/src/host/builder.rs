@@ -34,6 +34,9 @@ pub struct PoolConfig {
 pub struct HostConfig {
     /// Admission control. Default: [`ThrottleConfig::default`].
     pub throttle: ThrottleConfig,
+    /// Services with a throttle of their own, by contract name
+    /// ([`HostBuilder::service_throttle`]). Default: none.
+    pub service_throttles: Vec<(String, ThrottleConfig)>,
     /// Largest request body accepted. Default: 4 MiB.
     pub max_message_size: u32,
     /// How long `shutdown` waits for calls in flight before answering them `ShuttingDown`.
@@ -115,6 +118,13 @@ pub struct HostConfig {
     /// and `v1alpha`, which describe every hosted contract from its types, as
     /// `GET /openapi.json` does). Default: true.
     pub grpc_standard_services: bool,
+    /// Whether the host describes its contracts: `GET /{Service}`, `GET /openapi.json` and
+    /// gRPC server reflection. Each such request passes the host's interceptors first (as an
+    /// operation named [`DESCRIBE`](crate::host::DESCRIBE)), so an interceptor that demands
+    /// credentials demands them here too; off, each is answered `NotFound` (HTTP 404).
+    /// [`Host::set_descriptions`](crate::Host::set_descriptions) switches them at run time.
+    /// Default: true.
+    pub descriptions: bool,
     /// The blocking watchdog's threshold: a poll of an `async` operation's handler that holds
     /// its runtime worker longer than this is reported (a `log` warning naming the operation,
     /// `keel_server_handler_blocking_total`, [`HostStats::handlers_blocked`](crate::host::HostStats::handlers_blocked)).
@@ -150,6 +160,12 @@ pub struct HostConfig {
     /// present certificates. Required when the host has a TLS endpoint. Default: `None`.
     #[cfg(feature = "tls")]
     pub tls: Option<crate::tls::ServerTls>,
+    /// How often the host reads the files its TLS settings came from
+    /// ([`ServerTls::from_pem_files`](crate::tls::ServerTls::from_pem_files)) and, when they
+    /// changed, takes the new certificate ([`HostBuilder::watch_tls_files`]). Default: `None`
+    /// (not watched).
+    #[cfg(feature = "tls")]
+    pub watch_tls_files: Option<Duration>,
 }
 
 /// The host's keepalive default: see [`HostConfig::keepalive`].
@@ -162,6 +178,7 @@ impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
             throttle: ThrottleConfig::default(),
+            service_throttles: Vec::new(),
             max_message_size: keel_wire::DEFAULT_MAX_MESSAGE_SIZE,
             compress_replies_above: 1024,
             close_timeout: Duration::from_secs(10),
@@ -182,6 +199,7 @@ impl Default for HostConfig {
             drain_grace: Duration::ZERO,
             admin: None,
             grpc_standard_services: true,
+            descriptions: true,
             blocking_watchdog: Some(crate::dispatch::WATCHDOG_THRESHOLD),
             max_connection_age: None,
             max_connection_age_grace: Duration::from_secs(30),
@@ -191,6 +209,8 @@ impl Default for HostConfig {
             cors: None,
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "tls")]
+            watch_tls_files: None,
         }
     }
 }
@@ -328,6 +348,39 @@ impl HostBuilder {
         self
     }
 
+    /// Gives the service named `service` (a contract's name, `Calculator`) a throttle of its
+    /// own, as WCF's `serviceThrottling` is per service: its calls take places in it (at most
+    /// `throttle.max_concurrent_calls` running, `max_queued_calls` waiting, one more `Busy`)
+    /// instead of in the host-wide throttle, so a slow service cannot take the places of a
+    /// fast one, nor a fast one those of a slow one. Services without one share the host's.
+    /// Its metrics are the throttle's, labelled `service` (see the crate docs, "Metrics").
+    /// `start` fails if the host serves no such contract.
+    ///
+    /// The host then runs at most the host-wide limit plus each service's own at once; the
+    /// per-connection limit (`max_calls_per_connection`) still applies to every call.
+    ///
+    /// ```
+    /// # #[keel::contract] pub trait Reports { fn monthly(&self) -> u64; }
+    /// # struct R;
+    /// # impl Reports for R { fn monthly(&self) -> u64 { 1 } }
+    /// use keel::host::ThrottleConfig;
+    ///
+    /// let host = keel::Host::builder()
+    ///     .service(ReportsServer::new(R))
+    ///     .service_throttle("Reports", ThrottleConfig::new(4, 100))
+    ///     .endpoint("tcp://127.0.0.1:0")
+    ///     .start()?;
+    /// # host.shutdown();
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    pub fn service_throttle(mut self, service: &str, throttle: ThrottleConfig) -> Self {
+        self.config.service_throttles.retain(|(s, _)| s != service);
+        self.config
+            .service_throttles
+            .push((service.to_string(), throttle));
+        self
+    }
+
     /// Sets all of the blocking-operation pool's settings at once. Default:
     /// [`PoolConfig::default`] (keel-pool's defaults).
     #[deprecated(
@@ -388,6 +441,13 @@ impl HostBuilder {
     /// [`HostConfig::grpc_standard_services`]). Default: true.
     pub fn grpc_standard_services(mut self, on: bool) -> Self {
         self.config.grpc_standard_services = on;
+        self
+    }
+
+    /// Whether the host describes its contracts (see [`HostConfig::descriptions`]).
+    /// Default: true.
+    pub fn descriptions(mut self, on: bool) -> Self {
+        self.config.descriptions = on;
         self
     }
 
@@ -583,6 +643,24 @@ impl HostBuilder {
         self
     }
 
+    /// Reads the files the host's TLS settings came from
+    /// ([`ServerTls::from_pem_files`](crate::tls::ServerTls::from_pem_files)) every `every`,
+    /// and when their contents change, takes the new certificate and key (with the same
+    /// client authentication) for every handshake from then on; connections already open keep
+    /// theirs. New files that are refused (unreadable, malformed, a key that does not match
+    /// the certificate) are logged as a warning and counted
+    /// ([`HostStats::tls_reload_failures`](crate::host::HostStats::tls_reload_failures)), and
+    /// the current certificate stays. Replace both files at once (write elsewhere, then
+    /// rename, as cert-manager's and Kubernetes' secret volumes do): a key read before its
+    /// certificate is replaced is refused until the pair matches. `start` fails if the
+    /// settings were not read from files. [`Host::reload_tls`](crate::Host::reload_tls) does
+    /// the same on demand. Default: not watched.
+    #[cfg(feature = "tls")]
+    pub fn watch_tls_files(mut self, every: Duration) -> Self {
+        self.config.watch_tls_files = Some(every);
+        self
+    }
+
     /// Binds every endpoint and starts serving. Returns once the host accepts connections.
     pub fn start(self) -> Result<Host, Error> {
         let HostBuilder {
@@ -601,6 +679,21 @@ impl HostBuilder {
                     format!("service `{name}` added twice"),
                 ));
             }
+        }
+        if let Some((name, _)) = config
+            .service_throttles
+            .iter()
+            .find(|(name, _)| !services.contains_key(name))
+        {
+            let mut served: Vec<_> = services.keys().map(String::as_str).collect();
+            served.sort_unstable();
+            return Err(Error::new(
+                Kind::Config,
+                format!(
+                    "service_throttle names `{name}`, which this host does not serve (it serves: {})",
+                    served.join(", ")
+                ),
+            ));
         }
         let standard = config
             .grpc_standard_services
@@ -669,15 +762,37 @@ impl HostBuilder {
             interceptors,
             limits,
             config.throttle,
+            &config.service_throttles,
             pool,
             config.blocking_watchdog,
         ));
         let _ = dispatcher.sessions.set(Arc::new(super::session::Sessions));
+        dispatcher.set_descriptions(config.descriptions);
         if let Some(link) = standard {
             link.set(&dispatcher);
         }
         let settings = Arc::new(config.server_settings());
         let registry = Arc::new(super::registry::Registry::new(dispatcher.clone()));
+
+        #[cfg(feature = "tls")]
+        let certificates = Arc::new(super::certificates::Certificates::new(
+            security
+                .iter()
+                .filter_map(|s| s.tls_slot().cloned())
+                .collect(),
+        ));
+        #[cfg(feature = "tls")]
+        let watcher = match (config.watch_tls_files, &config.tls) {
+            (None, _) => None,
+            (Some(every), Some(tls)) if tls.made_from().is_some() => Some((every, tls.clone())),
+            (Some(_), _) => {
+                return Err(Error::new(
+                    Kind::Config,
+                    "watch_tls_files needs TLS settings read from files: \
+                     HostBuilder::tls(ServerTls::from_pem_files(chain, key)?)",
+                ))
+            }
+        };
 
         // Every endpoint is bound before any is served: a failure leaves nothing running.
         let mut urls = Vec::new();
@@ -710,6 +825,10 @@ impl HostBuilder {
             let grace = config.max_connection_age_grace;
             accept_tasks.push(handle.spawn(super::age_reaper(registry.clone(), age, grace)));
         }
+        #[cfg(feature = "tls")]
+        if let Some((every, tls)) = watcher {
+            accept_tasks.push(handle.spawn(certificates.clone().watch(tls, every)));
+        }
         #[cfg(feature = "http")]
         let admin_url = admin.map(|admin| {
             let url = admin.url.clone();
@@ -727,6 +846,8 @@ impl HostBuilder {
             urls,
             admin_url,
             accept_tasks,
+            #[cfg(feature = "tls")]
+            certificates,
         })
     }
 }

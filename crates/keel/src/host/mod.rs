@@ -11,13 +11,15 @@
 #[cfg(feature = "http")]
 mod admin;
 mod builder;
+#[cfg(feature = "tls")]
+mod certificates;
 mod registry;
 mod session;
 mod signal;
 mod standard;
 
 pub use crate::core::keepalive::{Keepalive, PingPolicy};
-pub use crate::dispatch::{Interceptor, ThrottleConfig};
+pub use crate::dispatch::{Interceptor, ThrottleConfig, ALL_SERVICES, DESCRIBE};
 pub use builder::{HostBuilder, HostConfig, PoolConfig};
 
 use std::sync::atomic::Ordering;
@@ -67,13 +69,19 @@ pub struct HostStats {
     pub connections_timed_out: u64,
     /// Calls in flight now (admitted, not yet answered).
     pub calls_in_flight: usize,
-    /// Calls waiting in the throttle queue now.
+    /// Calls waiting in a throttle queue now (the host-wide one and each service's own).
     pub calls_queued: usize,
     /// Calls accepted since start.
     pub calls_total: u64,
     /// Polls of `async` handlers that held their runtime worker past the blocking watchdog's
     /// threshold ([`HostBuilder::blocking_watchdog`](crate::host::HostBuilder::blocking_watchdog)).
     pub handlers_blocked: u64,
+    /// Times the TLS certificate was replaced while the host ran ([`Host::reload_tls`], or a
+    /// change of its watched files).
+    pub tls_reloads: u64,
+    /// New certificate files the host refused while watching them (and kept the current
+    /// certificate); each is also logged as a warning.
+    pub tls_reload_failures: u64,
 }
 
 /// What [`Host::shutdown`] did.
@@ -119,6 +127,9 @@ pub struct Host {
     /// The admin endpoint's bound URL, if it has one.
     admin_url: Option<String>,
     accept_tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Its TLS endpoints' certificates, which a reload replaces.
+    #[cfg(feature = "tls")]
+    certificates: Arc<certificates::Certificates>,
 }
 
 impl Host {
@@ -150,6 +161,14 @@ impl Host {
     #[cfg(feature = "openapi")]
     pub fn openapi(&self) -> String {
         crate::openapi::document(&self.dispatcher.descriptors())
+    }
+
+    /// Switches the host's descriptions of its contracts (`GET /{Service}`,
+    /// `GET /openapi.json`, gRPC server reflection) on or off, for requests that arrive from
+    /// now on (see [`HostConfig::descriptions`]). [`Host::openapi`] is not affected: it is the
+    /// host's owner asking.
+    pub fn set_descriptions(&self, on: bool) {
+        self.dispatcher.set_descriptions(on);
     }
 
     /// Whether the host reports itself ready (`GET /readyz`): true until a shutdown begins.
@@ -200,7 +219,54 @@ impl Host {
             calls_queued: d.queued(),
             calls_total: d.stats.calls.load(Ordering::Relaxed),
             handlers_blocked: d.stats.handlers_blocked.load(Ordering::Relaxed),
+            #[cfg(feature = "tls")]
+            tls_reloads: self.certificates.reloads(),
+            #[cfg(feature = "tls")]
+            tls_reload_failures: self.certificates.failures(),
+            #[cfg(not(feature = "tls"))]
+            tls_reloads: 0,
+            #[cfg(not(feature = "tls"))]
+            tls_reload_failures: 0,
         }
+    }
+
+    /// Replaces the host's TLS certificate (and client authentication): every TLS endpoint's
+    /// handshakes use `tls` from now on, while connections already open keep the certificate
+    /// they agreed on. `tls` was checked when it was made (a key that matches its
+    /// certificate), so this cannot leave a host without a usable certificate. Fails only for
+    /// a host with no TLS endpoint. To follow files instead, see
+    /// [`HostBuilder::watch_tls_files`].
+    ///
+    /// ```
+    /// # #[keel::contract] pub trait Greeter { fn hello(&self) -> u64; }
+    /// # struct G;
+    /// # impl Greeter for G { fn hello(&self) -> u64 { 1 } }
+    /// let old = keel::tls::self_signed(&["127.0.0.1"])?;
+    /// let host = keel::Host::builder()
+    ///     .service(GreeterServer::new(G))
+    ///     .endpoint("tcps://127.0.0.1:0")
+    ///     .tls(old.server_tls()?)
+    ///     .start()?;
+    /// let renewed = keel::tls::self_signed(&["127.0.0.1"])?;
+    /// host.reload_tls(renewed.server_tls()?)?;
+    /// // New connections see the renewed certificate (clients that trust only the old one
+    /// // would now fail their handshake).
+    /// let channel = keel::Channel::builder(host.url()).tls(renewed.client_tls()?).build()?;
+    /// assert_eq!(GreeterBlockingClient::new(channel).hello()?, 1);
+    /// assert_eq!(host.stats().tls_reloads, 1);
+    /// host.shutdown();
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn reload_tls(&self, tls: crate::tls::ServerTls) -> Result<(), crate::Error> {
+        if self.certificates.is_empty() {
+            return Err(crate::Error::new(
+                crate::core::error::Kind::Config,
+                "reload_tls: this host has no TLS endpoint (tcps:// or https://)",
+            ));
+        }
+        self.certificates.replace(&tls);
+        Ok(())
     }
 
     /// The host's HTTP binding as a `tower::Service`, to mount in an HTTP server of your own

@@ -287,7 +287,7 @@ enum ListenSocket {
 #[derive(Clone, Default)]
 pub(crate) struct ServerSecurity {
     #[cfg(feature = "tls")]
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<std::sync::Arc<super::tls::AcceptorSlot>>,
 }
 
 impl fmt::Debug for ServerSecurity {
@@ -321,7 +321,7 @@ impl ServerSecurity {
                 )
             })?;
             Ok(ServerSecurity {
-                tls: Some(tls.acceptor(endpoint.alpn())),
+                tls: Some(super::tls::AcceptorSlot::new(tls, endpoint.alpn())),
             })
         }
         #[cfg(not(feature = "tls"))]
@@ -329,6 +329,15 @@ impl ServerSecurity {
             let _ = tls;
             Err(tls_feature_needed(endpoint))
         }
+    }
+}
+
+#[cfg(feature = "tls")]
+impl ServerSecurity {
+    /// The endpoint's TLS acceptor, which a certificate reload replaces (`None` on plain
+    /// schemes).
+    pub(crate) fn tls_slot(&self) -> Option<&std::sync::Arc<super::tls::AcceptorSlot>> {
+        self.tls.as_ref()
     }
 }
 
@@ -371,8 +380,8 @@ impl Listener {
     /// certificate the host requires), nothing on plain ones.
     pub(crate) async fn secure(&self, io: Box<dyn Io>) -> std::io::Result<SecuredStream> {
         #[cfg(feature = "tls")]
-        if let Some(acceptor) = &self.security.tls {
-            return super::tls::accept(acceptor, io).await;
+        if let Some(slot) = &self.security.tls {
+            return super::tls::accept(&slot.current(), io).await;
         }
         // A TLS endpoint without an acceptor cannot start (see `ServerSecurity::for_endpoint`).
         debug_assert!(!self.endpoint.is_tls());

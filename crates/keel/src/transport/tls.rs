@@ -36,7 +36,13 @@
 //!
 //! In production, load the host's certificate chain and key from PEM files
 //! ([`ServerTls::from_pem_files`]); clients either trust the system roots (the default) or a
-//! private CA ([`ClientTls::from_roots_pem_file`]). Anything else rustls can do is available
+//! private CA ([`ClientTls::from_roots_pem_file`]). A renewed certificate (cert-manager, ACME)
+//! is taken without a restart: the host watches its files
+//! ([`HostBuilder::watch_tls_files`](crate::host::HostBuilder::watch_tls_files)) or is given new
+//! settings ([`Host::reload_tls`](crate::Host::reload_tls)); new handshakes use the new
+//! certificate at once, connections already open keep theirs, and files that do not make a
+//! usable certificate are refused with a logged warning while the current one stays. A client's
+//! trust roots and certificate are replaced with [`ClientTls::reload`]. Anything else rustls can do is available
 //! through the escape hatch [`rustls_unstable`], outside keel's semver guarantees.
 //!
 //! [`HostBuilder::tls`]: crate::host::HostBuilder::tls
@@ -44,7 +50,7 @@
 //! [`HostConfig::handshake_timeout`]: crate::host::HostConfig::handshake_timeout
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
@@ -169,6 +175,28 @@ pub struct ServerTls {
     identity: Option<Arc<Identity>>,
     /// Meaningful only with `identity` (rustls does not tell for a config from elsewhere).
     client_certs_required: bool,
+    /// The files [`ServerTls::from_pem_files`] read, and the client roots
+    /// [`ServerTls::require_client_certs`] was given: what a host watching the files needs to
+    /// make the settings again from their new contents.
+    files: Option<Arc<PemFiles>>,
+}
+
+/// Where a [`ServerTls`] read its certificate chain and key, and what they held then.
+#[derive(Debug)]
+struct PemFiles {
+    chain: PathBuf,
+    key: PathBuf,
+    client_roots_pem: Option<Vec<u8>>,
+    /// What the settings were made from: a watcher compares the files with it, so a change
+    /// made before it first looks is not missed.
+    made_from: PemContents,
+}
+
+/// The contents of a [`ServerTls`]'s files as last read: compared to tell a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PemContents {
+    chain: Vec<u8>,
+    key: Vec<u8>,
 }
 
 impl fmt::Debug for ServerTls {
@@ -205,14 +233,56 @@ impl ServerTls {
     }
 
     /// [`ServerTls::from_pem`] with the chain and the key read from files (which may be the
-    /// same file).
+    /// same file). A host given these settings can watch the files and take a renewed
+    /// certificate without a restart ([`HostBuilder::watch_tls_files`](crate::host::HostBuilder::watch_tls_files)).
     pub fn from_pem_files(
         cert_chain: impl AsRef<Path>,
         key: impl AsRef<Path>,
     ) -> Result<ServerTls, Error> {
-        let chain = read_file("certificate chain", cert_chain.as_ref())?;
-        let key = read_file("private key", key.as_ref())?;
-        ServerTls::from_pem(&chain, &key)
+        let (chain, key) = (cert_chain.as_ref(), key.as_ref());
+        let made_from = PemContents::read(chain, key)?;
+        let mut tls = ServerTls::from_pem(&made_from.chain, &made_from.key)?;
+        tls.files = Some(Arc::new(PemFiles {
+            chain: chain.to_path_buf(),
+            key: key.to_path_buf(),
+            client_roots_pem: None,
+            made_from,
+        }));
+        Ok(tls)
+    }
+
+    /// What the files of settings made by [`ServerTls::from_pem_files`] held when these
+    /// settings were made from them.
+    pub(crate) fn made_from(&self) -> Option<&PemContents> {
+        self.files.as_ref().map(|f| &f.made_from)
+    }
+
+    /// What the files of settings made by [`ServerTls::from_pem_files`] hold now (`None` for
+    /// other settings).
+    pub(crate) fn read_files(&self) -> Option<Result<PemContents, Error>> {
+        self.files
+            .as_ref()
+            .map(|f| PemContents::read(&f.chain, &f.key))
+    }
+
+    /// These settings made again from `contents` of their files: the same client
+    /// authentication, the certificate chain and key the files hold now.
+    pub(crate) fn remake(&self, contents: &PemContents) -> Result<ServerTls, Error> {
+        let files = self.files.as_ref().ok_or_else(|| {
+            config_err("only settings read by ServerTls::from_pem_files can be read again")
+        })?;
+        let tls = ServerTls::from_pem(&contents.chain, &contents.key)?;
+        let mut tls = match &files.client_roots_pem {
+            Some(roots) => tls.require_client_certs(roots)?,
+            None => tls,
+        };
+        tls.files = Some(Arc::new(PemFiles {
+            chain: files.chain.clone(),
+            key: files.key.clone(),
+            client_roots_pem: files.client_roots_pem.clone(),
+            made_from: contents.clone(),
+        }));
+        Ok(tls)
     }
 
     /// Requires every client to present a certificate signed by one of `trusted_roots_pem`
@@ -244,7 +314,16 @@ impl ServerTls {
             .map_err(|e| {
                 config_err(format!("cannot verify client certificates: {e}")).with_source(e)
             })?;
-        ServerTls::build(identity, Some(verifier))
+        let mut tls = ServerTls::build(identity, Some(verifier))?;
+        tls.files = self.files.map(|f| {
+            Arc::new(PemFiles {
+                chain: f.chain.clone(),
+                key: f.key.clone(),
+                client_roots_pem: Some(trusted_roots_pem.to_vec()),
+                made_from: f.made_from.clone(),
+            })
+        });
+        Ok(tls)
     }
 
     /// Settings from a rustls config (see [`rustls_unstable::server_tls`]).
@@ -253,6 +332,7 @@ impl ServerTls {
             config,
             identity: None,
             client_certs_required: false,
+            files: None,
         }
     }
 
@@ -282,6 +362,7 @@ impl ServerTls {
             config: Arc::new(config),
             identity: Some(identity),
             client_certs_required,
+            files: None,
         })
     }
 
@@ -293,6 +374,50 @@ impl ServerTls {
     }
 }
 
+impl PemContents {
+    fn read(chain: &Path, key: &Path) -> Result<PemContents, Error> {
+        Ok(PemContents {
+            chain: read_file("certificate chain", chain)?,
+            key: read_file("private key", key)?,
+        })
+    }
+}
+
+/// A TLS endpoint's acceptor, replaced while the host runs when its certificate is
+/// ([`Host::reload_tls`](crate::Host::reload_tls)): each handshake takes the one current when
+/// it starts, so connections already open keep theirs.
+pub(crate) struct AcceptorSlot {
+    alpn: &'static [&'static [u8]],
+    current: parking_lot::RwLock<tokio_rustls::TlsAcceptor>,
+}
+
+impl fmt::Debug for AcceptorSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcceptorSlot").finish_non_exhaustive()
+    }
+}
+
+impl AcceptorSlot {
+    /// The slot of an endpoint speaking `alpn`, holding `tls`'s acceptor.
+    pub(crate) fn new(tls: &ServerTls, alpn: &'static [&'static [u8]]) -> Arc<AcceptorSlot> {
+        Arc::new(AcceptorSlot {
+            alpn,
+            current: parking_lot::RwLock::new(tls.acceptor(alpn)),
+        })
+    }
+
+    /// The acceptor for a handshake starting now.
+    pub(crate) fn current(&self) -> tokio_rustls::TlsAcceptor {
+        self.current.read().clone()
+    }
+
+    /// Handshakes from now on use `tls`.
+    pub(crate) fn replace(&self, tls: &ServerTls) {
+        let acceptor = tls.acceptor(self.alpn);
+        *self.current.write() = acceptor;
+    }
+}
+
 /// A client's TLS settings: which certificates it trusts, its own certificate for mutual TLS,
 /// and the server name it checks. Give it to [`ChannelBuilder::tls`](crate::client::ChannelBuilder::tls).
 ///
@@ -301,21 +426,29 @@ impl ServerTls {
 /// Cheap to clone. Its `Debug` output shows no key material.
 #[derive(Clone)]
 pub struct ClientTls {
+    /// Shared by every clone, so that [`ClientTls::reload`] reaches every channel given one.
+    made: Arc<parking_lot::RwLock<MadeClient>>,
+    server_name: Option<String>,
+}
+
+/// What a [`ClientTls`] trusts and presents.
+#[derive(Clone)]
+struct MadeClient {
     config: Arc<rustls::ClientConfig>,
     /// `None` for [`rustls_unstable::client_tls`], which cannot be rebuilt.
     roots: Option<Arc<RootCertStore>>,
     identity: bool,
-    server_name: Option<String>,
 }
 
 impl fmt::Debug for ClientTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let made = self.made.read();
         let mut d = f.debug_struct("ClientTls");
-        match &self.roots {
+        match &made.roots {
             Some(roots) => d.field("roots", &roots.len()),
             None => d.field("rustls_unstable", &true),
         };
-        d.field("identity", &self.identity)
+        d.field("identity", &made.identity)
             .field("server_name", &self.server_name)
             .finish_non_exhaustive()
     }
@@ -370,7 +503,7 @@ impl ClientTls {
     /// Not available for [`rustls_unstable::client_tls`] settings: configure the client certificate
     /// on the rustls config instead.
     pub fn with_identity(self, cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<ClientTls, Error> {
-        let roots = self.roots.ok_or_else(|| {
+        let roots = self.made.read().roots.clone().ok_or_else(|| {
             config_err(
                 "with_identity needs ClientTls settings made by keel; with \
                  rustls_unstable::client_tls, configure the client certificate on the rustls \
@@ -381,6 +514,28 @@ impl ClientTls {
         let mut tls = ClientTls::build(roots, Some(identity))?;
         tls.server_name = self.server_name;
         Ok(tls)
+    }
+
+    /// Replaces what these settings trust and present with `new`'s (its roots and client
+    /// certificate; the server name checked stays this one's), for every channel given these
+    /// settings or a clone of them: connections they open from now on use the new ones, while
+    /// connections already open keep theirs. For a renewed client certificate, or a CA being
+    /// rotated (trust both the old and the new CA while hosts move over).
+    ///
+    /// ```
+    /// let old_ca = keel::tls::self_signed(&["localhost"])?;
+    /// let tls = keel::tls::ClientTls::from_roots_pem(old_ca.cert_pem.as_bytes())?;
+    /// let channel = keel::Channel::builder("tcps://localhost:7000").tls(tls.clone()).build()?;
+    /// // Later: the host moves to a certificate from a new CA.
+    /// let new_ca = keel::tls::self_signed(&["localhost"])?;
+    /// tls.reload(&keel::tls::ClientTls::from_roots_pem(new_ca.cert_pem.as_bytes())?);
+    /// // `channel`'s next connection trusts the new CA (and no longer the old one).
+    /// # drop(channel);
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    pub fn reload(&self, new: &ClientTls) {
+        let made = new.made.read().clone();
+        *self.made.write() = made;
     }
 
     /// This configuration checking certificates against `name`, unless it already names one
@@ -403,10 +558,16 @@ impl ClientTls {
 
     /// Settings from a rustls config (see [`rustls_unstable::client_tls`]).
     fn from_rustls(config: Arc<rustls::ClientConfig>) -> ClientTls {
-        ClientTls {
+        ClientTls::made(MadeClient {
             identity: config.client_auth_cert_resolver.has_certs(),
             config,
             roots: None,
+        })
+    }
+
+    fn made(made: MadeClient) -> ClientTls {
+        ClientTls {
+            made: Arc::new(parking_lot::RwLock::new(made)),
             server_name: None,
         }
     }
@@ -430,12 +591,11 @@ impl ClientTls {
                 })?,
             None => builder.with_no_client_auth(),
         };
-        Ok(ClientTls {
+        Ok(ClientTls::made(MadeClient {
             config: Arc::new(config),
             roots: Some(roots),
             identity: has_identity,
-            server_name: None,
-        })
+        }))
     }
 
     /// The settings a client without its own uses: the system roots, loaded once per process
@@ -465,7 +625,7 @@ impl ClientTls {
                 "`{name}` is not a valid TLS server name (a DNS name or an IP address): {e}"
             )))
         })?;
-        let mut config = (*self.config).clone();
+        let mut config = (*self.made.read().config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let stream = connector
@@ -664,7 +824,7 @@ mod tests {
             .require_client_certs(a.cert_pem.as_bytes())
             .unwrap_err();
         assert!(e.to_string().contains("rustls_unstable"), "{e}");
-        let client = ClientTls::from_rustls(a.client_tls().unwrap().config);
+        let client = ClientTls::from_rustls(a.client_tls().unwrap().made.read().config.clone());
         let e = client
             .with_identity(a.cert_pem.as_bytes(), a.key_pem.as_bytes())
             .unwrap_err();
@@ -690,7 +850,7 @@ mod tests {
                 let mut end = Vec::new();
                 let _ = tls.read_to_end(&mut end).await;
             });
-            let mut config = (*client.config).clone();
+            let mut config = (*client.made.read().config).clone();
             config.alpn_protocols = vec![b"keel/1".to_vec()];
             let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
             let name = ServerName::try_from("localhost").unwrap();

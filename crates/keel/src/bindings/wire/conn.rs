@@ -116,6 +116,10 @@ struct State<C> {
     /// earlier than every deadline left (the call it was set for ended): firing then only
     /// finds the next one.
     call_timer: Option<Instant>,
+    /// Client: the keepalive deadline the timer task sleeps until, so that a call that makes
+    /// it earlier (the first call waiting on a quiet connection) wakes the task, and no other
+    /// call does.
+    keepalive_armed: Option<Instant>,
     /// Client: who reads the socket. Kept here, with the call table, so that "the only call in
     /// flight" is decided under the lock that starts calls.
     reader: Reader,
@@ -206,6 +210,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 inbound: HashMap::new(),
                 outbound: HashMap::new(),
                 call_timer: None,
+                keepalive_armed: None,
                 reader: Reader::Task,
             }),
             sink,
@@ -576,11 +581,12 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             // Created before reading the deadlines, so one moved meanwhile wakes it.
             let moved = self.timer.notified();
             let (keepalive_at, calls_at) = {
-                let st = self.lock();
+                let mut st = self.lock();
                 if st.core.is_closed() {
                     return None;
                 }
-                (st.core.poll_timeout(), st.call_timer)
+                st.keepalive_armed = st.core.poll_timeout();
+                (st.keepalive_armed, st.call_timer)
             };
             let woken = match keepalive_at.into_iter().chain(calls_at).min() {
                 None => {
@@ -676,6 +682,15 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 return Err(NotSent::Sink(e));
             }
             probed = st.core.probe(now);
+            // Calls waiting make the keepalive deadline earlier (a ping if nothing arrives
+            // for a second): the timer must know when it moved that way.
+            if let Some(armed) = st.keepalive_armed {
+                let due = st.core.poll_timeout();
+                if due.is_some_and(|at| at < armed) {
+                    st.keepalive_armed = due;
+                    timer_moved = true;
+                }
+            }
             if let Some(d) = deadline {
                 if st.call_timer.is_none_or(|at| d < at) {
                     st.call_timer = Some(d);

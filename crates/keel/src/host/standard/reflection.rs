@@ -190,6 +190,13 @@ impl Reflection {
         &self,
         mut requests: MessageStream<ServerReflectionRequest>,
     ) -> MessageStream<ServerReflectionResponse> {
+        if !self.files.described() {
+            // Switched off at run time (`Host::set_descriptions`): refused as
+            // `GET /openapi.json` is.
+            let (tx, refused) = MessageStream::channel(1);
+            tokio::spawn(tx.abort(crate::dispatch::descriptions_off()));
+            return refused;
+        }
         let (tx, replies) = MessageStream::channel(4);
         let files = self.files.clone();
         tokio::spawn(async move {
@@ -217,6 +224,11 @@ impl Files {
             link,
             built: OnceLock::new(),
         }
+    }
+
+    /// Whether the host describes its contracts now (`Host::set_descriptions`).
+    fn described(&self) -> bool {
+        self.link.dispatcher().is_none_or(|d| d.descriptions_on())
     }
 
     fn built(&self) -> &Built {

@@ -1,22 +1,27 @@
 //! `GET /{Service}` (the contract as JSON) and `GET /openapi.json`.
 
-use ::http::Response;
+use ::http::{HeaderMap, Response};
 use bytes::Bytes;
 #[cfg(not(feature = "openapi"))]
 use serde::Serialize;
 
 use super::super::body::{self, Body};
-use super::super::JSON_CONTENT_TYPE;
+use super::super::{metadata_from_headers, JSON_CONTENT_TYPE};
 use super::responses::{error, set_content_type, set_status_header};
 use crate::core::format::Format;
 #[cfg(not(feature = "openapi"))]
 use crate::core::service::ServiceDescriptor;
 use crate::core::status::{Status, StatusCode};
-use crate::dispatch::HostConn;
+use crate::dispatch::{HostConn, ALL_SERVICES};
 
-/// `GET /{Service}`: the contract as JSON.
-pub(super) fn describe(conn: &HostConn, service: &str) -> Response<Body> {
-    let Some(s) = conn.dispatcher.service(service) else {
+/// `GET /{Service}`: the contract as JSON, for a caller the host's interceptors admit.
+pub(super) fn describe(conn: &HostConn, service: &str, headers: &HeaderMap) -> Response<Body> {
+    let found = conn.dispatcher.service(service);
+    let named = found.map_or(ALL_SERVICES, |s| s.descriptor().name);
+    if let Err(status) = admit(conn, named, headers) {
+        return error(status, Format::Json);
+    }
+    let Some(s) = found else {
         let msg = format!("no service `{service}` on this host");
         return error(Status::new(StatusCode::UnknownService, msg), Format::Json);
     };
@@ -31,14 +36,24 @@ pub(super) fn describe(conn: &HostConn, service: &str) -> Response<Body> {
     response
 }
 
-/// `GET /openapi.json`: the OpenAPI document of every contract the host serves.
+/// `GET /openapi.json`: the OpenAPI document of every contract the host serves, for a caller
+/// the host's interceptors admit.
 #[cfg(feature = "openapi")]
-pub(super) fn openapi(conn: &HostConn) -> Response<Body> {
+pub(super) fn openapi(conn: &HostConn, headers: &HeaderMap) -> Response<Body> {
+    if let Err(status) = admit(conn, ALL_SERVICES, headers) {
+        return error(status, Format::Json);
+    }
     let json = crate::openapi::document(&conn.dispatcher.descriptors());
     let mut response = Response::new(body::full(Bytes::from(json)));
     set_content_type(&mut response, JSON_CONTENT_TYPE);
     set_status_header(&mut response, StatusCode::Ok);
     response
+}
+
+/// Whether the host describes its contracts to this caller (`Dispatcher::admit_description`).
+fn admit(conn: &HostConn, service: &'static str, headers: &HeaderMap) -> Result<(), Status> {
+    conn.dispatcher
+        .admit_description(&conn.info, service, metadata_from_headers(headers))
 }
 
 /// The description without JSON Schema (without the `openapi` feature): types as written in

@@ -1,0 +1,102 @@
+//! Certificate rotation: a host's TLS settings replaced while it runs, by
+//! [`Host::reload_tls`](super::Host::reload_tls) or by watching the files they were read from
+//! ([`HostBuilder::watch_tls_files`](super::HostBuilder::watch_tls_files)). New handshakes
+//! take the new certificate at once; connections already open keep the one they agreed on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::tls::ServerTls;
+use crate::transport::tls::{AcceptorSlot, PemContents};
+
+/// The TLS endpoints of a host, and what reloading them did.
+#[derive(Debug, Default)]
+pub(crate) struct Certificates {
+    slots: Vec<Arc<AcceptorSlot>>,
+    reloads: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Certificates {
+    /// The reloadable acceptors of a host's TLS endpoints.
+    pub(crate) fn new(slots: Vec<Arc<AcceptorSlot>>) -> Certificates {
+        Certificates {
+            slots,
+            ..Certificates::default()
+        }
+    }
+
+    /// Every TLS endpoint's handshakes use `tls` from now on.
+    pub(crate) fn replace(&self, tls: &ServerTls) {
+        for slot in &self.slots {
+            slot.replace(tls);
+        }
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the host has no TLS endpoint.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Settings replaced since start.
+    pub(crate) fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    /// Files refused since start (unreadable, malformed, or a key that does not match).
+    pub(crate) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Reads `tls`'s files every `every`; when their contents change, makes the settings
+    /// again and replaces the endpoints' (or, if the new files are refused, logs why and keeps
+    /// the current certificate, trying again when the files change again). Runs until the
+    /// host's runtime stops it.
+    pub(crate) async fn watch(self: Arc<Self>, tls: ServerTls, every: Duration) {
+        // What the host's settings were made from, read before it started: a change made
+        // since is seen at the first tick.
+        let mut last: Option<PemContents> = tls.made_from().cloned();
+        // The last refusal logged: the same one again (a file still missing) is not.
+        let mut refusal: Option<String> = None;
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let read = match tls.read_files() {
+                Some(read) => read,
+                None => return,
+            };
+            let made = read.and_then(|contents| {
+                if last.as_ref() == Some(&contents) {
+                    return Ok(None);
+                }
+                let made = tls.remake(&contents);
+                // Not made again until the files change: a refused file is refused once.
+                last = Some(contents);
+                made.map(Some)
+            });
+            match made {
+                Ok(None) => {}
+                Ok(Some(new)) => {
+                    self.replace(&new);
+                    refusal = None;
+                    log::info!("keel: TLS certificate reloaded from its files");
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    if refusal.as_deref() != Some(text.as_str()) {
+                        self.failures.fetch_add(1, Ordering::Relaxed);
+                        log::warn!(
+                            "keel: new TLS certificate files refused, the current certificate \
+                             is kept: {text}"
+                        );
+                        refusal = Some(text);
+                    }
+                }
+            }
+        }
+    }
+}
