@@ -10,8 +10,8 @@
 //!   `option httpchk GET /readyz` on each host's admin endpoint marks a draining host down
 //!   before it closes, and no call fails.
 //!
-//! The configs here are the ones `docs/deployment.md` shows. The balancers are Debian's
-//! binaries (`apt-get install nginx haproxy`); a test whose balancer is missing is skipped with
+//! The configs here are the ones the guide's deployment chapter (`book/src/deployment.md`)
+//! shows. The balancers are Debian's binaries (`apt-get install nginx haproxy`); a test whose balancer is missing is skipped with
 //! a note, unless `KEEL_REQUIRE_NGINX=1` / `KEEL_REQUIRE_HAPROXY=1` (CI sets both), where it
 //! fails. Run with `--nocapture` to see calls, failures and connections per host.
 //!
