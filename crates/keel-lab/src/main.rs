@@ -39,7 +39,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use experiments::{burst, concurrent, first_call, idle, overload, soak, Binding};
+use experiments::{burst, concurrent, first_call, idle, isolation, overload, soak, Binding};
 
 /// Replays the seeds' experiments against keel and reports keel's numbers beside WCF's.
 #[derive(Debug, Parser)]
@@ -139,6 +139,22 @@ enum Command {
         /// Do not pin the host and the load generator to CPUs of their own.
         #[arg(long)]
         no_pin: bool,
+    },
+    /// Per-service throttles: a second service's p99 while a slow one has `callers` callers,
+    /// with the host-wide throttle only and with the slow service on a throttle of its own.
+    Isolation {
+        /// Callers of the slow service.
+        #[arg(long, default_value_t = 1000)]
+        callers: usize,
+        /// How long a slow call sleeps, ms.
+        #[arg(long, default_value_t = 1000)]
+        work_ms: u64,
+        /// Places of each throttle (calls running at once).
+        #[arg(long, default_value_t = 256)]
+        places: usize,
+        /// Calls of the fast service timed per phase.
+        #[arg(long, default_value_t = 2000)]
+        fast_calls: usize,
     },
     /// Soak: a mixed load below capacity for minutes; errors, p99 and the host's RSS.
     Soak {
@@ -307,6 +323,20 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
                 ..overload::Params::defaults(binding)
             })?;
             emit(json, &overload::summary(&r), &r, r.pass)
+        }
+        &Command::Isolation {
+            callers,
+            work_ms,
+            places,
+            fast_calls,
+        } => {
+            let r = isolation::run(&isolation::Params {
+                callers,
+                work_ms,
+                places,
+                fast_calls,
+            })?;
+            emit(json, &isolation::summary(&r), &r, r.pass)
         }
         &Command::Soak {
             minutes,
