@@ -49,6 +49,8 @@ pub trait Frontdesk {
     async fn relay(&self, ctx: Context, key: String) -> Result<Option<String>, Status>;
     /// `Backend.seen(key)` with its context (blocking).
     fn relay_sync(&self, ctx: Context, key: String) -> Result<Option<String>, Status>;
+    /// `Backend.seen(key)` with its context, from a task the handler spawned.
+    async fn relay_spawned(&self, ctx: Context, key: String) -> Result<Option<String>, Status>;
     /// `Backend.remaining_ms()` with its context.
     async fn remaining(&self, ctx: Context) -> Result<Option<u64>, Status>;
     /// How many of this host's `ask`/`ask_sync` handlers ended (whatever the outcome).
@@ -133,6 +135,11 @@ impl Frontdesk for FrontdeskImpl {
     fn relay_sync(&self, ctx: Context, key: String) -> Result<Option<String>, Status> {
         let backend = BackendBlockingClient::new(self.backend.channel().clone());
         Ok(backend.with_context(&ctx).seen(key)?)
+    }
+    async fn relay_spawned(&self, ctx: Context, key: String) -> Result<Option<String>, Status> {
+        let backend = self.backend.clone();
+        let task = tokio::spawn(async move { backend.with_context(&ctx).seen(key).await });
+        Ok(task.await.expect("the task does not panic")?)
     }
     async fn remaining(&self, ctx: Context) -> Result<Option<u64>, Status> {
         Ok(self.backend.with_context(&ctx).remaining_ms().await?)
@@ -424,4 +431,98 @@ async fn the_margin_and_the_key_list_are_the_channels() {
     assert!(err.is_timeout(), "{err}");
     relay_host.shutdown_async().await;
     backend_host.shutdown_async().await;
+}
+
+/// A `keel.call` span as recorded: its side, its method, and its parent's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SpanHop {
+    target: String,
+    method: String,
+    parent: Option<(String, String)>,
+}
+
+#[derive(Default)]
+struct Method(String);
+
+impl tracing::field::Visit for Method {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "rpc.method" {
+            self.0 = format!("{value:?}");
+        }
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "rpc.method" {
+            self.0 = value.to_owned();
+        }
+    }
+}
+
+/// Records every `keel.call` span with its parent `keel.call`, if any.
+#[derive(Clone, Default)]
+struct SpanHops(Arc<std::sync::Mutex<Vec<SpanHop>>>);
+
+/// A span's side and method, kept in its extensions.
+struct Named(String, String);
+
+impl<S> tracing_subscriber::Layer<S> for SpanHops
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() != "keel.call" {
+            return;
+        }
+        let mut method = Method::default();
+        attrs.record(&mut method);
+        let target = attrs.metadata().target().to_owned();
+        let span = ctx.span(id).expect("the new span");
+        let parent = span.parent().and_then(|p| {
+            p.extensions()
+                .get::<Named>()
+                .map(|Named(t, m)| (t.clone(), m.clone()))
+        });
+        span.extensions_mut()
+            .insert(Named(target.clone(), method.0.clone()));
+        self.0.lock().unwrap().push(SpanHop {
+            target,
+            method: method.0,
+            parent,
+        });
+    }
+}
+
+/// The outgoing call's span is a child of the incoming call's, from an async handler, a
+/// blocking one, and a task the handler spawned (which no span follows by itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outgoing_span_is_a_child_of_the_incoming() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let hops = SpanHops::default();
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(hops.clone()))
+        .unwrap();
+    let chain = Chain::start(Binding::Tcp).await;
+    for relay in ["relay", "relay_sync", "relay_spawned"] {
+        hops.0.lock().unwrap().clear();
+        let answer = match relay {
+            "relay" => chain.frontdesk.relay("k".into()).await,
+            "relay_sync" => chain.frontdesk.relay_sync("k".into()).await,
+            _ => chain.frontdesk.relay_spawned("k".into()).await,
+        };
+        assert_eq!(answer.unwrap(), None);
+        let all = hops.0.lock().unwrap().clone();
+        let outgoing = all
+            .iter()
+            .find(|h| h.target == "keel::client" && h.method == "seen")
+            .unwrap_or_else(|| panic!("{relay}: no client span for Backend.seen: {all:#?}"));
+        assert_eq!(
+            outgoing.parent,
+            Some(("keel::server".to_owned(), relay.to_owned())),
+            "{relay}: {all:#?}"
+        );
+    }
+    chain.shutdown().await;
 }
