@@ -75,6 +75,12 @@ pub(crate) fn generate(
             #vis fn with_reply_metadata(&self, slot: &::keel::client::ReplyMetadata) -> Self {
                 Self { channel: self.channel.clone(), options: self.options.clone().with_reply_metadata(slot) }
             }
+            /// A copy of this client whose calls are made for the incoming call `ctx` (a
+            /// handler's context): they inherit its remaining deadline and chosen metadata, and
+            /// end when it is cancelled (see `keel::client::CallOptions::with_context`).
+            #vis fn with_context(&self, ctx: &::keel::Context) -> Self {
+                Self { channel: self.channel.clone(), options: self.options.clone().with_context(ctx) }
+            }
             /// The contract's description: its operations (and, with keel's `openapi`
             /// feature, their JSON Schema, for `keel::openapi::document`).
             #vis fn descriptor() -> &'static #k::ServiceDescriptor {
@@ -122,6 +128,12 @@ pub(crate) fn generate(
             /// A copy of this client that stores each call's reply metadata in `slot`.
             #vis fn with_reply_metadata(&self, slot: &::keel::client::ReplyMetadata) -> Self {
                 Self { inner: self.inner.with_reply_metadata(slot) }
+            }
+            /// A copy of this client whose calls are made for the incoming call `ctx` (a
+            /// handler's context): they inherit its remaining deadline and chosen metadata, and
+            /// end (a blocked call wakes) when it is cancelled.
+            #vis fn with_context(&self, ctx: &::keel::Context) -> Self {
+                Self { inner: self.inner.with_context(ctx) }
             }
             /// The channel this client calls over.
             #vis fn channel(&self) -> &::keel::Channel {

@@ -286,6 +286,52 @@
 //! to 30 s while it keeps failing; a call that could not connect goes to another host,
 //! whatever its operation (nothing was sent).
 //!
+//! # Calls that chain
+//!
+//! A handler that calls another service passes its [`Context`] to the client:
+//! `with_context(&ctx)` on a generated client (async or blocking). The outgoing call then
+//! - has at most the time the incoming call has left, less the channel's
+//!   [`propagation_margin`](client::ChannelBuilder::propagation_margin) (default zero, as gRPC),
+//!   and no more than its own deadline; with no time left it fails at once, timed out, without
+//!   being sent;
+//! - ends, [`StatusCode::Cancelled`], when the incoming call is cancelled (its caller cancelled
+//!   or went away, its deadline passed), on every binding, from an async handler and from a
+//!   blocking one (a blocked call wakes); the host of the outgoing call is told as for any
+//!   dropped call (a Cancel frame, a reset HTTP/2 stream, a closed HTTP/1.1 connection), so
+//!   its handler sees the cancellation within one round trip;
+//! - carries the incoming call's values of the channel's
+//!   [`propagate_metadata`](client::ChannelBuilder::propagate_metadata) keys (default
+//!   `x-request-id`, `traceparent`, `tracestate`; the call's own metadata wins);
+//! - has its client span a child of the incoming call's span, so a trace shows the hop.
+//!
+//! Explicit, not implicit: a context held in a task-local would silently not follow work a
+//! handler spawns, and would chain calls that were meant to outlive the incoming one. A call
+//! made without `with_context` starts from nothing, as before.
+//!
+//! ```
+//! # use keel::{Context, Status};
+//! #[keel::contract]
+//! pub trait Backend {
+//!     async fn work(&self, delay_ms: u64) -> u64;
+//! }
+//! #[keel::contract]
+//! pub trait Frontdesk {
+//!     async fn ask(&self, ctx: Context, delay_ms: u64) -> Result<u64, Status>;
+//! }
+//! struct Desk {
+//!     next: BackendClient,
+//! }
+//! impl Frontdesk for Desk {
+//!     async fn ask(&self, ctx: Context, delay_ms: u64) -> Result<u64, Status> {
+//!         // The caller's deadline, cancellation and request id go along.
+//!         Ok(self.next.with_context(&ctx).work(delay_ms).await?)
+//!     }
+//! }
+//! ```
+//!
+//! `examples/chain.rs` runs the two hops: a caller with a 200 ms deadline asking for 2 s of
+//! work gets `deadline_exceeded`, and the work two hops down is cancelled at once.
+//!
 //! # Metrics, health and a readiness-aware drain
 //!
 //! keel reports calls (by code, in flight, throttle wait, pool wait, handler and total time,

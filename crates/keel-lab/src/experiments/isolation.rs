@@ -20,14 +20,14 @@ use super::{round1, Dist, Latencies};
 
 /// Calls that hold their place for a while.
 #[keel::contract]
-pub trait Slow {
+pub(crate) trait Slow {
     /// Sleeps `ms`, then returns it.
     async fn work(&self, ms: u64) -> u64;
 }
 
 /// Calls that return at once.
 #[keel::contract]
-pub trait Fast {
+pub(crate) trait Fast {
     /// Returns `n`.
     async fn ping(&self, n: u64) -> u64;
 }

@@ -68,7 +68,25 @@ pub struct ClientConfig {
     /// A [balanced](Channel::balanced) channel resolves its URLs' names again this often (and
     /// after a connect failure). Default: 30 s.
     pub resolve_interval: Duration,
+    /// A call made with a handler's context (a generated client's `with_context`) gets
+    /// the time the incoming call has left less this, so that the handler still has this
+    /// long to answer its own caller (a fallback, or the downstream's error) when the
+    /// downstream call times out. Default: zero, as gRPC propagates deadlines: the incoming
+    /// deadline is already late by the network's one-way delay (the host counts the time
+    /// left from when the call arrived), so a margin of a few milliseconds mostly cuts a tight
+    /// budget; set one when the handler has something to do after a downstream timeout.
+    pub propagation_margin: Duration,
+    /// The request metadata keys a call made with a handler's context copies from the
+    /// incoming call (every value of each; keys the call's own metadata sets win, and the
+    /// channel's interceptors run after, so an OpenTelemetry interceptor writes a
+    /// `traceparent` of its own). Default: `x-request-id`, and the W3C trace context
+    /// `traceparent` and `tracestate`, so that a trace keeps its id across a hop that has no
+    /// tracing pipeline of its own.
+    pub propagated_metadata: Vec<String>,
 }
+
+/// The default of [`ClientConfig::propagated_metadata`].
+const PROPAGATED_METADATA: [&str; 3] = ["x-request-id", "traceparent", "tracestate"];
 
 /// The client's keepalive default: see [`ClientConfig::keepalive`].
 const CLIENT_KEEPALIVE: Keepalive = Keepalive::new(Duration::from_secs(20), Duration::from_secs(1));
@@ -90,6 +108,8 @@ impl Default for ClientConfig {
             keepalive: Some(CLIENT_KEEPALIVE),
             retry: RetryPolicy::default(),
             resolve_interval: Duration::from_secs(30),
+            propagation_margin: Duration::ZERO,
+            propagated_metadata: PROPAGATED_METADATA.map(String::from).to_vec(),
         }
     }
 }
@@ -269,6 +289,30 @@ impl ChannelBuilder {
     /// after a connect failure). Default: 30 s.
     pub fn resolve_interval(mut self, interval: Duration) -> Self {
         self.config.resolve_interval = interval;
+        self
+    }
+
+    /// Calls made with a handler's context (a generated client's `with_context`) get the
+    /// time the incoming call has left less `margin` (see
+    /// [`ClientConfig::propagation_margin`]). Default: zero.
+    pub fn propagation_margin(mut self, margin: Duration) -> Self {
+        self.config.propagation_margin = margin;
+        self
+    }
+
+    /// The request metadata keys a call made with a handler's context copies from the
+    /// incoming call, replacing the default list (see [`ClientConfig::propagated_metadata`]);
+    /// an empty list copies none. Keys are compared without regard to case. Default:
+    /// `x-request-id`, `traceparent`, `tracestate`.
+    pub fn propagate_metadata<I, S>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.propagated_metadata = keys
+            .into_iter()
+            .map(|k| k.into().to_ascii_lowercase())
+            .collect();
         self
     }
 

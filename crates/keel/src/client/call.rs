@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::{Channel, ReplyMetadata};
 use crate::bindings::{GrpcTarget, Outgoing, Replied};
 use crate::core::codec;
+use crate::core::context::Context;
 use crate::core::error::{Error, Kind};
 use crate::core::format::Format;
 use crate::core::messages::framing::Framing;
@@ -343,14 +344,16 @@ pub async fn call_one_way<A: Serialize>(
     }
 }
 
-/// Per-call options carried by a generated client (see its `with_deadline`, `with_metadata`
-/// and `with_reply_metadata`).
+/// Per-call options carried by a generated client (see its `with_deadline`, `with_metadata`,
+/// `with_reply_metadata` and `with_context`).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct CallOptions {
     pub(crate) deadline: Option<Duration>,
     pub(crate) metadata: Metadata,
     pub(crate) reply: Option<ReplyMetadata>,
+    /// The incoming call the calls are made for (see [`CallOptions::with_context`]).
+    pub(crate) context: Option<Context>,
 }
 
 impl CallOptions {
@@ -369,6 +372,18 @@ impl CallOptions {
     /// These options with a place the reply metadata of each call is stored in.
     pub fn with_reply_metadata(mut self, slot: &ReplyMetadata) -> CallOptions {
         self.reply = Some(slot.clone());
+        self
+    }
+
+    /// These options for calls made on behalf of the incoming call `ctx` (a handler's
+    /// [`Context`]): each call's deadline is at most what `ctx` has left, less the channel's
+    /// [`propagation_margin`](super::ClientConfig::propagation_margin); the call ends,
+    /// `cancelled`, when `ctx` is cancelled (its caller cancelled or went away); it carries
+    /// `ctx`'s values of the channel's
+    /// [`propagated_metadata`](super::ClientConfig::propagated_metadata) keys; and its span is
+    /// a child of `ctx`'s. See the crate docs, "Calls that chain".
+    pub fn with_context(mut self, ctx: &Context) -> CallOptions {
+        self.context = Some(ctx.clone());
         self
     }
 }

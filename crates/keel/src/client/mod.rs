@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex};
 
 use self::metrics::ChannelMetrics;
 use crate::bindings::{self, Answer, Outgoing};
-use crate::core::error::Error;
+use crate::core::context::Context;
+use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
 use crate::core::status::StatusCode;
 use crate::runtime::clock;
@@ -211,7 +212,7 @@ impl Channel {
         options: &call::CallOptions,
     ) -> (std::time::Duration, usize) {
         (
-            options.deadline.unwrap_or(self.inner.config.deadline),
+            self.budget(options),
             self.inner.config.max_message_size as usize,
         )
     }
@@ -225,21 +226,36 @@ impl Channel {
         let (service, operation) = (call.service, call.operation);
         // The call's span (see the crate docs, "Tracing"): interceptors run inside it, so one
         // can inject its trace context into the call's metadata. Nothing is formatted or
-        // allocated unless a subscriber wants it.
-        let span = tracing::info_span!(
-            target: "keel::client",
-            "keel.call",
-            otel.kind = "client",
-            otel.name = tracing::field::display(format_args!("{service}/{operation}")),
-            rpc.system = "keel",
-            rpc.service = service,
-            rpc.method = operation,
-            keel.binding = self.inner.metrics.binding(),
-            server.address = %self.inner.url,
-            rpc.code = tracing::field::Empty,
-        );
+        // allocated unless a subscriber wants it. A call made for an incoming call is a child
+        // of that call's span, wherever it runs (a task the handler spawned, say).
+        macro_rules! call_span {
+            ($($parent:tt)*) => {
+                tracing::info_span!(
+                    target: "keel::client",
+                    $($parent)*
+                    "keel.call",
+                    otel.kind = "client",
+                    otel.name = tracing::field::display(format_args!("{service}/{operation}")),
+                    rpc.system = "keel",
+                    rpc.service = service,
+                    rpc.method = operation,
+                    keel.binding = self.inner.metrics.binding(),
+                    server.address = %self.inner.url,
+                    rpc.code = tracing::field::Empty,
+                )
+            };
+        }
+        let span = match &options.context {
+            Some(ctx) if !ctx.span().is_disabled() => call_span!(parent: ctx.span(),),
+            _ => call_span!(),
+        };
         let started = clock::now();
-        let answer = if span.is_disabled() {
+        let answer = if let Some(ctx) = &options.context {
+            // Boxed: its state (the race with the incoming call's cancellation) would weigh on
+            // every other call's future.
+            let within = self.run_within(ctx, call, options, started);
+            Box::pin(within.instrument(span.clone())).await
+        } else if span.is_disabled() {
             // No subscriber wants it: nothing to enter, and the call's future is not moved
             // into an `Instrumented` (a copy of it per call).
             self.run(call, options, started).await
@@ -259,5 +275,49 @@ impl Channel {
         }
         self.inner.metrics.record(service, operation, started, code);
         answer
+    }
+
+    /// [`Channel::run`] for a call made for the incoming call `ctx`: not sent if `ctx` is
+    /// cancelled or has no time left (after the margin), and ended, `cancelled`, when `ctx`
+    /// is cancelled meanwhile. Ending it drops the attempt, which tells the host as a
+    /// dropped call does: a Cancel frame on keel-wire, a reset stream on HTTP/2, a closed
+    /// connection on HTTP/1.1.
+    async fn run_within(
+        &self,
+        ctx: &Context,
+        call: Outgoing,
+        options: &call::CallOptions,
+        started: std::time::Instant,
+    ) -> Answer {
+        let (service, operation) = (call.service, call.operation);
+        let cancelled = || {
+            Err(Error::new(
+                Kind::Status(StatusCode::Cancelled),
+                format!(
+                    "{service}.{operation}: the call it was made for ({}.{}) was cancelled",
+                    ctx.service(),
+                    ctx.operation()
+                ),
+            ))
+        };
+        if ctx.is_cancelled() {
+            return cancelled();
+        }
+        let margin = self.inner.config.propagation_margin;
+        if ctx.remaining().is_some_and(|left| left <= margin) {
+            return Err(Error::new(
+                Kind::Timeout,
+                format!(
+                    "{service}.{operation}: the call it was made for ({}.{}) has no time left",
+                    ctx.service(),
+                    ctx.operation()
+                ),
+            ));
+        }
+        tokio::select! {
+            biased;
+            () = ctx.cancelled() => cancelled(),
+            answer = self.run(call, options, started) => answer,
+        }
     }
 }

@@ -224,17 +224,42 @@ impl Channel {
     /// options', and returns its time budget (its deadline is its start plus that).
     fn begin(&self, call: &mut Outgoing, options: &CallOptions) -> Duration {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let defaults = &self.inner.config.metadata;
-        call.metadata = match (defaults.is_empty(), options.metadata.is_empty()) {
-            (true, _) => options.metadata.clone(),
-            (false, true) => defaults.clone(),
-            (false, false) => {
+        let config = &self.inner.config;
+        let defaults = &config.metadata;
+        call.metadata = match (
+            &options.context,
+            defaults.is_empty(),
+            options.metadata.is_empty(),
+        ) {
+            (None, true, _) => options.metadata.clone(),
+            (None, false, true) => defaults.clone(),
+            (None, false, false) => {
                 let mut md = defaults.clone();
                 md.merge(&options.metadata);
                 md
             }
+            // Made for an incoming call: the channel's defaults, then what propagates from
+            // the incoming call, then the call's own.
+            (Some(ctx), _, _) => {
+                let mut md = defaults.clone();
+                md.merge(&ctx.metadata().only(&config.propagated_metadata));
+                md.merge(&options.metadata);
+                md
+            }
         };
-        options.deadline.unwrap_or(self.inner.config.deadline)
+        self.budget(options)
+    }
+
+    /// A call's time budget with `options`: their deadline or the channel's default, and, for
+    /// a call made for an incoming call, at most what that one has left less the channel's
+    /// propagation margin.
+    pub(super) fn budget(&self, options: &CallOptions) -> Duration {
+        let config = &self.inner.config;
+        let own = options.deadline.unwrap_or(config.deadline);
+        match options.context.as_ref().and_then(|ctx| ctx.remaining()) {
+            Some(left) => own.min(left.saturating_sub(config.propagation_margin)),
+            None => own,
+        }
     }
 
     /// Runs the interceptors' `before` on `call`'s metadata. Returns what they saw, for their

@@ -272,6 +272,20 @@ impl Metadata {
         self.entries_mut().extend(other.entries().iter().cloned());
     }
 
+    /// The entries whose key is one of `keys` (lower-case), in order.
+    pub(crate) fn only(&self, keys: &[String]) -> Metadata {
+        let mut kept = Metadata::new();
+        for (k, v) in self.entries() {
+            if keys
+                .iter()
+                .any(|key| k.eq_ignore_ascii_case(key.as_bytes()))
+            {
+                kept.entries_mut().push((k.clone(), v.clone()));
+            }
+        }
+        kept
+    }
+
     /// The encoded size on keel-wire, to check against [`MAX_METADATA_BYTES`].
     pub fn encoded_len(&self) -> usize {
         self.entries()
