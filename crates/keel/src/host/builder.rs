@@ -683,9 +683,7 @@ impl HostBuilder {
         let mut urls = Vec::new();
         let mut listeners = Vec::new();
         for (ep, security) in endpoints.into_iter().zip(security) {
-            let listen_err = |e: std::io::Error| {
-                Error::new(Kind::Config, format!("cannot listen on {ep}: {e}")).with_source(e)
-            };
+            let listen_err = |e| crate::transport::socket::listen_error(&ep, e);
             let bound = ep.bind(config.listen_backlog).map_err(listen_err)?;
             urls.push(bound.local_url().map_err(listen_err)?);
             let listener = {
