@@ -183,3 +183,17 @@ async fn a_tcps_client_at_an_https_port_is_told_the_scheme_it_serves() {
     );
     host.shutdown_async().await;
 }
+
+/// Inside async code (`#[tokio::main]`), a host that cannot start returns its error: the
+/// runtime it built is put away without blocking, not dropped with tokio's panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_inside_async_code_is_an_error_not_a_panic() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("tcp://{}", taken.local_addr().unwrap());
+    let err = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint(url.as_str())
+        .start()
+        .unwrap_err();
+    says(&err.to_string(), &[&url, "in use", "another port"]);
+}

@@ -651,6 +651,7 @@ impl HostBuilder {
             }
         };
         let handle = runtime.handle().expect("a runtime until shutdown");
+        let mut runtime = Unstarted(runtime);
         // Before the dispatcher registers its metric handles: they must reach this recorder.
         #[cfg(feature = "http")]
         let admin = match &config.admin {
@@ -721,11 +722,26 @@ impl HostBuilder {
             registry,
             settings,
             config,
-            runtime,
+            runtime: std::mem::replace(&mut runtime.0, HostRuntime::Owned(None)),
             urls,
             admin_url,
             accept_tasks,
         })
+    }
+}
+
+/// The runtime of a host being started: if the start fails (a port in use, say), one it built
+/// is shut down without blocking, since a start may fail inside async code, where dropping a
+/// runtime panics (and the caller would see tokio's panic instead of the error).
+struct Unstarted(HostRuntime);
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        if let HostRuntime::Owned(rt) = &mut self.0 {
+            if let Some(rt) = rt.take() {
+                rt.shutdown_background();
+            }
+        }
     }
 }
 
