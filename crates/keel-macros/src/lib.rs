@@ -7,6 +7,7 @@
 //! `client` (`{Trait}Client`, `{Trait}BlockingClient`). The generators depend on `parse`, the
 //! server and the clients on `descriptor` for its names, and nothing on them.
 
+mod checks;
 mod client;
 mod descriptor;
 mod parse;
@@ -65,11 +66,14 @@ fn expand(item: ItemTrait, args: &ContractArgs) -> syn::Result<TokenStream2> {
     }
     errors.finish()?;
 
+    // First, so that a type without serde's traits is the first error, at its own span.
+    let checks = checks::generate(&ops);
     let service = service::generate(&item, &ops);
     let descriptor = descriptor::generate(&item, &ops, args.package.as_ref());
     let server = server::generate(&item, &ops);
     let client = client::generate(&item, &ops, args.callback.as_ref());
     Ok(quote! {
+        #checks
         #service
         #descriptor
         #server

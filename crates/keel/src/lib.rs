@@ -806,6 +806,38 @@ pub mod __private {
     pub use schemars;
     pub use serde;
 
+    /// A type that travels in a contract (a parameter, a return value, a fault, a stream's
+    /// message): keel encodes it with serde, both ways.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot travel in a keel contract: it does not implement serde's \
+                   `Serialize` and `Deserialize`",
+        label = "a parameter, return, fault or message type of a keel contract",
+        note = "derive serde::Serialize/Deserialize on it: \
+                `#[derive(serde::Serialize, serde::Deserialize)]`; for a type of another \
+                crate, turn on that crate's `serde` feature, or wrap it in a type of your own"
+    )]
+    pub trait ContractType: serde::Serialize + serde::de::DeserializeOwned {}
+    impl<T: serde::Serialize + serde::de::DeserializeOwned> ContractType for T {}
+
+    /// Asks the compiler to check that `T` travels ([`ContractType`]); the contract macro calls
+    /// it at the span of each type as written, so that its error is the first, and there.
+    pub fn travels<T: ContractType>() {}
+
+    /// A contract's fault type (`E` of `Result<T, E>`): it travels, and becomes an
+    /// [`Error`](crate::Error)'s fault, which is `Debug`, `Send` and `Sync`.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be a keel fault: a fault type implements serde's \
+                   `Serialize` and `Deserialize`, and `Debug`, `Send`, `Sync` and `'static`",
+        label = "the fault type of a keel operation",
+        note = "derive serde::Serialize/Deserialize and Debug on it: \
+                `#[derive(Debug, serde::Serialize, serde::Deserialize)]`"
+    )]
+    pub trait FaultType: ContractType + std::fmt::Debug + Send + Sync + 'static {}
+    impl<T: ContractType + std::fmt::Debug + Send + Sync + 'static> FaultType for T {}
+
+    /// As [`travels`], for a fault type ([`FaultType`]).
+    pub fn is_fault<T: FaultType>() {}
+
     /// The schema of `T` as a generator's subschema (a `$ref` for types it keeps in its
     /// definitions).
     #[cfg(feature = "openapi")]

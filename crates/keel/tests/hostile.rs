@@ -42,7 +42,7 @@
 //! | `a_bad_handshake_magic_is_closed_quietly` | tcp, tcps, unix | closed, nothing sent |
 //! | `protocol_versions_are_negotiated_and_0_is_rejected` | tcp, tcps, unix | Accept at min(client's, host's); version 0: Reject (supported version, reason), close |
 //! | `host_only_frames_from_a_client_get_goaway_and_close` | tcp, tcps, unix | GoAway "host-only frame (Reply)", close |
-//! | `an_http_request_to_a_keel_wire_port_is_closed_quietly` | tcp, tcps, unix | closed, nothing sent |
+//! | `an_http_request_to_a_keel_wire_port_is_answered_in_http_and_closed` | tcp, tcps, unix | HTTP/1.1: a 400 naming keel-wire and `tcp://`, then closed; HTTP/2's preface alone: closed, nothing sent |
 //! | `a_call_id_already_in_flight_is_refused` | tcp, tcps, unix | BadRequest for the duplicate; the per-connection limit holds; nothing leaks |
 //! | `frames_for_unknown_calls_are_ignored` | tcp, tcps, unix | ignored; connection kept |
 //! | `a_flood_of_messages_is_held_to_the_stream_window` | tcp, tcps, unix | a peer sending messages as fast as its credit allows to a handler that reads nothing, then catches up: the host holds at most the window (+ what its decoder holds) for the stream; every message arrives |
@@ -1890,14 +1890,26 @@ async fn host_only_frames_from_a_client_get_goaway_and_close(b: Binding) {
     case.finish().await;
 }
 
-async fn an_http_request_to_a_keel_wire_port_is_closed_quietly(b: Binding) {
+async fn an_http_request_to_a_keel_wire_port_is_answered_in_http_and_closed(b: Binding) {
     let case = Case::new(b, |h| h).await;
-    for req in [&b"GET / HTTP/1.1\r\nhost: keel\r\n\r\n"[..], PREFACE] {
-        let mut p = WirePeer::open(b, &case.url).await;
-        p.send(req).await.unwrap();
-        let got = assert_closed(&mut p.rd, "an HTTP request").await;
-        assert!(got.is_empty(), "{got:?}");
-    }
+    // HTTP/1.1: a 400 whose text says what the port speaks and which URL to use, then the close.
+    let mut p = WirePeer::open(b, &case.url).await;
+    p.send(b"GET / HTTP/1.1\r\nhost: keel\r\n\r\n")
+        .await
+        .unwrap();
+    let got = assert_closed(&mut p.rd, "an HTTP/1.1 request").await;
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(
+        got.contains("speaks keel-wire") && got.contains("tcp://"),
+        "{got}"
+    );
+    // HTTP/2's preface and no request: nothing to answer; closed (by the handshake timeout),
+    // nothing sent.
+    let mut p = WirePeer::open(b, &case.url).await;
+    p.send(PREFACE).await.unwrap();
+    let got = assert_closed(&mut p.rd, "HTTP/2's preface").await;
+    assert!(got.is_empty(), "{got:?}");
     case.finish().await;
 }
 
@@ -4092,7 +4104,7 @@ common::binding_matrix! {
         async fn a_bad_handshake_magic_is_closed_quietly;
         async fn protocol_versions_are_negotiated_and_0_is_rejected;
         async fn host_only_frames_from_a_client_get_goaway_and_close;
-        async fn an_http_request_to_a_keel_wire_port_is_closed_quietly;
+        async fn an_http_request_to_a_keel_wire_port_is_answered_in_http_and_closed;
         async fn a_call_id_already_in_flight_is_refused;
         async fn frames_for_unknown_calls_are_ignored;
         async fn a_flood_of_messages_is_held_to_the_stream_window;

@@ -345,6 +345,22 @@ async fn every_error_answer_over_raw_json() {
         assert_eq!(a.status, 415);
         assert!(a.json()["message"].as_str().unwrap().contains("--json"));
 
+        // A newcomer who puts the arguments of an operation that takes no stream in
+        // `keel-args` is told that the header is for streams, and where they go instead.
+        let a = raw
+            .post("/Calc/add", "", &[("keel-args", r#"{"a": 1, "b": 2}"#)])
+            .await;
+        assert_eq!((a.status, a.keel_status()), (400, "bad_request"));
+        let message = a.json()["message"].as_str().unwrap().to_string();
+        for words in [
+            "keel-args",
+            "take a stream",
+            "Calc.add takes none",
+            "request body",
+        ] {
+            assert!(message.contains(words), "{words:?} not in {message:?}");
+        }
+
         let a = raw.get("/Probe/echo").await;
         assert_eq!((a.status, a.header("allow")), (405, Some("POST")));
         let a = raw.post("/Probe", "{}", &[]).await;

@@ -194,8 +194,8 @@ fn not_a_keel_client_is_closed_quietly() {
     let mut sock = TcpStream::connect(host.url().trim_start_matches("tcp://")).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    sock.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
+    // Not HTTP either (an HTTP client is answered in HTTP: tests/newcomer_errors.rs).
+    sock.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").unwrap();
     let mut buf = [0u8; 16];
     assert_eq!(sock.read(&mut buf).unwrap_or(0), 0);
     let good = common::ProbeBlockingClient::connect(host.url()).unwrap();

@@ -147,9 +147,25 @@ async fn an_axum_app_serves_a_keel_contract_and_an_ordinary_route_on_one_port() 
 /// A blocking client called from async code panics with keel's message, which names the fix,
 /// instead of tokio's "Cannot start a runtime from within a runtime".
 #[tokio::test]
-#[should_panic(expected = "use the async client ({Contract}Client) with `.await` there")]
 async fn a_blocking_client_in_async_code_names_the_fix() {
-    let _ = GreeterBlockingClient::connect("tcp://127.0.0.1:1");
+    let panic = std::panic::catch_unwind(|| {
+        let _ = GreeterBlockingClient::connect("tcp://127.0.0.1:1");
+    })
+    .expect_err("a blocking client in async code panics");
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .expect("a message");
+    // The cause (a blocking client, called in a runtime) and both fixes.
+    for words in [
+        "blocking client",
+        "called from async code, inside a tokio runtime",
+        "use the async client ({Contract}Client) with `.await` there",
+        "spawn_blocking",
+    ] {
+        assert!(message.contains(words), "{words:?} not in {message:?}");
+    }
 }
 
 /// From `spawn_blocking`, where blocking is what the thread is for, a blocking client works.

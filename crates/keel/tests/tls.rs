@@ -157,6 +157,11 @@ async fn there_is_no_plaintext_fallback_either_way() {
         let err = plain.open().await.unwrap_err();
         assert!(err.is_connection(), "{err}");
         assert!(err.to_string().contains("TLS"), "{err}");
+        // The fix: a tcps:// URL.
+        assert!(
+            err.to_string().contains("Connect with a tcps:// URL"),
+            "{err}"
+        );
     }
     // The host keeps serving TLS clients.
     let c = Binding::Tcps.client(&host).await;
@@ -171,6 +176,13 @@ async fn there_is_no_plaintext_fallback_either_way() {
     let err = c.open().await.unwrap_err();
     assert!(err.is_connection(), "{err}");
     assert!(err.to_string().contains("TLS"), "{err}");
+    // The cause (the host closed the handshake, no TLS here) and the fix (a tcp:// URL).
+    for words in [
+        "closed the connection during the TLS handshake",
+        "tcp:// for keel-wire",
+    ] {
+        assert!(err.to_string().contains(words), "{words:?} not in {err}");
+    }
     plain_host.shutdown_async().await;
 }
 
@@ -183,6 +195,15 @@ async fn with_server_name_overrides_the_name_checked() {
     let by_address = client(host.url(), cert.client_tls().unwrap());
     let err = by_address.open().await.unwrap_err();
     assert!(err.to_string().contains("not valid for name"), "{err}");
+    // The cause names the name checked and the certificate's; the fix, both ways out.
+    for words in [
+        "not valid for `127.0.0.1`, the name this client checked",
+        "localhost",
+        "Connect by a name the certificate has",
+        "ClientTls::with_server_name",
+    ] {
+        assert!(err.to_string().contains(words), "{words:?} not in {err}");
+    }
 
     let by_name = client(
         host.url(),

@@ -62,9 +62,7 @@ pub(super) fn bind(url: &str, runtime: &tokio::runtime::Handle) -> Result<Admin,
         )));
     }
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let listen_err = |e: std::io::Error| {
-        Error::new(Kind::Config, format!("cannot listen on admin {url}: {e}")).with_source(e)
-    };
+    let listen_err = |e| crate::transport::socket::listen_error(&format!("admin {url}"), e);
     let std_listener = std::net::TcpListener::bind((host, port)).map_err(listen_err)?;
     std_listener.set_nonblocking(true).map_err(listen_err)?;
     let local = std_listener.local_addr().map_err(listen_err)?;

@@ -744,6 +744,7 @@ impl HostBuilder {
             }
         };
         let handle = runtime.handle().expect("a runtime until shutdown");
+        let mut runtime = Unstarted(runtime);
         // Before the dispatcher registers its metric handles: they must reach this recorder.
         #[cfg(feature = "http")]
         let admin = match &config.admin {
@@ -798,9 +799,7 @@ impl HostBuilder {
         let mut urls = Vec::new();
         let mut listeners = Vec::new();
         for (ep, security) in endpoints.into_iter().zip(security) {
-            let listen_err = |e: std::io::Error| {
-                Error::new(Kind::Config, format!("cannot listen on {ep}: {e}")).with_source(e)
-            };
+            let listen_err = |e| crate::transport::socket::listen_error(&ep, e);
             let bound = ep.bind(config.listen_backlog).map_err(listen_err)?;
             urls.push(bound.local_url().map_err(listen_err)?);
             let listener = {
@@ -842,13 +841,28 @@ impl HostBuilder {
             registry,
             settings,
             config,
-            runtime,
+            runtime: std::mem::replace(&mut runtime.0, HostRuntime::Owned(None)),
             urls,
             admin_url,
             accept_tasks,
             #[cfg(feature = "tls")]
             certificates,
         })
+    }
+}
+
+/// The runtime of a host being started: if the start fails (a port in use, say), one it built
+/// is shut down without blocking, since a start may fail inside async code, where dropping a
+/// runtime panics (and the caller would see tokio's panic instead of the error).
+struct Unstarted(HostRuntime);
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        if let HostRuntime::Owned(rt) = &mut self.0 {
+            if let Some(rt) = rt.take() {
+                rt.shutdown_background();
+            }
+        }
     }
 }
 

@@ -22,6 +22,7 @@
 //! direction.
 
 pub(crate) mod address;
+pub(crate) mod sniff;
 pub(crate) mod socket;
 #[cfg(feature = "tls")]
 pub mod tls;

@@ -11,9 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::tls_feature_needed;
 use super::{ClientTlsSettings, ServerTlsSettings};
 use super::{Endpoint, Io, SecuredStream};
-use crate::core::error::Error;
-#[cfg(feature = "tls")]
-use crate::core::error::Kind;
+use crate::core::error::{Error, Kind};
 
 /// TCP keepalive, the backstop under keel's own liveness checks: a connection whose peer
 /// vanished without a word (a crashed machine, a NAT or firewall that dropped its state) is
@@ -72,6 +70,32 @@ impl Endpoint {
             socket,
         })
     }
+}
+
+/// The error for a listener on `what` (an endpoint, or the admin URL) that could not be set up:
+/// the address and the system's reason, and for the failures a newcomer meets, what to do.
+pub(crate) fn listen_error(what: &dyn fmt::Display, e: std::io::Error) -> Error {
+    use std::io::ErrorKind as E;
+    let unix = what.to_string().starts_with("unix://");
+    let fix = match e.kind() {
+        E::AddrInUse if unix => {
+            ". Another host listens on that socket: stop it, or pick another path"
+        }
+        E::AddrInUse => {
+            ". Another process (or another endpoint of this host) holds that address: stop it, \
+             or pick another port (port 0 picks a free one)"
+        }
+        E::AddrNotAvailable => {
+            ". The address is not one of this machine's: listen on one of them, or on 0.0.0.0 \
+             (every IPv4 address) or [::]"
+        }
+        E::PermissionDenied if !unix => {
+            ". Ports below 1024 need privileges: pick a higher port, or give the program the \
+             right to bind them (CAP_NET_BIND_SERVICE on Linux)"
+        }
+        _ => "",
+    };
+    Error::new(Kind::Config, format!("cannot listen on {what}: {e}{fix}")).with_source(e)
 }
 
 /// The listen backlog when the system's limit cannot be read (not Linux, or no `/proc`).
@@ -432,14 +456,7 @@ impl Endpoint {
                 }),
                 Err(TlsConnectError::Config(e)) => Err(e),
                 Err(TlsConnectError::Handshake(e)) => {
-                    let message = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        format!(
-                            "{self}: the host closed the connection during the TLS handshake \
-                             (does it serve TLS on this port?)"
-                        )
-                    } else {
-                        format!("{self}: TLS handshake failed: {e}")
-                    };
+                    let message = tls_handshake_failure(self, tls, &e);
                     Err(Error::new(Kind::Connect, message).with_source(e))
                 }
             }
@@ -452,10 +469,50 @@ impl Endpoint {
     }
 }
 
+/// Why a client's TLS handshake with `ep` failed, and for the failures a newcomer meets (a
+/// port that does not serve TLS, a certificate for another name), what to do.
+#[cfg(feature = "tls")]
+fn tls_handshake_failure(ep: &Endpoint, tls: &super::tls::ClientTls, e: &std::io::Error) -> String {
+    use rustls::{CertificateError, Error as TlsError, InvalidMessage};
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return format!(
+            "{ep}: the host closed the connection during the TLS handshake, so it does not \
+             seem to serve TLS on this port. Connect with the plain scheme it serves there \
+             (tcp:// for keel-wire, http:// for HTTP), or to the port where it serves TLS"
+        );
+    }
+    match e.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) {
+        Some(TlsError::InvalidMessage(InvalidMessage::InvalidContentType)) => format!(
+            "{ep}: the host answered in plaintext, not TLS, as an HTTP server does, so it does \
+             not serve TLS on this port. Connect with an http:// URL, or to the port where the \
+             host serves TLS"
+        ),
+        Some(TlsError::InvalidCertificate(
+            c @ (CertificateError::NotValidForName
+            | CertificateError::NotValidForNameContext { .. }),
+        )) => {
+            let checked = tls.server_name().unwrap_or(ep.host());
+            format!(
+                "{ep}: the host's certificate is not valid for `{checked}`, the name this \
+                 client checked ({c}). Connect by a name the certificate has, or name one of \
+                 them with ClientTls::with_server_name"
+            )
+        }
+        Some(TlsError::AlertReceived(rustls::AlertDescription::NoApplicationProtocol)) => {
+            format!(
+                "{ep}: the host serves TLS on this port, but for another protocol than {}:// \
+                 (TLS found none both speak, ALPN). Connect with the URL scheme it serves \
+                 there: tcps:// for keel-wire, https:// for HTTP",
+                ep.scheme()
+            )
+        }
+        _ => format!("{ep}: TLS handshake failed: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::error::Kind;
 
     #[test]
     fn a_tls_endpoint_needs_settings_or_the_feature() {

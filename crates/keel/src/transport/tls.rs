@@ -556,6 +556,11 @@ impl ClientTls {
         self
     }
 
+    /// The name [`ClientTls::with_server_name`] set, if any.
+    pub(crate) fn server_name(&self) -> Option<&str> {
+        self.server_name.as_deref()
+    }
+
     /// Settings from a rustls config (see [`rustls_unstable::client_tls`]).
     fn from_rustls(config: Arc<rustls::ClientConfig>) -> ClientTls {
         ClientTls::made(MadeClient {

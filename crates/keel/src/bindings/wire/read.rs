@@ -179,7 +179,28 @@ impl Handshake {
         wire: &WireEnd<ReplySlot>,
     ) -> Result<bool, (Kind, String)> {
         let endpoint = &self.endpoint;
-        let outcome = match keel_wire::decode_hello_reply(buf) {
+        let decoded = match crate::transport::sniff::http_answer(buf) {
+            None => return Ok(false),
+            Some(false) => keel_wire::decode_hello_reply(buf),
+            Some(true) => {
+                let (https, tcps) = if endpoint.is_tls() {
+                    ("https", "tcps")
+                } else {
+                    ("http", "tcp")
+                };
+                let outcome = Err((
+                    Kind::Connect,
+                    format!(
+                        "{endpoint}: the host answered in HTTP, not keel-wire, so it seems to \
+                         serve HTTP on this port. Connect with an {https}:// URL, or keep \
+                         {tcps}:// and use the port where the host serves keel-wire"
+                    ),
+                ));
+                self.done.send_replace(Some(outcome.clone()));
+                return outcome.map(|()| true);
+            }
+        };
+        let outcome = match decoded {
             Ok(None) => return Ok(false),
             Ok(Some(HelloReply::Accept { version, .. })) if version < keel_wire::VERSION => Err((
                 Kind::Protocol,
@@ -214,8 +235,9 @@ impl Handshake {
             Err(_) if crate::transport::looks_like_tls(buf) => Err((
                 Kind::Connect,
                 format!(
-                    "{endpoint}: the host answered with TLS; connect with a tcps:// URL and \
-                     TLS settings"
+                    "{endpoint}: the host answered with TLS, so it serves TLS on this port. \
+                     Connect with a tcps:// URL (and ClientTls settings that trust its \
+                     certificate)"
                 ),
             )),
             Err(e) => Err((Kind::Protocol, format!("{endpoint}: bad handshake: {e}"))),
@@ -357,7 +379,12 @@ impl ReadSide {
             let (kind, reason) = match (&self.handshake, lost) {
                 (Some(h), None) => (
                     Kind::Connect,
-                    format!("{}: closed during the handshake", h.endpoint),
+                    format!(
+                        "{}: the host closed the connection during the keel-wire handshake, so \
+                         it does not seem to serve keel-wire on this port. Check the port, and \
+                         the scheme: tcps:// if the host serves TLS there",
+                        h.endpoint
+                    ),
                 ),
                 (Some(h), Some(e)) => (Kind::Connect, format!("{}: {e}", h.endpoint)),
                 (None, None) => (Kind::Connection, "connection closed by the host".into()),

@@ -158,6 +158,45 @@ pub(crate) async fn serve(
     .await;
     let hello = match handshake {
         Ok(Ok(h)) => h,
+        // An HTTP client at a keel-wire port: told so in HTTP, which it reads.
+        Ok(Err(_)) if crate::transport::sniff::http_request(&buf) => {
+            let text = "this port speaks keel-wire, not HTTP. Connect with a tcp:// URL (tcps:// \
+                        if it serves TLS), or send HTTP to the port where the host serves \
+                        http://";
+            use crate::transport::sniff::{h2_first_request_arrived, http_refusal, is_h2_preface};
+            if is_h2_preface(&buf) {
+                // Its first request is answered: wait for it (bounded, as the drain below).
+                let arrived = async {
+                    while !h2_first_request_arrived(&buf) && buf.len() < 64 * 1024 {
+                        if !matches!(io.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                            return false;
+                        }
+                    }
+                    h2_first_request_arrived(&buf)
+                };
+                match tokio::time::timeout(settings.handshake_timeout, arrived).await {
+                    Ok(true) => {}
+                    _ => return,
+                }
+            }
+            let _ = io.write_all(&http_refusal(&buf, text)).await;
+            let _ = io.shutdown().await;
+            // Read what the client sends on (up to a bound, within the handshake time): a
+            // close with bytes unread would reset the connection, and the reset could overtake
+            // the answer.
+            let drain = async {
+                let mut left = 64 * 1024usize;
+                while left > 0 {
+                    buf.clear();
+                    match io.read_buf(&mut buf).await {
+                        Ok(n) if n > 0 => left = left.saturating_sub(n),
+                        _ => break,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(settings.handshake_timeout, drain).await;
+            return;
+        }
         // Not a keel client: close without a word (we cannot frame one).
         Ok(Err(_)) => return,
         // Too slow: the same, counted.

@@ -83,6 +83,16 @@ pub(super) async fn call<B: Received>(
         },
         Some(Err(_)) => return unsupported_media_type("(not text)"),
     };
+    // `keel-args` carries a streamed request's other parameters; on any other operation the
+    // header would be ignored, and a caller who put the arguments there would see them missing.
+    if op.is_some() && !stream_request && req.headers().contains_key(ARGS_HEADER) {
+        let msg = format!(
+            "the {ARGS_HEADER} header is for operations that take a stream, and \
+             {service}.{operation} takes none. Send its arguments as the request body (a JSON \
+             object, or the format Content-Type names) and leave the header out."
+        );
+        return error(Status::new(StatusCode::BadRequest, msg), format);
+    }
     // A reply stream of JSON messages is NDJSON, or Server-Sent Events for a caller that asks
     // for them.
     let reply_framing = match Framing::for_format(format) {

@@ -13,7 +13,8 @@
 //!
 //! The rule: the first line that is not empty must end in ` HTTP/<digit>.<digit>` (HTTP/2's
 //! preface, `PRI * HTTP/2.0`, does); a control byte before its end (binary: a TLS ClientHello,
-//! keel-wire's hello) closes at once. A line longer than hyper's head buffer is left to hyper
+//! keel-wire's hello) closes at once, keel-wire's hello after an HTTP/1.1 400 that tells the
+//! client to use an `http://` URL. A line longer than hyper's head buffer is left to hyper
 //! (431). After the first line nothing is held or checked.
 
 /// What the first line says so far.
@@ -25,6 +26,9 @@ pub(super) enum Verdict {
     Pass,
     /// Neither: close the connection without an answer.
     Close,
+    /// keel-wire's hello (a `tcp://` client at an HTTP port): answered with an HTTP/1.1 400
+    /// that says so, which keel's client shows, then closed.
+    KeelWire,
 }
 
 /// The first line's bytes as they arrive, held until its verdict.
@@ -56,7 +60,13 @@ impl FirstLine {
                         Verdict::Close
                     };
                 }
-                b if is_control(b) => return Verdict::Close,
+                b if is_control(b) => {
+                    return if self.held[self.start..].starts_with(&keel_wire::MAGIC) {
+                        Verdict::KeelWire
+                    } else {
+                        Verdict::Close
+                    }
+                }
                 _ => {}
             }
         }
@@ -135,6 +145,10 @@ mod tests {
         ] {
             assert_eq!(verdict(&[line]), Verdict::Close, "{line:?}");
         }
+        // keel-wire's hello: magic, version 2, then the message limit.
+        let hello = b"KEEL\x02\x00\x00\x00\x00\x01";
+        assert_eq!(verdict(&[hello]), Verdict::KeelWire);
+        assert_eq!(verdict(&[b"KE", b"EL\x02"]), Verdict::KeelWire);
     }
 
     #[test]

@@ -287,6 +287,19 @@ impl Watched {
                             }
                             self.first_line = Sniff::Releasing(held, 0);
                         }
+                        Verdict::KeelWire => {
+                            // Best effort, once: the connection closes whatever happens.
+                            let text = "this port speaks HTTP, not keel-wire. Connect with an \
+                                        http:// URL, or keep tcp:// and use the port where the \
+                                        host serves keel-wire";
+                            let answer = crate::transport::sniff::http_refusal(b"", text);
+                            let _ = Pin::new(&mut self.io).poll_write(cx, &answer);
+                            let _ = Pin::new(&mut self.io).poll_shutdown(cx);
+                            return Poll::Ready(Err(std::io::Error::new(
+                                std::io::ErrorKind::InvalidData,
+                                "keel-wire's hello at an HTTP port",
+                            )));
+                        }
                         Verdict::Close => {
                             return Poll::Ready(Err(std::io::Error::new(
                                 std::io::ErrorKind::InvalidData,
