@@ -803,6 +803,10 @@ pub mod __private {
         Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };
     #[cfg(feature = "openapi")]
+    pub use crate::openapi::probe::{
+        args_schema, ArgSchema, HasSchema, NotOption, OpenSchema, SchemaProbe,
+    };
+    #[cfg(feature = "openapi")]
     pub use schemars;
     pub use serde;
 
@@ -837,23 +841,6 @@ pub mod __private {
 
     /// As [`travels`], for a fault type ([`FaultType`]).
     pub fn is_fault<T: FaultType>() {}
-
-    /// The schema of `T` as a generator's subschema (a `$ref` for types it keeps in its
-    /// definitions).
-    #[cfg(feature = "openapi")]
-    pub fn schema_of<T: schemars::JsonSchema>(
-        g: &mut schemars::SchemaGenerator,
-    ) -> schemars::Schema {
-        g.subschema_for::<T>()
-    }
-    /// The schema of `T` itself, never a `$ref` (an operation's arguments, which no other
-    /// schema refers to).
-    #[cfg(feature = "openapi")]
-    pub fn schema_inline<T: schemars::JsonSchema>(
-        g: &mut schemars::SchemaGenerator,
-    ) -> schemars::Schema {
-        T::json_schema(g)
-    }
 
     use crate::core::codec;
     use crate::core::status::Status;

@@ -39,6 +39,9 @@
 //! operations are marked `"x-keel-one-way": true`, and `#[keel(idempotent)]` ones
 //! `"x-keel-idempotent": true` (a client may send them again after a failure).
 
+// What `#[keel::contract]` calls to describe a type (through `crate::__private`).
+pub(crate) mod probe;
+
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
