@@ -41,7 +41,6 @@ pub trait Files {
         item: Item,
         note: Option<Item>,
         #[keel(default)] extra: ByteBuf,
-        #[keel(default)] count: u32,
     ) -> Result<ByteBuf, Missing>;
     /// Counts the tags: every type here has a schema.
     fn count(&self, tags: Vec<String>, limit: Option<u32>) -> u64;
@@ -60,13 +59,12 @@ impl Files for F {
         item: Item,
         note: Option<Item>,
         extra: ByteBuf,
-        count: u32,
     ) -> Result<ByteBuf, Missing> {
         if id.is_nil() {
             return Err(Missing { id });
         }
         assert_eq!(item.at, at);
-        assert!(note.is_none() && extra.is_empty() && count == 0);
+        assert!(note.is_none() && extra.is_empty());
         let mut out = data.into_vec();
         out.extend_from_slice(item.id.as_bytes());
         Ok(ByteBuf::from(out))
@@ -109,7 +107,6 @@ async fn calls_carry_the_types() {
             it.clone(),
             None,
             ByteBuf::new(),
-            0,
         )
     };
     let answer = put(Uuid::from_u128(1)).await.unwrap();
@@ -171,8 +168,6 @@ mod document {
         assert_open(&props["extra"], "ByteBuf");
         // `#[keel(default)]` keeps its default, as for a type with a schema.
         assert_eq!(props["extra"]["default"], json!([]));
-        assert_eq!(props["count"]["default"], json!(0));
-        assert_eq!(props["count"]["type"], "integer");
         // An `Option` and the `#[keel(default)]` parameters may be left out, schema or not.
         assert_eq!(args["required"], json!(["id", "at", "data", "item"]));
 
