@@ -81,19 +81,10 @@ fn args_struct(trait_name: &Ident, service_name: &str, op: &Operation) -> TokenS
         }
     });
     let doc = format!("Arguments of `{}.{}`.", service_name, op.name);
-    let schema = if OPENAPI {
-        quote! {
-            #[derive(#k::schemars::JsonSchema)]
-            #[schemars(crate = "::keel::__private::schemars")]
-        }
-    } else {
-        quote!()
-    };
     quote! {
         #[doc = #doc]
         #[doc(hidden)]
         #[derive(#k::serde::Serialize, #k::serde::Deserialize)]
-        #schema
         #[serde(crate = "::keel::__private::serde")]
         #[allow(non_camel_case_types)]
         pub(super) struct #ident { #(#fields,)* }
@@ -126,32 +117,58 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
     let blocking = !op.is_async;
     let idempotent = op.idempotent;
     let schemas = if OPENAPI {
-        let descriptor_mod = module_ident(trait_name);
-        let args = args_ident(trait_name, &op.name);
         let success = match (&op.fallible, &op.status_result) {
             (Some((t, _)), _) | (None, Some(t)) => t,
             (None, None) => &op.ret,
         };
         let returns = if let Some(m) = &op.reply_message {
             // A stream of messages: the schema of one message.
-            quote!(::core::option::Option::Some(#k::schema_of::<#m>))
+            let f = schema_fn(m);
+            quote!(::core::option::Option::Some(#f))
         } else if op.one_way || op.stream_reply {
             quote!(::core::option::Option::None)
         } else {
-            quote!(::core::option::Option::Some(#k::schema_of::<#success>))
+            let f = schema_fn(success);
+            quote!(::core::option::Option::Some(#f))
         };
         let request_message = match &op.request_message {
-            Some(m) => quote!(::core::option::Option::Some(#k::schema_of::<#m>)),
+            Some(m) => {
+                let f = schema_fn(m);
+                quote!(::core::option::Option::Some(#f))
+            }
             None => quote!(::core::option::Option::None),
         };
         let fault = match &op.fallible {
-            Some((_, e)) => quote!(::core::option::Option::Some(#k::schema_of::<#e>)),
+            Some((_, e)) => {
+                let f = schema_fn(e);
+                quote!(::core::option::Option::Some(#f))
+            }
             None => quote!(::core::option::Option::None),
         };
+        let args = op.value_params().map(|(n, t)| {
+            let name = n.to_string();
+            let default = if op.defaults.contains(n) {
+                quote!(.with_default::<#t>())
+            } else {
+                quote!()
+            };
+            quote! {
+                #k::ArgSchema::new(
+                    #name,
+                    (&#k::SchemaProbe::<#t>::new()).schema(&mut *g),
+                    #k::SchemaProbe::<#t>::new().is_option(),
+                )
+                #default
+            }
+        });
         let docs = doc_text(&op.method.attrs);
         quote! {
             .with_schemas(#k::OperationSchemas::new(
-                #k::schema_inline::<#descriptor_mod::#args>,
+                |g| {
+                    #[allow(unused_imports)]
+                    use #k::{HasSchema as _, NotOption as _, OpenSchema as _};
+                    #k::args_schema(::std::vec![#(#args),*])
+                },
                 #returns,
                 #fault,
                 #docs,
@@ -202,6 +219,21 @@ fn operation_info(trait_name: &Ident, op: &Operation) -> TokenStream2 {
         .with_messages(#message_request, #message_response)
         #schemas
         #proto
+    }
+}
+
+/// A `SchemaFn` of `t`: its JSON Schema if it implements `schemars::JsonSchema`, else an open
+/// schema that says so (keel's `openapi::probe`). A closure without captures, which a static
+/// may hold as a function pointer; `t` is concrete (contracts have no generics), which the
+/// choice between the two methods needs.
+fn schema_fn(t: &Type) -> TokenStream2 {
+    let k = quote!(::keel::__private);
+    quote! {
+        |g| {
+            #[allow(unused_imports)]
+            use #k::{HasSchema as _, OpenSchema as _};
+            (&#k::SchemaProbe::<#t>::new()).schema(g)
+        }
     }
 }
 

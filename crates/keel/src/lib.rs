@@ -10,8 +10,8 @@
 //! ```
 //! use serde::{Deserialize, Serialize};
 //!
-//! // Every parameter, return and fault type also describes its JSON Schema, for the OpenAPI
-//! // document (the default feature `openapi`; see [`openapi`]).
+//! // A type that also derives `JsonSchema` is described in the OpenAPI document (the default
+//! // feature `openapi`; see [`openapi`]); without it, the document says "any JSON value".
 //! #[derive(Debug, Clone, Serialize, Deserialize, keel::schemars::JsonSchema)]
 //! #[schemars(crate = "keel::schemars")]
 //! pub struct DivideByZero;
@@ -233,9 +233,10 @@
 //! Any language can call it from its OpenAPI 3.1 document: an `http://` endpoint serves the
 //! document of every contract it hosts at `GET /openapi.json`, and [`openapi::document`]
 //! writes it offline (to commit it and review its diff), with the JSON Schema of every
-//! parameter, return and fault type (feature `openapi`, on by default; those types then
-//! implement [`schemars::JsonSchema`], derived through `keel::schemars`). OpenAPI generators
-//! (openapi-python-client, openapi-typescript, ...) make clients from it.
+//! parameter, return and fault type that implements [`schemars::JsonSchema`] (derived through
+//! `keel::schemars`), and an open schema that says so for any other (feature `openapi`, on by
+//! default). OpenAPI generators (openapi-python-client, openapi-typescript, ...) make clients
+//! from it.
 //!
 //! # Settings, and running inside your application
 //!
@@ -443,8 +444,8 @@
 //!   [`openapi::document`].
 //!
 //! Rules, checked at compile time: operations take `&self`; parameters are `name: Type` with
-//! owned serde types (which, with the feature `openapi`, also implement
-//! `schemars::JsonSchema`, as return and fault types do); no generics; `#[keel(one_way)]` operations return `()` (the host
+//! owned serde types (`schemars::JsonSchema` too, if the OpenAPI document is to describe them:
+//! never required); no generics; `#[keel(one_way)]` operations return `()` (the host
 //! acknowledges receipt, the caller gets no result); at most one [`ByteStream`] parameter, and
 //! none on a one-way operation. `#[keel(idempotent)]` lets clients retry an operation (see
 //! "Dead connections and retries"; a call with a request stream is never retried).
@@ -630,6 +631,19 @@
 //! # Ok::<(), keel::Error>(())
 //! ```
 //!
+//! # Features
+//!
+//! Each feature adds to the others and to none: any set of them builds (CI checks none, each
+//! alone, and all), and turning one on in one crate never breaks another crate's contracts.
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `http` | on | `http://` endpoints and clients: keel's HTTP convention ([`http`]), gRPC, gRPC-Web, Connect |
+//! | `tls` | on | `tcps://` (and `https://` with `http`), with rustls ([`tls`]) |
+//! | `prometheus` | on | the Prometheus recorder and `GET /metrics` on the admin endpoint (turns `http` on) |
+//! | `openapi` | on | [`openapi`] and `GET /openapi.json`; [`schemars`] re-exported. No bound on contract types: those without `JsonSchema` get an open schema (`{}`) that names them |
+//! | `test-util` | off | `keel::testing`: keel's clock under a test's control; never for production |
+//!
 //! # Testing in keel's time
 //!
 //! With the feature `test-util` (for tests, never for production), `keel::testing` pauses the
@@ -697,10 +711,11 @@ pub mod service {
     pub use crate::core::service::{OperationInfo, ParamInfo, Service, ServiceDescriptor};
 }
 
-/// The `schemars` crate (feature `openapi`), whose [`JsonSchema`](schemars::JsonSchema) every
-/// parameter, return and fault type of a contract implements for the OpenAPI document
-/// ([`openapi`]): derive it as `#[derive(keel::schemars::JsonSchema)]` with
-/// `#[schemars(crate = "keel::schemars")]`, without a dependency of your own on schemars.
+/// The `schemars` crate (feature `openapi`), whose [`JsonSchema`](schemars::JsonSchema) a
+/// contract's parameter, return and fault types implement to be described in the OpenAPI
+/// document ([`openapi`]; the others get an open schema): derive it as
+/// `#[derive(keel::schemars::JsonSchema)]` with `#[schemars(crate = "keel::schemars")]`,
+/// without a dependency of your own on schemars.
 #[cfg(feature = "openapi")]
 pub use schemars;
 
@@ -803,6 +818,10 @@ pub mod __private {
         Invocation, OperationInfo, Outcome, ParamInfo, Payload, Service, ServiceDescriptor,
     };
     #[cfg(feature = "openapi")]
+    pub use crate::openapi::probe::{
+        args_schema, ArgSchema, HasSchema, NotOption, OpenSchema, SchemaProbe,
+    };
+    #[cfg(feature = "openapi")]
     pub use schemars;
     pub use serde;
 
@@ -837,23 +856,6 @@ pub mod __private {
 
     /// As [`travels`], for a fault type ([`FaultType`]).
     pub fn is_fault<T: FaultType>() {}
-
-    /// The schema of `T` as a generator's subschema (a `$ref` for types it keeps in its
-    /// definitions).
-    #[cfg(feature = "openapi")]
-    pub fn schema_of<T: schemars::JsonSchema>(
-        g: &mut schemars::SchemaGenerator,
-    ) -> schemars::Schema {
-        g.subschema_for::<T>()
-    }
-    /// The schema of `T` itself, never a `$ref` (an operation's arguments, which no other
-    /// schema refers to).
-    #[cfg(feature = "openapi")]
-    pub fn schema_inline<T: schemars::JsonSchema>(
-        g: &mut schemars::SchemaGenerator,
-    ) -> schemars::Schema {
-        T::json_schema(g)
-    }
 
     use crate::core::codec;
     use crate::core::status::Status;

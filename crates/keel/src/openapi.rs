@@ -5,8 +5,8 @@
 //! ([`crate::http`]): the return value under 200 (202 without a body for one-way operations),
 //! the typed fault under 422 as `{"code": "fault", "fault": ...}`, and the other statuses of the
 //! convention's table with its error body. Every type is described by its JSON Schema, from
-//! [`schemars`] (re-exported as `keel::schemars`): every parameter, return and fault type of a
-//! contract must implement [`schemars::JsonSchema`] while this feature is on.
+//! [`schemars`] (re-exported as `keel::schemars`), if it implements [`schemars::JsonSchema`];
+//! see below for the others.
 //!
 //! A host with an `http://` endpoint serves the document of its contracts at
 //! `GET /openapi.json`; [`document`] writes it offline, so it can be committed and diffed:
@@ -30,6 +30,52 @@
 //! assert!(json.contains("\"DivideByZero\""));
 //! ```
 //!
+//! # Types without a JSON Schema
+//!
+//! This feature puts no bound on a contract's types, so turning it on (in any crate of a
+//! build: Cargo unifies features) never breaks a contract. A parameter, return or fault type
+//! that does not implement [`schemars::JsonSchema`] (`serde_bytes::ByteBuf`, a type of your own
+//! without the derive, or one that holds such a type) is described by an open schema: `{}`,
+//! any JSON value, with a description that names the Rust type and says why; the call itself
+//! is unaffected. The document stays valid OpenAPI 3.1; clients generated from it see an
+//! untyped value there.
+//!
+//! To describe such a type, derive `JsonSchema` through `keel::schemars` (no dependency of your
+//! own on schemars) and say what each field without a schema looks like in JSON: `uuid::Uuid`
+//! and `chrono::DateTime` travel as strings, `ByteBuf` as an array of bytes (JSON) or a binary
+//! (MessagePack, protobuf).
+//!
+//! ```
+//! use keel::schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//! use serde_bytes::ByteBuf;
+//!
+//! #[derive(Debug, Serialize, Deserialize, JsonSchema)]
+//! #[schemars(crate = "keel::schemars")]
+//! pub struct Item {
+//!     #[schemars(with = "String", extend("format" = "uuid"))]
+//!     pub id: uuid::Uuid,
+//!     #[schemars(with = "String", extend("format" = "date-time"))]
+//!     pub at: chrono::DateTime<chrono::Utc>,
+//! }
+//!
+//! #[keel::contract]
+//! pub trait Files {
+//!     fn put(&self, item: Item, data: ByteBuf) -> u64;
+//! }
+//!
+//! # fn main() {
+//! let doc: serde_json::Value =
+//!     serde_json::from_str(&keel::openapi::document(&[FilesClient::descriptor()])).unwrap();
+//! let schemas = &doc["components"]["schemas"];
+//! assert_eq!(schemas["Item"]["properties"]["id"]["format"], "uuid");
+//! // `ByteBuf` has no schema: any JSON value, and the description says why.
+//! let data = &schemas["Files_put_args"]["properties"]["data"];
+//! assert!(data.get("type").is_none());
+//! assert!(data["description"].as_str().unwrap().contains("serde_bytes::bytebuf::ByteBuf"));
+//! # }
+//! ```
+//!
 //! Streamed operations (a `ByteStream` or `MessageStream` parameter or return value) are
 //! marked `"x-keel-streamed": true`; a byte stream's body is `application/octet-stream`, and a
 //! streamed request's other parameters travel as JSON in the `keel-args` header. Streams of
@@ -38,6 +84,9 @@
 //! `text/event-stream`). One-way
 //! operations are marked `"x-keel-one-way": true`, and `#[keel(idempotent)]` ones
 //! `"x-keel-idempotent": true` (a client may send them again after a failure).
+
+// What `#[keel::contract]` calls to describe a type (through `crate::__private`).
+pub(crate) mod probe;
 
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;

@@ -45,6 +45,8 @@ pub trait Store {
     async fn download(&self, name: String) -> Result<ByteStream, Refused>;
 }
 
+// Hosted only by the test of the served document, which needs `http`.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 struct S;
 
 impl Store for S {
