@@ -152,10 +152,12 @@
 //! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
 //! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`](host::HostBuilder::tls)); clients
 //! trust the system's root certificates unless told otherwise (`ChannelBuilder::tls`). For
-//! development, the `tls` module makes a self-signed certificate and both sides' settings:
+//! development, `keel::tls::self_signed` (feature `dev-cert`, off by default: it is for
+//! development and tests, not production builds) makes a self-signed certificate and both sides'
+//! settings:
 //!
 //! ```
-//! # #[cfg(feature = "tls")]
+//! # #[cfg(all(feature = "tls", feature = "dev-cert"))]
 //! # fn main() -> Result<(), keel::Error> {
 //! #[keel::contract]
 //! pub trait Greeter {
@@ -180,7 +182,7 @@
 //! host.shutdown();
 //! # Ok(())
 //! # }
-//! # #[cfg(not(feature = "tls"))]
+//! # #[cfg(not(all(feature = "tls", feature = "dev-cert")))]
 //! # fn main() {}
 //! ```
 //!

@@ -128,7 +128,7 @@ pub(super) async fn call<B: Received>(
         // An `EventSource` (see `route::gettable`): the arguments are the `args` query
         // parameter, a JSON object.
         let args = req.uri().query().and_then(|q| {
-            url::form_urlencoded::parse(q.as_bytes())
+            form_urlencoded::parse(q.as_bytes())
                 .find(|(k, _)| k == "args")
                 .map(|(_, v)| Bytes::from(v.into_owned()))
         });
