@@ -67,6 +67,21 @@
 //!   HTTP convention (and embedding a host in another HTTP server), metrics names and the
 //!   Prometheus recorder, the OpenAPI document, the worker pool.
 //!
+//! # Cargo features
+//!
+//! | feature | default | what it adds | crates it costs |
+//! |---|---|---|---|
+//! | `http` | on | `http://` endpoints and clients (HTTP/1.1, HTTP/2, gRPC, gRPC-Web, Connect), [`http`] | hyper, h2, http |
+//! | `tls` | on | `tcps://`, `https://`, `grpcs://`; [`tls`] | rustls, ring |
+//! | `prometheus` | on | the Prometheus recorder whose text the admin endpoint serves (needs `http`) | metrics-exporter-prometheus (evmap, quanta, rand) |
+//! | `openapi` | on | the OpenAPI document, JSON Schema by schemars | schemars |
+//! | `dev-cert` | off | `keel::tls::self_signed`, with `tls`: **development and tests only** | rcgen (time, yasna, pem) |
+//! | `wire-v1` | off | clients of keel's wire protocol version 1 and `application/x-keel-postcard` bodies | postcard (heapless) |
+//! | `test-util` | off | `keel::testing`, keel's clock paused and moved by tests: **tests only** | none |
+//!
+//! A crate that depends on keel has about 120 crates in its build with the defaults and about
+//! 60 with `default-features = false` (`cargo tree -e normal`).
+//!
 //! # Metadata, context, status codes, interceptors
 //!
 //! A call carries [`Metadata`] beside its arguments (an auth token, a tenant, a trace id): per

@@ -148,6 +148,16 @@ impl Endpoint {
     /// without regard to case (`TCP://` is `tcp://`), as URL schemes are.
     pub(crate) fn parse(input: &str) -> Result<Endpoint, Error> {
         let Some((scheme, rest)) = input.split_once("://") else {
+            let known = ["tcp", "tcps", "unix", "http", "https", "grpc", "grpcs"];
+            if let Some((scheme, _)) = input
+                .split_once(':')
+                .filter(|(s, _)| known.iter().any(|k| s.eq_ignore_ascii_case(k)))
+            {
+                return Err(config(format!(
+                    "`{input}` is not an endpoint URL: `{scheme}:` is followed by `//` in one \
+                     (e.g. {scheme}://127.0.0.1:7000, or unix:///run/app.sock)"
+                )));
+            }
             return Err(config(format!(
                 "`{input}` is not an endpoint URL: it has no scheme. Write one of the schemes \
                  keel knows before the address, e.g. tcp://{input} or http://{input}. keel knows \
@@ -450,6 +460,8 @@ mod tests {
         let text = Endpoint::parse("127.0.0.1:7000").unwrap_err().to_string();
         assert!(text.contains("no scheme"), "{text}");
         assert!(text.contains("tcp://127.0.0.1:7000"), "{text}");
+        let text = Endpoint::parse("tcp:/h:1").unwrap_err().to_string();
+        assert!(text.contains("`tcp:` is followed by `//`"), "{text}");
     }
 
     #[test]
