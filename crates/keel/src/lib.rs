@@ -67,6 +67,21 @@
 //!   HTTP convention (and embedding a host in another HTTP server), metrics names and the
 //!   Prometheus recorder, the OpenAPI document, the worker pool.
 //!
+//! # Cargo features
+//!
+//! | feature | default | what it adds | crates it costs |
+//! |---|---|---|---|
+//! | `http` | on | `http://` endpoints and clients (HTTP/1.1, HTTP/2, gRPC, gRPC-Web, Connect), [`http`] | hyper, h2, http |
+//! | `tls` | on | `tcps://`, `https://`, `grpcs://`; [`tls`] | rustls, ring |
+//! | `prometheus` | on | the Prometheus recorder whose text the admin endpoint serves (needs `http`) | metrics-exporter-prometheus (evmap, quanta, rand) |
+//! | `openapi` | on | the OpenAPI document, JSON Schema by schemars | schemars |
+//! | `dev-cert` | off | `keel::tls::self_signed`, with `tls`: **development and tests only** | rcgen (time, yasna, pem) |
+//! | `wire-v1` | off | clients of keel's wire protocol version 1 and `application/x-keel-postcard` bodies | postcard (heapless) |
+//! | `test-util` | off | `keel::testing`, keel's clock paused and moved by tests: **tests only** | none |
+//!
+//! A crate that depends on keel has about 120 crates in its build with the defaults and about
+//! 60 with `default-features = false` (`cargo tree -e normal`).
+//!
 //! # Metadata, context, status codes, interceptors
 //!
 //! A call carries [`Metadata`] beside its arguments (an auth token, a tenant, a trace id): per
@@ -153,10 +168,12 @@
 //! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
 //! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`](host::HostBuilder::tls)); clients
 //! trust the system's root certificates unless told otherwise (`ChannelBuilder::tls`). For
-//! development, the `tls` module makes a self-signed certificate and both sides' settings:
+//! development, `keel::tls::self_signed` (feature `dev-cert`, off by default: it is for
+//! development and tests, not production builds) makes a self-signed certificate and both sides'
+//! settings:
 //!
 //! ```
-//! # #[cfg(feature = "tls")]
+//! # #[cfg(all(feature = "tls", feature = "dev-cert"))]
 //! # fn main() -> Result<(), keel::Error> {
 //! #[keel::contract]
 //! pub trait Greeter {
@@ -181,7 +198,7 @@
 //! host.shutdown();
 //! # Ok(())
 //! # }
-//! # #[cfg(not(feature = "tls"))]
+//! # #[cfg(not(all(feature = "tls", feature = "dev-cert")))]
 //! # fn main() {}
 //! ```
 //!

@@ -772,7 +772,18 @@ fn connect_to_nothing_is_a_connection_error() {
     let err = ProbeBlockingClient::connect(&format!("tcp://127.0.0.1:{port}")).unwrap_err();
     assert!(err.is_connection(), "{err}");
     let err = ProbeBlockingClient::connect("ftp://127.0.0.1:1").unwrap_err();
-    assert!(err.to_string().contains("unsupported scheme"), "{err}");
+    // The cause, and the fix: the schemes keel knows, with the feature each optional one needs.
+    let text = err.to_string();
+    assert!(text.contains("unknown scheme `ftp`"), "{err}");
+    for known in [
+        "tcp://", "tcps://", "unix:///", "http://", "https://", "grpc://",
+    ] {
+        assert!(text.contains(known), "{err}");
+    }
+    assert!(
+        text.contains("feature `tls`") && text.contains("feature `http`"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -20,12 +20,21 @@ use super::service::{Outcome, Payload, ServiceDescriptor};
 use super::status::{Status, StatusCode};
 use super::stream::ByteStream;
 
+/// Why a postcard body cannot be encoded or decoded in a build without the feature `wire-v1`
+/// (never seen in practice: such a host refuses version-1 clients and postcard content types).
+#[cfg(not(feature = "wire-v1"))]
+const WIRE_V1_NEEDED: &str =
+    "postcard bodies (keel protocol version 1) need keel's feature `wire-v1`";
+
 pub(crate) fn encode<T: Serialize + ?Sized>(format: Format, value: &T) -> Result<Bytes, String> {
     match format {
         Format::MsgPack => encode_msgpack(value),
+        #[cfg(feature = "wire-v1")]
         Format::Postcard => postcard::to_stdvec(value)
             .map(Bytes::from)
             .map_err(|e| e.to_string()),
+        #[cfg(not(feature = "wire-v1"))]
+        Format::Postcard => Err(WIRE_V1_NEEDED.into()),
         Format::Json => serde_json::to_vec(value)
             .map(Bytes::from)
             .map_err(|e| e.to_string()),
@@ -140,6 +149,9 @@ pub(crate) fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result
             Some(value) => Ok(value),
             None => decode_msgpack_rmp(body),
         },
+        #[cfg(not(feature = "wire-v1"))]
+        Format::Postcard => Err(WIRE_V1_NEEDED.into()),
+        #[cfg(feature = "wire-v1")]
         Format::Postcard => {
             let mut de = postcard::Deserializer::from_bytes(body);
             let value = T::deserialize(Depth::new(&mut de)).map_err(|e| e.to_string())?;
@@ -272,9 +284,12 @@ pub(crate) fn encode_message_into<T: Serialize>(
     let start = out.len();
     let encoded = match format {
         Format::MsgPack => msgpack_into(value, out).map_err(|e| e.to_string()),
+        #[cfg(feature = "wire-v1")]
         Format::Postcard => postcard::to_io(value, &mut *out)
             .map(drop)
             .map_err(|e| e.to_string()),
+        #[cfg(not(feature = "wire-v1"))]
+        Format::Postcard => Err(WIRE_V1_NEEDED.into()),
         Format::Json => serde_json::to_writer(&mut *out, value).map_err(|e| e.to_string()),
         Format::Protobuf(codec) => codec.encode_into(value, out),
     };

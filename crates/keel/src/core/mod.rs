@@ -20,10 +20,13 @@
 //! - [`finite`]: whether a reply holds a float JSON cannot carry (infinity, NaN);
 //! - [`compress`]: body compression (zstd, gzip), with bounded decompression;
 //! - [`metrics`]: the names of keel's metrics, and the Prometheus recorder (`keel::metrics`);
-//! - [`random`]: jitter and random picks without an RNG crate.
+//! - [`random`]: jitter and random picks without an RNG crate;
+//! - [`block_on`]: a future run to completion on the calling thread (the streams'
+//!   `blocking_next`).
 //!
 //! Imports nothing else of keel's but the clock (`runtime/`, the layer below).
 
+pub(crate) mod block_on;
 pub(crate) mod codec;
 pub(crate) mod compress;
 pub(crate) mod context;

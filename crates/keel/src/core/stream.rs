@@ -173,7 +173,7 @@ impl ByteStream {
             panic!("ByteStream::blocking_next called from async code; use `next().await`");
         }
         // Parks this thread between polls; the connection's reader or the producer wakes it.
-        futures_executor::block_on(self.next())
+        crate::core::block_on::block_on(self.next())
     }
 
     /// Reads the whole stream into memory, failing with a too-large error beyond `limit` bytes.

@@ -52,18 +52,20 @@ pub(super) struct Admin {
 /// then `/metrics` answers 404 and keel's metrics go to that recorder).
 pub(super) fn bind(url: &str, runtime: &tokio::runtime::Handle) -> Result<Admin, Error> {
     let config = |msg: String| Error::new(Kind::Config, msg);
-    let parsed = url::Url::parse(url).map_err(|e| config(format!("admin URL {url}: {e}")))?;
-    let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
-        return Err(config(format!("admin URL {url}: needs a host and a port")));
+    let endpoint = match crate::transport::Endpoint::parse(url)
+        .map_err(|e| config(format!("admin URL: {e}")))?
+    {
+        endpoint @ crate::transport::Endpoint::Http(_) => endpoint,
+        _ => {
+            return Err(config(format!(
+                "admin URL {url}: must be http://host:port (the admin endpoint speaks plain HTTP)"
+            )))
+        }
     };
-    if parsed.scheme() != "http" || !matches!(parsed.path(), "" | "/") {
-        return Err(config(format!(
-            "admin URL {url}: must be http://host:port (no path)"
-        )));
-    }
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    // `host:port`, an IPv6 host in brackets: the form `ToSocketAddrs` takes.
+    let authority = endpoint.authority().unwrap_or_default();
     let listen_err = |e| crate::transport::socket::listen_error(&format!("admin {url}"), e);
-    let std_listener = std::net::TcpListener::bind((host, port)).map_err(listen_err)?;
+    let std_listener = std::net::TcpListener::bind(authority).map_err(listen_err)?;
     std_listener.set_nonblocking(true).map_err(listen_err)?;
     let local = std_listener.local_addr().map_err(listen_err)?;
     let listener = {

@@ -1,9 +1,10 @@
-//! Endpoint URLs (see the table in [`crate::transport`]), parsed with the `url` crate.
+//! Endpoint URLs (see the table in [`crate::transport`]), parsed by hand: the forms keel takes
+//! are few and strict (`scheme://host:port`, `unix:///path`), and a general URL parser (the
+//! `url` crate, with IDNA and its Unicode tables) cost a user's build about 25 crates.
 
 use std::fmt;
+use std::net::Ipv6Addr;
 use std::path::PathBuf;
-
-use url::Url;
 
 use super::{ALPN_H2, ALPN_HTTP1, ALPN_KEEL};
 use crate::core::error::{Error, Kind};
@@ -38,73 +39,149 @@ pub(crate) enum Endpoint {
     Grpcs(String),
 }
 
-const SCHEMES: &str = "tcp, tcps, unix, http, https, grpc, grpcs";
+/// The schemes keel knows, each with what it is and the feature it needs (for errors).
+const SCHEMES: &str = "tcp:// (keel's wire protocol), tcps:// (the same on TLS; feature `tls`), \
+unix:///path (a Unix socket), http:// (HTTP/1.1 and HTTP/2, gRPC, JSON; feature `http`), \
+https:// (features `http` and `tls`), grpc:// and grpcs:// (a client's gRPC; feature `http`, \
+and `tls` for grpcs)";
 
 fn config(message: String) -> Error {
     Error::new(Kind::Config, message)
 }
 
-/// `host:port` of a network URL. The port must be written out, even for `http` and `https`
-/// (the `url` crate forgets a default port once parsed, so the text is checked for one).
-fn host_port(input: &str, url: &Url) -> Result<String, Error> {
-    let expected = || config(format!("`{input}`: expected {}://host:port", url.scheme()));
-    let authority = input.split_once("://").map_or("", |(_, rest)| rest);
-    let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
-    let written_port = authority
-        .rsplit_once(':')
-        .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
-    let extra = !matches!(url.path(), "" | "/") || has_extras(url);
-    match (url.host_str(), url.port_or_known_default()) {
-        (Some(host), Some(port)) if written_port && !extra && !host.is_empty() => {
-            Ok(format!("{host}:{port}"))
-        }
-        _ => Err(expected()),
+/// `host:port` of a network URL's authority, with the port written out (even 80 for `http`)
+/// and nothing else: a path other than `/`, a query, a fragment or credentials is nothing keel
+/// would use, so an error rather than silently dropped. The host is a DNS name or an IPv4
+/// address (ASCII letters, digits, `-`, `.`, `_`; lowercased) or a bracketed IPv6 address.
+fn host_port(input: &str, scheme: &str, rest: &str) -> Result<String, Error> {
+    let expected = |why: &str| {
+        config(format!(
+            "`{input}`: {why}; expected {scheme}://host:port, e.g. {scheme}://127.0.0.1:7000 or \
+             {scheme}://[::1]:7000"
+        ))
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    if !matches!(tail, "" | "/") {
+        return Err(expected(
+            "a path, a query or a fragment is not part of an endpoint",
+        ));
     }
+    if authority.contains('@') {
+        return Err(expected("credentials are not part of an endpoint"));
+    }
+    // A bracketed IPv6 address holds colons of its own: the port follows the `]`.
+    let split = match authority.find(']') {
+        Some(end) if authority.starts_with('[') => authority[end + 1..]
+            .strip_prefix(':')
+            .map(|port| (&authority[..=end], port)),
+        _ => authority.rsplit_once(':'),
+    };
+    let Some((host, port)) = split else {
+        return Err(expected("the port must be written out"));
+    };
+    if host.contains(':') && !host.starts_with('[') {
+        return Err(expected("an IPv6 address goes in brackets"));
+    }
+    let port: u16 = match port.parse() {
+        Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) => p,
+        _ => return Err(expected("the port must be a number from 0 to 65535")),
+    };
+    let host = if let Some(v6) = host.strip_prefix('[') {
+        let addr: Ipv6Addr = v6
+            .strip_suffix(']')
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| expected("not an IPv6 address in brackets"))?;
+        format!("[{addr}]")
+    } else if host.is_empty() {
+        return Err(expected("the host is missing"));
+    } else if !host.is_ascii() {
+        return Err(expected(
+            "the host must be ASCII (write an internationalized name in its punycode form, \
+             xn--...)",
+        ));
+    } else if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    {
+        return Err(expected(
+            "the host may hold only letters, digits, `-`, `.` and `_`",
+        ));
+    } else {
+        host.to_ascii_lowercase()
+    };
+    Ok(format!("{host}:{port}"))
 }
 
-/// A query, a fragment or credentials: nothing keel would use, so an error rather than silently
-/// dropped.
-fn has_extras(url: &Url) -> bool {
-    url.query().is_some()
-        || url.fragment().is_some()
-        || !url.username().is_empty()
-        || url.password().is_some()
+/// The path of `unix:///absolute/path`, percent-decoded (`%20` is a space; a space written as
+/// is also works). `.` and `..` segments, a query and a fragment are refused: the socket path
+/// would not be the one written.
+fn unix_path(input: &str, rest: &str) -> Result<PathBuf, Error> {
+    let expected = |why: &str| {
+        config(format!(
+            "`{input}`: {why}; expected unix:///absolute/path, e.g. unix:///run/app.sock"
+        ))
+    };
+    if !rest.starts_with('/') {
+        return Err(expected(
+            "a Unix socket URL has an empty host and an absolute path (three slashes)",
+        ));
+    }
+    if rest.contains(['?', '#']) {
+        return Err(expected(
+            "a query or a fragment is not part of a socket path",
+        ));
+    }
+    if rest.split('/').any(|seg| seg == "." || seg == "..") {
+        return Err(expected("`.` and `..` segments are not allowed"));
+    }
+    let path = percent_encoding::percent_decode_str(rest)
+        .decode_utf8()
+        .map_err(|_| expected("the path is not UTF-8 once percent-decoded"))?;
+    if path.len() < 2 {
+        return Err(expected("the path is missing"));
+    }
+    Ok(PathBuf::from(path.into_owned()))
 }
 
 impl Endpoint {
-    /// Parses an endpoint URL (see the module docs for the schemes).
+    /// Parses an endpoint URL (see the module docs for the schemes). A scheme is matched
+    /// without regard to case (`TCP://` is `tcp://`), as URL schemes are.
     pub(crate) fn parse(input: &str) -> Result<Endpoint, Error> {
-        let url = Url::parse(input).map_err(|e| {
-            config(format!(
-                "`{input}` is not an endpoint URL (expected e.g. tcp://host:port): {e}"
-            ))
-        })?;
-        match url.scheme() {
-            "tcp" => host_port(input, &url).map(Endpoint::Tcp),
-            "tcps" => host_port(input, &url).map(Endpoint::Tcps),
-            "http" => host_port(input, &url).map(Endpoint::Http),
-            "https" => host_port(input, &url).map(Endpoint::Https),
-            "grpc" => host_port(input, &url).map(Endpoint::Grpc),
-            "grpcs" => host_port(input, &url).map(Endpoint::Grpcs),
-            "unix" => {
-                let expected = || config(format!("`{input}`: expected unix:///absolute/path"));
-                if url.host_str().is_some_and(|h| !h.is_empty()) || has_extras(&url) {
-                    return Err(expected());
-                }
-                // The path as written: `url` percent-encodes spaces and the like (decoded back
-                // here) and removes `.` and `..` segments (refused: the socket path would not
-                // be the one written).
-                let written = input.split_once("://").map_or("", |(_, rest)| rest);
-                let path = percent_encoding::percent_decode_str(url.path())
-                    .decode_utf8()
-                    .map_err(|_| expected())?;
-                if path.len() < 2 || written.split('/').any(|seg| seg == "." || seg == "..") {
-                    return Err(expected());
-                }
-                Ok(Endpoint::Unix(PathBuf::from(path.into_owned())))
+        let Some((scheme, rest)) = input.split_once("://") else {
+            let known = ["tcp", "tcps", "unix", "http", "https", "grpc", "grpcs"];
+            if let Some((scheme, _)) = input
+                .split_once(':')
+                .filter(|(s, _)| known.iter().any(|k| s.eq_ignore_ascii_case(k)))
+            {
+                return Err(config(format!(
+                    "`{input}` is not an endpoint URL: `{scheme}:` is followed by `//` in one \
+                     (e.g. {scheme}://127.0.0.1:7000, or unix:///run/app.sock)"
+                )));
             }
-            other => Err(config(format!(
-                "`{input}`: unsupported scheme `{other}` (supported: {SCHEMES})"
+            return Err(config(format!(
+                "`{input}` is not an endpoint URL: it has no scheme. Write one of the schemes \
+                 keel knows before the address, e.g. tcp://{input} or http://{input}. keel knows \
+                 {SCHEMES}"
+            )));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "tcp" => host_port(input, "tcp", rest).map(Endpoint::Tcp),
+            "tcps" => host_port(input, "tcps", rest).map(Endpoint::Tcps),
+            "http" => host_port(input, "http", rest).map(Endpoint::Http),
+            "https" => host_port(input, "https", rest).map(Endpoint::Https),
+            "grpc" => host_port(input, "grpc", rest).map(Endpoint::Grpc),
+            "grpcs" => host_port(input, "grpcs", rest).map(Endpoint::Grpcs),
+            "unix" => unix_path(input, rest).map(Endpoint::Unix),
+            "quic" => Err(config(format!(
+                "`{input}`: unknown scheme `quic`: keel has no QUIC binding yet. keel knows \
+                 {SCHEMES}"
+            ))),
+            "ws" | "wss" => Err(config(format!(
+                "`{input}`: unknown scheme `{scheme}`: keel has no WebSocket binding; streams \
+                 and duplex calls run on tcp:// or on http:// (HTTP/2). keel knows {SCHEMES}"
+            ))),
+            _ => Err(config(format!(
+                "`{input}`: unknown scheme `{scheme}`. keel knows {SCHEMES}"
             ))),
         }
     }
@@ -297,6 +374,94 @@ mod tests {
             Endpoint::parse("unix:///tmp/my sock").unwrap(),
             Endpoint::Unix("/tmp/my sock".into())
         );
+    }
+
+    #[test]
+    fn every_url_form_the_docs_use() {
+        let ok = [
+            (
+                "tcp://127.0.0.1:7000",
+                Endpoint::Tcp("127.0.0.1:7000".into()),
+            ),
+            (
+                "TCP://LocalHost:7000/",
+                Endpoint::Tcp("localhost:7000".into()),
+            ),
+            (
+                "tcps://my-host.example_1.com:1",
+                Endpoint::Tcps("my-host.example_1.com:1".into()),
+            ),
+            ("tcp://0.0.0.0:65535", Endpoint::Tcp("0.0.0.0:65535".into())),
+            ("http://[::]:80", Endpoint::Http("[::]:80".into())),
+            // IPv6 literals in their canonical (shortest) form, as `Display` writes them.
+            (
+                "https://[0:0:0:0:0:0:0:1]:8443/",
+                Endpoint::Https("[::1]:8443".into()),
+            ),
+            (
+                "grpc://[FE80::1]:50051",
+                Endpoint::Grpc("[fe80::1]:50051".into()),
+            ),
+            (
+                "unix:///run/app.sock",
+                Endpoint::Unix("/run/app.sock".into()),
+            ),
+            (
+                "unix:///tmp/my%20sock",
+                Endpoint::Unix("/tmp/my sock".into()),
+            ),
+        ];
+        for (url, want) in ok {
+            assert_eq!(Endpoint::parse(url).unwrap(), want, "{url}");
+        }
+        // Each refusal says why, names the form expected, and never drops a part silently.
+        for (bad, why) in [
+            ("tcp://h", "port must be written out"),
+            ("tcp://h:", "number from 0 to 65535"),
+            ("tcp://h:65536", "number from 0 to 65535"),
+            ("tcp://h:+1", "number from 0 to 65535"),
+            ("tcp://:80", "host is missing"),
+            ("tcp://::1:80", "IPv6 address goes in brackets"),
+            ("tcp://[::1]", "port must be written out"),
+            ("tcp://[::g]:1", "not an IPv6 address"),
+            ("tcp://bücher.example:1", "punycode"),
+            ("tcp://a b:1", "only letters, digits"),
+            ("tcp://h%41:1", "only letters, digits"),
+            ("http://user@h:1", "credentials"),
+            ("http://h:1/path", "path, a query or a fragment"),
+            ("http://h:1?q", "path, a query or a fragment"),
+            ("unix://run/app.sock", "three slashes"),
+            ("unix:///tmp/./x", "`.` and `..`"),
+            ("unix:///tmp/x#f", "query or a fragment"),
+            ("unix:///", "path is missing"),
+        ] {
+            let e = Endpoint::parse(bad).unwrap_err();
+            assert_eq!(e.kind(), Kind::Config, "{bad}");
+            let text = e.to_string();
+            assert!(text.contains(why), "{bad}: {text}");
+            assert!(text.contains("expected"), "{bad}: {text}");
+        }
+    }
+
+    #[test]
+    fn unknown_scheme_names_the_cause_and_the_fix() {
+        for bad in ["ftp://h:1", "htp://h:1", "quic://h:1", "wss://h:1"] {
+            let text = Endpoint::parse(bad).unwrap_err().to_string();
+            assert!(text.contains("unknown scheme"), "{text}");
+            // The schemes keel knows, and the feature that enables each optional one.
+            for known in [
+                "tcp://", "tcps://", "unix:///", "http://", "https://", "grpc://",
+            ] {
+                assert!(text.contains(known), "{bad}: {text}");
+            }
+            assert!(text.contains("feature `tls`"), "{text}");
+            assert!(text.contains("feature `http`"), "{text}");
+        }
+        let text = Endpoint::parse("127.0.0.1:7000").unwrap_err().to_string();
+        assert!(text.contains("no scheme"), "{text}");
+        assert!(text.contains("tcp://127.0.0.1:7000"), "{text}");
+        let text = Endpoint::parse("tcp:/h:1").unwrap_err().to_string();
+        assert!(text.contains("`tcp:` is followed by `//`"), "{text}");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! The TLS handshake runs in each connection's own task, within
 //! [`HostConfig::handshake_timeout`], so a slow or silent peer delays only itself.
 //!
-//! For development and tests, [`self_signed`] makes a certificate and both sides' settings:
+//! For development and tests, `self_signed` (feature `dev-cert`, off by default) makes a
+//! certificate and both sides' settings:
 //!
 //! ```
 //! # #[keel::contract] pub trait Greeter { fn hello(&self, name: String) -> String; }
@@ -672,10 +673,11 @@ pub(crate) async fn accept(
     })
 }
 
-/// A certificate and its private key, in PEM, from [`self_signed`].
+/// A certificate and its private key, in PEM, from [`self_signed`] (feature `dev-cert`).
 ///
 /// For development and tests only: nothing vouches for a self-signed certificate, so every
 /// client must be told to trust it ([`SelfSigned::client_tls`]).
+#[cfg(feature = "dev-cert")]
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct SelfSigned {
@@ -685,6 +687,7 @@ pub struct SelfSigned {
     pub key_pem: String,
 }
 
+#[cfg(feature = "dev-cert")]
 impl fmt::Debug for SelfSigned {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SelfSigned")
@@ -694,6 +697,7 @@ impl fmt::Debug for SelfSigned {
     }
 }
 
+#[cfg(feature = "dev-cert")]
 impl SelfSigned {
     /// Host settings serving this certificate.
     pub fn server_tls(&self) -> Result<ServerTls, Error> {
@@ -707,7 +711,8 @@ impl SelfSigned {
 }
 
 /// Makes a self-signed certificate valid for `names`, each a DNS name (`localhost`) or an IP
-/// address (`127.0.0.1`, `::1`). For development and tests only.
+/// address (`127.0.0.1`, `::1`). For development and tests only: feature `dev-cert` (off by
+/// default; in a test-only build, `[dev-dependencies] keel = { ..., features = ["dev-cert"] }`).
 ///
 /// ```
 /// let cert = keel::tls::self_signed(&["localhost", "127.0.0.1"])?;
@@ -716,6 +721,7 @@ impl SelfSigned {
 /// let client_settings = cert.client_tls()?;
 /// # Ok::<(), keel::Error>(())
 /// ```
+#[cfg(feature = "dev-cert")]
 pub fn self_signed(names: &[&str]) -> Result<SelfSigned, Error> {
     if names.is_empty() {
         return Err(config_err(
@@ -747,7 +753,8 @@ pub fn self_signed(names: &[&str]) -> Result<SelfSigned, Error> {
     })
 }
 
-#[cfg(test)]
+// Every test makes its certificates with `self_signed`.
+#[cfg(all(test, feature = "dev-cert"))]
 mod tests {
     use super::*;
 

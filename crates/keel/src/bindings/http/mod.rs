@@ -43,7 +43,8 @@ pub const JSON_CONTENT_TYPE: &str = "application/json";
 pub const MSGPACK_CONTENT_TYPE: &str = "application/vnd.msgpack";
 
 /// The content type of postcard bodies, the binary format keel's clients sent before
-/// MessagePack; still accepted (postcard is positional: it does not let a contract evolve).
+/// MessagePack; still accepted by a host built with keel's feature `wire-v1` (postcard is
+/// positional: it does not let a contract evolve).
 pub const POSTCARD_CONTENT_TYPE: &str = "application/x-keel-postcard";
 
 /// The content type of a streamed body (a `ByteStream` parameter or return value).

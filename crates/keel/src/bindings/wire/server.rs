@@ -203,15 +203,26 @@ pub(crate) async fn serve(
         Err(_) => return dispatcher.timed_out(info.binding),
     };
     let mut out = BytesMut::new();
-    // Versions are negotiated: the host speaks every version from 1 up to its own and takes
-    // the client's when it is older.
-    if hello.version == 0 {
+    // Versions are negotiated: the host speaks every version from its oldest (1 with the
+    // feature `wire-v1`, else 2) up to its own and takes the client's when it is older.
+    if hello.version < OLDEST_VERSION {
+        let reason = if hello.version == 0 {
+            format!(
+                "protocol version 0 does not exist; this host speaks {OLDEST_VERSION} to {}",
+                keel_wire::VERSION
+            )
+        } else {
+            format!(
+                "this host speaks protocol versions {OLDEST_VERSION} to {}, not {}: version 1 \
+                 (postcard bodies, keel's clients before MessagePack) needs keel's feature \
+                 `wire-v1` on the host; or update the client",
+                keel_wire::VERSION,
+                hello.version
+            )
+        };
         let reject = HelloReply::Reject {
             supported_version: keel_wire::VERSION,
-            reason: format!(
-                "protocol version 0 does not exist; this host speaks 1 to {}",
-                keel_wire::VERSION
-            ),
+            reason,
         };
         keel_wire::encode_hello_reply(&reject, &mut out);
         let _ = io.write_all(&out).await;
@@ -317,6 +328,9 @@ pub(crate) async fn serve(
         }
     }
 }
+
+/// The oldest protocol version this host accepts: 1 (postcard bodies) only with `wire-v1`.
+const OLDEST_VERSION: u16 = if cfg!(feature = "wire-v1") { 1 } else { 2 };
 
 /// How bodies are encoded on a connection of protocol `version`.
 fn wire_format(version: u16) -> Format {

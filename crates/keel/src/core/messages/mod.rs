@@ -161,7 +161,7 @@ impl<T> MessageStream<T> {
         if tokio::runtime::Handle::try_current().is_ok() {
             panic!("MessageStream::blocking_next called from async code; use `next().await`");
         }
-        futures_executor::block_on(self.next())
+        crate::core::block_on::block_on(self.next())
     }
 
     /// An iterator over the messages for plain `fn` operations (see

@@ -208,7 +208,7 @@ pub(crate) fn parse_get(query: &str, max: usize) -> Result<GetQuery, String> {
     let mut b64 = false;
     let mut compression = None;
     let mut version = None;
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         match &*k {
             "connect" => version = Some(v.into_owned()),
             "encoding" => codec = Some(v.to_ascii_lowercase()),

@@ -78,7 +78,9 @@ pub(super) async fn call<B: Received>(
         Some(Ok(ct)) => match ct.split(';').next().unwrap_or("").trim() {
             t if t.eq_ignore_ascii_case(JSON_CONTENT_TYPE) => Format::Json,
             t if t.eq_ignore_ascii_case(MSGPACK_CONTENT_TYPE) => Format::MsgPack,
-            t if t.eq_ignore_ascii_case(POSTCARD_CONTENT_TYPE) => Format::Postcard,
+            t if cfg!(feature = "wire-v1") && t.eq_ignore_ascii_case(POSTCARD_CONTENT_TYPE) => {
+                Format::Postcard
+            }
             other => return unsupported_media_type(other),
         },
         Some(Err(_)) => return unsupported_media_type("(not text)"),
@@ -138,7 +140,7 @@ pub(super) async fn call<B: Received>(
         // An `EventSource` (see `route::gettable`): the arguments are the `args` query
         // parameter, a JSON object.
         let args = req.uri().query().and_then(|q| {
-            url::form_urlencoded::parse(q.as_bytes())
+            form_urlencoded::parse(q.as_bytes())
                 .find(|(k, _)| k == "args")
                 .map(|(_, v)| Bytes::from(v.into_owned()))
         });
@@ -296,7 +298,7 @@ pub(super) async fn call<B: Received>(
 fn accepted_format<B>(req: &Request<B>) -> Format {
     if accepts(req, MSGPACK_CONTENT_TYPE) {
         Format::MsgPack
-    } else if accepts(req, POSTCARD_CONTENT_TYPE) {
+    } else if cfg!(feature = "wire-v1") && accepts(req, POSTCARD_CONTENT_TYPE) {
         Format::Postcard
     } else {
         Format::Json

@@ -54,12 +54,18 @@ pub(super) fn unsupported_media_type(content_type: &str) -> Response<Body> {
     // `curl -d` sends form data unless told otherwise: the most common way to get here.
     let hint = if content_type.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
         " (with curl: add -H 'content-type: application/json', or use --json)"
+    } else if content_type.eq_ignore_ascii_case(POSTCARD_CONTENT_TYPE) {
+        " (postcard bodies, from keel's clients before MessagePack, need keel's feature `wire-v1` \
+         on the host)"
     } else {
         ""
     };
-    let msg = format!(
-        "content type `{content_type}` is not supported: send {JSON_CONTENT_TYPE}, {MSGPACK_CONTENT_TYPE} or {POSTCARD_CONTENT_TYPE}{hint}"
-    );
+    let accepted = if cfg!(feature = "wire-v1") {
+        format!("{JSON_CONTENT_TYPE}, {MSGPACK_CONTENT_TYPE} or {POSTCARD_CONTENT_TYPE}")
+    } else {
+        format!("{JSON_CONTENT_TYPE} or {MSGPACK_CONTENT_TYPE}")
+    };
+    let msg = format!("content type `{content_type}` is not supported: send {accepted}{hint}");
     let mut response = error(Status::new(StatusCode::BadRequest, msg), Format::Json);
     *response.status_mut() = ::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
     response
