@@ -313,10 +313,14 @@
 //!   and no more than its own deadline; with no time left it fails at once, timed out, without
 //!   being sent;
 //! - ends, [`StatusCode::Cancelled`], when the incoming call is cancelled (its caller cancelled
-//!   or went away, its deadline passed), on every binding, from an async handler and from a
-//!   blocking one (a blocked call wakes); the host of the outgoing call is told as for any
+//!   or went away), on every binding, from an async handler and from a blocking one (a blocked
+//!   call wakes); when the incoming call's deadline passes, the outgoing one's (no later) has
+//!   passed too and it ends timed out. The host of the outgoing call is told as for any
 //!   dropped call (a Cancel frame, a reset HTTP/2 stream, a closed HTTP/1.1 connection), so
-//!   its handler sees the cancellation within one round trip;
+//!   its handler sees the cancellation within one round trip. For an operation with a stream
+//!   of messages or bytes, this covers the call until its answer's head arrives: a stream
+//!   returned after that is not cut when the incoming call is cancelled (drop it, or watch
+//!   [`Context::cancelled`], to stop it);
 //! - carries the incoming call's values of the channel's
 //!   [`propagate_metadata`](client::ChannelBuilder::propagate_metadata) keys (default
 //!   `x-request-id`, `traceparent`, `tracestate`; the call's own metadata wins);

@@ -591,6 +591,7 @@ async fn certificate_files_replaced_100_times_under_load_lose_no_call() {
     host.shutdown_async().await;
 }
 
+#[cfg(unix)]
 #[test]
 fn watching_tls_files_needs_settings_read_from_files_and_reload_needs_a_tls_endpoint() {
     let err = keel::Host::builder()
@@ -601,6 +602,17 @@ fn watching_tls_files_needs_settings_read_from_files_and_reload_needs_a_tls_endp
         .start()
         .unwrap_err();
     assert!(err.to_string().contains("from_pem_files"), "{err}");
+    let mut dir = CertDir::new("tls-zero-interval");
+    let cert = test_cert();
+    dir.publish(&cert.cert_pem, &cert.key_pem);
+    let err = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("tcps://127.0.0.1:0")
+        .tls(ServerTls::from_pem_files(dir.cert(), dir.key()).unwrap())
+        .watch_tls_files(std::time::Duration::ZERO)
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("longer than zero"), "{err}");
     let host = keel::Host::builder()
         .service(ProbeServer::new(ProbeImpl::default()))
         .endpoint("tcp://127.0.0.1:0")

@@ -37,8 +37,9 @@ pub struct PingPolicy {
 /// a call in flight is found in about this plus the timeout, not at the next interval.
 pub const BUSY_QUIET_MIN: Duration = Duration::from_secs(1);
 
-/// Pings a client sends while its calls wait, with no new call between them, are at least this
-/// far apart: a host's default [`PingPolicy`] in keel allows one every 5 s.
+/// Pings a client sends while its calls wait, with no new call between them, are at least its
+/// keepalive interval and at least this far apart: a host's default [`PingPolicy`] in keel
+/// allows one every 5 s.
 pub const BUSY_PING_SPACING: Duration = Duration::from_secs(6);
 
 /// A connection's liveness state (part of [`Connection`](crate::Connection)).
@@ -104,13 +105,17 @@ impl Liveness {
         BUSY_QUIET_MIN.max(rtt.unwrap_or(Duration::ZERO).saturating_mul(4))
     }
 
-    /// Client, with calls waiting for replies: when to ping if nothing arrives. Not before
-    /// [`BUSY_PING_SPACING`] after the last ping unless a call started since (a host counts
-    /// closer pings with no call between as strikes, see [`PingPolicy`]).
-    fn busy_due(&self, last: Instant, rtt: Option<Duration>) -> Instant {
+    /// Client, with calls waiting for replies: when to ping if nothing arrives. Unless a call
+    /// started since the last ping, not before the keepalive interval (at least
+    /// [`BUSY_PING_SPACING`]) after it: a host counts pings closer than its
+    /// [`PingPolicy::min_interval`] with no call between as strikes, and a client that keeps
+    /// to its interval is what the host was configured for.
+    fn busy_due(&self, k: &Keepalive, last: Instant, rtt: Option<Duration>) -> Instant {
         let quiet = last + Liveness::busy_quiet(rtt);
         match self.last_sent_ping {
-            Some(ping) if !self.call_since_ping => quiet.max(ping + BUSY_PING_SPACING),
+            Some(ping) if !self.call_since_ping => {
+                quiet.max(ping + k.interval.max(BUSY_PING_SPACING))
+            }
             _ => quiet,
         }
     }
@@ -146,7 +151,7 @@ impl Liveness {
         let last = self.last_received?;
         match self.awaiting {
             Some(since) => Some(since + self.timeout(&k, rtt)),
-            None if busy => Some((last + k.interval).min(self.busy_due(last, rtt))),
+            None if busy => Some((last + k.interval).min(self.busy_due(&k, last, rtt))),
             None => Some(last + k.interval),
         }
     }
@@ -168,7 +173,7 @@ impl Liveness {
                 }
             }
             None if now.saturating_duration_since(last) >= k.interval
-                || (busy && now >= self.busy_due(last, rtt)) =>
+                || (busy && now >= self.busy_due(&k, last, rtt)) =>
             {
                 self.pinged(now);
                 Due::Ping
@@ -383,21 +388,30 @@ mod tests {
         l.enable(K, t0);
         assert!(!l.on_call(t0));
         assert_eq!(l.on_timeout(t0 + ms(1_000), None, true), Due::Ping);
-        // The pong: alive. The call still runs, and no call started since the ping.
+        // The pong: alive. The call still runs, and no call started since the ping: the next
+        // waits for the interval (20 s), as the host's ping limit expects.
         l.on_received(t0 + ms(1_010));
-        assert_eq!(
-            l.deadline(None, true),
-            Some(t0 + ms(1_000) + BUSY_PING_SPACING)
-        );
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_000) + K.interval));
         assert_eq!(l.on_timeout(t0 + ms(2_010), None, true), Due::Nothing);
         assert_eq!(
-            l.on_timeout(t0 + ms(1_000) + BUSY_PING_SPACING, None, true),
+            l.on_timeout(t0 + ms(1_000) + K.interval, None, true),
             Due::Ping
         );
         // A call started since the last ping: the next may come a second after the last sign.
-        l.on_received(t0 + ms(7_010));
-        assert!(!l.on_call(t0 + ms(7_020)));
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(8_010)));
+        l.on_received(t0 + ms(21_010));
+        assert!(!l.on_call(t0 + ms(21_020)));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(22_010)));
+        // With an interval below the spacing, the interval's own ping comes first, as keepalive
+        // always did: busy pings add none closer than the spacing.
+        let short = Keepalive {
+            interval: ms(2_000),
+            timeout: ms(1_000),
+        };
+        let mut l = Liveness::default();
+        l.enable(short, t0);
+        assert_eq!(l.on_timeout(t0 + ms(1_000), None, true), Due::Ping);
+        l.on_received(t0 + ms(1_010));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(3_010)));
     }
 
     #[test]

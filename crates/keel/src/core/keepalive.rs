@@ -24,9 +24,10 @@ pub struct Keepalive {
     pub interval: Duration,
     /// The peer is gone if nothing arrives within this long after a ping. A client also pings,
     /// with its call, when it starts a call on a connection nothing arrived on for this long;
-    /// and on keel-wire, whatever the interval, once its calls have waited 1 s (or four round
-    /// trips) with nothing arriving, so a host that froze under a call is found in about 1 s
-    /// plus this.
+    /// and on keel-wire, once its calls have waited 1 s (or four round trips) with nothing
+    /// arriving since the last sign of life, so a host that froze under calls is found in about
+    /// 1 s plus this (after a ping it answered, with no new call since, the next waits for
+    /// `interval`).
     pub timeout: Duration,
 }
 

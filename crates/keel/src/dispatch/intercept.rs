@@ -11,7 +11,8 @@ use super::{Dispatcher, HostConnInfo};
 
 /// The operation name in the [`Context`] an interceptor sees for a request for a description
 /// of the host's contracts rather than a call: `GET /{Service}` (service: that contract's
-/// name) and `GET /openapi.json` (service: [`ALL_SERVICES`]). gRPC's server reflection is a
+/// name) and `GET /openapi.json` (service: [`ALL_SERVICES`], as for a `GET /{Service}` naming
+/// no contract the host serves). gRPC's server reflection is a
 /// service like any other (`grpc.reflection.v1.ServerReflection`, operation
 /// `ServerReflectionInfo`). No operation can have this name (it is not a Rust identifier).
 ///
@@ -37,7 +38,8 @@ use super::{Dispatcher, HostConnInfo};
 pub const DESCRIBE: &str = "@describe";
 
 /// The service name in the [`Context`] of a request for a description of every contract the
-/// host serves (`GET /openapi.json`); see [`DESCRIBE`].
+/// host serves (`GET /openapi.json`), and of a `GET /{Service}` that names none it serves (so a
+/// refusal tells nothing of what it serves); see [`DESCRIBE`].
 pub const ALL_SERVICES: &str = "*";
 
 /// Sees every call a host serves, in the order interceptors were added

@@ -653,8 +653,10 @@ impl HostBuilder {
     /// the current certificate stays. Replace both files at once (write elsewhere, then
     /// rename, as cert-manager's and Kubernetes' secret volumes do): a key read before its
     /// certificate is replaced is refused until the pair matches. `start` fails if the
-    /// settings were not read from files. [`Host::reload_tls`](crate::Host::reload_tls) does
-    /// the same on demand. Default: not watched.
+    /// settings were not read from files, or for a zero interval.
+    /// [`Host::reload_tls`](crate::Host::reload_tls) does the same on demand; the watcher goes
+    /// on reading the files, so their next change replaces what `reload_tls` set. Default: not
+    /// watched.
     #[cfg(feature = "tls")]
     pub fn watch_tls_files(mut self, every: Duration) -> Self {
         self.config.watch_tls_files = Some(every);
@@ -785,6 +787,13 @@ impl HostBuilder {
         #[cfg(feature = "tls")]
         let watcher = match (config.watch_tls_files, &config.tls) {
             (None, _) => None,
+            (Some(every), _) if every.is_zero() => {
+                return Err(Error::new(
+                    Kind::Config,
+                    "watch_tls_files: the interval must be longer than zero (a few seconds is \
+                     plenty: renewals come days before expiry)",
+                ))
+            }
             (Some(every), Some(tls)) if tls.made_from().is_some() => Some((every, tls.clone())),
             (Some(_), _) => {
                 return Err(Error::new(

@@ -58,45 +58,54 @@ impl Certificates {
         // What the host's settings were made from, read before it started: a change made
         // since is seen at the first tick.
         let mut last: Option<PemContents> = tls.made_from().cloned();
-        // The last refusal logged: the same one again (a file still missing) is not.
-        let mut refusal: Option<String> = None;
+        // The last read that failed, logged once while it lasts (a file still missing).
+        let mut unreadable: Option<String> = None;
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            let read = match tls.read_files() {
-                Some(read) => read,
-                None => return,
+            // Files are read off the runtime's workers.
+            let reader = tls.clone();
+            let read = match tokio::task::spawn_blocking(move || reader.read_files()).await {
+                Ok(Some(read)) => read,
+                Ok(None) | Err(_) => return,
             };
-            let made = read.and_then(|contents| {
-                if last.as_ref() == Some(&contents) {
-                    return Ok(None);
-                }
-                let made = tls.remake(&contents);
-                // Not made again until the files change: a refused file is refused once.
-                last = Some(contents);
-                made.map(Some)
-            });
-            match made {
-                Ok(None) => {}
-                Ok(Some(new)) => {
-                    self.replace(&new);
-                    refusal = None;
-                    log::info!("keel: TLS certificate reloaded from its files");
+            let contents = match read {
+                Ok(contents) => {
+                    unreadable = None;
+                    contents
                 }
                 Err(e) => {
                     let text = e.to_string();
-                    if refusal.as_deref() != Some(text.as_str()) {
-                        self.failures.fetch_add(1, Ordering::Relaxed);
-                        log::warn!(
-                            "keel: new TLS certificate files refused, the current certificate \
-                             is kept: {text}"
-                        );
-                        refusal = Some(text);
+                    if unreadable.as_deref() != Some(text.as_str()) {
+                        self.refused(&text);
+                        unreadable = Some(text);
                     }
+                    continue;
                 }
+            };
+            if last.as_ref() == Some(&contents) {
+                continue;
             }
+            // Each new content is tried once: refused, it is not tried (nor counted) again
+            // until the files change.
+            match tls.remake(&contents) {
+                Ok(new) => {
+                    self.replace(&new);
+                    log::info!("keel: TLS certificate reloaded from its files");
+                }
+                Err(e) => self.refused(&e.to_string()),
+            }
+            last = Some(contents);
         }
+    }
+
+    /// New files were refused: counted and logged; the current certificate stays.
+    fn refused(&self, why: &str) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        log::warn!(
+            "keel: new TLS certificate files refused, the current certificate is kept: {why}"
+        );
     }
 }

@@ -235,7 +235,8 @@ impl Host {
     /// they agreed on. `tls` was checked when it was made (a key that matches its
     /// certificate), so this cannot leave a host without a usable certificate. Fails only for
     /// a host with no TLS endpoint. To follow files instead, see
-    /// [`HostBuilder::watch_tls_files`].
+    /// [`HostBuilder::watch_tls_files`]; a host that watches its files takes their next change
+    /// over what this set.
     ///
     /// ```
     /// # #[keel::contract] pub trait Greeter { fn hello(&self) -> u64; }

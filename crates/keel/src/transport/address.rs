@@ -131,12 +131,13 @@ fn unix_path(input: &str, rest: &str) -> Result<PathBuf, Error> {
             "a query or a fragment is not part of a socket path",
         ));
     }
-    if rest.split('/').any(|seg| seg == "." || seg == "..") {
-        return Err(expected("`.` and `..` segments are not allowed"));
-    }
     let path = percent_encoding::percent_decode_str(rest)
         .decode_utf8()
         .map_err(|_| expected("the path is not UTF-8 once percent-decoded"))?;
+    // Checked once decoded, so that `%2e%2e` is refused as `..` is.
+    if path.split('/').any(|seg| seg == "." || seg == "..") {
+        return Err(expected("`.` and `..` segments are not allowed"));
+    }
     if path.len() < 2 {
         return Err(expected("the path is missing"));
     }
@@ -367,6 +368,7 @@ mod tests {
             "tcp://h:99999",
             "unix:///tmp/a?b.sock",
             "unix:///tmp/../etc/x.sock",
+            "unix:///tmp/%2e%2e/etc/x.sock",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
