@@ -17,7 +17,8 @@ use tokio::sync::oneshot;
 use super::schedule::Owner;
 use super::{Arrival, Dispatcher};
 use crate::core::compress::{self, Compression};
-use crate::core::context::Context;
+use crate::core::context::{CallFacts, Context};
+use crate::core::format::Framing;
 use crate::core::metadata::Metadata;
 use crate::core::service::{Outcome, Payload};
 use crate::core::status::{Status, StatusCode};
@@ -117,6 +118,35 @@ pub(crate) struct HostConnInfo {
 }
 
 impl HostConnInfo {
+    /// A context for something on this connection that is not a call of its own (a session
+    /// being opened, a request for a description): `service` and `operation` as named, no
+    /// deadline, no span, no stream counters.
+    pub(crate) fn context_outside_a_call(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        metadata: Metadata,
+        max_message_size: u32,
+        session: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Context {
+        Context::new(CallFacts {
+            service,
+            operation,
+            binding: self.binding,
+            peer_addr: self.peer_addr,
+            peer_certificates: self.peer_certificates.clone(),
+            deadline: None,
+            metadata,
+            reply_codec: None,
+            span: tracing::Span::none(),
+            reply_framing: Framing::Envelope,
+            request_framing: None,
+            max_message_size,
+            session,
+            stream_counters: None,
+        })
+    }
+
     /// Connection `id` of `binding` with `peer`, accepted now.
     pub(crate) fn new(
         id: u64,

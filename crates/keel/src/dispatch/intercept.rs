@@ -2,8 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::core::context::{CallFacts, Context};
-use crate::core::format::Framing;
+use crate::core::context::Context;
 use crate::core::metadata::Metadata;
 use crate::core::status::{Status, StatusCode};
 
@@ -109,22 +108,8 @@ impl Dispatcher {
         if self.interceptors.is_empty() {
             return Ok(());
         }
-        let ctx = Context::new(CallFacts {
-            service,
-            operation: DESCRIBE,
-            binding: conn.binding,
-            peer_addr: conn.peer_addr,
-            peer_certificates: conn.peer_certificates.clone(),
-            deadline: None,
-            metadata,
-            reply_codec: None,
-            span: tracing::Span::none(),
-            reply_framing: Framing::Envelope,
-            request_framing: None,
-            max_message_size: self.limits.max_message_size,
-            session: None,
-            stream_counters: None,
-        });
+        let max = self.limits.max_message_size;
+        let ctx = conn.context_outside_a_call(service, DESCRIBE, metadata, max, None);
         let mut ran = 0;
         let mut answer = Ok(());
         for interceptor in &self.interceptors {

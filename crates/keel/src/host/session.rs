@@ -11,7 +11,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::bindings::session::{self, Frame, Peer, SessionClient, CALL, CALL_QUEUE};
 use crate::client::Channel;
-use crate::core::context::{CallFacts, Context};
 use crate::core::format::{Format, Framing};
 use crate::core::messages::MessageStream;
 use crate::core::metadata::Metadata;
@@ -59,22 +58,13 @@ impl SessionOpener for Sessions {
             Box::new(SessionClient::new(peer.clone(), None)),
         );
         let handle: Arc<dyn std::any::Any + Send + Sync> = Arc::new(callback);
-        let ctx = Context::new(CallFacts {
-            service: desc.name,
-            operation: session::SESSION_OPERATION,
-            binding: conn.info.binding,
-            peer_addr: conn.info.peer_addr,
-            peer_certificates: conn.info.peer_certificates.clone(),
-            deadline: None,
+        let ctx = conn.info.context_outside_a_call(
+            desc.name,
+            session::SESSION_OPERATION,
             metadata,
-            reply_codec: None,
-            span: tracing::Span::none(),
-            reply_framing: Framing::Envelope,
-            request_framing: None,
-            max_message_size: dispatcher.limits.max_message_size,
-            session: Some(handle.clone()),
-            stream_counters: None,
-        });
+            dispatcher.limits.max_message_size,
+            Some(handle.clone()),
+        );
         let instance = match served.service.open_session(&ctx) {
             Ok(instance) => instance,
             Err(status) => return conn.reply_to(reply_to, call_id, Err(status)),

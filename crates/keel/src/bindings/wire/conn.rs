@@ -683,8 +683,9 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             }
             probed = st.core.probe(now);
             // Calls waiting make the keepalive deadline earlier (a ping if nothing arrives
-            // for a second): the timer must know when it moved that way.
-            if let Some(armed) = st.keepalive_armed {
+            // for a second): the timer must know when it moved that way. Only the first call
+            // waiting can move it (a probe ping above wakes the timer itself).
+            if let Some(armed) = st.keepalive_armed.filter(|_| st.core.pending_calls() == 1) {
                 let due = st.core.poll_timeout();
                 if due.is_some_and(|at| at < armed) {
                     st.keepalive_armed = due;
