@@ -435,10 +435,13 @@ struct Call {
     deadline: Option<Instant>,
     ctx: Context,
     /// How many synchronous interceptors' `before` ran: their `after` runs, in reverse order.
-    intercepted: usize,
+    /// (Two `u32`s where one `usize` was: a blocking call's pool task keeps its size, and with
+    /// it the allocator's bin; 8 more bytes cost the sync path ~7 % of its instructions in
+    /// callgrind, in `malloc_consolidate`.)
+    intercepted: u32,
     /// How many async interceptors' `before` started: their `after` runs first, in reverse
     /// order.
-    intercepted_async: usize,
+    intercepted_async: u32,
     /// The operation's metric handles.
     metrics: Arc<OpMetrics>,
     /// When the request arrived (the start of the server time).
@@ -481,14 +484,14 @@ impl Call {
 
     /// The interceptors' `after`, once.
     fn after(&mut self, code: StatusCode) {
-        let ran_async = std::mem::take(&mut self.intercepted_async);
+        let ran_async = std::mem::take(&mut self.intercepted_async) as usize;
         if ran_async > 0 {
             let chain = self.conn.dispatcher.async_interceptors();
             for interceptor in chain[..ran_async].iter().rev() {
                 interceptor.after(&self.ctx, code);
             }
         }
-        let ran = std::mem::take(&mut self.intercepted);
+        let ran = std::mem::take(&mut self.intercepted) as usize;
         if ran > 0 {
             let chain = self.conn.dispatcher.interceptors();
             for interceptor in chain[..ran].iter().rev() {
