@@ -106,6 +106,23 @@ impl ChildHost {
         read(&mut self.stdout, "keel-child-answer ")
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends the child `signal` (a name `kill` takes: `STOP`, `CONT`, ...), with the `kill`
+    /// command (Unix).
+    #[cfg(unix)]
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} failed: {status}");
+    }
+
     /// SIGKILL: the process ends at once, in the middle of whatever calls it runs; returns
     /// once it is gone.
     pub fn kill(&mut self) {
