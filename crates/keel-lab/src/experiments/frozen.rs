@@ -43,12 +43,19 @@ struct Port(u16);
 
 impl Frozen for Port {
     async fn read(&self, ms: u64) -> u16 {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+        pause(ms).await;
         self.0
     }
     async fn write(&self, ms: u64) -> u16 {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+        pause(ms).await;
         self.0
+    }
+}
+
+/// Sleeps `ms`; not at all for 0 (tokio's timer would round it up to its next millisecond).
+async fn pause(ms: u64) {
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 
@@ -163,6 +170,8 @@ struct FrozenHost {
     stdin: Option<ChildStdin>,
     url: String,
     port: u16,
+    /// Reaped: its pid may belong to another process now.
+    exited: bool,
 }
 
 impl FrozenHost {
@@ -189,6 +198,7 @@ impl FrozenHost {
             child,
             stdin,
             port,
+            exited: false,
         })
     }
 
@@ -205,11 +215,17 @@ impl FrozenHost {
     fn stop(&mut self) {
         drop(self.stdin.take());
         crate::child::reap(&mut self.child, Duration::from_secs(5));
+        self.exited = true;
     }
 }
 
 impl Drop for FrozenHost {
     fn drop(&mut self) {
+        if self.exited {
+            return;
+        }
+        // A stopped process dies of SIGKILL too; continued first, it also frees its port
+        // like any other.
         let _ = self.signal("CONT");
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -275,7 +291,9 @@ async fn measure_rtt() -> anyhow::Result<Duration> {
 
 async fn one_run(p: &Params, gone: Gone) -> anyhow::Result<Run> {
     let mut hosts = tokio::task::spawn_blocking(|| {
-        (0..3).map(|_| FrozenHost::start()).collect::<anyhow::Result<Vec<_>>>()
+        (0..3)
+            .map(|_| FrozenHost::start())
+            .collect::<anyhow::Result<Vec<_>>>()
     })
     .await??;
     let urls: Vec<String> = hosts.iter().map(|h| h.url.clone()).collect();
@@ -288,13 +306,7 @@ async fn one_run(p: &Params, gone: Gone) -> anyhow::Result<Run> {
     // The lone call: to the victim only, not idempotent, in flight when it goes.
     let alone = FrozenClient::new(keel::Channel::new(&hosts[1].url)?);
     alone.write(0).await?;
-    let alone_call = (gone != Gone::ClosedPort).then(|| {
-        let alone = alone.clone();
-        tokio::spawn(async move {
-            let r = alone.write(600_000).await;
-            (r, Instant::now())
-        })
-    });
+    let mut alone_call = None;
 
     let ended = Arc::new(Mutex::new(Vec::new()));
     let every = Duration::from_millis(p.every_ms);
@@ -311,6 +323,24 @@ async fn one_run(p: &Params, gone: Gone) -> anyhow::Result<Run> {
             break;
         }
         tokio::time::sleep_until(at.into()).await;
+        // The lone call leaves 20 ms before the host goes, so that it is in flight then. (A
+        // call that had waited past a ping the host answered, with no call since, would be
+        // judged only after the next ping, which keeps the keepalive interval: PROTOCOL.md.)
+        if gone != Gone::ClosedPort
+            && alone_call.is_none()
+            && at + Duration::from_millis(20) >= went_at
+        {
+            let alone = alone.clone();
+            alone_call = Some(tokio::spawn(async move {
+                // A reply first, so that the connection is not quiet when the call starts
+                // (a call on a quiet one carries a ping; see above).
+                if let Err(e) = alone.write(0).await {
+                    return (Err(e), Instant::now());
+                }
+                let r = alone.write(600_000).await;
+                (r, Instant::now())
+            }));
+        }
         if went.is_none() && at >= went_at {
             match gone {
                 Gone::Sigstop => hosts[1].signal("STOP")?,
@@ -346,19 +376,26 @@ async fn one_run(p: &Params, gone: Gone) -> anyhow::Result<Run> {
     for call in calls {
         call.await?;
     }
-    let (alone_answer, alone_wait) = match alone_call {
-        Some(call) => {
-            let (r, at) = tokio::time::timeout(Duration::from_secs(30), call).await??;
-            (r, at - alone_began.unwrap_or(at))
-        }
-        None => {
-            let began = Instant::now();
-            (alone.write(0).await, began.elapsed())
-        }
-    };
-    let (alone_status, alone_error) = match &alone_answer {
+    let outcome = |r: &Result<u16, keel::Error>| match r {
         Ok(port) => (format!("answered by {port}"), String::new()),
         Err(e) => (code_name(e), e.to_string()),
+    };
+    let ((alone_status, alone_error), alone_wait) = match alone_call {
+        Some(call) => match tokio::time::timeout(Duration::from_secs(30), call).await {
+            Ok(ended) => {
+                let (r, at) = ended?;
+                (outcome(&r), at - alone_began.unwrap_or(at))
+            }
+            Err(_) => (
+                ("still waiting after 30 s".to_string(), String::new()),
+                Duration::from_secs(30),
+            ),
+        },
+        None => {
+            let began = Instant::now();
+            let r = alone.write(0).await;
+            (outcome(&r), began.elapsed())
+        }
     };
     let ended = std::mem::take(&mut *ended.lock().unwrap_or_else(|e| e.into_inner()));
     let mut latencies = Latencies::new();
@@ -450,10 +487,7 @@ pub(crate) fn summary(r: &FrozenResult) -> String {
         ));
         s.push_str(&format!(
             "  {:<12} a call to that host alone: {} after {:.1} ms ({})\n",
-            "",
-            run.alone_status,
-            run.alone_wait_ms,
-            run.alone_error
+            "", run.alone_status, run.alone_wait_ms, run.alone_error
         ));
     }
     s.push_str(&format!(
