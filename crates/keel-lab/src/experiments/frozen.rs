@@ -123,10 +123,11 @@ pub(crate) struct Run {
     pub(crate) longest_ms: f64,
     /// Whether that call was idempotent.
     pub(crate) longest_idempotent: bool,
-    /// Calls answered after waiting at least 100 ms (on the gone host, then answered by
-    /// another: moved), idempotent ones.
+    /// Calls answered by another host after waiting at least 100 ms (on the gone host: moved;
+    /// idempotent ones, or ones the gone host never received).
     pub(crate) moved: u64,
-    /// Calls answered by the host that went away, sent after it went (SIGSTOP: after SIGCONT).
+    /// Calls sent while the host was gone and answered by it all the same (SIGSTOP: a call
+    /// that waited on it until SIGCONT).
     pub(crate) answered_by_gone_host: u64,
     /// Calls failed, by status code (`none` for an error without one).
     pub(crate) failed: BTreeMap<String, u64>,
@@ -409,7 +410,7 @@ async fn one_run(p: &Params, gone: Gone) -> anyhow::Result<Run> {
         }
         match &e.answer {
             Ok(port) => {
-                if e.took >= Duration::from_millis(100) {
+                if *port != victim_port && e.took >= Duration::from_millis(100) {
                     moved += 1;
                 }
                 if *port == victim_port && e.sent_while_gone {
