@@ -153,6 +153,47 @@ async fn a_call_waiting_on_a_path_that_died_fails_within_a_second_with_no_other_
     assert_eq!(client.echo("next".into()).await.unwrap(), "next");
 }
 
+/// A long call's ping was answered, so the next waits for the interval (20 s) while no new
+/// call starts. A new call lifts that: once the path dies, the new call fails within a second
+/// of its start, not 20 s later (the connection's timer is re-armed when the call starts). In
+/// keel's time.
+#[tokio::test]
+async fn a_new_call_after_an_answered_ping_is_not_held_to_the_interval() {
+    let clock = keel::testing::pause();
+    let host = host();
+    let proxy = Proxy::start(host.url()).await;
+    let channel = Channel::new(proxy.url()).unwrap();
+    let client = ProbeClient::new(channel.clone());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    let long = tokio::spawn({
+        let client = client.clone();
+        async move { client.sleep_async_ms(60_000).await }
+    });
+    assert!(
+        eventually_within(Duration::from_secs(10), || host.stats().calls_in_flight
+            == 1)
+        .await
+    );
+    // The ping a quarter second into the long call's wait, answered (the path is alive).
+    drive(&clock, STEP, Duration::from_millis(600), || false).await;
+    assert!(!long.is_finished());
+    proxy.blackhole_existing();
+    let next = tokio::spawn({
+        let client = client.clone();
+        async move { client.echo("next".into()).await }
+    });
+    let failed_after = drive(&clock, STEP, Duration::from_secs(60), || next.is_finished())
+        .await
+        .expect("the new call never ended");
+    let err = next.await.unwrap().unwrap_err();
+    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    assert!(
+        failed_after <= Duration::from_millis(1_000) + STEP,
+        "failed after {failed_after:?}: held to the keepalive interval"
+    );
+    assert!(long.await.unwrap().is_err());
+}
+
 /// connection that answers its pings is never dropped, however long its calls run.
 #[tokio::test]
 async fn a_quiet_but_live_connection_is_kept() {
