@@ -204,8 +204,10 @@ impl FrozenHost {
     }
 
     fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
+        // The shell's own `kill`: no `kill` program needed.
+        let status = Command::new("sh")
+            .args(["-c", "kill -s \"$0\" \"$1\""])
+            .arg(signal)
             .arg(self.child.id().to_string())
             .status()?;
         anyhow::ensure!(status.success(), "kill -{signal}: {status}");

@@ -111,15 +111,16 @@ impl ChildHost {
         self.child.id()
     }
 
-    /// Sends the child `signal` (a name `kill` takes: `STOP`, `CONT`, ...), with the `kill`
-    /// command (Unix).
+    /// Sends the child `signal` (a name `kill` takes: `STOP`, `CONT`, ...), with the shell's
+    /// `kill` (Unix: `/bin/sh` has it built in, so no `kill` program is needed).
     #[cfg(unix)]
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
+        let status = Command::new("sh")
+            .args(["-c", "kill -s \"$0\" \"$1\""])
+            .arg(signal)
             .arg(self.pid().to_string())
             .status()
-            .expect("kill runs");
+            .expect("sh runs");
         assert!(status.success(), "kill -{signal} failed: {status}");
     }
 
