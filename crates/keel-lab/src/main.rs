@@ -12,6 +12,7 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
+//! keel-lab frozen [--every-ms 10] [--before-secs 1] [--stop-secs 3]  issue 33: a host gone
 //! keel-lab peers [--seconds 3] [--rounds 3]  keel beside raw TCP, tonic, tarpc (and ghz, if on PATH)
 //! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
@@ -39,7 +40,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use experiments::{burst, concurrent, first_call, idle, isolation, overload, soak, Binding};
+use experiments::{
+    burst, concurrent, first_call, frozen, idle, isolation, overload, soak, Binding,
+};
 
 /// Replays the seeds' experiments against keel and reports keel's numbers beside WCF's.
 #[derive(Debug, Parser)]
@@ -155,6 +158,27 @@ enum Command {
         /// Calls of the fast service timed per phase.
         #[arg(long, default_value_t = 2000)]
         fast_calls: usize,
+    },
+    /// A frozen host found fast: 3 hosts in processes of their own behind one balanced
+    /// channel, a call every `every-ms`; one host SIGSTOPped, SIGKILLed, or stopped (its port
+    /// closed); the longest wait of any call and the status of the failures.
+    Frozen {
+        /// Milliseconds between two calls.
+        #[arg(long, default_value_t = 10)]
+        every_ms: u64,
+        /// Seconds of calls before the host goes away.
+        #[arg(long, default_value_t = 1.0)]
+        before_secs: f64,
+        /// Seconds of calls after it went (SIGSTOP: stopped that long, then continued).
+        #[arg(long, default_value_t = 3.0)]
+        stop_secs: f64,
+    },
+    /// A host for `frozen`'s child processes (serves until stdin closes).
+    #[command(hide = true)]
+    FrozenHost {
+        /// The loopback port it listens on.
+        #[arg(long)]
+        port: u16,
     },
     /// Soak: a mixed load below capacity for minutes; errors, p99 and the host's RSS.
     Soak {
@@ -323,6 +347,22 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
                 ..overload::Params::defaults(binding)
             })?;
             emit(json, &overload::summary(&r), &r, r.pass)
+        }
+        &Command::Frozen {
+            every_ms,
+            before_secs,
+            stop_secs,
+        } => {
+            let r = frozen::run(&frozen::Params {
+                every_ms,
+                before_secs,
+                stop_secs,
+            })?;
+            emit(json, &frozen::summary(&r), &r, r.pass)
+        }
+        &Command::FrozenHost { port } => {
+            frozen::serve(port)?;
+            Ok(true)
         }
         &Command::Isolation {
             callers,

@@ -84,8 +84,8 @@ pub use codec::{
     HELLO_LEN, LEN_PREFIX_SIZE, MAX_HEADER, MAX_REASON_LEN,
 };
 pub use conn::{
-    CallRejected, Closed, ConnError, Connection, Event, Keepalive, PingPolicy, Side,
-    BUSY_PING_SPACING, BUSY_QUIET_MIN, CONNECTION, MAX_LEARNED_INITIAL_WINDOW,
+    CallRejected, Closed, ConnError, Connection, Event, Keepalive, PingPolicy, Probe, Side,
+    BUSY_PING_SPACING, BUSY_QUIET_MIN, BUSY_VERDICT_MIN, CONNECTION, MAX_LEARNED_INITIAL_WINDOW,
 };
 pub use error::{WireError, MAX_NAME_LEN};
 pub use flow::{

@@ -273,7 +273,10 @@
 //! client pings a keel-wire connection it has heard nothing on for 20 s, and pings along with
 //! a call that starts after a quiet second; a host that answers nothing within 1 s (at least
 //! four round trips) is gone: the connection's calls fail [`StatusCode::Unavailable`] then,
-//! not at their deadlines, and the next call opens a new connection
+//! not at their deadlines, and the next call opens a new connection. Calls that wait are
+//! watched closer: after 250 ms with nothing arriving the client pings, and 1 s after the last
+//! frame, that ping unanswered, a frozen host's calls fail (or go to another host, if
+//! idempotent), the same `Unavailable` as a killed host's or a closed port's
 //! ([`ChannelBuilder::keepalive`](client::ChannelBuilder::keepalive); the host's side is [`HostBuilder::keepalive`](host::HostBuilder::keepalive) and its limit
 //! on a client's pings [`HostBuilder::ping_policy`](host::HostBuilder::ping_policy); the frames are in `PROTOCOL.md`).
 //!

@@ -115,10 +115,11 @@ async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
 
 /// The frozen host: a call is in flight when the path dies, and no other call follows
 /// on the connection (a balanced channel sends them elsewhere), so no call carries a probe.
-/// The client pings once nothing has arrived for a second while a call waits, and the call
-/// fails at that ping's timeout (about 2 s), not at the 20 s interval. In keel's time.
+/// The client pings once nothing has arrived for a quarter second while a call waits, and the
+/// call fails a second after the last frame (the ping unanswered), not at the 20 s interval.
+/// In keel's time.
 #[tokio::test]
-async fn a_call_waiting_on_a_path_that_died_fails_in_about_two_seconds_with_no_other_call() {
+async fn a_call_waiting_on_a_path_that_died_fails_within_a_second_with_no_other_call() {
     let clock = keel::testing::pause();
     let host = host();
     let proxy = Proxy::start(host.url()).await;
@@ -143,12 +144,54 @@ async fn a_call_waiting_on_a_path_that_died_fails_in_about_two_seconds_with_no_o
     let err = waiting.await.unwrap().unwrap_err();
     assert!(err.is_connection(), "{err}");
     assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
-    // A second of quiet, then the ping's 1 s timeout (and a step of the driven clock).
+    // A second after the last frame (the call's reply to `before` or the Request's
+    // acknowledgement, before the blackhole), and a step of the driven clock.
     assert!(
-        failed_after <= Duration::from_millis(2_000) + 2 * STEP,
+        failed_after <= Duration::from_millis(1_000) + STEP,
         "failed after {failed_after:?}: the 20 s interval, not the waiting call, found it"
     );
     assert_eq!(client.echo("next".into()).await.unwrap(), "next");
+}
+
+/// A long call's ping was answered, so the next waits for the interval (20 s) while no new
+/// call starts. A new call lifts that: once the path dies, the new call fails within a second
+/// of its start, not 20 s later (the connection's timer is re-armed when the call starts). In
+/// keel's time.
+#[tokio::test]
+async fn a_new_call_after_an_answered_ping_is_not_held_to_the_interval() {
+    let clock = keel::testing::pause();
+    let host = host();
+    let proxy = Proxy::start(host.url()).await;
+    let channel = Channel::new(proxy.url()).unwrap();
+    let client = ProbeClient::new(channel.clone());
+    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
+    let long = tokio::spawn({
+        let client = client.clone();
+        async move { client.sleep_async_ms(60_000).await }
+    });
+    assert!(
+        eventually_within(Duration::from_secs(10), || host.stats().calls_in_flight
+            == 1)
+        .await
+    );
+    // The ping a quarter second into the long call's wait, answered (the path is alive).
+    drive(&clock, STEP, Duration::from_millis(600), || false).await;
+    assert!(!long.is_finished());
+    proxy.blackhole_existing();
+    let next = tokio::spawn({
+        let client = client.clone();
+        async move { client.echo("next".into()).await }
+    });
+    let failed_after = drive(&clock, STEP, Duration::from_secs(60), || next.is_finished())
+        .await
+        .expect("the new call never ended");
+    let err = next.await.unwrap().unwrap_err();
+    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    assert!(
+        failed_after <= Duration::from_millis(1_000) + STEP,
+        "failed after {failed_after:?}: held to the keepalive interval"
+    );
+    assert!(long.await.unwrap().is_err());
 }
 
 /// connection that answers its pings is never dropped, however long its calls run.
@@ -199,6 +242,78 @@ async fn a_quiet_but_live_connection_is_kept() {
     );
     assert_eq!(client.echo("next".into()).await.unwrap(), "next");
     assert_eq!(proxy.accepted(), 2);
+}
+
+/// An operation that runs for `ms` of keel's clock (so a paused test can make it long).
+#[keel::contract]
+pub trait Slow {
+    /// Returns `ms` once keel's clock has moved that far since it started.
+    async fn take(&self, ms: u64) -> u64;
+}
+
+struct SlowImpl;
+
+impl Slow for SlowImpl {
+    async fn take(&self, ms: u64) -> u64 {
+        let until = keel::testing::now() + Duration::from_millis(ms);
+        while keel::testing::now() < until {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        ms
+    }
+}
+
+/// A client whose calls all take 10 s pings while they wait (a quarter second into each
+/// silence, then no closer than its keepalive interval with no call between), and stays
+/// within the host's default ping limit (5 s, 2 strikes): no GoAway `too many pings`, one
+/// connection throughout. Calls one after another, overlapping (one every 4 s), and alone.
+/// Default settings on both ends; in keel's time.
+#[tokio::test]
+async fn calls_that_all_take_ten_seconds_stay_within_the_hosts_default_ping_limit() {
+    let clock = keel::testing::pause();
+    let host = keel::Host::builder()
+        .service(SlowServer::new(SlowImpl))
+        .endpoint("tcp://127.0.0.1:0")
+        .start()
+        .unwrap();
+    let channel = Channel::new(host.url()).unwrap();
+    let slow = SlowClient::new(channel.clone());
+    let take = |ms| {
+        let slow = slow.clone();
+        tokio::spawn(async move { slow.take(ms).await })
+    };
+    // One after another.
+    for _ in 0..3 {
+        let call = take(10_000);
+        drive(&clock, STEP, Duration::from_secs(30), || call.is_finished())
+            .await
+            .expect("a 10 s call did not end within 30 s");
+        assert_eq!(call.await.unwrap().unwrap(), 10_000);
+    }
+    // Overlapping: one every 4 s, each 10 s.
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        calls.push(take(10_000));
+        drive(&clock, STEP, Duration::from_secs(4), || false).await;
+    }
+    drive(&clock, STEP, Duration::from_secs(30), || {
+        calls.iter().all(|c| c.is_finished())
+    })
+    .await
+    .expect("the overlapping calls did not end");
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap(), 10_000);
+    }
+    // Alone, after the connection was quiet past the host's ping limit.
+    drive(&clock, STEP, Duration::from_secs(6), || false).await;
+    let call = take(10_000);
+    drive(&clock, STEP, Duration::from_secs(30), || call.is_finished())
+        .await
+        .expect("the last call did not end");
+    assert_eq!(call.await.unwrap().unwrap(), 10_000);
+    let stats = channel.stats();
+    assert_eq!(stats.connections_opened, 1, "{stats:?}");
+    assert_eq!(host.stats().connections_opened, 1);
 }
 
 /// A store whose reads may be retried.

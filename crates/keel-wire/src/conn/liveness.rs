@@ -32,15 +32,41 @@ pub struct PingPolicy {
     pub max_strikes: u32,
 }
 
-/// A client whose calls wait for replies pings once nothing has arrived for this long (or four
-/// round trips, if longer), whatever the interval: a host that froze or a path that died under
-/// a call in flight is found in about this plus the timeout, not at the next interval.
-pub const BUSY_QUIET_MIN: Duration = Duration::from_secs(1);
+/// A client whose calls wait for replies pings once nothing has arrived for this long (or two
+/// round trips, if longer), whatever the interval: well before [`BUSY_VERDICT_MIN`], so that
+/// the ping has the rest of it to be answered.
+pub const BUSY_QUIET_MIN: Duration = Duration::from_millis(250);
+
+/// A client whose calls wait for replies judges the connection dead once nothing has arrived
+/// for this long (or six round trips, or the keepalive timeout, whichever is longest) and its
+/// ping, sent [`BUSY_QUIET_MIN`] into that silence, is unanswered: a host that froze or a path
+/// that died under calls in flight is found about this long after the last frame that came
+/// from it, not at the next interval. The ping is given at least this less the quiet time
+/// (750 ms, and at least four round trips) to be answered.
+pub const BUSY_VERDICT_MIN: Duration = Duration::from_secs(1);
 
 /// Pings a client sends while its calls wait, with no new call between them, are at least its
 /// keepalive interval and at least this far apart: a host's default [`PingPolicy`] in keel
 /// allows one every 5 s.
 pub const BUSY_PING_SPACING: Duration = Duration::from_secs(6);
+
+/// What a call's start did to liveness (see [`Connection::probe_call`]).
+///
+/// [`Connection::probe_call`]: crate::Connection::probe_call
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Probe {
+    /// A Ping was queued to go with the call (the connection had been quiet for the keepalive
+    /// timeout); it is awaited from now.
+    pub pinged: bool,
+    /// The call may have made [`Connection::poll_timeout`] earlier: it is the first call since
+    /// the last keepalive Ping, so the next ping no longer waits for the spacing a host's ping
+    /// limit asks of pings with no call between them. (The first call waiting on a connection
+    /// may move it too, as the caller knows.)
+    ///
+    /// [`Connection::poll_timeout`]: crate::Connection::poll_timeout
+    pub timer_earlier: bool,
+}
 
 /// A connection's liveness state (part of [`Connection`](crate::Connection)).
 #[derive(Debug, Default)]
@@ -100,9 +126,54 @@ impl Liveness {
     }
 
     /// Client: how long calls may wait with nothing received before a ping checks the path:
-    /// four round trips, and at least [`BUSY_QUIET_MIN`].
+    /// two round trips, and at least [`BUSY_QUIET_MIN`].
     fn busy_quiet(rtt: Option<Duration>) -> Duration {
-        BUSY_QUIET_MIN.max(rtt.unwrap_or(Duration::ZERO).saturating_mul(4))
+        BUSY_QUIET_MIN.max(rtt.unwrap_or(Duration::ZERO).saturating_mul(2))
+    }
+
+    /// Client: how long calls may wait with nothing received before the connection is judged
+    /// dead, if the ping sent into that silence is unanswered: six round trips, the keepalive
+    /// timeout, and at least [`BUSY_VERDICT_MIN`]. Never less than the quiet time plus four
+    /// round trips (6 × RTT ≥ 2 × RTT + 4 × RTT; 1 s ≥ 250 ms + 4 × RTT while RTT ≤ 187 ms).
+    fn busy_verdict(k: &Keepalive, rtt: Option<Duration>) -> Duration {
+        BUSY_VERDICT_MIN
+            .max(k.timeout)
+            .max(rtt.unwrap_or(Duration::ZERO).saturating_mul(6))
+    }
+
+    /// Client, with calls waiting and a ping sent at `since` unanswered: when the connection is
+    /// dead. Nothing has then arrived for [`Liveness::busy_verdict`], and the ping has had that
+    /// less [`Liveness::busy_quiet`] to be answered (a ping sent later than the quiet time
+    /// after the last frame, with a call on a connection long quiet, say, gets that long too).
+    fn busy_dead_at(
+        &self,
+        k: &Keepalive,
+        last: Instant,
+        since: Instant,
+        rtt: Option<Duration>,
+    ) -> Instant {
+        let verdict = Liveness::busy_verdict(k, rtt);
+        let answer_within = verdict.saturating_sub(Liveness::busy_quiet(rtt));
+        (last + verdict).max(since + answer_within)
+    }
+
+    /// When a ping sent at `since` and still unanswered makes the connection dead: the
+    /// keepalive timeout after it, or, while calls wait (`busy`), possibly sooner
+    /// ([`Liveness::busy_dead_at`]).
+    fn dead_at(
+        &self,
+        k: &Keepalive,
+        last: Instant,
+        since: Instant,
+        rtt: Option<Duration>,
+        busy: bool,
+    ) -> Instant {
+        let idle = since + self.timeout(k, rtt);
+        if busy {
+            idle.min(self.busy_dead_at(k, last, since, rtt))
+        } else {
+            idle
+        }
     }
 
     /// Client, with calls waiting for replies: when to ping if nothing arrives. Unless a call
@@ -127,21 +198,31 @@ impl Liveness {
         self.call_since_ping = false;
     }
 
-    /// A call starts at `now`: if nothing arrived for the timeout, a ping goes with it.
-    /// Returns whether to send one (it is awaited from now).
-    pub(super) fn on_call(&mut self, now: Instant) -> bool {
+    /// A call starts at `now`: if nothing arrived for the timeout, a ping goes with it
+    /// (`pinged`: send one; it is awaited from now). `timer_earlier`: the first call since a
+    /// keepalive ping that was answered, which lifts the spacing off the next one.
+    pub(super) fn on_call(&mut self, now: Instant) -> Probe {
+        let first_since_ping = !self.call_since_ping;
         self.call_since_ping = true;
         let (Some(k), Some(last)) = (self.keepalive, self.last_received) else {
-            return false;
+            return Probe::default();
         };
+        let timer_earlier =
+            first_since_ping && self.awaiting.is_none() && self.last_sent_ping.is_some();
         // `now < last + timeout`, an addition and a comparison rather than a subtraction of
         // instants (std's is branchy): this runs on every call.
         let quiet_too_long = last.checked_add(k.timeout).is_some_and(|due| now >= due);
         if self.awaiting.is_some() || !quiet_too_long {
-            return false;
+            return Probe {
+                pinged: false,
+                timer_earlier,
+            };
         }
         self.pinged(now);
-        true
+        Probe {
+            pinged: true,
+            timer_earlier: false,
+        }
     }
 
     /// When the caller should call [`Liveness::on_timeout`] next; `busy`: calls wait for
@@ -150,7 +231,7 @@ impl Liveness {
         let k = self.keepalive?;
         let last = self.last_received?;
         match self.awaiting {
-            Some(since) => Some(since + self.timeout(&k, rtt)),
+            Some(since) => Some(self.dead_at(&k, last, since, rtt, busy)),
             None if busy => Some((last + k.interval).min(self.busy_due(&k, last, rtt))),
             None => Some(last + k.interval),
         }
@@ -158,16 +239,17 @@ impl Liveness {
 
     /// The timer fired at `now`; `busy`: calls wait for replies (client). A quiet connection
     /// is pinged after the interval, a connection whose calls wait with nothing arriving after
-    /// [`Liveness::busy_quiet`], whatever the traffic the caller sends on it.
+    /// [`Liveness::busy_quiet`], whatever the traffic the caller sends on it. An unanswered
+    /// ping makes the peer dead after the timeout, or, while calls wait, once nothing has
+    /// arrived for [`Liveness::busy_verdict`] ([`Liveness::busy_dead_at`]).
     pub(super) fn on_timeout(&mut self, now: Instant, rtt: Option<Duration>, busy: bool) -> Due {
         let (Some(k), Some(last)) = (self.keepalive, self.last_received) else {
             return Due::Nothing;
         };
         match self.awaiting {
             Some(since) => {
-                let waited = now.saturating_duration_since(since);
-                if waited >= self.timeout(&k, rtt) {
-                    Due::Dead(waited)
+                if now >= self.dead_at(&k, last, since, rtt, busy) {
+                    Due::Dead(now.saturating_duration_since(since))
                 } else {
                     Due::Nothing
                 }
@@ -270,10 +352,10 @@ mod tests {
         l.enable(K, t0);
         l.on_received(t0 + ms(10));
         // Something arrived within the timeout: no ping.
-        assert!(!l.on_call(t0 + ms(500)));
-        assert!(l.on_call(t0 + ms(1_010)));
+        assert!(!l.on_call(t0 + ms(500)).pinged);
+        assert!(l.on_call(t0 + ms(1_010)).pinged);
         // One ping awaited at a time.
-        assert!(!l.on_call(t0 + ms(1_500)));
+        assert!(!l.on_call(t0 + ms(1_500)).pinged);
         assert_eq!(l.deadline(None, false), Some(t0 + ms(2_010)));
         assert_eq!(
             l.on_timeout(t0 + ms(2_010), None, false),
@@ -302,7 +384,7 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
-        assert!(l.on_call(t0 + ms(1_000)));
+        assert!(l.on_call(t0 + ms(1_000)).pinged);
         assert_eq!(
             l.on_timeout(t0 + ms(2_000), None, false),
             Due::Dead(ms(1_000))
@@ -322,7 +404,7 @@ mod tests {
         let mut l = Liveness::default();
         l.on_received(t0);
         assert_eq!(l.deadline(None, false), None);
-        assert!(!l.on_call(t0 + ms(60_000)));
+        assert_eq!(l.on_call(t0 + ms(60_000)), Probe::default());
         assert_eq!(l.on_timeout(t0 + ms(60_000), None, false), Due::Nothing);
     }
 
@@ -359,21 +441,20 @@ mod tests {
     }
 
     #[test]
-    fn calls_waiting_with_nothing_arriving_are_probed_after_a_second() {
+    fn calls_waiting_with_nothing_arriving_are_probed_after_a_quarter_second() {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
         // Replies keep arriving: the connection is not quiet.
         l.on_received(t0 + ms(900));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_150)));
+        assert_eq!(l.on_timeout(t0 + ms(1_149), None, true), Due::Nothing);
+        // Nothing for 250 ms while calls wait: a ping, whatever the interval says.
+        assert_eq!(l.on_timeout(t0 + ms(1_150), None, true), Due::Ping);
+        // Dead a second after the last frame, the ping unanswered for 750 ms.
         assert_eq!(l.deadline(None, true), Some(t0 + ms(1_900)));
         assert_eq!(l.on_timeout(t0 + ms(1_899), None, true), Due::Nothing);
-        // Nothing for a second while calls wait: a ping, whatever the interval says.
-        assert_eq!(l.on_timeout(t0 + ms(1_900), None, true), Due::Ping);
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(2_900)));
-        assert_eq!(
-            l.on_timeout(t0 + ms(2_900), None, true),
-            Due::Dead(K.timeout)
-        );
+        assert_eq!(l.on_timeout(t0 + ms(1_900), None, true), Due::Dead(ms(750)));
         // Without calls waiting, the same quiet waits for the interval.
         let mut idle = Liveness::default();
         idle.enable(K, t0);
@@ -381,26 +462,209 @@ mod tests {
         assert_eq!(idle.deadline(None, false), Some(t0 + K.interval));
     }
 
+    /// The frozen host: calls answered every 10 ms, then nothing. The verdict lands a
+    /// second after the last frame, so no call waits longer than that (a call that started
+    /// after the last frame waits less).
+    #[test]
+    fn a_host_that_freezes_under_traffic_is_judged_a_second_after_its_last_frame() {
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_micros(100));
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        let mut t = t0;
+        for _ in 0..100 {
+            t += ms(10);
+            assert!(!l.on_call(t).pinged);
+            assert_eq!(l.on_timeout(t, rtt, true), Due::Nothing);
+            l.on_received(t + Duration::from_micros(100));
+        }
+        let last = t + Duration::from_micros(100);
+        // Frozen: calls go on starting (one started right at the last frame waits longest).
+        let oldest = last;
+        assert!(!l.on_call(oldest).pinged);
+        assert_eq!(l.deadline(rtt, true), Some(last + BUSY_QUIET_MIN));
+        assert_eq!(l.on_timeout(last + BUSY_QUIET_MIN, rtt, true), Due::Ping);
+        for n in 1..50 {
+            assert!(!l.on_call(last + ms(10 * n)).pinged, "one ping at a time");
+        }
+        assert_eq!(l.deadline(rtt, true), Some(last + BUSY_VERDICT_MIN));
+        assert_eq!(
+            l.on_timeout(
+                last + BUSY_VERDICT_MIN - Duration::from_micros(1),
+                rtt,
+                true
+            ),
+            Due::Nothing
+        );
+        assert!(matches!(
+            l.on_timeout(last + BUSY_VERDICT_MIN, rtt, true),
+            Due::Dead(_)
+        ));
+        assert!(last + BUSY_VERDICT_MIN - oldest <= BUSY_VERDICT_MIN);
+    }
+
+    /// Anything that arrives after the ping is a sign of life, however long calls have waited.
+    #[test]
+    fn a_busy_connection_that_receives_anything_is_never_judged_dead() {
+        let t0 = Instant::now();
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        assert!(!l.on_call(t0).pinged);
+        assert_eq!(l.on_timeout(t0 + ms(250), None, true), Due::Ping);
+        // A frame read before the ping left proves nothing.
+        l.on_received(t0 + ms(200));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_200)));
+        // One after it does: the ping is answered.
+        l.on_received(t0 + ms(900));
+        for at in [1_000, 1_200, 1_900, 5_000] {
+            assert_eq!(
+                l.on_timeout(t0 + ms(at), None, true),
+                Due::Nothing,
+                "{at} ms"
+            );
+        }
+    }
+
+    /// A handler that takes 5 s on a live host: its pings are answered, it is never judged
+    /// dead, and the pings with no call between them keep the spacing.
+    #[test]
+    fn a_slow_handler_on_a_live_host_is_never_judged_dead() {
+        let t0 = Instant::now();
+        let rtt = Some(ms(1));
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        assert!(!l.on_call(t0).pinged);
+        let mut pings = Vec::new();
+        let mut t = t0;
+        // Every 10 ms for 5 s, the timer fires if due; a pong answers each ping 1 ms later.
+        while t < t0 + ms(5_000) {
+            t += ms(10);
+            if l.deadline(rtt, true).is_some_and(|due| due <= t) {
+                match l.on_timeout(t, rtt, true) {
+                    Due::Ping => {
+                        pings.push(t - t0);
+                        l.on_received(t + ms(1));
+                    }
+                    Due::Nothing => {}
+                    Due::Dead(w) => panic!("judged dead at {:?} after {w:?}", t - t0),
+                }
+            }
+        }
+        // One ping a quarter second in, the next not before the interval.
+        assert_eq!(pings, vec![ms(250)]);
+        assert_eq!(l.deadline(rtt, true), Some(t0 + ms(250) + K.interval));
+    }
+
+    #[test]
+    fn a_call_on_a_long_quiet_connection_gives_its_ping_three_quarters_of_a_second() {
+        let t0 = Instant::now();
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        let start = t0 + ms(5_000);
+        assert!(l.on_call(start).pinged);
+        // Calls wait: nothing for far more than a second, but the ping gets its 750 ms.
+        assert_eq!(l.deadline(None, true), Some(start + ms(750)));
+        assert_eq!(l.on_timeout(start + ms(749), None, true), Due::Nothing);
+        assert_eq!(
+            l.on_timeout(start + ms(750), None, true),
+            Due::Dead(ms(750))
+        );
+        // With no call waiting (a probe whose call was given up), the timeout.
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        assert!(l.on_call(start).pinged);
+        assert_eq!(l.deadline(None, false), Some(start + K.timeout));
+    }
+
+    /// On a long path everything scales with the round trip: the ping after two, the verdict
+    /// after six, so the ping has four to be answered.
+    #[test]
+    fn the_busy_verdict_scales_with_the_round_trip() {
+        let t0 = Instant::now();
+        let rtt = Some(ms(300));
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        assert!(!l.on_call(t0).pinged);
+        assert_eq!(l.deadline(rtt, true), Some(t0 + ms(600)));
+        assert_eq!(l.on_timeout(t0 + ms(600), rtt, true), Due::Ping);
+        assert_eq!(l.deadline(rtt, true), Some(t0 + ms(1_800)));
+        // An answer after four round trips less a millisecond keeps it.
+        let mut alive = Liveness::default();
+        alive.enable(K, t0);
+        assert!(!alive.on_call(t0).pinged);
+        assert_eq!(alive.on_timeout(t0 + ms(600), rtt, true), Due::Ping);
+        alive.on_received(t0 + ms(1_799));
+        assert_eq!(alive.on_timeout(t0 + ms(1_800), rtt, true), Due::Nothing);
+        assert_eq!(
+            l.on_timeout(t0 + ms(1_800), rtt, true),
+            Due::Dead(ms(1_200))
+        );
+    }
+
+    /// A longer keepalive timeout than a second is honoured under calls too.
+    #[test]
+    fn the_busy_verdict_is_at_least_the_keepalive_timeout() {
+        let t0 = Instant::now();
+        let patient = Keepalive {
+            interval: Duration::from_secs(20),
+            timeout: Duration::from_secs(5),
+        };
+        let mut l = Liveness::default();
+        l.enable(patient, t0);
+        assert!(!l.on_call(t0).pinged);
+        assert_eq!(l.on_timeout(t0 + ms(250), None, true), Due::Ping);
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(5_000)));
+    }
+
+    #[test]
+    fn the_first_call_after_an_answered_ping_may_move_the_timer_earlier() {
+        let t0 = Instant::now();
+        let mut l = Liveness::default();
+        l.enable(K, t0);
+        // No keepalive ping yet: nothing to lift.
+        assert_eq!(l.on_call(t0), Probe::default());
+        assert_eq!(l.on_timeout(t0 + ms(250), None, true), Due::Ping);
+        // While the ping is awaited, the verdict does not move.
+        assert_eq!(l.on_call(t0 + ms(251)), Probe::default());
+        l.on_received(t0 + ms(260));
+        // Answered, and a call since: the next one lifts nothing more.
+        assert!(!l.on_call(t0 + ms(300)).timer_earlier);
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(510)));
+        // A ping answered with no call since: spaced; the next call lifts the spacing.
+        assert_eq!(l.on_timeout(t0 + ms(510), None, true), Due::Ping);
+        l.on_received(t0 + ms(511));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(510) + K.interval));
+        assert_eq!(
+            l.on_call(t0 + ms(1_000)),
+            Probe {
+                pinged: false,
+                timer_earlier: true
+            }
+        );
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(761)));
+    }
+
     #[test]
     fn a_long_call_is_probed_no_closer_than_the_hosts_ping_policy_allows() {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
-        assert!(!l.on_call(t0));
-        assert_eq!(l.on_timeout(t0 + ms(1_000), None, true), Due::Ping);
+        assert!(!l.on_call(t0).pinged);
+        assert_eq!(l.on_timeout(t0 + ms(250), None, true), Due::Ping);
         // The pong: alive. The call still runs, and no call started since the ping: the next
         // waits for the interval (20 s), as the host's ping limit expects.
-        l.on_received(t0 + ms(1_010));
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_000) + K.interval));
+        l.on_received(t0 + ms(260));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(250) + K.interval));
         assert_eq!(l.on_timeout(t0 + ms(2_010), None, true), Due::Nothing);
         assert_eq!(
-            l.on_timeout(t0 + ms(1_000) + K.interval, None, true),
+            l.on_timeout(t0 + ms(250) + K.interval, None, true),
             Due::Ping
         );
-        // A call started since the last ping: the next may come a second after the last sign.
-        l.on_received(t0 + ms(21_010));
-        assert!(!l.on_call(t0 + ms(21_020)));
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(22_010)));
+        // A call started since the last ping: the next may come a quarter second after the
+        // last sign.
+        l.on_received(t0 + ms(20_260));
+        assert!(!l.on_call(t0 + ms(20_270)).pinged);
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(20_510)));
         // With an interval below the spacing, the interval's own ping comes first, as keepalive
         // always did: busy pings add none closer than the spacing.
         let short = Keepalive {
@@ -409,17 +673,84 @@ mod tests {
         };
         let mut l = Liveness::default();
         l.enable(short, t0);
-        assert_eq!(l.on_timeout(t0 + ms(1_000), None, true), Due::Ping);
-        l.on_received(t0 + ms(1_010));
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(3_010)));
+        assert_eq!(l.on_timeout(t0 + ms(250), None, true), Due::Ping);
+        l.on_received(t0 + ms(260));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(2_260)));
     }
 
     #[test]
-    fn the_busy_wait_is_at_least_four_round_trips() {
+    fn the_busy_quiet_is_at_least_two_round_trips() {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
-        assert_eq!(l.deadline(Some(ms(500)), true), Some(t0 + ms(2_000)));
+        assert_eq!(l.deadline(Some(ms(500)), true), Some(t0 + ms(1_000)));
         assert_eq!(l.deadline(Some(ms(10)), true), Some(t0 + BUSY_QUIET_MIN));
+    }
+
+    /// A client whose calls all take 10 s, against a host's default ping limit (keel's: 5 s,
+    /// 2 strikes): one call at a time back to back, overlapping calls started every 4 s, and
+    /// calls with idle gaps. Every ping the client's liveness sends reaches the host's, which
+    /// never finds one too many. In 5 ms steps over two minutes; replies and pongs take 1 ms.
+    #[test]
+    fn a_client_whose_calls_all_take_ten_seconds_stays_within_the_hosts_ping_limit() {
+        let policy = PingPolicy {
+            min_interval: Duration::from_secs(5),
+            max_strikes: 2,
+        };
+        let rtt = Some(ms(1));
+        // (start, end) of each call, in ms.
+        let back_to_back: Vec<(u64, u64)> =
+            (0..12).map(|i| (i * 10_001, i * 10_001 + 10_000)).collect();
+        let overlapping: Vec<(u64, u64)> =
+            (0..28).map(|i| (i * 4_000, i * 4_000 + 10_000)).collect();
+        let with_gaps: Vec<(u64, u64)> =
+            (0..6).map(|i| (i * 17_000, i * 17_000 + 10_000)).collect();
+        for (name, calls) in [
+            ("back to back", back_to_back),
+            ("overlapping", overlapping),
+            ("with gaps", with_gaps),
+        ] {
+            let t0 = Instant::now();
+            let mut client = Liveness::default();
+            client.enable(K, t0);
+            let mut host = Liveness {
+                policy: Some(policy),
+                ..Liveness::default()
+            };
+            let (mut pings, mut started, mut answered) = (0, 0, 0);
+            for step in 0..24_000u64 {
+                let at = step * 5;
+                let now = t0 + ms(at);
+                for &(start, end) in &calls {
+                    if start == at {
+                        host.on_request();
+                        if client.on_call(now).pinged {
+                            pings += 1;
+                            assert!(host.on_ping(now), "{name}: too many pings at {at} ms");
+                            client.on_received(now + ms(1));
+                        }
+                        started += 1;
+                    }
+                    if end == at {
+                        client.on_received(now + ms(1));
+                        answered += 1;
+                    }
+                }
+                let busy = started > answered;
+                if client.deadline(rtt, busy).is_some_and(|due| due <= now) {
+                    match client.on_timeout(now, rtt, busy) {
+                        Due::Ping => {
+                            pings += 1;
+                            assert!(host.on_ping(now), "{name}: too many pings at {at} ms");
+                            client.on_received(now + ms(1));
+                        }
+                        Due::Nothing => {}
+                        Due::Dead(w) => panic!("{name}: judged dead at {at} ms after {w:?}"),
+                    }
+                }
+            }
+            assert!(pings > 0, "{name}: the calls were probed");
+            assert_eq!(host.strikes, 0, "{name}");
+        }
     }
 }

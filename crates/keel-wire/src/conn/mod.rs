@@ -124,7 +124,9 @@ use crate::{
 mod liveness;
 mod types;
 
-pub use liveness::{Keepalive, PingPolicy, BUSY_PING_SPACING, BUSY_QUIET_MIN};
+pub use liveness::{
+    Keepalive, PingPolicy, Probe, BUSY_PING_SPACING, BUSY_QUIET_MIN, BUSY_VERDICT_MIN,
+};
 pub use types::{CallRejected, Closed, ConnError, Event, Side};
 
 use liveness::{Due, Liveness};
@@ -788,11 +790,21 @@ impl<C> Connection<C> {
     /// was quiet is found within the timeout rather than at the call's deadline. Returns
     /// whether it did ([`poll_timeout`](Self::poll_timeout) is then earlier).
     pub fn probe(&mut self, now: Instant) -> bool {
-        if self.closed.is_some() || !self.liveness.on_call(now) {
-            return false;
+        self.probe_call(now).pinged
+    }
+
+    /// Client: [`probe`](Self::probe), also telling whether the call may have made
+    /// [`poll_timeout`](Self::poll_timeout) earlier without a ping (see [`Probe`]), so a
+    /// caller that re-reads it only when it may have moved knows to.
+    pub fn probe_call(&mut self, now: Instant) -> Probe {
+        if self.closed.is_some() {
+            return Probe::default();
         }
-        self.liveness_ping(now);
-        true
+        let probe = self.liveness.on_call(now);
+        if probe.pinged {
+            self.liveness_ping(now);
+        }
+        probe
     }
 
     /// A Ping now, even if a measurement ping is outstanding (its Pong, if it ever comes, is

@@ -24,10 +24,12 @@ pub struct Keepalive {
     pub interval: Duration,
     /// The peer is gone if nothing arrives within this long after a ping. A client also pings,
     /// with its call, when it starts a call on a connection nothing arrived on for this long;
-    /// and on keel-wire, once its calls have waited 1 s (or four round trips) with nothing
-    /// arriving since the last sign of life, so a host that froze under calls is found in about
-    /// 1 s plus this (after a ping it answered, with no new call since, the next waits for
-    /// `interval`).
+    /// and on keel-wire, once its calls have waited 250 ms (or two round trips) with nothing
+    /// arriving since the last sign of life. That ping unanswered, the connection is gone once
+    /// nothing has arrived for 1 s (or six round trips, or this, if longer), so a host that
+    /// froze under calls is found about a second after its last frame (the ping gets at least
+    /// 750 ms and four round trips; after a ping it answered, with no new call since, the next
+    /// waits for `interval`).
     pub timeout: Duration,
 }
 

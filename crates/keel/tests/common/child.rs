@@ -106,6 +106,24 @@ impl ChildHost {
         read(&mut self.stdout, "keel-child-answer ")
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends the child `signal` (a name `kill` takes: `STOP`, `CONT`, ...), with the shell's
+    /// `kill` (Unix: `/bin/sh` has it built in, so no `kill` program is needed).
+    #[cfg(unix)]
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("sh")
+            .args(["-c", "kill -s \"$0\" \"$1\""])
+            .arg(signal)
+            .arg(self.pid().to_string())
+            .status()
+            .expect("sh runs");
+        assert!(status.success(), "kill -{signal} failed: {status}");
+    }
+
     /// SIGKILL: the process ends at once, in the middle of whatever calls it runs; returns
     /// once it is gone.
     pub fn kill(&mut self) {

@@ -681,11 +681,16 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 st.core.forget_call(call_id);
                 return Err(NotSent::Sink(e));
             }
-            probed = st.core.probe(now);
+            let probe = st.core.probe_call(now);
+            probed = probe.pinged;
             // Calls waiting make the keepalive deadline earlier (a ping if nothing arrives
-            // for a second): the timer must know when it moved that way. Only the first call
-            // waiting can move it (a probe ping above wakes the timer itself).
-            if let Some(armed) = st.keepalive_armed.filter(|_| st.core.pending_calls() == 1) {
+            // for a quarter second): the timer must know when it moved that way. Only the
+            // first call waiting can move it, or the first call since a keepalive ping (which
+            // lifts the ping spacing); a probe ping above wakes the timer itself.
+            if let Some(armed) = st
+                .keepalive_armed
+                .filter(|_| st.core.pending_calls() == 1 || probe.timer_earlier)
+            {
                 let due = st.core.poll_timeout();
                 if due.is_some_and(|at| at < armed) {
                     st.keepalive_armed = due;
