@@ -12,6 +12,7 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
+//! keel-lab hedge [--callers 8] [--calls 5000] [--percentile 90]          issue 33: hedging
 //! keel-lab peers [--seconds 3] [--rounds 3]  keel beside raw TCP, tonic, tarpc (and ghz, if on PATH)
 //! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
@@ -39,7 +40,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use experiments::{burst, concurrent, first_call, idle, isolation, overload, soak, Binding};
+use experiments::{burst, concurrent, first_call, hedge, idle, isolation, overload, soak, Binding};
 
 /// Replays the seeds' experiments against keel and reports keel's numbers beside WCF's.
 #[derive(Debug, Parser)]
@@ -155,6 +156,25 @@ enum Command {
         /// Calls of the fast service timed per phase.
         #[arg(long, default_value_t = 2000)]
         fast_calls: usize,
+    },
+    /// Hedging: 3 hosts behind a balanced channel, 5 % of calls slow; p99 without and with
+    /// hedging, hedges sent and won, extra load against the retry budget.
+    Hedge {
+        /// Concurrent callers.
+        #[arg(long, default_value_t = 8)]
+        callers: usize,
+        /// Timed calls per phase.
+        #[arg(long, default_value_t = 5000)]
+        calls: usize,
+        /// Percent of calls that sleep 100 ms (the rest sleep 1 ms).
+        #[arg(long, default_value_t = 5.0)]
+        slow_percent: f64,
+        /// The hedging delay: this percentile of the channel's observed latency.
+        #[arg(long, default_value_t = 90.0)]
+        percentile: f64,
+        /// A fixed hedging delay instead, ms.
+        #[arg(long)]
+        delay_ms: Option<u64>,
     },
     /// Soak: a mixed load below capacity for minutes; errors, p99 and the host's RSS.
     Soak {
@@ -337,6 +357,22 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
                 fast_calls,
             })?;
             emit(json, &isolation::summary(&r), &r, r.pass)
+        }
+        &Command::Hedge {
+            callers,
+            calls,
+            slow_percent,
+            percentile,
+            delay_ms,
+        } => {
+            let r = hedge::run(&hedge::Params {
+                callers,
+                calls,
+                slow_percent,
+                percentile,
+                delay_ms,
+            })?;
+            emit(json, &hedge::summary(&r), &r, r.pass)
         }
         &Command::Soak {
             minutes,
