@@ -14,6 +14,16 @@
 //! So one call makes at most 1 + [`UNRUN_RESENDS`] + (hosts − 1) + (`max_attempts` − 1)
 //! attempts, whatever its binding, and every one within its deadline. Interceptors, metrics and
 //! spans see one call, whatever its attempts.
+//!
+//! **Hedged calls** (an idempotent operation's call without a request stream or a streamed
+//! reply, under a [`HedgingPolicy`](super::HedgingPolicy): see `hedge.rs`) take another path,
+//! `Channel::run_hedged`, boxed so that the others' futures do not carry its state: up to the
+//! policy's `max_attempts` copies of the call run side by side in one future, each with the
+//! re-sends of the first three rows above (for itself); a copy starts when the policy's delay
+//! passes without an answer, or at once after an answer of the last row, if the retry budget
+//! gives a token; the first answer not of the last row is the call's, and dropping the other
+//! copies cancels them. A hedged call is not retried after an answer (its hedges do that), so
+//! it makes at most `max_attempts` × (1 + [`UNRUN_RESENDS`] + (hosts − 1)) attempts.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -79,7 +89,8 @@ impl Channel {
                 if let Some(policy) = self.hedging(&call, options) {
                     // Boxed: only calls with a hedging policy take it, and its state (several
                     // attempts, a timer) would weigh on every call's future.
-                    Box::pin(self.run_hedged(&call, policy, deadline, started)).await
+                    let template = call.clone_unstreamed();
+                    Box::pin(self.run_hedged(template, policy, deadline, started)).await
                 } else {
                     let may_retry = self.may_retry(&call);
                     let mut spent = Spent::default();
@@ -253,9 +264,11 @@ impl Channel {
     /// could not take the call, each with a retry-budget token, to a host the others did not
     /// go to while one is left; the first other answer wins, and dropping the rest cancels
     /// them.
+    /// `call` is a copy of the call (owned: a reference would not be `Send`, a request
+    /// stream not being `Sync`), which each attempt copies.
     async fn run_hedged(
         &self,
-        call: &Outgoing,
+        call: Outgoing,
         policy: HedgingPolicy,
         deadline: Instant,
         started: Instant,
@@ -320,7 +333,7 @@ impl Channel {
             })
             .await;
             let start_next = match event {
-                Event::Expired => break (0, Err(timed_out(call))),
+                Event::Expired => break (0, Err(timed_out(&call))),
                 Event::Answered(i, (index, answer)) => {
                     drop(running.swap_remove(i));
                     if retry::retryable(&answer).is_none() {
