@@ -456,3 +456,50 @@ impl ClientTransport for Balanced {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ClientConfig;
+
+    fn at(m: &Arc<Member>) -> usize {
+        Arc::as_ptr(m) as usize
+    }
+
+    /// Power of two choices alone would send a hedge to the member its call runs on when that
+    /// one is the least busy; the hedge's pick leaves it out while another live member exists.
+    #[tokio::test]
+    async fn a_hedge_goes_to_a_member_its_call_has_not_tried_while_one_is_live() {
+        let targets = [
+            "tcp://127.0.0.1:1",
+            "tcp://127.0.0.1:2",
+            "tcp://127.0.0.1:3",
+        ]
+        .map(|u| Endpoint::parse(u).unwrap())
+        .to_vec();
+        let settings = ClientConfig::default().settings("tcp");
+        let b = Arc::new(Balancer::new(targets, settings, Duration::from_secs(30)));
+        b.resolve().await.unwrap();
+        let members = b.members();
+        assert_eq!(members.len(), 3);
+        // The untried member is the busiest: a plain pick never takes it.
+        members[2].in_flight.store(5, Ordering::Relaxed);
+        for _ in 0..100 {
+            assert_ne!(at(&b.pick(&members, None).unwrap()), at(&members[2]));
+        }
+        let tried = [at(&members[0]), at(&members[1])];
+        for _ in 0..100 {
+            let m = b.pick(&members, Some(&tried)).unwrap();
+            assert_eq!(at(&m), at(&members[2]));
+        }
+        // Every member tried: any of them.
+        let all = [tried[0], tried[1], at(&members[2])];
+        assert!(b.pick(&members, Some(&all)).is_some());
+        // The untried member left out (ejected): the tried ones again.
+        b.eject(&members[2], false);
+        for _ in 0..100 {
+            let m = b.pick(&members, Some(&tried)).unwrap();
+            assert_ne!(at(&m), at(&members[2]));
+        }
+    }
+}

@@ -149,7 +149,7 @@ impl ClientConfig {
     }
 
     /// What the bindings need of these settings.
-    fn settings(&self, binding: &'static str) -> ClientSettings {
+    pub(super) fn settings(&self, binding: &'static str) -> ClientSettings {
         ClientSettings {
             connect_timeout: self.connect_timeout,
             max_message_size: self.max_message_size,
