@@ -156,7 +156,7 @@ async fn phase(p: &Params, policy: Option<HedgingPolicy>) -> anyhow::Result<Phas
                 .service(TailServer::new(TailImpl {
                     slow_in_10k: (p.slow_percent * 100.0).round() as u64,
                     arrivals: arrivals.clone(),
-                    seed: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ (i as u64 + 1) * 0x1234_5678),
+                    seed: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ ((i as u64 + 1) * 0x1234_5678)),
                 }))
                 .endpoint("tcp://127.0.0.1:0")
                 .runtime(tokio::runtime::Handle::current())
