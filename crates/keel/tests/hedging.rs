@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::eventually;
-use keel::client::{HedgeDelay, HedgingPolicy, RetryPolicy};
+use keel::client::{HedgeDelay, HedgingPolicy, HttpVersion, RetryPolicy};
 use keel::{Channel, Context};
 
 #[keel::contract]
@@ -97,33 +97,40 @@ fn policy() -> HedgingPolicy {
         .delay(HedgeDelay::Fixed(Duration::from_millis(50)))
 }
 
+/// keel-wire (a Cancel frame), HTTP/1.1 (a closed connection), HTTP/2 (a reset stream).
 #[cfg(feature = "http")]
-const URLS: &[&str] = &["tcp://127.0.0.1:0", "http://127.0.0.1:0"];
+const BINDINGS: &[(&str, HttpVersion)] = &[
+    ("tcp://127.0.0.1:0", HttpVersion::Auto),
+    ("http://127.0.0.1:0", HttpVersion::Http1),
+    ("http://127.0.0.1:0", HttpVersion::Http2),
+];
 #[cfg(not(feature = "http"))]
-const URLS: &[&str] = &["tcp://127.0.0.1:0"];
+const BINDINGS: &[(&str, HttpVersion)] = &[("tcp://127.0.0.1:0", HttpVersion::Auto)];
 
 #[tokio::test]
 async fn a_stalled_first_attempt_is_answered_by_the_hedge_and_cancelled() {
-    for url in URLS {
+    for &(url, version) in BINDINGS {
+        let label = format!("{url} {version:?}");
         let shared = Arc::new(Shared::default());
         let host = serve(url, 1, &shared, false);
         let channel = Channel::builder(host.url())
+            .http_version(version)
             .hedging(policy())
             .build()
             .unwrap();
         let client = TailClient::new(channel.clone());
         let (n, _) = client.read().await.unwrap();
-        assert_eq!(n, 2, "{url}: the hedge's answer");
+        assert_eq!(n, 2, "{label}: the hedge's answer");
         assert!(
             eventually(|| shared.cancelled.load(Ordering::SeqCst) == 1).await,
-            "{url}: the losing attempt's handler is cancelled"
+            "{label}: the losing attempt's handler is cancelled"
         );
         let stats = channel.stats();
-        assert_eq!((stats.hedges, stats.hedges_won), (1, 1), "{url}");
-        assert_eq!(stats.calls, 1, "{url}");
+        assert_eq!((stats.hedges, stats.hedges_won), (1, 1), "{label}");
+        assert_eq!(stats.calls, 1, "{label}");
         // Unstalled calls are answered by their first attempt: nothing more is sent.
         let (n, _) = client.read().await.unwrap();
-        assert_eq!(n, 3, "{url}");
+        assert_eq!(n, 3, "{label}");
         host.shutdown_async().await;
     }
 }
