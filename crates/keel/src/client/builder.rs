@@ -5,9 +5,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::intercept::Interceptors;
 use super::metrics::ChannelMetrics;
 use super::{
-    balance, retry, Channel, HedgingPolicy, HttpVersion, Inner, Interceptor, Keepalive, RetryPolicy,
+    balance, retry, AsyncInterceptor, Channel, HedgingPolicy, HttpVersion, Inner, Interceptor,
+    Keepalive, RetryPolicy,
 };
 use crate::bindings::{self, ClientSettings};
 use crate::core::compress::Compression;
@@ -187,7 +189,7 @@ pub struct ChannelBuilder {
     /// With [`Channel::balanced`]: every URL, `url` first.
     balanced: Option<Vec<String>>,
     config: ClientConfig,
-    interceptors: Vec<Arc<dyn Interceptor>>,
+    interceptors: Interceptors,
     /// The first setting refused on the way (an invalid metadata key or value), reported by
     /// [`ChannelBuilder::build`] so that the chain of setters never breaks.
     refused: Option<String>,
@@ -212,7 +214,7 @@ impl ChannelBuilder {
             url,
             balanced,
             config: ClientConfig::default(),
-            interceptors: Vec::new(),
+            interceptors: Interceptors::default(),
             refused: None,
         }
     }
@@ -254,7 +256,15 @@ impl ChannelBuilder {
     /// Adds an interceptor that sees every call of this channel, after those added before it
     /// (see [`Interceptor`]). Default: none.
     pub fn interceptor<I: Interceptor>(mut self, interceptor: I) -> Self {
-        self.interceptors.push(Arc::new(interceptor));
+        self.interceptors.sync.push(Arc::new(interceptor));
+        self
+    }
+
+    /// Adds an interceptor whose `before` may wait (see [`AsyncInterceptor`]): it sees every
+    /// call of this channel after every synchronous interceptor, and after the async ones added
+    /// before it. Default: none (and then a call pays nothing for them).
+    pub fn async_interceptor<I: AsyncInterceptor>(mut self, interceptor: I) -> Self {
+        self.interceptors.deferred.push(Arc::new(interceptor));
         self
     }
 

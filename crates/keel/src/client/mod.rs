@@ -25,7 +25,7 @@ pub use crate::core::keepalive::Keepalive;
 pub(crate) use crate::runtime::client::block_on;
 pub use builder::{ChannelBuilder, ClientConfig};
 pub use hedge::{HedgeDelay, HedgingPolicy};
-pub use intercept::{ClientCall, Interceptor};
+pub use intercept::{AsyncInterceptor, ClientCall, Interceptor};
 pub use retry::RetryPolicy;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -118,7 +118,7 @@ impl std::fmt::Debug for Inner {
 
 struct Inner {
     config: ClientConfig,
-    interceptors: Vec<Arc<dyn Interceptor>>,
+    interceptors: intercept::Interceptors,
     /// The binding (or a balanced channel's members): every call's attempts go through it.
     transport: bindings::Client,
     /// Calls made, for [`Channel::stats`].

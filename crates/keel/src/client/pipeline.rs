@@ -74,10 +74,15 @@ impl Channel {
     ) -> Answer {
         let budget = self.begin(&mut call, options);
         let deadline = started + budget;
-        let intercepted = match self.before(&mut call) {
+        let before = if self.inner.interceptors.deferred.is_empty() {
+            self.before(&mut call)
+        } else {
+            // Boxed: only channels with async interceptors carry their state.
+            Box::pin(self.before_async(&mut call, deadline)).await
+        };
+        let intercepted = match before {
             Ok(seen) => seen,
-            Err((seen, refused)) => {
-                let answer = Ok(Err(refused));
+            Err((seen, answer)) => {
                 self.store_reply_metadata(&answer, options);
                 self.after(Some(seen), &answer);
                 return answer;
@@ -474,11 +479,11 @@ impl Channel {
 
     /// Runs the interceptors' `before` on `call`'s metadata. Returns what they saw, for their
     /// `after` (`None` without interceptors), or what they saw and the status one refused the
-    /// call with.
+    /// call with. For a channel without async interceptors.
     #[allow(clippy::result_large_err)]
     #[inline]
-    fn before(&self, call: &mut Outgoing) -> Result<Option<Intercepted>, (Intercepted, Status)> {
-        let chain = &self.inner.interceptors;
+    fn before(&self, call: &mut Outgoing) -> Result<Option<Intercepted>, (Intercepted, Answer)> {
+        let chain = &self.inner.interceptors.sync;
         if chain.is_empty() {
             return Ok(None);
         }
@@ -487,21 +492,66 @@ impl Channel {
             call.operation,
             std::mem::take(&mut call.metadata),
         );
-        let mut ran = 0;
-        for interceptor in chain {
-            ran += 1;
-            if let Err(status) = interceptor.before(&mut seen) {
-                return Err((Intercepted { seen, ran }, status));
-            }
-        }
+        let ran = match run_sync(chain, &mut seen) {
+            Ok(ran) => ran,
+            Err((ran, status)) => return Err((Intercepted::sync(seen, ran), Ok(Err(status)))),
+        };
         call.metadata = seen.metadata().clone();
-        Ok(Some(Intercepted { seen, ran }))
+        Ok(Some(Intercepted::sync(seen, ran)))
     }
 
-    /// Runs the `after` of the interceptors whose `before` ran, in reverse order.
+    /// [`before`](Channel::before) for a channel with async interceptors: the synchronous ones,
+    /// then the async ones, within the call's `deadline`.
+    #[allow(clippy::result_large_err)]
+    async fn before_async(
+        &self,
+        call: &mut Outgoing,
+        deadline: Instant,
+    ) -> Result<Option<Intercepted>, (Intercepted, Answer)> {
+        let chain = &self.inner.interceptors;
+        let mut seen = super::ClientCall::new(
+            call.service,
+            call.operation,
+            std::mem::take(&mut call.metadata),
+        );
+        let ran = match run_sync(&chain.sync, &mut seen) {
+            Ok(ran) => ran,
+            Err((ran, status)) => return Err((Intercepted::sync(seen, ran), Ok(Err(status)))),
+        };
+        let mut ran_async = 0;
+        for interceptor in &chain.deferred {
+            ran_async += 1;
+            let before = interceptor.before(&mut seen);
+            let refused = match tokio::time::timeout_at(clock::to_tokio(deadline), before).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(status)) => Ok(Err(status)),
+                Err(_) => Err(timed_out(call)),
+            };
+            let intercepted = Intercepted {
+                seen,
+                ran,
+                ran_async,
+            };
+            return Err((intercepted, refused));
+        }
+        call.metadata = seen.metadata().clone();
+        Ok(Some(Intercepted {
+            seen,
+            ran,
+            ran_async,
+        }))
+    }
+
+    /// Runs the `after` of the interceptors whose `before` ran, in reverse order (the async
+    /// ones first).
     #[inline]
     fn after(&self, intercepted: Option<Intercepted>, answer: &Answer) {
-        let Some(Intercepted { seen, ran }) = intercepted else {
+        let Some(Intercepted {
+            seen,
+            ran,
+            ran_async,
+        }) = intercepted
+        else {
             return;
         };
         let status_error;
@@ -513,7 +563,11 @@ impl Channel {
             }
             Err(e) => Err(e),
         };
-        for interceptor in self.inner.interceptors[..ran].iter().rev() {
+        let chain = &self.inner.interceptors;
+        for interceptor in chain.deferred[..ran_async].iter().rev() {
+            interceptor.after(&seen, outcome);
+        }
+        for interceptor in chain.sync[..ran].iter().rev() {
             interceptor.after(&seen, outcome);
         }
     }
@@ -601,7 +655,37 @@ enum Event {
 #[derive(Debug)]
 struct Intercepted {
     seen: super::ClientCall,
+    /// Synchronous interceptors whose `before` ran.
     ran: usize,
+    /// Async interceptors whose `before` started.
+    ran_async: usize,
+}
+
+impl Intercepted {
+    fn sync(seen: super::ClientCall, ran: usize) -> Intercepted {
+        Intercepted {
+            seen,
+            ran,
+            ran_async: 0,
+        }
+    }
+}
+
+/// Runs the synchronous interceptors' `before` on `seen`: how many ran, or how many ran and
+/// the status the last one refused the call with.
+#[inline]
+fn run_sync(
+    chain: &[std::sync::Arc<dyn super::Interceptor>],
+    seen: &mut super::ClientCall,
+) -> Result<usize, (usize, Status)> {
+    let mut ran = 0;
+    for interceptor in chain {
+        ran += 1;
+        if let Err(status) = interceptor.before(seen) {
+            return Err((ran, status));
+        }
+    }
+    Ok(ran)
 }
 
 /// The error of `call` whose deadline passed.

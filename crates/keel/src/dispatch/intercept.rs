@@ -1,6 +1,12 @@
-//! Host-side interceptors: an ordered chain that sees every call before and after it.
+//! Host-side interceptors: an ordered chain that sees every call before and after it, the
+//! synchronous ones first ([`Interceptor`]), then those that may wait ([`AsyncInterceptor`]).
 
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
 
 use crate::core::context::Context;
 use crate::core::metadata::Metadata;
@@ -54,7 +60,8 @@ pub const ALL_SERVICES: &str = "*";
 /// code of its answer (`Cancelled` for a call the caller cancelled), so it can time the call.
 ///
 /// Both hooks run on the connection's task or the call's thread: keep them short and never
-/// block (an interceptor that needs I/O belongs in the handler, or in front of the host).
+/// block. An interceptor that needs I/O (a token introspection, a database) is an
+/// [`AsyncInterceptor`].
 ///
 /// ```
 /// use keel::host::Interceptor;
@@ -90,13 +97,133 @@ pub trait Interceptor: Send + Sync + 'static {
     }
 }
 
+/// An interceptor whose `before` may wait (token introspection, a database, a remote policy
+/// check), added with
+/// [`HostBuilder::async_interceptor`](crate::host::HostBuilder::async_interceptor).
+///
+/// The host's async interceptors run after every synchronous [`Interceptor`] admitted the
+/// call, in the order they were added; like those, before the arguments are decoded, so a
+/// refused caller costs no decoding. `before` may refuse the call with a [`Status`], add reply
+/// metadata, and put what it learnt (an identity, say) in the context's extensions for the
+/// handler ([`Context::insert_extension`]), after an await. It is bounded by the call's
+/// deadline (`DeadlineExceeded` when it passes) and stops if the caller cancels the call. A
+/// panic in it answers the call `Internal`. `after` runs, in reverse order and before the
+/// synchronous interceptors' `after`, for every call whose `before` started.
+///
+/// A host without async interceptors pays nothing for them; a host with one runs the rest of a
+/// call's admission as a task of its own (and copies the call's arguments out of the read
+/// buffer for it), once per call.
+///
+/// ```
+/// use std::time::Duration;
+/// use keel::host::AsyncInterceptor;
+/// use keel::{Context, Status};
+///
+/// /// Who a token belongs to, for the handler.
+/// #[derive(Clone)]
+/// struct Caller(String);
+///
+/// /// Asks a (here simulated) token service who the caller is.
+/// struct Introspect;
+///
+/// impl AsyncInterceptor for Introspect {
+///     async fn before(&self, ctx: &Context) -> Result<(), Status> {
+///         let token = ctx.metadata().get("authorization").map(str::to_owned);
+///         tokio::time::sleep(Duration::from_millis(1)).await; // the token service's answer
+///         match token.as_deref().and_then(|t| t.strip_prefix("Bearer ")) {
+///             Some(user) => {
+///                 ctx.insert_extension(Caller(user.to_owned()));
+///                 Ok(())
+///             }
+///             None => Err(Status::unauthenticated("a bearer token is required")),
+///         }
+///     }
+/// }
+///
+/// let host = keel::Host::builder()
+///     .async_interceptor(Introspect)
+///     .endpoint("tcp://127.0.0.1:0")
+///     .start()?;
+/// host.shutdown();
+/// # Ok::<(), keel::Error>(())
+/// ```
+pub trait AsyncInterceptor: Send + Sync + 'static {
+    /// Runs before the call (after the synchronous interceptors' `before`); an `Err` answers
+    /// the call with that status instead.
+    fn before(&self, ctx: &Context) -> impl Future<Output = Result<(), Status>> + Send;
+
+    /// Runs after the call, with the code of its answer. It cannot wait: work that needs I/O
+    /// (an audit log, say) is spawned from here.
+    fn after(&self, ctx: &Context, code: StatusCode) {
+        let _ = (ctx, code);
+    }
+}
+
+/// An [`AsyncInterceptor`] with its future boxed, so that a host keeps a list of them.
+pub(crate) trait DynAsyncInterceptor: Send + Sync + 'static {
+    /// [`AsyncInterceptor::before`], boxed.
+    fn before<'a>(&'a self, ctx: &'a Context) -> BoxedVerdict<'a>;
+    /// [`AsyncInterceptor::after`].
+    fn after(&self, ctx: &Context, code: StatusCode);
+}
+
+/// An async interceptor's `before`, boxed.
+pub(crate) type BoxedVerdict<'a> = Pin<Box<dyn Future<Output = Result<(), Status>> + Send + 'a>>;
+
+impl<T: AsyncInterceptor> DynAsyncInterceptor for T {
+    fn before<'a>(&'a self, ctx: &'a Context) -> BoxedVerdict<'a> {
+        Box::pin(AsyncInterceptor::before(self, ctx))
+    }
+
+    fn after(&self, ctx: &Context, code: StatusCode) {
+        AsyncInterceptor::after(self, ctx, code)
+    }
+}
+
+/// What a host puts around its calls: the synchronous interceptors, which run first, then the
+/// async ones, and (feature `tower`) a tower layer around the handler.
+#[derive(Default, Clone)]
+pub(crate) struct Interceptors {
+    pub(crate) sync: Vec<Arc<dyn Interceptor>>,
+    pub(crate) deferred: Vec<Arc<dyn DynAsyncInterceptor>>,
+    /// The layered service each admitted call runs through (`HostBuilder::layer`).
+    #[cfg(feature = "tower")]
+    pub(crate) layer: Option<Arc<dyn super::Layered>>,
+}
+
+impl Interceptors {
+    /// No interceptor of either kind.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sync.is_empty() && self.deferred.is_empty()
+    }
+
+    /// How many there are (for `Debug`).
+    pub(crate) fn len(&self) -> usize {
+        self.sync.len() + self.deferred.len()
+    }
+}
+
+/// Awaits an async interceptor's `before`, a panic in it answered `Internal`.
+pub(crate) async fn verdict(mut before: BoxedVerdict<'_>) -> Result<(), Status> {
+    std::future::poll_fn(
+        |cx| match catch_unwind(AssertUnwindSafe(|| before.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(_) => Poll::Ready(Err(Status::new(
+                StatusCode::Internal,
+                "an interceptor panicked",
+            ))),
+        },
+    )
+    .await
+}
+
 impl Dispatcher {
     /// Admits a request for a description of `service` ([`ALL_SERVICES`] for all) that arrived
     /// on `conn` with `metadata`: refused when the host's descriptions are switched off, else
     /// passed through the interceptors as a call of the operation [`DESCRIBE`] would be. `Err`
     /// is the status to answer with.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn admit_description(
+    pub(crate) async fn admit_description(
         &self,
         conn: &HostConnInfo,
         service: &'static str,
@@ -105,24 +232,37 @@ impl Dispatcher {
         if !self.descriptions_on() {
             return Err(descriptions_off());
         }
-        if self.interceptors.is_empty() {
+        let chain = &self.interceptors;
+        if chain.is_empty() {
             return Ok(());
         }
         let max = self.limits.max_message_size;
         let ctx = conn.context_outside_a_call(service, DESCRIBE, metadata, max, None);
-        let mut ran = 0;
+        let (mut ran, mut ran_async) = (0, 0);
         let mut answer = Ok(());
-        for interceptor in &self.interceptors {
+        for interceptor in &chain.sync {
             ran += 1;
             if let Err(status) = interceptor.before(&ctx) {
                 answer = Err(status);
                 break;
             }
         }
+        if answer.is_ok() {
+            for interceptor in &chain.deferred {
+                ran_async += 1;
+                if let Err(status) = verdict(interceptor.before(&ctx)).await {
+                    answer = Err(status);
+                    break;
+                }
+            }
+        }
         let code = answer
             .as_ref()
             .map_or_else(Status::code, |_| StatusCode::Ok);
-        for interceptor in self.interceptors[..ran].iter().rev() {
+        for interceptor in chain.deferred[..ran_async].iter().rev() {
+            interceptor.after(&ctx, code);
+        }
+        for interceptor in chain.sync[..ran].iter().rev() {
             interceptor.after(&ctx, code);
         }
         answer

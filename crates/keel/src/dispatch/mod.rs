@@ -12,7 +12,10 @@ mod budget;
 mod call;
 mod conn;
 mod intercept;
+#[cfg(feature = "tower")]
+mod layer;
 mod metrics;
+mod panics;
 mod schedule;
 mod streams;
 mod throttle;
@@ -24,7 +27,13 @@ pub(crate) use call::poll_once_then_spawn;
 pub(crate) use call::{dispatch, BlockingCalls, Incoming, SessionCall, SessionOpener};
 pub(crate) use conn::{HostAnswer, HostConn, HostConnInfo, ReplyTo, Responder};
 pub(crate) use intercept::descriptions_off;
-pub use intercept::{Interceptor, ALL_SERVICES, DESCRIBE};
+use intercept::DynAsyncInterceptor;
+pub(crate) use intercept::Interceptors;
+pub use intercept::{AsyncInterceptor, Interceptor, ALL_SERVICES, DESCRIBE};
+#[cfg(feature = "tower")]
+pub use layer::{BoxError, CallRequest, CallResponse, Handler};
+#[cfg(feature = "tower")]
+pub(crate) use layer::{Layered, Stack};
 pub(crate) use metrics::Observed;
 pub(crate) use schedule::deferring;
 pub use throttle::ThrottleConfig;
@@ -105,8 +114,8 @@ pub(crate) struct Dispatcher {
     /// Every service and operation name served: keel-wire's codec decodes a request's names
     /// as these `&'static str`s instead of allocating a copy of each.
     pub(crate) known_names: keel_wire::KnownNames,
-    /// The host's interceptors, in order.
-    interceptors: Vec<Arc<dyn Interceptor>>,
+    /// The host's interceptors, in order (the synchronous ones first).
+    interceptors: Interceptors,
     /// Whether the host answers requests for descriptions of its contracts (`intercept.rs`).
     descriptions: AtomicBool,
     pub(crate) limits: Limits,
@@ -182,7 +191,7 @@ impl Dispatcher {
     /// A dispatcher for `services` (names already checked unique by the caller).
     pub(crate) fn new(
         services: HashMap<String, Arc<dyn Service>>,
-        interceptors: Vec<Arc<dyn Interceptor>>,
+        interceptors: Interceptors,
         limits: Limits,
         throttle: ThrottleConfig,
         service_throttles: &[(String, ThrottleConfig)],
@@ -260,9 +269,21 @@ impl Dispatcher {
         }
     }
 
-    /// The host's interceptors, in the order they run `before` a call.
+    /// The host's synchronous interceptors, in the order they run `before` a call.
     pub(crate) fn interceptors(&self) -> &[Arc<dyn Interceptor>] {
-        &self.interceptors
+        &self.interceptors.sync
+    }
+
+    /// The host's async interceptors, in the order they run `before` a call (after the
+    /// synchronous ones).
+    pub(crate) fn async_interceptors(&self) -> &[Arc<dyn DynAsyncInterceptor>] {
+        &self.interceptors.deferred
+    }
+
+    /// The tower layers around the host's calls, if it has any (`HostBuilder::layer`).
+    #[cfg(feature = "tower")]
+    pub(crate) fn layer(&self) -> Option<&Arc<dyn Layered>> {
+        self.interceptors.layer.as_ref()
     }
 
     /// The service hosted under `key` (a contract's name, or a gRPC standard service's full

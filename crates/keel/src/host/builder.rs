@@ -9,7 +9,9 @@ use crate::bindings::ServerSettings;
 use crate::core::error::{Error, Kind};
 use crate::core::keepalive::{Keepalive, PingPolicy};
 use crate::core::service::Service;
-use crate::dispatch::{Dispatcher, Interceptor, Limits, ThrottleConfig};
+use crate::dispatch::{
+    AsyncInterceptor, Dispatcher, Interceptor, Interceptors, Limits, ThrottleConfig,
+};
 use crate::transport::socket::ServerSecurity;
 use crate::transport::{Endpoint, Protocol, ServerTlsSettings};
 
@@ -278,7 +280,7 @@ impl HostConfig {
 #[derive(Default)]
 pub struct HostBuilder {
     services: Vec<Arc<dyn Service>>,
-    interceptors: Vec<Arc<dyn Interceptor>>,
+    interceptors: Interceptors,
     endpoints: Vec<String>,
     config: HostConfig,
     runtime: Option<tokio::runtime::Handle>,
@@ -307,7 +309,61 @@ impl HostBuilder {
     /// Adds an interceptor: it sees every call of every service, after the interceptors added
     /// before it (see [`Interceptor`]). Default: none.
     pub fn interceptor<I: Interceptor>(mut self, interceptor: I) -> Self {
-        self.interceptors.push(Arc::new(interceptor));
+        self.interceptors.sync.push(Arc::new(interceptor));
+        self
+    }
+
+    /// Adds an interceptor whose `before` may wait (see [`AsyncInterceptor`]): it sees every
+    /// call of every service after every synchronous interceptor, and after the async ones
+    /// added before it. Default: none (and then a call pays nothing for them).
+    pub fn async_interceptor<I: AsyncInterceptor>(mut self, interceptor: I) -> Self {
+        self.interceptors.deferred.push(Arc::new(interceptor));
+        self
+    }
+
+    /// Runs every call the host serves through `layer`'s service (feature `tower`), for teams
+    /// that already have tower middleware: `tower::timeout::TimeoutLayer`,
+    /// `ConcurrencyLimitLayer`, `LoadShedLayer`, a `ServiceBuilder` of them, or their own.
+    ///
+    /// The layers see a call once keel admitted it (the interceptors ran, its arguments
+    /// decoded, its throttle slot taken) as a [`CallRequest`](crate::host::CallRequest), whose
+    /// [`Context`](crate::Context) they may read and add to, and wrap [`Handler`](crate::host::Handler),
+    /// which runs the operation's handler. The service is cloned for each call (make it cheap
+    /// to clone, as tower's are) and runs as a task of its own within the call's deadline. An
+    /// error it answers with becomes the call's status (see [`BoxError`](crate::host::BoxError)).
+    /// A second `layer` replaces the first: compose with `tower::ServiceBuilder`. Default: none
+    /// (and then a call pays nothing for it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let host = keel::Host::builder()
+    ///     .layer(
+    ///         tower::ServiceBuilder::new()
+    ///             .load_shed()
+    ///             .timeout(Duration::from_secs(2))
+    ///             .into_inner(),
+    ///     )
+    ///     .endpoint("tcp://127.0.0.1:0")
+    ///     .start()?;
+    /// host.shutdown();
+    /// # Ok::<(), keel::Error>(())
+    /// ```
+    #[cfg(feature = "tower")]
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<crate::host::Handler>,
+        L::Service: tower::Service<crate::host::CallRequest, Response = crate::host::CallResponse>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as tower::Service<crate::host::CallRequest>>::Future: Send + 'static,
+        <L::Service as tower::Service<crate::host::CallRequest>>::Error:
+            Into<crate::host::BoxError>,
+    {
+        let service = layer.layer(crate::host::Handler::default());
+        self.interceptors.layer = Some(Arc::new(crate::dispatch::Stack(service)));
         self
     }
 

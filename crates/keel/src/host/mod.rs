@@ -19,7 +19,9 @@ mod signal;
 mod standard;
 
 pub use crate::core::keepalive::{Keepalive, PingPolicy};
-pub use crate::dispatch::{Interceptor, ThrottleConfig, ALL_SERVICES, DESCRIBE};
+pub use crate::dispatch::{AsyncInterceptor, Interceptor, ThrottleConfig, ALL_SERVICES, DESCRIBE};
+#[cfg(feature = "tower")]
+pub use crate::dispatch::{BoxError, CallRequest, CallResponse, Handler};
 pub use builder::{HostBuilder, HostConfig, PoolConfig};
 
 use std::sync::atomic::Ordering;

@@ -15,10 +15,14 @@ use crate::core::status::{Status, StatusCode};
 use crate::dispatch::{HostConn, ALL_SERVICES};
 
 /// `GET /{Service}`: the contract as JSON, for a caller the host's interceptors admit.
-pub(super) fn describe(conn: &HostConn, service: &str, headers: &HeaderMap) -> Response<Body> {
+pub(super) async fn describe(
+    conn: &HostConn,
+    service: &str,
+    headers: &HeaderMap,
+) -> Response<Body> {
     let found = conn.dispatcher.service(service);
     let named = found.map_or(ALL_SERVICES, |s| s.descriptor().name);
-    if let Err(status) = admit(conn, named, headers) {
+    if let Err(status) = admit(conn, named, headers).await {
         return error(status, Format::Json);
     }
     let Some(s) = found else {
@@ -39,8 +43,8 @@ pub(super) fn describe(conn: &HostConn, service: &str, headers: &HeaderMap) -> R
 /// `GET /openapi.json`: the OpenAPI document of every contract the host serves, for a caller
 /// the host's interceptors admit.
 #[cfg(feature = "openapi")]
-pub(super) fn openapi(conn: &HostConn, headers: &HeaderMap) -> Response<Body> {
-    if let Err(status) = admit(conn, ALL_SERVICES, headers) {
+pub(super) async fn openapi(conn: &HostConn, headers: &HeaderMap) -> Response<Body> {
+    if let Err(status) = admit(conn, ALL_SERVICES, headers).await {
         return error(status, Format::Json);
     }
     let json = crate::openapi::document(&conn.dispatcher.descriptors());
@@ -51,9 +55,10 @@ pub(super) fn openapi(conn: &HostConn, headers: &HeaderMap) -> Response<Body> {
 }
 
 /// Whether the host describes its contracts to this caller (`Dispatcher::admit_description`).
-fn admit(conn: &HostConn, service: &'static str, headers: &HeaderMap) -> Result<(), Status> {
+async fn admit(conn: &HostConn, service: &'static str, headers: &HeaderMap) -> Result<(), Status> {
     conn.dispatcher
         .admit_description(&conn.info, service, metadata_from_headers(headers))
+        .await
 }
 
 /// The description without JSON Schema (without the `openapi` feature): types as written in

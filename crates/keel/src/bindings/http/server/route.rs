@@ -60,14 +60,14 @@ pub(in crate::bindings::http) async fn handle<B: Received>(
         #[cfg(feature = "openapi")]
         (Some("openapi.json"), None, _) => {
             if req.method() == Method::GET {
-                openapi(conn, req.headers())
+                openapi(conn, req.headers()).await
             } else {
                 wrong_method(req.method(), &path, Method::GET)
             }
         }
         (Some(service), None, _) if !service.is_empty() => {
             if req.method() == Method::GET {
-                describe(conn, service, req.headers())
+                describe(conn, service, req.headers()).await
             } else {
                 wrong_method(req.method(), &path, Method::GET)
             }
