@@ -13,6 +13,7 @@
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
 //! keel-lab frozen [--every-ms 10] [--before-secs 1] [--stop-secs 3]  issue 33: a host gone
+//! keel-lab hedge [--callers 8] [--calls 5000] [--percentile 90]          issue 33: hedging
 //! keel-lab peers [--seconds 3] [--rounds 3]  keel beside raw TCP, tonic, tarpc (and ghz, if on PATH)
 //! keel-lab attack <idle|noread|h2-partial|half-frame|slowloris|connect-burst> --target URL [--pid PID]
 //! ```
@@ -41,7 +42,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use experiments::{
-    burst, concurrent, first_call, frozen, idle, isolation, overload, soak, Binding,
+    burst, concurrent, first_call, frozen, hedge, idle, isolation, overload, soak, Binding,
 };
 
 /// Replays the seeds' experiments against keel and reports keel's numbers beside WCF's.
@@ -179,6 +180,25 @@ enum Command {
         /// The loopback port it listens on.
         #[arg(long)]
         port: u16,
+    },
+    /// Hedging: 3 hosts behind a balanced channel, 5 % of calls slow; p99 without and with
+    /// hedging, hedges sent and won, extra load against the retry budget.
+    Hedge {
+        /// Concurrent callers.
+        #[arg(long, default_value_t = 8)]
+        callers: usize,
+        /// Timed calls per phase.
+        #[arg(long, default_value_t = 5000)]
+        calls: usize,
+        /// Percent of calls that sleep 100 ms (the rest sleep 1 ms).
+        #[arg(long, default_value_t = 5.0)]
+        slow_percent: f64,
+        /// The hedging delay: this percentile of the channel's observed latency.
+        #[arg(long, default_value_t = 90.0)]
+        percentile: f64,
+        /// A fixed hedging delay instead, ms.
+        #[arg(long)]
+        delay_ms: Option<u64>,
     },
     /// Soak: a mixed load below capacity for minutes; errors, p99 and the host's RSS.
     Soak {
@@ -377,6 +397,22 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
                 fast_calls,
             })?;
             emit(json, &isolation::summary(&r), &r, r.pass)
+        }
+        &Command::Hedge {
+            callers,
+            calls,
+            slow_percent,
+            percentile,
+            delay_ms,
+        } => {
+            let r = hedge::run(&hedge::Params {
+                callers,
+                calls,
+                slow_percent,
+                percentile,
+                delay_ms,
+            })?;
+            emit(json, &hedge::summary(&r), &r, r.pass)
         }
         &Command::Soak {
             minutes,

@@ -81,6 +81,12 @@ pub(crate) fn generate(
             #vis fn with_context(&self, ctx: &::keel::Context) -> Self {
                 Self { channel: self.channel.clone(), options: self.options.clone().with_context(ctx) }
             }
+            /// A copy of this client whose calls of `#[keel(idempotent)]` operations are hedged
+            /// with `policy`, over the channel's (`keel::client::HedgingPolicy::disabled()`
+            /// turns hedging off for them).
+            #vis fn with_hedging(&self, policy: ::keel::client::HedgingPolicy) -> Self {
+                Self { channel: self.channel.clone(), options: self.options.clone().with_hedging(policy) }
+            }
             /// The contract's description: its operations (and, with keel's `openapi`
             /// feature, their JSON Schema, for `keel::openapi::document`).
             #vis fn descriptor() -> &'static #k::ServiceDescriptor {
@@ -134,6 +140,11 @@ pub(crate) fn generate(
             /// end (a blocked call wakes) when it is cancelled.
             #vis fn with_context(&self, ctx: &::keel::Context) -> Self {
                 Self { inner: self.inner.with_context(ctx) }
+            }
+            /// A copy of this client whose calls of `#[keel(idempotent)]` operations are hedged
+            /// with `policy`, over the channel's.
+            #vis fn with_hedging(&self, policy: ::keel::client::HedgingPolicy) -> Self {
+                Self { inner: self.inner.with_hedging(policy) }
             }
             /// The channel this client calls over.
             #vis fn channel(&self) -> &::keel::Channel {

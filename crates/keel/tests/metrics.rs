@@ -531,3 +531,50 @@ fn a_services_own_throttle_has_the_throttle_metrics_labelled_with_the_service() 
     assert!(value(&text, "keel_throttle_max_concurrent_calls", &[]).is_some());
     host.shutdown();
 }
+
+/// An operation whose first call stalls.
+#[keel::contract]
+pub trait Lookup {
+    /// Returns `n`; the first call waits 30 s first (or until cancelled).
+    #[keel(idempotent)]
+    async fn find(&self, n: u64) -> u64;
+}
+
+struct Stalls(std::sync::atomic::AtomicU64);
+impl Lookup for Stalls {
+    async fn find(&self, n: u64) -> u64 {
+        if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        n
+    }
+}
+
+#[test]
+fn hedges_sent_and_won_are_counted_per_operation() {
+    use keel::client::{HedgeDelay, HedgingPolicy};
+    let host = keel::Host::builder()
+        .service(LookupServer::new(Stalls(Default::default())))
+        .endpoint("tcp://127.0.0.1:0")
+        .admin("http://127.0.0.1:0")
+        .start()
+        .unwrap();
+    let admin = host.admin_url().expect("an admin endpoint").to_string();
+    let channel = keel::Channel::builder(host.url())
+        .hedging(HedgingPolicy::default().delay(HedgeDelay::Fixed(Duration::from_millis(20))))
+        .build()
+        .unwrap();
+    let client = LookupBlockingClient::new(channel);
+    assert_eq!(client.find(7).unwrap(), 7);
+    assert_eq!(client.find(8).unwrap(), 8);
+    let (status, text) = get(&admin, "/metrics");
+    assert_eq!(status, 200);
+    let labels = [
+        ("service", "Lookup"),
+        ("operation", "find"),
+        ("binding", "tcp"),
+    ];
+    assert_eq!(must(&text, "keel_client_hedges_total", &labels), 1.0);
+    assert_eq!(must(&text, "keel_client_hedges_won_total", &labels), 1.0);
+    host.shutdown();
+}

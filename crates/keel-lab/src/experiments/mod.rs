@@ -10,6 +10,7 @@ pub(crate) mod concurrent;
 pub(crate) mod fire;
 pub(crate) mod first_call;
 pub(crate) mod frozen;
+pub(crate) mod hedge;
 pub(crate) mod idle;
 pub(crate) mod isolation;
 pub(crate) mod overload;

@@ -141,6 +141,36 @@ pub(crate) struct Outgoing {
     pub(crate) grpc: Option<GrpcTarget>,
 }
 
+impl Outgoing {
+    /// A copy of this call for another attempt running beside it (a hedge), for a call
+    /// without a request stream (which cannot be sent twice): the body is shared, the
+    /// metadata copied.
+    pub(crate) fn clone_unstreamed(&self) -> Outgoing {
+        debug_assert!(
+            self.upload.is_none(),
+            "a request stream cannot be sent twice"
+        );
+        Outgoing {
+            service: self.service,
+            operation: self.operation,
+            one_way: self.one_way,
+            metadata: self.metadata.clone(),
+            body: self.body.clone(),
+            compression: self.compression,
+            accepts_compressed: self.accepts_compressed,
+            upload: None,
+            download: self.download,
+            idempotent: self.idempotent,
+            fresh: self.fresh,
+            grpc: self.grpc,
+        }
+    }
+}
+
+/// The hosts the attempts of one hedged call went to (a balanced channel's members, by
+/// address), so that the next hedge goes to another while one is left.
+pub(crate) type TriedHosts = std::sync::Mutex<Vec<usize>>;
+
 /// What a gRPC binding needs to know of a call beyond its names: its contract's descriptor and
 /// the operation's index in it.
 #[derive(Debug, Clone, Copy)]
@@ -233,6 +263,18 @@ pub(crate) trait ClientTransport: Send + Sync + std::fmt::Debug {
     /// reply (or a streamed reply's head) arrives. The call is only borrowed: it stays whole
     /// for the next attempt, but for a request stream the binding takes.
     fn attempt<'a>(&'a self, call: &'a mut Outgoing, deadline: Instant) -> BoxFuture<'a, Attempt>;
+    /// [`attempt`](ClientTransport::attempt) for one of a hedged call's attempts: a transport
+    /// with several hosts sends it to one not in `tried` while one is left, and adds the one
+    /// it chose.
+    fn attempt_hedge<'a>(
+        &'a self,
+        call: &'a mut Outgoing,
+        deadline: Instant,
+        tried: &'a TriedHosts,
+    ) -> BoxFuture<'a, Attempt> {
+        let _ = tried;
+        self.attempt(call, deadline)
+    }
     /// How many hosts a call that found no connection may try in all (a balanced channel's
     /// members; 1 for one URL).
     fn hosts(&self) -> usize {

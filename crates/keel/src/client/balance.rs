@@ -10,7 +10,8 @@
 //!   failure. A member whose address disappears is dropped once its calls finish; members that
 //!   stay keep their connections.
 //! - **Balancing.** Power of two choices: two members drawn at random, the call goes to the one
-//!   with fewer calls in flight.
+//!   with fewer calls in flight. A hedge (see `client/hedge.rs`) is drawn among the members
+//!   its call's other attempts did not go to, while such a member is live.
 //! - **Ejection.** A member whose connection could not be made or broke (a connect error, a
 //!   lost connection, or `Unavailable` from a dead-connection verdict), or that answered
 //!   `ShuttingDown` (it is draining), is left out for 1 s,
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::bindings::{
     self, Again, Answer, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing,
+    TriedHosts,
 };
 use crate::core::error::{Error, Kind};
 use crate::core::random::{random, unit};
@@ -221,13 +223,19 @@ impl Balancer {
     }
 
     /// Two members at random (those not ejected, or all if every one is), the one with fewer
-    /// calls in flight.
-    fn pick(&self, members: &[Arc<Member>]) -> Option<Arc<Member>> {
+    /// calls in flight. For a hedge, the live members not in `tried` if there are any.
+    fn pick(&self, members: &[Arc<Member>], tried: Option<&[usize]>) -> Option<Arc<Member>> {
         let now = self.now_ms();
-        let live: Vec<&Arc<Member>> = members
+        let mut live: Vec<&Arc<Member>> = members
             .iter()
             .filter(|m| m.ejected_until_ms.load(Ordering::Relaxed) <= now)
             .collect();
+        if let Some(tried) = tried {
+            let untried = |m: &&Arc<Member>| !tried.contains(&(Arc::as_ptr(m) as usize));
+            if live.iter().any(untried) {
+                live.retain(untried);
+            }
+        }
         let pool: Vec<&Arc<Member>> = if live.is_empty() {
             members.iter().collect()
         } else {
@@ -298,12 +306,30 @@ impl Balancer {
     /// could be made to is left out for a while, so that the channel's next attempt (its
     /// attempt loop sends such a call to another member, idempotent or not: nothing was sent)
     /// goes elsewhere.
-    async fn attempt(self: Arc<Self>, call: &mut Outgoing, deadline: Instant) -> Attempt {
+    /// A hedge (`tried`: the members its call's other attempts went to) goes to another
+    /// member while one is live, and adds its own to `tried`.
+    async fn attempt(
+        self: Arc<Self>,
+        call: &mut Outgoing,
+        deadline: Instant,
+        tried: Option<&TriedHosts>,
+    ) -> Attempt {
         let members = match self.fresh_members().await {
             Ok(members) => members,
             Err(e) => return Attempt::Answered(Err(e)),
         };
-        let Some(member) = self.pick(&members) else {
+        let picked = match tried {
+            None => self.pick(&members, None),
+            Some(tried) => {
+                let mut tried = tried.lock().unwrap_or_else(|e| e.into_inner());
+                let picked = self.pick(&members, Some(&tried));
+                if let Some(m) = &picked {
+                    tried.push(Arc::as_ptr(m) as usize);
+                }
+                picked
+            }
+        };
+        let Some(member) = picked else {
             return Attempt::Answered(Err(Error::new(Kind::Connect, "no host to call")));
         };
         member.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -366,7 +392,16 @@ pub(crate) struct Balanced(pub(crate) Arc<Balancer>);
 
 impl ClientTransport for Balanced {
     fn attempt<'a>(&'a self, call: &'a mut Outgoing, deadline: Instant) -> BoxFuture<'a, Attempt> {
-        Box::pin(self.0.clone().attempt(call, deadline))
+        Box::pin(self.0.clone().attempt(call, deadline, None))
+    }
+
+    fn attempt_hedge<'a>(
+        &'a self,
+        call: &'a mut Outgoing,
+        deadline: Instant,
+        tried: &'a TriedHosts,
+    ) -> BoxFuture<'a, Attempt> {
+        Box::pin(self.0.clone().attempt(call, deadline, Some(tried)))
     }
 
     fn hosts(&self) -> usize {
@@ -419,5 +454,52 @@ impl ClientTransport for Balanced {
                 closed: a.closed + c.closed,
                 open: a.open + c.open,
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ClientConfig;
+
+    fn at(m: &Arc<Member>) -> usize {
+        Arc::as_ptr(m) as usize
+    }
+
+    /// Power of two choices alone would send a hedge to the member its call runs on when that
+    /// one is the least busy; the hedge's pick leaves it out while another live member exists.
+    #[tokio::test]
+    async fn a_hedge_goes_to_a_member_its_call_has_not_tried_while_one_is_live() {
+        let targets = [
+            "tcp://127.0.0.1:1",
+            "tcp://127.0.0.1:2",
+            "tcp://127.0.0.1:3",
+        ]
+        .map(|u| Endpoint::parse(u).unwrap())
+        .to_vec();
+        let settings = ClientConfig::default().settings("tcp");
+        let b = Arc::new(Balancer::new(targets, settings, Duration::from_secs(30)));
+        b.resolve().await.unwrap();
+        let members = b.members();
+        assert_eq!(members.len(), 3);
+        // The untried member is the busiest: a plain pick never takes it.
+        members[2].in_flight.store(5, Ordering::Relaxed);
+        for _ in 0..100 {
+            assert_ne!(at(&b.pick(&members, None).unwrap()), at(&members[2]));
+        }
+        let tried = [at(&members[0]), at(&members[1])];
+        for _ in 0..100 {
+            let m = b.pick(&members, Some(&tried)).unwrap();
+            assert_eq!(at(&m), at(&members[2]));
+        }
+        // Every member tried: any of them.
+        let all = [tried[0], tried[1], at(&members[2])];
+        assert!(b.pick(&members, Some(&all)).is_some());
+        // The untried member left out (ejected): the tried ones again.
+        b.eject(&members[2], false);
+        for _ in 0..100 {
+            let m = b.pick(&members, Some(&tried)).unwrap();
+            assert_ne!(at(&m), at(&members[2]));
+        }
     }
 }

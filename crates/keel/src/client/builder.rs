@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::intercept::Interceptors;
 use super::metrics::ChannelMetrics;
 use super::{
-    balance, retry, AsyncInterceptor, Channel, HttpVersion, Inner, Interceptor, Keepalive,
-    RetryPolicy,
+    balance, retry, AsyncInterceptor, Channel, HedgingPolicy, HttpVersion, Inner, Interceptor,
+    Keepalive, RetryPolicy,
 };
 use crate::bindings::{self, ClientSettings};
 use crate::core::compress::Compression;
@@ -69,6 +69,16 @@ pub struct ClientConfig {
     /// [`RetryPolicy::default`] (3 attempts, 10 ms → 1 s backoff with jitter, retries at most
     /// 10 % of calls plus 10 a second).
     pub retry: RetryPolicy,
+    /// How calls of `#[keel(idempotent)]` operations (without a request stream or a streamed
+    /// reply) are hedged: sent again while the first attempt is unanswered, to another host
+    /// of a balanced channel, the first answer winning (see [`HedgingPolicy`]). A hedged call
+    /// is not retried by [`retry`](ClientConfig::retry) (hedges spend the same budget).
+    /// Default: `None` (no hedging).
+    pub hedging: Option<HedgingPolicy>,
+    /// Hedging policies of named operations, over [`hedging`](ClientConfig::hedging): each
+    /// name is an operation's (`get`) or a service's and an operation's (`Store.get`).
+    /// Default: none.
+    pub hedging_operations: Vec<(String, HedgingPolicy)>,
     /// A [balanced](Channel::balanced) channel resolves its URLs' names again this often (and
     /// after a connect failure). Default: 30 s.
     pub resolve_interval: Duration,
@@ -111,6 +121,8 @@ impl Default for ClientConfig {
             compress_above: 1024,
             keepalive: Some(CLIENT_KEEPALIVE),
             retry: RetryPolicy::default(),
+            hedging: None,
+            hedging_operations: Vec::new(),
             resolve_interval: Duration::from_secs(30),
             propagation_margin: Duration::ZERO,
             propagated_metadata: PROPAGATED_METADATA.map(String::from).to_vec(),
@@ -119,8 +131,27 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
+    /// The hedging policy of calls of `service.operation` (see
+    /// [`hedging_operations`](ClientConfig::hedging_operations)), if any.
+    #[inline]
+    pub(crate) fn hedging_of(&self, service: &str, operation: &str) -> Option<HedgingPolicy> {
+        if self.hedging_operations.is_empty() {
+            return self.hedging;
+        }
+        let named = |name: &str| match name.split_once('.') {
+            Some((s, o)) => s == service && o == operation,
+            None => name == operation,
+        };
+        self.hedging_operations
+            .iter()
+            .rev()
+            .find(|(name, _)| named(name))
+            .map(|(_, policy)| *policy)
+            .or(self.hedging)
+    }
+
     /// What the bindings need of these settings.
-    fn settings(&self, binding: &'static str) -> ClientSettings {
+    pub(super) fn settings(&self, binding: &'static str) -> ClientSettings {
         ClientSettings {
             connect_timeout: self.connect_timeout,
             max_message_size: self.max_message_size,
@@ -291,6 +322,34 @@ impl ChannelBuilder {
         self
     }
 
+    /// Hedges calls of every `#[keel(idempotent)]` operation (without a request stream or a
+    /// streamed reply) with `policy` (see [`HedgingPolicy`] and [`ClientConfig::hedging`]);
+    /// a client's `with_hedging` overrides it for its calls. Default: no hedging.
+    ///
+    /// ```no_run
+    /// use keel::client::{HedgeDelay, HedgingPolicy};
+    ///
+    /// # fn example() -> Result<(), keel::Error> {
+    /// let channel = keel::Channel::balanced(["tcp://10.0.0.1:7000", "tcp://10.0.0.2:7000"])
+    ///     .hedging(HedgingPolicy::default().delay(HedgeDelay::Percentile(90.0)))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn hedging(mut self, policy: HedgingPolicy) -> Self {
+        self.config.hedging = Some(policy);
+        self
+    }
+
+    /// Hedges calls of the operation `name` (`get`, or `Store.get` for one service's) with
+    /// `policy`, over the channel's [`hedging`](ChannelBuilder::hedging) policy
+    /// ([`HedgingPolicy::disabled`] exempts it); the last one given for a name wins. Only
+    /// `#[keel(idempotent)]` operations without a request stream or a streamed reply are
+    /// hedged. Default: none.
+    pub fn hedging_for(mut self, name: impl Into<String>, policy: HedgingPolicy) -> Self {
+        self.config.hedging_operations.push((name.into(), policy));
+        self
+    }
+
     /// HTTP/1.1: the most connections open at once. Default: 32.
     pub fn http_max_connections(mut self, n: usize) -> Self {
         self.config.http_max_connections = n;
@@ -384,6 +443,10 @@ impl ChannelBuilder {
                 retry_budget: retry::RetryBudget::new(&self.config.retry),
                 retries: AtomicU64::new(0),
                 retries_refused: AtomicU64::new(0),
+                hedges: AtomicU64::new(0),
+                hedges_won: AtomicU64::new(0),
+                hedges_refused: AtomicU64::new(0),
+                latency: std::sync::OnceLock::new(),
                 config: self.config,
                 interceptors: self.interceptors,
                 transport,

@@ -345,7 +345,7 @@ pub async fn call_one_way<A: Serialize>(
 }
 
 /// Per-call options carried by a generated client (see its `with_deadline`, `with_metadata`,
-/// `with_reply_metadata` and `with_context`).
+/// `with_reply_metadata`, `with_context` and `with_hedging`).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct CallOptions {
@@ -354,6 +354,8 @@ pub struct CallOptions {
     pub(crate) reply: Option<ReplyMetadata>,
     /// The incoming call the calls are made for (see [`CallOptions::with_context`]).
     pub(crate) context: Option<Context>,
+    /// Hedging, over the channel's (see [`CallOptions::with_hedging`]).
+    pub(crate) hedging: Option<super::HedgingPolicy>,
 }
 
 impl CallOptions {
@@ -384,6 +386,14 @@ impl CallOptions {
     /// a child of `ctx`'s. See the crate docs, "Calls that chain".
     pub fn with_context(mut self, ctx: &Context) -> CallOptions {
         self.context = Some(ctx.clone());
+        self
+    }
+
+    /// These options with a hedging policy for calls of `#[keel(idempotent)]` operations,
+    /// over the channel's and its operations' ([`HedgingPolicy::disabled`](super::HedgingPolicy::disabled)
+    /// turns hedging off).
+    pub fn with_hedging(mut self, policy: super::HedgingPolicy) -> CallOptions {
+        self.hedging = Some(policy);
         self
     }
 }

@@ -24,6 +24,8 @@ struct OpMetrics {
     binding: &'static str,
     calls: [OnceLock<Counter>; SLOTS],
     duration: Histogram,
+    /// Hedges sent, and hedged calls a hedge answered (registered on the first hedge).
+    hedges: OnceLock<(Counter, Counter)>,
 }
 
 impl OpMetrics {
@@ -69,6 +71,50 @@ impl ChannelMetrics {
         counter!(m::CLIENT_RECONNECTS, "binding" => binding)
     }
 
+    /// A hedged call of `service.operation` sent `sent` hedges, and one of them gave its
+    /// answer if `won`. Called after [`ChannelMetrics::record`] registered the operation (or
+    /// registers it).
+    pub(crate) fn record_hedges(
+        &self,
+        service: &'static str,
+        operation: &'static str,
+        sent: u64,
+        won: bool,
+    ) {
+        let key = (service.as_ptr() as usize, operation.as_ptr() as usize);
+        let record = |op: &OpMetrics| {
+            let (hedges, won_by_hedge) = op.hedges.get_or_init(|| {
+                let labels = [
+                    ("service", op.service),
+                    ("operation", op.operation),
+                    ("binding", op.binding),
+                ];
+                (
+                    counter!(m::CLIENT_HEDGES, &labels),
+                    counter!(m::CLIENT_HEDGES_WON, &labels),
+                )
+            });
+            hedges.increment(sent);
+            if won {
+                won_by_hedge.increment(1);
+            }
+        };
+        if let Some((_, op)) = self.ops.read().iter().find(|(k, _)| *k == key) {
+            return record(op);
+        }
+        // The operation's first call: its handles are registered when the call is recorded,
+        // just after; these counters are registered on their own.
+        let labels = [
+            ("service", service),
+            ("operation", operation),
+            ("binding", self.binding),
+        ];
+        counter!(m::CLIENT_HEDGES, &labels).increment(sent);
+        if won {
+            counter!(m::CLIENT_HEDGES_WON, &labels).increment(1);
+        }
+    }
+
     /// One call of `service.operation`, started at `started`, ended now with `code` (`None`:
     /// no status came back). Its duration is worked out only if a recorder records it.
     pub(crate) fn record(
@@ -104,6 +150,7 @@ impl ChannelMetrics {
             binding: self.binding,
             calls: std::array::from_fn(|_| OnceLock::new()),
             duration: histogram!(m::CLIENT_DURATION, &labels),
+            hedges: OnceLock::new(),
         };
         record(&op);
         ops.push((key, op));

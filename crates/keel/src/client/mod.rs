@@ -3,7 +3,9 @@
 //! with [`Channel::builder`] ([`ChannelBuilder`], each setting's default documented);
 //! [`Channel::config`] reports the settings in force and [`Channel::stats`] what it did. An
 //! [`Interceptor`] sees every call of a channel; [`RetryPolicy`] says how idempotent calls are
-//! sent again; [`ReplyMetadata`] catches a call's reply metadata.
+//! sent again after a failure, and [`HedgingPolicy`] (opt-in) how they are sent again, to
+//! another host, while the first attempt is slow to answer; [`ReplyMetadata`] catches a
+//! call's reply metadata.
 //!
 //! Inside keel, the channel owns its configuration and hands plain settings to its binding: on
 //! keel-wire, calls are multiplexed over one connection; on HTTP, see `keel::http`.
@@ -11,6 +13,7 @@
 mod balance;
 mod builder;
 pub(crate) mod call;
+mod hedge;
 mod intercept;
 mod metrics;
 mod pipeline;
@@ -21,6 +24,7 @@ pub use crate::bindings::HttpVersion;
 pub use crate::core::keepalive::Keepalive;
 pub(crate) use crate::runtime::client::block_on;
 pub use builder::{ChannelBuilder, ClientConfig};
+pub use hedge::{HedgeDelay, HedgingPolicy};
 pub use intercept::{AsyncInterceptor, ClientCall, Interceptor};
 pub use retry::RetryPolicy;
 
@@ -52,6 +56,12 @@ pub struct ChannelStats {
     pub retries: u64,
     /// Retries not sent because the retry budget was spent (the call failed instead).
     pub retries_refused_by_budget: u64,
+    /// Hedges sent: attempts of hedged calls after their first (see [`HedgingPolicy`]).
+    pub hedges: u64,
+    /// Hedged calls whose answer came from a hedge, not from their first attempt.
+    pub hedges_won: u64,
+    /// Hedges not sent because the retry budget was spent.
+    pub hedges_refused_by_budget: u64,
 }
 
 /// Where a call's reply metadata lands (as grpc-go's `grpc.Header` call option): give it to a
@@ -118,6 +128,12 @@ struct Inner {
     /// Retries sent, and retries the budget refused.
     retries: AtomicU64,
     retries_refused: AtomicU64,
+    /// Hedges sent, hedged calls a hedge answered, and hedges the budget refused.
+    hedges: AtomicU64,
+    hedges_won: AtomicU64,
+    hedges_refused: AtomicU64,
+    /// The latency of calls hedged after a percentile of it, made on the first such call.
+    latency: std::sync::OnceLock<hedge::LatencyRecorder>,
     /// Metric handles (calls, latency).
     metrics: ChannelMetrics,
     /// The URL the channel was built for (the calls' spans name it).
@@ -202,6 +218,9 @@ impl Channel {
             calls: self.inner.calls.load(Ordering::Relaxed),
             retries: self.inner.retries.load(Ordering::Relaxed),
             retries_refused_by_budget: self.inner.retries_refused.load(Ordering::Relaxed),
+            hedges: self.inner.hedges.load(Ordering::Relaxed),
+            hedges_won: self.inner.hedges_won.load(Ordering::Relaxed),
+            hedges_refused_by_budget: self.inner.hedges_refused.load(Ordering::Relaxed),
         }
     }
 

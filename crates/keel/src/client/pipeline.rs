@@ -14,13 +14,27 @@
 //! So one call makes at most 1 + [`UNRUN_RESENDS`] + (hosts − 1) + (`max_attempts` − 1)
 //! attempts, whatever its binding, and every one within its deadline. Interceptors, metrics and
 //! spans see one call, whatever its attempts.
+//!
+//! **Hedged calls** (an idempotent operation's call without a request stream or a streamed
+//! reply, under a [`HedgingPolicy`](super::HedgingPolicy): see `hedge.rs`) take another path,
+//! `Channel::run_hedged`, boxed so that the others' futures do not carry its state: up to the
+//! policy's `max_attempts` copies of the call run side by side in one future, each with the
+//! re-sends of the first three rows above (for itself); a copy starts when the policy's delay
+//! passes without an answer, or at once after an answer of the last row, if the retry budget
+//! gives a token; the first answer not of the last row is the call's, and dropping the other
+//! copies cancels them. A hedged call is not retried after an answer (its hedges do that), so
+//! it makes at most `max_attempts` × (1 + [`UNRUN_RESENDS`] + (hosts − 1)) attempts.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+use std::task::Poll;
+
 use super::call::CallOptions;
+use super::hedge::{self, HedgeDelay, HedgingPolicy};
 use super::{retry, Channel};
-use crate::bindings::{Again, Answer, Attempt, Client, Outgoing};
+use crate::bindings::{Again, Answer, Attempt, Client, Outgoing, TriedHosts};
 use crate::core::compress::{self, DecompressError};
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
@@ -77,40 +91,49 @@ impl Channel {
         let mut answer = match check_metadata_size(&call) {
             Ok(()) => {
                 self.compress(&mut call);
-                let may_retry = self.may_retry(&call);
-                let mut spent = Spent::default();
-                // The start doubles as the first request's send time, and the budget as its
-                // remaining deadline, if nothing waits before it is sent.
-                let mut sent = Some((started, budget));
-                loop {
-                    let attempt = match &self.inner.transport {
-                        Client::Wire(wire) => {
-                            wire.attempt_inner(&mut call, deadline, sent.take()).await
-                        }
-                        Client::Other(transport) => transport.attempt(&mut call, deadline).await,
-                    };
-                    let answer = match attempt {
-                        Attempt::Answered(answer) => answer,
-                        Attempt::Again { stream_back, why } => {
-                            let again =
-                                self.again(&mut call, stream_back, why, deadline, &mut spent);
-                            // Boxed: rare, and its state would weigh on every call's future.
-                            match Box::pin(again).await {
-                                Ok(()) => continue,
-                                // No re-send left for this reason: the call's answer, which may
-                                // still be retried (the call did not run).
-                                Err(answer) => answer,
+                if let Some(policy) = self.hedging(&call, options) {
+                    // Boxed: only calls with a hedging policy take it, and its state (several
+                    // attempts, a timer) would weigh on every call's future.
+                    let template = call.clone_unstreamed();
+                    Box::pin(self.run_hedged(template, policy, deadline, started)).await
+                } else {
+                    let may_retry = self.may_retry(&call);
+                    let mut spent = Spent::default();
+                    // The start doubles as the first request's send time, and the budget as its
+                    // remaining deadline, if nothing waits before it is sent.
+                    let mut sent = Some((started, budget));
+                    loop {
+                        let attempt = match &self.inner.transport {
+                            Client::Wire(wire) => {
+                                wire.attempt_inner(&mut call, deadline, sent.take()).await
                             }
+                            Client::Other(transport) => {
+                                transport.attempt(&mut call, deadline).await
+                            }
+                        };
+                        let answer = match attempt {
+                            Attempt::Answered(answer) => answer,
+                            Attempt::Again { stream_back, why } => {
+                                let again =
+                                    self.again(&mut call, stream_back, why, deadline, &mut spent);
+                                // Boxed: rare, and its state would weigh on every call's future.
+                                match Box::pin(again).await {
+                                    Ok(()) => continue,
+                                    // No re-send left for this reason: the call's answer, which may
+                                    // still be retried (the call did not run).
+                                    Err(answer) => answer,
+                                }
+                            }
+                        };
+                        if !may_retry {
+                            break answer;
                         }
-                    };
-                    if !may_retry {
-                        break answer;
-                    }
-                    match self.retry_wait(&answer, &mut spent, deadline, &call) {
-                        // Boxed: a rare wait, whose timer every call's future would otherwise
-                        // carry.
-                        Some(wait) => Box::pin(tokio::time::sleep(wait)).await,
-                        None => break answer,
+                        match self.retry_wait(&answer, &mut spent, deadline, &call) {
+                            // Boxed: a rare wait, whose timer every call's future would otherwise
+                            // carry.
+                            Some(wait) => Box::pin(tokio::time::sleep(wait)).await,
+                            None => break answer,
+                        }
                     }
                 }
             }
@@ -223,6 +246,193 @@ impl Channel {
             wait.as_millis()
         );
         Some(wait)
+    }
+
+    /// The hedging policy `call` runs under, if any: the call's options', else its
+    /// operation's, else the channel's; only for an idempotent operation without a request
+    /// stream or a streamed reply, and a policy of more than one attempt.
+    #[inline]
+    fn hedging(&self, call: &Outgoing, options: &CallOptions) -> Option<HedgingPolicy> {
+        if !call.idempotent || call.upload.is_some() || call.download {
+            return None;
+        }
+        let config = &self.inner.config;
+        let policy = match options.hedging {
+            Some(policy) => policy,
+            None => config.hedging_of(call.service, call.operation)?,
+        };
+        policy.hedges().then_some(policy)
+    }
+
+    /// A hedged call's attempts (see `hedge.rs`): the first now, the next each time the
+    /// policy's delay passes without an answer or at once after an answer that says the host
+    /// could not take the call, each with a retry-budget token, to a host the others did not
+    /// go to while one is left; the first other answer wins, and dropping the rest cancels
+    /// them.
+    /// `call` is a copy of the call (owned: a reference would not be `Send`, a request
+    /// stream not being `Sync`), which each attempt copies.
+    async fn run_hedged(
+        &self,
+        call: Outgoing,
+        policy: HedgingPolicy,
+        deadline: Instant,
+        started: Instant,
+    ) -> Answer {
+        let inner = &self.inner;
+        let recorder = match policy.delay {
+            HedgeDelay::Percentile(p) => Some((
+                inner
+                    .latency
+                    .get_or_init(|| hedge::LatencyRecorder::new(started)),
+                p,
+            )),
+            HedgeDelay::Fixed(_) => None,
+        };
+        let delay = match (policy.delay, recorder) {
+            (HedgeDelay::Fixed(delay), _) => Some(delay),
+            (_, Some((recorder, p))) => recorder.percentile(p, started),
+            _ => None,
+        };
+        let max = policy.max_attempts.min(hedge::MAX_HEDGED_ATTEMPTS);
+        let tried = TriedHosts::default();
+        let mut running = Vec::with_capacity(max as usize);
+        running.push(Box::pin(self.hedge(
+            call.clone_unstreamed(),
+            0,
+            deadline,
+            &tried,
+        )));
+        let mut sent = 1;
+        let mut next_at = delay.and_then(|d| started.checked_add(d));
+        // The bindings end each attempt at the deadline; this ends the call there whatever
+        // a binding does.
+        let mut expiry = Box::pin(tokio::time::sleep_until(clock::to_tokio(deadline)));
+        let mut timer = None;
+        // The last answer that said the host could not take the call: the call's, if no
+        // other comes.
+        let mut last = None;
+        let (index, answer) = loop {
+            if sent >= max {
+                next_at = None;
+            }
+            match next_at {
+                Some(at) if timer.is_none() => {
+                    timer = Some(Box::pin(tokio::time::sleep_until(clock::to_tokio(at))));
+                }
+                None => timer = None,
+                Some(_) => {}
+            }
+            let event = std::future::poll_fn(|cx| {
+                for (i, attempt) in running.iter_mut().enumerate() {
+                    if let Poll::Ready(answered) = attempt.as_mut().poll(cx) {
+                        return Poll::Ready(Event::Answered(i, answered));
+                    }
+                }
+                if expiry.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Expired);
+                }
+                match timer.as_mut().map(|t| t.as_mut().poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(Event::Delay),
+                    _ => Poll::Pending,
+                }
+            })
+            .await;
+            let start_next = match event {
+                Event::Expired => break (0, Err(timed_out(&call))),
+                Event::Answered(i, (index, answer)) => {
+                    drop(running.swap_remove(i));
+                    if retry::retryable(&answer).is_none() {
+                        break (index, answer);
+                    }
+                    last = Some((index, answer));
+                    sent < max
+                }
+                Event::Delay => true,
+            };
+            timer = None;
+            next_at = None;
+            if start_next && self.may_hedge(deadline) {
+                let next = call.clone_unstreamed();
+                running.push(Box::pin(self.hedge(next, sent, deadline, &tried)));
+                sent += 1;
+                next_at = delay.and_then(|d| clock::now().checked_add(d));
+            }
+            if running.is_empty() {
+                match last.take() {
+                    Some(last) => break last,
+                    None => unreachable!("a hedged call's attempts ended without an answer"),
+                }
+            }
+        };
+        // The losers are cancelled here, before the answer goes back.
+        drop(running);
+        if index > 0 {
+            inner.hedges_won.fetch_add(1, Ordering::Relaxed);
+        }
+        if sent > 1 {
+            inner.metrics.record_hedges(
+                call.service,
+                call.operation,
+                u64::from(sent - 1),
+                index > 0,
+            );
+        }
+        if let (Some((recorder, _)), Ok(_)) = (recorder, &answer) {
+            let now = clock::now();
+            recorder.record(now.saturating_duration_since(started), now);
+        }
+        answer
+    }
+
+    /// Whether a hedged call may send another attempt: before its deadline, with a token of
+    /// the retry budget.
+    fn may_hedge(&self, deadline: Instant) -> bool {
+        let inner = &self.inner;
+        let now = clock::now();
+        if now >= deadline {
+            return false;
+        }
+        if !inner
+            .retry_budget
+            .try_spend(now, inner.calls.load(Ordering::Relaxed))
+        {
+            inner.hedges_refused.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        inner.hedges.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// One attempt of a hedged call, numbered `index` (0 for the first), with the re-sends
+    /// every attempt gets when the call did not run (see the module docs): its answer.
+    async fn hedge(
+        &self,
+        mut call: Outgoing,
+        index: u32,
+        deadline: Instant,
+        tried: &TriedHosts,
+    ) -> (u32, Answer) {
+        let mut spent = Spent::default();
+        loop {
+            let attempt = match &self.inner.transport {
+                Client::Wire(wire) => wire.attempt_inner(&mut call, deadline, None).await,
+                Client::Other(transport) => {
+                    transport.attempt_hedge(&mut call, deadline, tried).await
+                }
+            };
+            match attempt {
+                Attempt::Answered(answer) => return (index, answer),
+                Attempt::Again { stream_back, why } => {
+                    match self
+                        .again(&mut call, stream_back, why, deadline, &mut spent)
+                        .await
+                    {
+                        Ok(()) => continue,
+                        Err(answer) => return (index, answer),
+                    }
+                }
+            }
+        }
     }
 
     /// A call starts: counts it, gives it the channel's default metadata overridden by its
@@ -433,6 +643,14 @@ impl Channel {
     }
 }
 
+/// What ends a hedged call's wait: an attempt's answer (its place among those running, its
+/// number and its answer), the delay before the next attempt, or the deadline.
+enum Event {
+    Answered(usize, (u32, Answer)),
+    Delay,
+    Expired,
+}
+
 /// What the interceptors saw of a call, and how many of them ran `before`.
 #[derive(Debug)]
 struct Intercepted {
@@ -505,7 +723,7 @@ mod tests {
 
     use super::*;
     use crate::bindings::{BoxFuture, ClientTransport, ConnCounts};
-    use crate::client::RetryPolicy;
+    use crate::client::{HedgeDelay, HedgingPolicy, RetryPolicy};
 
     /// What the fake transport does with one attempt.
     #[derive(Debug, Clone, Copy)]
@@ -515,6 +733,8 @@ mod tests {
         NoConnection,
         /// The host answers with this code.
         Answer(StatusCode),
+        /// The host never answers (until the attempt is dropped, which the script counts).
+        Stall,
     }
 
     /// A transport that plays a script, one step per attempt (the last step again once the
@@ -524,7 +744,18 @@ mod tests {
         steps: Mutex<VecDeque<Step>>,
         last: Mutex<Step>,
         attempts: Mutex<u32>,
+        /// Stalled attempts dropped (cancelled).
+        dropped: Mutex<u32>,
         hosts: usize,
+    }
+
+    /// Counts a stalled attempt dropped.
+    struct Dropped(std::sync::Arc<Script>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            *self.0.dropped.lock().unwrap() += 1;
+        }
     }
 
     impl Script {
@@ -533,6 +764,7 @@ mod tests {
                 steps: Mutex::new(steps.iter().copied().collect()),
                 last: Mutex::new(*steps.last().expect("a step")),
                 attempts: Mutex::new(0),
+                dropped: Mutex::new(0),
                 hosts,
             }
         }
@@ -571,6 +803,13 @@ mod tests {
                     })))
                 }
                 Step::Answer(code) => Attempt::Answered(Ok(Err(Status::new(code, "scripted")))),
+                Step::Stall => {
+                    let dropped = Dropped(self.0.clone());
+                    return Box::pin(async move {
+                        let _dropped = dropped;
+                        std::future::pending().await
+                    });
+                }
             };
             Box::pin(async move { attempt })
         }
@@ -592,15 +831,214 @@ mod tests {
     /// A channel on `steps` (over `hosts` hosts), retrying up to `max_attempts` attempts with
     /// a budget that never runs out.
     fn scripted(steps: &[Step], hosts: usize, max_attempts: u32) -> (Channel, Fake) {
+        scripted_with(steps, hosts, max_attempts, |b| b)
+    }
+
+    /// [`scripted`], with more settings.
+    fn scripted_with(
+        steps: &[Step],
+        hosts: usize,
+        max_attempts: u32,
+        more: impl FnOnce(super::super::ChannelBuilder) -> super::super::ChannelBuilder,
+    ) -> (Channel, Fake) {
         let fake = Fake(std::sync::Arc::new(Script::new(steps, hosts)));
         let retry = RetryPolicy::default()
             .max_attempts(max_attempts)
             .backoff(Duration::from_millis(1), Duration::from_millis(1))
             .budget(10.0, 1_000_000);
-        let channel = Channel::builder("tcp://fake:1")
-            .retry(retry)
-            .build_on(Box::new(fake.clone()));
+        let channel =
+            more(Channel::builder("tcp://fake:1").retry(retry)).build_on(Box::new(fake.clone()));
         (channel, fake)
+    }
+
+    /// A channel on `steps` that hedges up to `attempts` attempts 10 ms apart.
+    fn hedged(steps: &[Step], attempts: u32) -> (Channel, Fake) {
+        scripted_with(steps, 1, 4, |b| {
+            b.hedging(
+                HedgingPolicy::default()
+                    .max_attempts(attempts)
+                    .delay(HedgeDelay::Fixed(Duration::from_millis(10))),
+            )
+        })
+    }
+
+    fn dropped(fake: &Fake) -> u32 {
+        *fake.0.dropped.lock().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_attempt_is_hedged_and_the_loser_dropped() {
+        let (channel, fake) = hedged(&[Step::Stall, Step::Answer(StatusCode::Ok)], 3);
+        assert!(run(&channel, true).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 2);
+        assert_eq!(dropped(&fake), 1, "the stalled attempt is cancelled");
+        let stats = channel.stats();
+        assert_eq!((stats.hedges, stats.hedges_won, stats.retries), (1, 1, 0));
+        // The first attempt's answer wins when it comes first: no hedge won.
+        let (channel, fake) = hedged(&[Step::Answer(StatusCode::NotFound)], 3);
+        let answer = run(&channel, true).await.unwrap().unwrap_err();
+        assert_eq!(answer.code(), StatusCode::NotFound);
+        assert_eq!(attempts(&fake), 1);
+        assert_eq!(channel.stats().hedges, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hedges_stop_at_max_attempts_and_the_deadline_ends_them_all() {
+        let (channel, fake) = hedged(&[Step::Stall], 3);
+        let options = CallOptions::default().with_deadline(Duration::from_secs(1));
+        let answer = channel.call(call(true), &options).await;
+        assert_eq!(answer.unwrap_err().kind(), Kind::Timeout);
+        assert_eq!(attempts(&fake), 3);
+        assert_eq!(dropped(&fake), 3);
+        assert_eq!((channel.stats().hedges, channel.stats().hedges_won), (2, 0));
+    }
+
+    /// A hedged call sends its next attempt at once after an `Unavailable` answer; others
+    /// (with no retries) take it as the answer: one attempt tells that a call was not hedged.
+    const UNAVAILABLE_THEN_OK: [Step; 2] = [
+        Step::Answer(StatusCode::Unavailable),
+        Step::Answer(StatusCode::Ok),
+    ];
+
+    fn hedging_once(
+        b: super::super::ChannelBuilder,
+        policy: HedgingPolicy,
+    ) -> super::super::ChannelBuilder {
+        b.retry(RetryPolicy::disabled().budget(10.0, 1_000))
+            .hedging(policy)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_idempotent_calls_are_hedged() {
+        let hedging = |b| hedging_once(b, HedgingPolicy::default());
+        let (channel, fake) = scripted_with(&UNAVAILABLE_THEN_OK, 1, 1, hedging);
+        assert!(run(&channel, true).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 2);
+        let (channel, fake) = scripted_with(&UNAVAILABLE_THEN_OK, 1, 1, hedging);
+        run(&channel, false).await.unwrap().unwrap_err();
+        assert_eq!(attempts(&fake), 1);
+        assert_eq!(channel.stats().hedges, 0);
+        // Nor calls that stream their reply.
+        let (channel, fake) = scripted_with(&UNAVAILABLE_THEN_OK, 1, 1, hedging);
+        let mut streamed = call(true);
+        streamed.download = true;
+        channel
+            .call(streamed, &CallOptions::default())
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(attempts(&fake), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_the_host_could_not_take_the_call_starts_the_next_hedge_at_once() {
+        // A delay longer than the deadline: only the Busy answer can start the second attempt.
+        let (channel, fake) = scripted_with(
+            &[Step::Answer(StatusCode::Busy), Step::Answer(StatusCode::Ok)],
+            1,
+            1,
+            |b| b.hedging(HedgingPolicy::default().delay(HedgeDelay::Fixed(Duration::MAX))),
+        );
+        assert!(run(&channel, true).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 2);
+        assert_eq!(channel.stats().hedges_won, 1);
+        // With no attempt left, the last such answer is the call's.
+        let (channel, fake) = hedged(&[Step::Answer(StatusCode::Unavailable)], 2);
+        let answer = run(&channel, true).await.unwrap().unwrap_err();
+        assert_eq!(answer.code(), StatusCode::Unavailable);
+        assert_eq!(attempts(&fake), 2);
+        assert_eq!(
+            channel.stats().retries,
+            0,
+            "a hedged call is not also retried"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_hedge_gets_the_resends_of_an_attempt_that_did_not_run() {
+        let steps = [
+            Step::Stall,
+            Step::NotSent,
+            Step::Unprocessed,
+            Step::Answer(StatusCode::Ok),
+        ];
+        let (channel, fake) = hedged(&steps, 2);
+        assert!(run(&channel, true).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 4);
+        assert_eq!((channel.stats().hedges, channel.stats().hedges_won), (1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_budget_no_hedge() {
+        let (channel, fake) =
+            scripted_with(&[Step::Stall, Step::Answer(StatusCode::Ok)], 1, 1, |b| {
+                b.retry(RetryPolicy::default().budget(0.0, 0)).hedging(
+                    HedgingPolicy::default().delay(HedgeDelay::Fixed(Duration::from_millis(10))),
+                )
+            });
+        let options = CallOptions::default().with_deadline(Duration::from_secs(1));
+        let answer = channel.call(call(true), &options).await;
+        assert_eq!(answer.unwrap_err().kind(), Kind::Timeout);
+        assert_eq!(attempts(&fake), 1);
+        let stats = channel.stats();
+        assert_eq!((stats.hedges, stats.hedges_refused_by_budget), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_option_or_an_operation_policy_overrides_the_channels() {
+        let steps = UNAVAILABLE_THEN_OK;
+        let policy = HedgingPolicy::default();
+        let without =
+            |b: super::super::ChannelBuilder| b.retry(RetryPolicy::disabled().budget(10.0, 1_000));
+        // Hedging for this operation only.
+        let (channel, fake) =
+            scripted_with(&steps, 1, 1, |b| without(b).hedging_for("S.op", policy));
+        assert!(run(&channel, true).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 2);
+        let (channel, fake) = scripted_with(&steps, 1, 1, |b| without(b).hedging_for("op", policy));
+        assert!(run(&channel, true).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 2);
+        // Another operation's policy does not apply.
+        let (channel, fake) =
+            scripted_with(&steps, 1, 1, |b| without(b).hedging_for("other", policy));
+        run(&channel, true).await.unwrap().unwrap_err();
+        assert_eq!(attempts(&fake), 1);
+        // An operation's policy turns the channel's off.
+        let (channel, fake) = scripted_with(&steps, 1, 1, |b| {
+            hedging_once(b, policy).hedging_for("op", HedgingPolicy::disabled())
+        });
+        run(&channel, true).await.unwrap().unwrap_err();
+        assert_eq!(attempts(&fake), 1);
+        // A call's options turn the channel's policy off, or on.
+        let (channel, fake) = scripted_with(&steps, 1, 1, |b| hedging_once(b, policy));
+        let off = CallOptions::default().with_hedging(HedgingPolicy::disabled());
+        channel.call(call(true), &off).await.unwrap().unwrap_err();
+        assert_eq!(attempts(&fake), 1);
+        let (channel, fake) = scripted_with(&steps, 1, 1, without);
+        let on = CallOptions::default().with_hedging(policy);
+        assert!(channel.call(call(true), &on).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_percentile_delay_waits_for_enough_samples() {
+        let policy = HedgingPolicy::default().delay(HedgeDelay::Percentile(50.0));
+        let (channel, fake) =
+            scripted_with(&[Step::Answer(StatusCode::Ok)], 1, 1, |b| b.hedging(policy));
+        for _ in 0..20 {
+            assert!(run(&channel, true).await.unwrap().is_ok());
+        }
+        assert_eq!(attempts(&fake), 20);
+        // Now the channel knows its latency (zero here): a stalled call is hedged.
+        fake.0
+            .steps
+            .lock()
+            .unwrap()
+            .extend([Step::Stall, Step::Answer(StatusCode::Ok)]);
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(run(&channel, true).await.unwrap().is_ok());
+        assert_eq!(attempts(&fake), 22);
+        assert_eq!(channel.stats().hedges_won, 1);
     }
 
     fn call(idempotent: bool) -> Outgoing {

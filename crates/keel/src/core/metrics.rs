@@ -73,6 +73,8 @@
 //! | `keel_client_calls_total` | counter | service, operation, binding, code | calls by outcome (`code` is `unavailable` when no host could be reached or it was lost, `transport_error` for the caller's own failures: a local deadline, a message too large to send, ...) |
 //! | `keel_client_call_duration_seconds` | histogram | service, operation, binding | from the call to its answer |
 //! | `keel_client_stream_messages_sent_total`, `keel_client_stream_messages_received_total` | counter | service, operation, binding | messages of streams of messages the client sent and received (registered when a call's stream starts) |
+//! | `keel_client_hedges_total` | counter | service, operation, binding | hedges sent: attempts of hedged calls after their first (`keel::client::HedgingPolicy`; registered on an operation's first hedge) |
+//! | `keel_client_hedges_won_total` | counter | service, operation, binding | hedged calls whose answer came from a hedge, not their first attempt |
 //! | `keel_client_reconnects_total` | counter | binding | connections a channel opened after its first (a reconnection, or one more HTTP/1.1 pool connection) |
 //!
 //! The gauges read at scrape time describe one host: with several hosts in a process, each
@@ -133,6 +135,8 @@ pub(crate) const HOST_READY: &str = "keel_host_ready";
 pub(crate) const CLIENT_CALLS: &str = "keel_client_calls_total";
 pub(crate) const CLIENT_DURATION: &str = "keel_client_call_duration_seconds";
 pub(crate) const CLIENT_RECONNECTS: &str = "keel_client_reconnects_total";
+pub(crate) const CLIENT_HEDGES: &str = "keel_client_hedges_total";
+pub(crate) const CLIENT_HEDGES_WON: &str = "keel_client_hedges_won_total";
 pub(crate) const SERVER_MESSAGES_SENT: &str = "keel_server_stream_messages_sent_total";
 pub(crate) const SERVER_MESSAGES_RECEIVED: &str = "keel_server_stream_messages_received_total";
 pub(crate) const CLIENT_MESSAGES_SENT: &str = "keel_client_stream_messages_sent_total";
@@ -261,6 +265,14 @@ pub(crate) fn describe() {
     );
     describe_counter!(CLIENT_CALLS, "Calls made by clients, by status code.");
     describe_histogram!(CLIENT_DURATION, s, "Client calls from start to answer.");
+    describe_counter!(
+        CLIENT_HEDGES,
+        "Hedges sent: attempts of hedged calls after their first."
+    );
+    describe_counter!(
+        CLIENT_HEDGES_WON,
+        "Hedged calls whose answer came from a hedge."
+    );
     describe_counter!(
         CLIENT_RECONNECTS,
         "Connections a channel opened after its first."
