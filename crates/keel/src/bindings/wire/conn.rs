@@ -101,6 +101,9 @@ pub(crate) struct WireEnd<C> {
     ping_mark: AtomicU64,
     /// Inbound streams whose consumer still holds them (see [`WireEnd::inbound_streams`]).
     held_inbound: AtomicUsize,
+    /// Client: the core's pending calls as of the last change under the lock, for a look
+    /// without it (see [`WireEnd::calls_waiting`]).
+    waiting: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -219,6 +222,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             timer: Notify::new(),
             ping_mark: AtomicU64::new(0),
             held_inbound: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         })
     }
 
@@ -241,6 +245,9 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         let (r, queued) = {
             let mut st = self.lock();
             let r = f(&mut st);
+            // Every change to the call table goes through here (or `close`, which empties it).
+            self.waiting
+                .store(st.core.pending_calls(), Ordering::Relaxed);
             let mut queued = false;
             while let Some(frame) = st.core.poll_transmit() {
                 // A closed sink means the connection is going: nothing left to tell the peer.
@@ -762,6 +769,13 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         f(&mut st.reader, &st.core)
     }
 
+    /// Client: how many calls wait for their reply, as of the last change to the call table,
+    /// read without the lock: it may be a moment late. The read side uses it to leave the
+    /// socket alone while other calls are in flight (see `read.rs`, "Who reads the socket").
+    pub(crate) fn calls_waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     /// Client: whether new calls may start here (not closed, no GoAway received).
     pub(crate) fn takes_calls(&self) -> bool {
         self.accepting.load(Ordering::Acquire)
@@ -779,6 +793,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         let (closed, inbound, outbound) = {
             let mut st = self.lock();
             let closed: Closed<C> = st.core.close(reason);
+            self.waiting.store(0, Ordering::Relaxed);
             (
                 closed,
                 std::mem::take(&mut st.inbound),
