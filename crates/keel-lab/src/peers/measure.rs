@@ -85,7 +85,9 @@ pub(crate) fn calls_in_flight(
                     let (conn, left) = (conn.clone(), left.clone());
                     tokio::spawn(async move {
                         while left
-                            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                                n.checked_sub(1)
+                            })
                             .is_ok()
                         {
                             let v = conn.add(1.0, 2.0).await?;
