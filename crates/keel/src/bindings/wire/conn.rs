@@ -664,7 +664,9 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
 
     /// Client: registers a call and queues its Request (`request` builds it from the call's
     /// id) in one step under the lock, so Requests leave in the order of their ids, as a
-    /// GoAway's `last_call_id` requires; then writes what the socket takes.
+    /// GoAway's `last_call_id` requires; then writes what the socket takes, at once if the call
+    /// is alone in flight, else a moment later with the requests of the callers ready beside
+    /// it ([`Sink::push_soon`]: the client runs [`Sink::pushes_soon`]).
     ///
     /// If keepalive is on and nothing arrived for its timeout, a Ping follows the Request (see
     /// [`Connection::probe`]), so a path that died while the connection was quiet fails this
@@ -677,7 +679,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         now: Instant,
         request: impl FnOnce(u64) -> Frame,
     ) -> Result<Sent, NotSent> {
-        let (mut probed, mut timer_moved) = (false, false);
+        let (mut probed, mut timer_moved, mut alone) = (false, false, true);
         let deadline = slot.deadline();
         let sent = self.with(|st| {
             let call_id = st
@@ -689,6 +691,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 return Err(NotSent::Sink(e));
             }
             probed = st.core.probe(now);
+            alone = st.core.pending_calls() == 1;
             // Calls waiting make the keepalive deadline earlier (a ping if nothing arrives
             // for a second): the timer must know when it moved that way. Only the first call
             // waiting can move it (a probe ping above wakes the timer itself).
@@ -715,8 +718,10 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 socket_to_task,
             })
         });
-        if sent.is_ok() {
-            self.sink.push();
+        match &sent {
+            Ok(_) if alone => self.sink.push(),
+            Ok(_) => self.sink.push_soon(),
+            Err(_) => {}
         }
         if probed {
             self.mark_ping();
