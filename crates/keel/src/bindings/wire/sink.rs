@@ -239,14 +239,12 @@ impl Sink {
     /// The task that writes what [`Sink::push_soon`] left queued: it yields once before each
     /// write, so that the tasks ready on its worker (or 61 polls of them, tokio's maintenance
     /// interval) run first. Runs until aborted.
-    pub(crate) fn pushes_soon(self: Arc<Self>) -> impl std::future::Future<Output = ()> + Send {
-        async move {
-            loop {
-                self.push_soon.notified().await;
-                tokio::task::yield_now().await;
-                self.soon.store(false, Ordering::Release);
-                self.push();
-            }
+    pub(crate) async fn pushes_soon(self: Arc<Self>) {
+        loop {
+            self.push_soon.notified().await;
+            tokio::task::yield_now().await;
+            self.soon.store(false, Ordering::Release);
+            self.push();
         }
     }
 
