@@ -10,6 +10,11 @@ callgrind twice, with N1 and N2 timed calls (env N1, N2; default 2,000 and 12,00
 files stay in the directory printed, for `calls.py`. SYSTEM: raw, keel-tcp-async, keel-tcp-sync,
 tarpc, ... (`keel-lab peers --help`).
 
+With INFLIGHT=K (K > 1), the calls are made K at a time on the one connection (`peers-latency
+--inflight K`: K tasks on a runtime with one worker per CPU, as `peers`' throughput workload),
+so the counts are a loaded pipeline's: its batched reads and writes. Not for `raw`, whose client
+makes one call at a time.
+
 With STREAM=1, instructions per message of the streaming workload instead: the client
 (`keel-lab peers-streaming --count N`) reads one server stream of N quotes to its end, N1 and
 N2 (default 100,000 and 600,000) messages. SYSTEM: raw, tonic, keel-tcp-async.
@@ -22,6 +27,7 @@ import tempfile
 system = sys.argv[1]
 binary = sys.argv[2] if len(sys.argv) > 2 else os.environ.get('BIN', 'target/release/keel-lab')
 stream = os.environ.get('STREAM') == '1'
+inflight = int(os.environ.get('INFLIGHT', 1))
 n1 = int(os.environ.get('N1', 100_000 if stream else 2000))
 n2 = int(os.environ.get('N2', 600_000 if stream else 12000))
 unit = 'message' if stream else 'call'
@@ -43,7 +49,7 @@ def run(n):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     addr = server.stdout.readline().strip().removeprefix('listening on ')
     workload = (['peers-streaming', '--count', str(n)] if stream
-                else ['peers-latency', '--warmup', '500', '--calls', str(n)])
+                else ['peers-latency', '--warmup', '500', '--calls', str(n), '--inflight', str(inflight)])
     client = subprocess.run(
         grind + [f'--callgrind-out-file={client_out}', binary] + workload
         + ['--system', system, '--addr', addr],

@@ -449,6 +449,11 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             peers::serve::serve(a)?;
             Ok(true)
         }
+        Command::PeersLatency(a) if a.inflight > 1 => {
+            peers::measure::calls_in_flight(a.system, &a.addr, a.inflight, a.warmup, a.calls)?;
+            println!("{} calls, {} in flight", a.calls, a.inflight);
+            Ok(true)
+        }
         Command::PeersLatency(a) => {
             let l = peers::measure::latency(a.system, &a.addr, a.warmup, a.calls)?;
             println!(
@@ -611,8 +616,8 @@ mod tests {
             panic!("{:?}", cli.command)
         };
         assert_eq!(
-            (a.system, a.warmup, a.calls),
-            (peers::System::KeelTcpAsync, 2_000, 5)
+            (a.system, a.warmup, a.calls, a.inflight),
+            (peers::System::KeelTcpAsync, 2_000, 5, 1)
         );
         let cli = Cli::try_parse_from([
             "keel-lab",

@@ -62,6 +62,49 @@ pub(crate) fn latency(
     })
 }
 
+/// `warmup` and then `calls` calls on one connection, `inflight` of them in flight at once, on
+/// a runtime with one worker per CPU (as [`throughput`]'s): a fixed amount of work, for counting
+/// each side's instructions per call under load (`profile/icount.py` with `INFLIGHT`).
+pub(crate) fn calls_in_flight(
+    system: System,
+    addr: &str,
+    inflight: usize,
+    warmup: usize,
+    calls: usize,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let conn = Conn::connect(system, addr).await?;
+        for n in [warmup, calls] {
+            // Each task takes calls from the one count until none is left.
+            let left = Arc::new(AtomicU64::new(n as u64));
+            let tasks: Vec<_> = (0..inflight)
+                .map(|_| {
+                    let (conn, left) = (conn.clone(), left.clone());
+                    tokio::spawn(async move {
+                        while left
+                            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                                n.checked_sub(1)
+                            })
+                            .is_ok()
+                        {
+                            let v = conn.add(1.0, 2.0).await?;
+                            anyhow::ensure!(v == 3.0, "1 + 2 = {v}");
+                        }
+                        anyhow::Ok(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Calls per second with calls kept in flight, and the CPU each side spent per call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub(crate) struct Throughput {

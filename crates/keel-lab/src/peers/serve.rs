@@ -31,6 +31,12 @@ pub(crate) struct LatencyArgs {
     /// Timed calls.
     #[arg(long, default_value_t = 20_000)]
     pub(crate) calls: usize,
+    /// Calls in flight at once on the one connection. Above 1 the calls run as that many
+    /// tasks on a runtime with one worker per CPU, as `peers`' throughput workload does, until
+    /// `warmup` and then `calls` have been made (no latencies: for profiling each side's cost
+    /// per call under load, e.g. `INFLIGHT=64 profile/icount.py`).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) inflight: usize,
 }
 
 /// Flags of `keel-lab peers-streaming`.

@@ -34,8 +34,9 @@ pub(crate) struct WireClientConn {
     peer_max_message: Arc<AtomicU32>,
     /// The handshake's outcome, once the host answered it.
     handshaken: watch::Receiver<Option<Result<(), (Kind, String)>>>,
-    /// The reader, the flusher and the timer (deadlines, keepalive).
-    tasks: [AbortHandle; 3],
+    /// The reader, the flusher, the timer (deadlines, keepalive) and the task that writes
+    /// pipelined requests together ([`Sink::pushes_soon`]).
+    tasks: [AbortHandle; 4],
 }
 
 impl WireClientConn {
@@ -95,6 +96,7 @@ impl WireClientConn {
         let peer_max_message = Arc::new(AtomicU32::new(assumed));
         let (handshake, handshaken) = watch::channel(None);
         let flusher = tokio::spawn(flusher);
+        let pushes_soon = tokio::spawn(wire.sink().clone().pushes_soon());
         if let Some(keepalive) = config.keepalive {
             wire.set_keepalive(keepalive);
         }
@@ -126,6 +128,7 @@ impl WireClientConn {
                 reader.abort_handle(),
                 flusher.abort_handle(),
                 timers.abort_handle(),
+                pushes_soon.abort_handle(),
             ],
         })
     }

@@ -101,6 +101,9 @@ pub(crate) struct WireEnd<C> {
     ping_mark: AtomicU64,
     /// Inbound streams whose consumer still holds them (see [`WireEnd::inbound_streams`]).
     held_inbound: AtomicUsize,
+    /// Client: the core's pending calls as of the last change under the lock, for a look
+    /// without it (see [`WireEnd::calls_waiting`]).
+    waiting: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -219,6 +222,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             timer: Notify::new(),
             ping_mark: AtomicU64::new(0),
             held_inbound: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         })
     }
 
@@ -241,6 +245,9 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         let (r, queued) = {
             let mut st = self.lock();
             let r = f(&mut st);
+            // Every change to the call table goes through here (or `close`, which empties it).
+            self.waiting
+                .store(st.core.pending_calls(), Ordering::Relaxed);
             let mut queued = false;
             while let Some(frame) = st.core.poll_transmit() {
                 // A closed sink means the connection is going: nothing left to tell the peer.
@@ -657,10 +664,12 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
 
     /// Client: registers a call and queues its Request (`request` builds it from the call's
     /// id) in one step under the lock, so Requests leave in the order of their ids, as a
-    /// GoAway's `last_call_id` requires; then writes what the socket takes.
+    /// GoAway's `last_call_id` requires; then writes what the socket takes, at once if the call
+    /// is alone in flight, else a moment later with the requests of the callers ready beside
+    /// it ([`Sink::push_soon`]: the client runs [`Sink::pushes_soon`]).
     ///
     /// If keepalive is on and nothing arrived for its timeout, a Ping follows the Request (see
-    /// [`Connection::probe`]), so a path that died while the connection was quiet fails this
+    /// [`Connection::probe_call`]), so a path that died while the connection was quiet fails this
     /// call within the timeout rather than at its deadline.
     pub(crate) fn send_call(
         &self,
@@ -670,7 +679,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         now: Instant,
         request: impl FnOnce(u64) -> Frame,
     ) -> Result<Sent, NotSent> {
-        let (mut probed, mut timer_moved) = (false, false);
+        let (mut probed, mut timer_moved, mut alone) = (false, false, true);
         let deadline = slot.deadline();
         let sent = self.with(|st| {
             let call_id = st
@@ -683,6 +692,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             }
             let probe = st.core.probe_call(now);
             probed = probe.pinged;
+            alone = st.core.pending_calls() == 1;
             // Calls waiting make the keepalive deadline earlier (a ping if nothing arrives
             // for a quarter second): the timer must know when it moved that way. Only the
             // first call waiting can move it, or the first call since a keepalive ping (which
@@ -713,8 +723,10 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 socket_to_task,
             })
         });
-        if sent.is_ok() {
-            self.sink.push();
+        match &sent {
+            Ok(_) if alone => self.sink.push(),
+            Ok(_) => self.sink.push_soon(),
+            Err(_) => {}
         }
         if probed {
             self.mark_ping();
@@ -767,6 +779,13 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         f(&mut st.reader, &st.core)
     }
 
+    /// Client: how many calls wait for their reply, as of the last change to the call table,
+    /// read without the lock: it may be a moment late. The read side uses it to leave the
+    /// socket alone while other calls are in flight (see `read.rs`, "Who reads the socket").
+    pub(crate) fn calls_waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     /// Client: whether new calls may start here (not closed, no GoAway received).
     pub(crate) fn takes_calls(&self) -> bool {
         self.accepting.load(Ordering::Acquire)
@@ -784,6 +803,7 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         let (closed, inbound, outbound) = {
             let mut st = self.lock();
             let closed: Closed<C> = st.core.close(reason);
+            self.waiting.store(0, Ordering::Relaxed);
             (
                 closed,
                 std::mem::take(&mut st.inbound),

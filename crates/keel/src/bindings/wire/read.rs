@@ -599,8 +599,12 @@ impl Reading {
         call_id: u64,
         cell: &AnswerCell,
     ) -> Delivery {
-        let delivery = poll_fn(|cx| self.poll_answer(wire, call_id, cell, cx)).await;
-        self.release(wire, call_id);
+        // Whether this call ever read the socket: only one that did has it to give back.
+        let mut claimed = false;
+        let delivery = poll_fn(|cx| self.poll_answer(wire, call_id, cell, &mut claimed, cx)).await;
+        if claimed {
+            self.release(wire, call_id);
+        }
         delivery
     }
 
@@ -609,8 +613,18 @@ impl Reading {
         wire: &Arc<WireEnd<ReplySlot>>,
         call_id: u64,
         cell: &AnswerCell,
+        claimed: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Delivery> {
+        // Not alone in flight, and never the socket's reader: the task reads for this call
+        // (a call that starts beside another makes the task read, and only a call alone claims
+        // the socket), so it only waits for its cell, without the read side's lock (which the
+        // task holds while it reads) or the call table's. A count a moment late is harmless:
+        // one too high leaves the socket to the task, which reads while no call has claimed it;
+        // one too low takes the locked path below, which decides under the lock.
+        if !*claimed && wire.calls_waiting() > 1 {
+            return cell.poll(cx);
+        }
         if let Some(d) = cell.take() {
             return Poll::Ready(d);
         }
@@ -623,6 +637,7 @@ impl Reading {
         {
             let mut side = self.lock();
             if claim_socket(wire, call_id) {
+                *claimed = true;
                 side.waker.aim(cx.waker());
                 // Aimed first, then looked. The socket needs no poll if it is armed and has not
                 // fired: it wakes this call when the reply comes.

@@ -15,9 +15,15 @@
 //! A reader that has just read a batch of requests corks the sink ([`Sink::cork`]) while it
 //! handles them, and uncorks it before it waits again: the replies produced meanwhile (by
 //! handlers that completed at once, or by other threads) leave in one write, not one each.
+//!
+//! A client's request sent while other calls are in flight is queued and written a moment
+//! later ([`Sink::push_soon`]): by a task that yields once, so that it writes after the tasks
+//! ready on its worker have run. Under load those are the callers the last read answered,
+//! each sending its next request, and their requests leave together in one write instead of
+//! one system call each. A call alone in flight writes at once (its latency is the call's).
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -52,6 +58,11 @@ pub(crate) struct Sink {
     waiting: AtomicUsize,
     /// Bytes handed to the socket since the start (see [`Sink::written_bytes`]).
     written: AtomicU64,
+    /// A write was asked for by [`Sink::push_soon`] and the task that does it has not taken
+    /// the request yet: later senders only queue.
+    soon: AtomicBool,
+    /// Wakes the task of [`Sink::pushes_soon`].
+    push_soon: Notify,
 }
 
 struct State {
@@ -163,6 +174,8 @@ impl Sink {
             progress: Notify::new(),
             waiting: AtomicUsize::new(0),
             written: AtomicU64::new(0),
+            soon: AtomicBool::new(false),
+            push_soon: Notify::new(),
         });
         let flusher = flush_loop(sink.clone());
         (sink, flusher)
@@ -209,6 +222,29 @@ impl Sink {
         let st = self.lock();
         if !st.buf.is_empty() && !st.corked {
             self.write_out(st);
+        }
+    }
+
+    /// Writes what is queued once the tasks ready on this worker have run (see the module
+    /// docs), through the task of [`Sink::pushes_soon`], which the caller must run: senders
+    /// meanwhile only queue, and their frames leave in the same write.
+    pub(crate) fn push_soon(&self) {
+        // Queued before this swap, so the task (which clears the flag before it writes)
+        // writes this frame whenever the flag was already set.
+        if !self.soon.swap(true, Ordering::AcqRel) {
+            self.push_soon.notify_one();
+        }
+    }
+
+    /// The task that writes what [`Sink::push_soon`] left queued: it yields once before each
+    /// write, so that the tasks ready on its worker (or 61 polls of them, tokio's maintenance
+    /// interval) run first. Runs until aborted.
+    pub(crate) async fn pushes_soon(self: Arc<Self>) {
+        loop {
+            self.push_soon.notified().await;
+            tokio::task::yield_now().await;
+            self.soon.store(false, Ordering::Release);
+            self.push();
         }
     }
 
@@ -477,7 +513,7 @@ mod tests {
         )*};
     }
 
-    never_reads!(HoldsBack, Trickles);
+    never_reads!(HoldsBack, Trickles, Counts);
 
     impl AsyncWrite for HoldsBack {
         fn poll_write(
@@ -601,5 +637,127 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(&sent.lock()[..], &expected[..]);
+    }
+
+    /// A socket that takes everything, and counts the writes it was given.
+    struct Counts {
+        sent: Arc<Mutex<Vec<u8>>>,
+        writes: Arc<AtomicUsize>,
+    }
+
+    impl AsyncWrite for Counts {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.sent.lock().extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl Io for Counts {}
+
+    /// A sink over a [`Counts`] with its flusher and its [`Sink::pushes_soon`] task running,
+    /// what it was sent and how many writes.
+    fn counting_sink() -> (Arc<Sink>, Arc<Mutex<Vec<u8>>>, Arc<AtomicUsize>) {
+        let (sent, writes) = (
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let io: Box<dyn Io> = Box::new(Counts {
+            sent: sent.clone(),
+            writes: writes.clone(),
+        });
+        let (_rd, wr) = tokio::io::split(io);
+        let (sink, flusher) = Sink::new(wr, Codec::new(Limits::default()));
+        tokio::spawn(flusher);
+        tokio::spawn(sink.clone().pushes_soon());
+        (sink, sent, writes)
+    }
+
+    fn encoded(frames: impl IntoIterator<Item = Frame>) -> BytesMut {
+        let (codec, mut bytes) = (Codec::new(Limits::default()), BytesMut::new());
+        for f in frames {
+            codec.encode(&f, &mut bytes).unwrap();
+        }
+        bytes
+    }
+
+    /// Frames queued with `push_soon` by tasks ready together leave in one write, after those
+    /// tasks ran, in the order queued.
+    #[tokio::test]
+    async fn frames_pushed_soon_by_tasks_ready_together_leave_in_one_write() {
+        let (sink, sent, writes) = counting_sink();
+        let senders: Vec<_> = (1..=10)
+            .map(|call_id| {
+                let sink = sink.clone();
+                tokio::spawn(async move {
+                    sink.enqueue(&Frame::Cancel(Cancel { call_id })).unwrap();
+                    sink.push_soon();
+                })
+            })
+            .collect();
+        for s in senders {
+            s.await.unwrap();
+        }
+        let expected = encoded((1..=10).map(|call_id| Frame::Cancel(Cancel { call_id })));
+        for _ in 0..1000 {
+            if sent.lock().len() >= expected.len() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(&sent.lock()[..], &expected[..]);
+        assert_eq!(writes.load(Ordering::Relaxed), 1);
+    }
+
+    /// Whoever finds a write already asked for only queues: on several threads, with the task
+    /// clearing the request meanwhile, no frame is left behind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn no_frame_pushed_soon_is_left_queued() {
+        let (sink, sent, _) = counting_sink();
+        let senders: Vec<_> = (0..8u64)
+            .map(|t| {
+                let sink = sink.clone();
+                tokio::spawn(async move {
+                    for i in 0..500 {
+                        sink.enqueue(&Frame::Cancel(Cancel {
+                            call_id: t * 1000 + i,
+                        }))
+                        .unwrap();
+                        sink.push_soon();
+                        if i % 7 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.await.unwrap();
+        }
+        let whole = encoded((0..8u64).flat_map(|t| {
+            (0..500).map(move |i| {
+                Frame::Cancel(Cancel {
+                    call_id: t * 1000 + i,
+                })
+            })
+        }))
+        .len();
+        for _ in 0..100_000 {
+            if sent.lock().len() >= whole {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sent.lock().len(), whole);
     }
 }
