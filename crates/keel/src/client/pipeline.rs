@@ -9,7 +9,7 @@
 //! | answered, or failed after the request left | that is the answer, unless it may be retried (last row) | |
 //! | not sent, or not processed (a GoAway, HTTP/2's REFUSED_STREAM, a 503 marked `keel-unprocessed`) | at once, on a new connection, any call (nothing ran); a request stream goes along only if nothing was taken from it | [`UNRUN_RESENDS`] |
 //! | no connection could be made | at once, to another host of a balanced channel, any call (nothing was sent); with no other host left, the connect error is the answer | hosts − 1 |
-//! | an answer that says the host could not take the call (`unavailable`, `busy`, `shutting_down`, a lost or refused connection), for an `#[keel(idempotent)]` operation without a request stream | after the [`RetryPolicy`](super::RetryPolicy)'s backoff (or the host's `retry-after`), if the retry budget and the deadline allow | `max_attempts` − 1 |
+//! | an answer that says the host could not take the call (`unavailable`, `busy`, `shutting_down`, a lost or refused connection), for an `#[keel(idempotent)]` operation without a request stream | after the [`RetryPolicy`](super::RetryPolicy)'s backoff (or the host's `retry-after`), if the retry budget and the deadline allow; the first retry after a connection that broke or went silent on a balanced channel goes at once (the balancer left that host out) | `max_attempts` − 1 |
 //!
 //! So one call makes at most 1 + [`UNRUN_RESENDS`] + (hosts − 1) + (`max_attempts` − 1)
 //! attempts, whatever its binding, and every one within its deadline. Interceptors, metrics and
@@ -227,7 +227,18 @@ impl Channel {
         if spent.retries >= policy.max_attempts {
             return None;
         }
-        let wait = policy.backoff_for(spent.retries).max(asked);
+        // A connection that broke or went silent under the call, on a balanced channel: the
+        // balancer has left that host out, so the first retry goes to another one at once
+        // rather than after a backoff (a frozen host's calls move within its verdict).
+        let moved_at_once = spent.retries == 1
+            && matches!(answer, Err(e) if e.kind() == Kind::Connection
+                || e.kind() == Kind::Status(StatusCode::Unavailable))
+            && inner.transport.transport().hosts() > 1;
+        let wait = if moved_at_once {
+            asked
+        } else {
+            policy.backoff_for(spent.retries).max(asked)
+        };
         let now = clock::now();
         if now + wait >= deadline {
             return None;
@@ -735,6 +746,8 @@ mod tests {
         Answer(StatusCode),
         /// The host never answers (until the attempt is dropped, which the script counts).
         Stall,
+        /// The connection broke (or was found dead) after the request left.
+        Lost,
     }
 
     /// A transport that plays a script, one step per attempt (the last step again once the
@@ -803,6 +816,10 @@ mod tests {
                     })))
                 }
                 Step::Answer(code) => Attempt::Answered(Ok(Err(Status::new(code, "scripted")))),
+                Step::Lost => Attempt::Answered(Err(Error::new(
+                    Kind::Connection,
+                    "the peer sent nothing after a keepalive ping",
+                ))),
                 Step::Stall => {
                     let dropped = Dropped(self.0.clone());
                     return Box::pin(async move {
@@ -1118,6 +1135,49 @@ mod tests {
         let (channel, fake) = scripted(&[Step::Answer(StatusCode::NotFound)], 1, 4);
         run(&channel, true).await.unwrap().unwrap_err();
         assert_eq!(attempts(&fake), 1);
+    }
+
+    /// A connection lost under an idempotent call on a balanced channel: the first retry goes
+    /// to another host at once, the next after the backoff; with one host, the first waits too.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_whose_connection_died_moves_to_another_host_at_once() {
+        let backoff = |b: super::super::ChannelBuilder| {
+            let retry = RetryPolicy::default()
+                .max_attempts(3)
+                .backoff(Duration::from_secs(1), Duration::from_secs(1))
+                .budget(10.0, 1_000_000);
+            b.retry(retry)
+        };
+        let lost = [Step::Lost, Step::Answer(StatusCode::Ok)];
+        let (channel, fake) = scripted_with(&lost, 3, 3, backoff);
+        let start = tokio::time::Instant::now();
+        run(&channel, true).await.unwrap().unwrap();
+        assert_eq!(attempts(&fake), 2);
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+        let (channel, fake) = scripted_with(
+            &[Step::Lost, Step::Lost, Step::Answer(StatusCode::Ok)],
+            3,
+            3,
+            backoff,
+        );
+        let start = tokio::time::Instant::now();
+        run(&channel, true).await.unwrap().unwrap();
+        assert_eq!(attempts(&fake), 3);
+        assert!(
+            start.elapsed() >= Duration::from_millis(500),
+            "the second retry backs off"
+        );
+        let (channel, _) = scripted_with(&lost, 1, 3, backoff);
+        let start = tokio::time::Instant::now();
+        run(&channel, true).await.unwrap().unwrap();
+        assert!(
+            start.elapsed() >= Duration::from_millis(500),
+            "one host: the backoff"
+        );
     }
 
     /// The worst case the module docs state: 1 + UNRUN_RESENDS + (hosts − 1) +
