@@ -42,8 +42,15 @@ pub const BUSY_QUIET_MIN: Duration = Duration::from_millis(250);
 /// ping, sent [`BUSY_QUIET_MIN`] into that silence, is unanswered: a host that froze or a path
 /// that died under calls in flight is found about this long after the last frame that came
 /// from it, not at the next interval. The ping is given at least this less the quiet time
-/// (750 ms, and at least four round trips) to be answered.
+/// (740 ms: a verdict lands 10 ms early, for the timer's lateness; and at least four round
+/// trips) to be answered.
 pub const BUSY_VERDICT_MIN: Duration = Duration::from_secs(1);
+
+/// The verdict on a busy connection lands this much before its silence reaches
+/// [`BUSY_VERDICT_MIN`] (or the keepalive timeout, if longer; not six round trips): the timer that finds it fires up to a tick (1 ms in
+/// tokio) late and a balanced client's call then moves to another host, so calls that waited
+/// on the dead connection are answered or failed within the bound itself.
+const VERDICT_EARLY: Duration = Duration::from_millis(10);
 
 /// Pings a client sends while its calls wait, with no new call between them, are at least its
 /// keepalive interval and at least this far apart: a host's default [`PingPolicy`] in keel
@@ -132,12 +139,13 @@ impl Liveness {
     }
 
     /// Client: how long calls may wait with nothing received before the connection is judged
-    /// dead, if the ping sent into that silence is unanswered: six round trips, the keepalive
-    /// timeout, and at least [`BUSY_VERDICT_MIN`]. Never less than the quiet time plus four
-    /// round trips (6 × RTT ≥ 2 × RTT + 4 × RTT; 1 s ≥ 250 ms + 4 × RTT while RTT ≤ 187 ms).
+    /// dead, if the ping sent into that silence is unanswered: six round trips, or the
+    /// keepalive timeout and at least [`BUSY_VERDICT_MIN`] less [`VERDICT_EARLY`]. Never less than the quiet time plus four
+    /// round trips (6 × RTT ≥ 2 × RTT + 4 × RTT; 990 ms ≥ 250 ms + 4 × RTT while RTT ≤ 185 ms).
     fn busy_verdict(k: &Keepalive, rtt: Option<Duration>) -> Duration {
         BUSY_VERDICT_MIN
             .max(k.timeout)
+            .saturating_sub(VERDICT_EARLY)
             .max(rtt.unwrap_or(Duration::ZERO).saturating_mul(6))
     }
 
@@ -451,10 +459,11 @@ mod tests {
         assert_eq!(l.on_timeout(t0 + ms(1_149), None, true), Due::Nothing);
         // Nothing for 250 ms while calls wait: a ping, whatever the interval says.
         assert_eq!(l.on_timeout(t0 + ms(1_150), None, true), Due::Ping);
-        // Dead a second after the last frame, the ping unanswered for 750 ms.
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_900)));
-        assert_eq!(l.on_timeout(t0 + ms(1_899), None, true), Due::Nothing);
-        assert_eq!(l.on_timeout(t0 + ms(1_900), None, true), Due::Dead(ms(750)));
+        // Dead a second (less `VERDICT_EARLY`) after the last frame, the ping unanswered for
+        // 740 ms.
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_890)));
+        assert_eq!(l.on_timeout(t0 + ms(1_889), None, true), Due::Nothing);
+        assert_eq!(l.on_timeout(t0 + ms(1_890), None, true), Due::Dead(ms(740)));
         // Without calls waiting, the same quiet waits for the interval.
         let mut idle = Liveness::default();
         idle.enable(K, t0);
@@ -487,20 +496,14 @@ mod tests {
         for n in 1..50 {
             assert!(!l.on_call(last + ms(10 * n)).pinged, "one ping at a time");
         }
-        assert_eq!(l.deadline(rtt, true), Some(last + BUSY_VERDICT_MIN));
+        let verdict = last + BUSY_VERDICT_MIN - VERDICT_EARLY;
+        assert_eq!(l.deadline(rtt, true), Some(verdict));
         assert_eq!(
-            l.on_timeout(
-                last + BUSY_VERDICT_MIN - Duration::from_micros(1),
-                rtt,
-                true
-            ),
+            l.on_timeout(verdict - Duration::from_micros(1), rtt, true),
             Due::Nothing
         );
-        assert!(matches!(
-            l.on_timeout(last + BUSY_VERDICT_MIN, rtt, true),
-            Due::Dead(_)
-        ));
-        assert!(last + BUSY_VERDICT_MIN - oldest <= BUSY_VERDICT_MIN);
+        assert!(matches!(l.on_timeout(verdict, rtt, true), Due::Dead(_)));
+        assert!(verdict - oldest < BUSY_VERDICT_MIN);
     }
 
     /// Anything that arrives after the ping is a sign of life, however long calls have waited.
@@ -513,7 +516,7 @@ mod tests {
         assert_eq!(l.on_timeout(t0 + ms(250), None, true), Due::Ping);
         // A frame read before the ping left proves nothing.
         l.on_received(t0 + ms(200));
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_200)));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(1_190)));
         // One after it does: the ping is answered.
         l.on_received(t0 + ms(900));
         for at in [1_000, 1_200, 1_900, 5_000] {
@@ -556,18 +559,19 @@ mod tests {
     }
 
     #[test]
-    fn a_call_on_a_long_quiet_connection_gives_its_ping_three_quarters_of_a_second() {
+    fn a_call_on_a_long_quiet_connection_gives_its_ping_740_ms() {
         let t0 = Instant::now();
         let mut l = Liveness::default();
         l.enable(K, t0);
         let start = t0 + ms(5_000);
         assert!(l.on_call(start).pinged);
-        // Calls wait: nothing for far more than a second, but the ping gets its 750 ms.
-        assert_eq!(l.deadline(None, true), Some(start + ms(750)));
-        assert_eq!(l.on_timeout(start + ms(749), None, true), Due::Nothing);
+        // Calls wait: nothing for far more than a second, but the ping gets its 740 ms (a
+        // second less the quarter second and `VERDICT_EARLY`).
+        assert_eq!(l.deadline(None, true), Some(start + ms(740)));
+        assert_eq!(l.on_timeout(start + ms(739), None, true), Due::Nothing);
         assert_eq!(
-            l.on_timeout(start + ms(750), None, true),
-            Due::Dead(ms(750))
+            l.on_timeout(start + ms(740), None, true),
+            Due::Dead(ms(740))
         );
         // With no call waiting (a probe whose call was given up), the timeout.
         let mut l = Liveness::default();
@@ -613,7 +617,7 @@ mod tests {
         l.enable(patient, t0);
         assert!(!l.on_call(t0).pinged);
         assert_eq!(l.on_timeout(t0 + ms(250), None, true), Due::Ping);
-        assert_eq!(l.deadline(None, true), Some(t0 + ms(5_000)));
+        assert_eq!(l.deadline(None, true), Some(t0 + ms(4_990)));
     }
 
     #[test]

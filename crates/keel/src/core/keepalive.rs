@@ -28,7 +28,7 @@ pub struct Keepalive {
     /// arriving since the last sign of life. That ping unanswered, the connection is gone once
     /// nothing has arrived for 1 s (or six round trips, or this, if longer), so a host that
     /// froze under calls is found about a second after its last frame (the ping gets at least
-    /// 750 ms and four round trips; after a ping it answered, with no new call since, the next
+    /// 740 ms and four round trips; after a ping it answered, with no new call since, the next
     /// waits for `interval`).
     pub timeout: Duration,
 }
