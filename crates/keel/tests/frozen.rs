@@ -57,7 +57,12 @@ fn child_host() {
 
 /// A host in a child process, at a port of its own (which it answers).
 fn start_host() -> ChildHost {
-    ChildHost::start(&format!("tcp://127.0.0.1:{}", free_port()))
+    start_host_at("tcp")
+}
+
+/// [`start_host`] with `scheme`'s binding.
+fn start_host_at(scheme: &str) -> ChildHost {
+    ChildHost::start(&format!("{scheme}://127.0.0.1:{}", free_port()))
 }
 
 /// The longest any call may wait. Generous (the machine is shared): keel's rule makes it
@@ -219,4 +224,34 @@ async fn a_frozen_a_killed_and_a_closed_host_fail_calls_with_the_same_status() {
     for err in [&frozen, &killed, &closed] {
         assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
     }
+}
+
+/// HTTP/2 too: a call in flight on a host that froze fails `Unavailable` within the bound, not
+/// at the 20 s interval's PING (its connection's keepalive pings a quarter second into the
+/// silence while calls wait, and closes the connection when that PING goes unanswered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_frozen_http2_host_fails_unavailable_within_the_bound() {
+    let _real = keel::testing::real_time();
+    let mut host = tokio::task::block_in_place(|| start_host_at("http"));
+    let channel = Channel::builder(host.url())
+        .http_version(keel::client::HttpVersion::Http2)
+        .build()
+        .unwrap();
+    let client = FrozenClient::new(channel);
+    assert!(client.write(0).await.is_ok());
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.write(30_000).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::block_in_place(|| host.signal("STOP"));
+    let began = Instant::now();
+    let err = tokio::time::timeout(BOUND, call)
+        .await
+        .unwrap_or_else(|_| panic!("the call still waits after {BOUND:?}"))
+        .unwrap()
+        .unwrap_err();
+    println!("after {:.1} ms: {err}", began.elapsed().as_secs_f64() * 1e3);
+    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    tokio::task::block_in_place(|| host.kill());
 }

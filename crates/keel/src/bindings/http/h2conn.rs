@@ -14,9 +14,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::{Connection, SendRequest};
@@ -24,7 +25,7 @@ use h2::{Ping, RecvStream, SendStream};
 use http_body::{Body as _, Frame, SizeHint};
 use keel_wire::Keepalive;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use super::body::Body;
 
@@ -45,12 +46,41 @@ pub(super) fn builder() -> h2::client::Builder {
     b
 }
 
-/// Counts the bytes read from a connection, so its keepalive knows whether the host was heard
-/// from: a connection receiving frames needs no PING.
+/// Counts the bytes read from a connection and stamps the last read, so its keepalive knows
+/// whether and when the host was last heard from: a connection receiving frames needs no PING.
 pub(super) struct Counted<T> {
     io: T,
+    /// Bytes read so far, and when the last read was.
+    pub(super) read: Arc<Heard>,
+}
+
+/// What a connection heard from its host: bytes read, and when it last read any.
+#[derive(Debug)]
+pub(super) struct Heard {
+    bytes: AtomicU64,
+    /// When the last read was, in nanoseconds since `epoch`.
+    at_nanos: AtomicU64,
+    epoch: Instant,
+}
+
+impl Heard {
+    fn new() -> Heard {
+        Heard {
+            bytes: AtomicU64::new(0),
+            at_nanos: AtomicU64::new(0),
+            epoch: crate::runtime::clock::now(),
+        }
+    }
+
     /// Bytes read so far.
-    pub(super) read: Arc<AtomicU64>,
+    fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// When the host was last heard from (the connection's start, before any read).
+    fn last(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.at_nanos.load(Ordering::Relaxed))
+    }
 }
 
 impl<T> Counted<T> {
@@ -58,7 +88,7 @@ impl<T> Counted<T> {
     pub(super) fn new(io: T) -> Counted<T> {
         Counted {
             io,
-            read: Arc::default(),
+            read: Arc::new(Heard::new()),
         }
     }
 }
@@ -72,8 +102,51 @@ impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
         let before = buf.filled().len();
         ready!(Pin::new(&mut self.io).poll_read(cx, buf))?;
         let n = buf.filled().len() - before;
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        if n > 0 {
+            let heard = &self.read;
+            heard.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            let at = crate::runtime::clock::now().saturating_duration_since(heard.epoch);
+            heard
+                .at_nanos
+                .store(at.as_nanos() as u64, Ordering::Relaxed);
+        }
         Poll::Ready(Ok(()))
+    }
+}
+
+/// A connection's calls waiting for their answers' heads, for its keepalive: while any wait,
+/// a quiet connection is pinged after a quarter second, not after the interval (see [`drive`]).
+#[derive(Debug, Default)]
+pub(super) struct Waiting {
+    calls: AtomicUsize,
+    /// Calls started on the connection so far.
+    started: AtomicU64,
+    /// Told when the first call starts waiting.
+    first: Notify,
+}
+
+impl Waiting {
+    /// A call waits for its answer until the guard is dropped.
+    pub(super) fn enter(self: &Arc<Self>) -> WaitingGuard {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        if self.calls.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.first.notify_one();
+        }
+        WaitingGuard(self.clone())
+    }
+
+    fn busy(&self) -> bool {
+        self.calls.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// A call waiting on a connection (see [`Waiting::enter`]).
+#[derive(Debug)]
+pub(super) struct WaitingGuard(Arc<Waiting>);
+
+impl Drop for WaitingGuard {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -109,14 +182,21 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
 
 /// The connection's driver: reads and writes its frames until it closes.
 ///
-/// With keepalive configured it also watches the host: after an interval in which nothing
-/// arrived it sends a PING, and a host silent for the timeout after it (no PONG, no byte) ends
-/// the driver. That closes the connection and fails its calls as a lost connection; the next
-/// call reconnects. A connection that is receiving needs no PING, and a PONG held up behind
-/// DATA still in flight does not count as silence (both as hyper's keepalive did).
+/// With keepalive configured it also watches the host, as keel-wire's client does
+/// (`keel_wire`'s liveness, PROTOCOL.md "Liveness"): a PING after an interval in which nothing
+/// arrived, and, while calls wait for answers, after [`keel_wire::BUSY_QUIET_MIN`] (a quarter
+/// second) of silence. A host that answers nothing after the PING, for the timeout (or, while
+/// calls wait, until a second less 10 ms of silence, the PING given at least 740 ms) ends the
+/// driver. That closes the connection and fails its calls as a lost connection; the next call
+/// reconnects. A connection that is receiving needs no PING, and a PONG held up behind DATA
+/// still in flight does not count as silence. While calls still wait after an answered PING
+/// and none started since, the next waits for the interval (and at least
+/// [`keel_wire::BUSY_PING_SPACING`]), so a long call does not make PINGs a host would count as
+/// abuse.
 pub(super) async fn drive<T>(
     mut conn: Connection<Counted<T>, Bytes>,
-    read: Arc<AtomicU64>,
+    heard: Arc<Heard>,
+    waiting: Arc<Waiting>,
     keepalive: Option<Keepalive>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -128,28 +208,60 @@ pub(super) async fn drive<T>(
         return;
     };
     let pinger = async move {
-        let heard = |seen: &mut u64| {
-            let now = read.load(Ordering::Relaxed);
-            std::mem::replace(seen, now) != now
-        };
-        let mut seen = read.load(Ordering::Relaxed);
+        // The last PING answered, and the calls started by then.
+        let mut answered: Option<(Instant, u64)> = None;
         loop {
-            tokio::time::sleep(keepalive.interval).await;
-            if heard(&mut seen) {
+            let busy = waiting.busy();
+            let last = heard.last();
+            let due = if busy {
+                let quiet = last + keel_wire::BUSY_QUIET_MIN;
+                match answered {
+                    Some((at, started)) if waiting.started.load(Ordering::Relaxed) == started => {
+                        quiet.max(at + keepalive.interval.max(keel_wire::BUSY_PING_SPACING))
+                    }
+                    _ => quiet,
+                }
+            } else {
+                last + keepalive.interval
+            };
+            let now = crate::runtime::clock::now();
+            if now < due {
+                tokio::select! {
+                    () = tokio::time::sleep_until(crate::runtime::clock::to_tokio(due)) => {}
+                    () = waiting.first.notified(), if !busy => {}
+                }
                 continue;
             }
+            let mut seen = heard.bytes();
+            let sent = now;
+            let started = waiting.started.load(Ordering::Relaxed);
+            let mut dead_at = if busy {
+                let verdict = keel_wire::BUSY_VERDICT_MIN
+                    .max(keepalive.timeout)
+                    .saturating_sub(BUSY_VERDICT_EARLY);
+                let answer_within = verdict.saturating_sub(keel_wire::BUSY_QUIET_MIN);
+                (last + verdict).max(sent + answer_within)
+            } else {
+                sent + keepalive.timeout
+            };
             let pong = pings.ping(Ping::opaque());
             tokio::pin!(pong);
             loop {
-                match tokio::time::timeout(keepalive.timeout, &mut pong).await {
+                let until = crate::runtime::clock::to_tokio(dead_at);
+                match tokio::time::timeout_at(until, &mut pong).await {
                     Ok(Ok(_pong)) => break,
                     // The connection ended: so does its driver.
                     Ok(Err(_)) => return,
-                    Err(_) if heard(&mut seen) => {}
+                    // Something arrived after the PING: the host is alive; wait on for the
+                    // PONG, behind what it sends.
+                    Err(_) if heard.bytes() != seen => {
+                        seen = heard.bytes();
+                        dead_at = crate::runtime::clock::now() + keepalive.timeout;
+                    }
                     Err(_) => return,
                 }
             }
-            heard(&mut seen);
+            answered = Some((crate::runtime::clock::now(), started));
         }
     };
     tokio::select! {
@@ -157,6 +269,11 @@ pub(super) async fn drive<T>(
         () = pinger => {}
     }
 }
+
+/// A busy connection's verdict lands this much before its second of silence, as keel-wire's
+/// does: the timer fires up to a tick late and a balanced client's call then moves to another
+/// host, so calls that waited on the dead connection end within the second itself.
+const BUSY_VERDICT_EARLY: Duration = Duration::from_millis(10);
 
 /// A future that, each time it is woken, first lets the tasks already waiting to run go ahead:
 /// it wakes itself and returns `Pending` once, then polls the inner future on its next poll.

@@ -159,7 +159,7 @@ impl HttpClient {
         download: bool,
         expect: Expect,
     ) -> Tried {
-        let (response, upload, id) = match self.open_h2_stream(request, body).await {
+        let (response, upload, id, _waiting) = match self.open_h2_stream(request, body).await {
             Ok(opened) => opened,
             Err(tried) => return tried,
         };

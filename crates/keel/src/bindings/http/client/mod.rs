@@ -99,7 +99,19 @@ struct H2ClientConn {
     id: u64,
     /// The connection's upload tasks, ended with it.
     tasks: Tasks,
+    /// Its calls waiting for answers, for its keepalive.
+    waiting: Arc<h2conn::Waiting>,
 }
+
+/// A stream opened on the HTTP/2 connection: its response's future, its upload's guard, the
+/// connection's id, and the call's place among the connection's waiting calls (held until the
+/// answer's head arrives, or the call ends).
+type H2Stream = (
+    h2::client::ResponseFuture,
+    Option<h2conn::UploadGuard>,
+    u64,
+    h2conn::WaitingGuard,
+);
 
 /// A freshly opened connection.
 enum Established {
@@ -345,7 +357,7 @@ impl HttpClient {
     /// Dropping this future (deadline, caller gone) resets the stream: the host stops the
     /// call. The connection carries on.
     async fn send_h2(&self, request: Request<()>, body: RequestBody, download: bool) -> Tried {
-        let (response, upload, id) = match self.open_h2_stream(request, body).await {
+        let (response, upload, id, _waiting) = match self.open_h2_stream(request, body).await {
             Ok(opened) => opened,
             Err(tried) => return tried,
         };
@@ -380,7 +392,7 @@ impl HttpClient {
         &self,
         request: Request<()>,
         body: RequestBody,
-    ) -> Result<(h2::client::ResponseFuture, Option<h2conn::UploadGuard>, u64), Tried> {
+    ) -> Result<H2Stream, Tried> {
         let conn = match self.h2_conn().await {
             Ok(Some(c)) => c,
             Ok(None) => return Err(Tried::NotSent),
@@ -393,8 +405,9 @@ impl HttpClient {
             return Err(Tried::NotSent);
         };
         let tasks = conn.tasks;
+        let waiting = conn.waiting.enter();
         match h2conn::send(&mut sender, request, body, |pipe| tasks.spawn(pipe)) {
-            Ok((response, upload)) => Ok((response, upload, id)),
+            Ok((response, upload)) => Ok((response, upload, id, waiting)),
             Err(e) if e.is_io() || e.is_go_away() || e.is_reset() => {
                 self.forget_h2(id);
                 Err(Tried::NotSent)
@@ -536,12 +549,19 @@ impl HttpClient {
                         .await
                         .map_err(|e| handshake_err(endpoint, e))?;
                     let tasks = Tasks::default();
-                    // HTTP/2 PINGs after a keepalive interval without a byte from the host; no
-                    // answer within the timeout closes the connection (its calls fail as a
-                    // lost connection; the next call reconnects).
-                    let driver = h2conn::drive(driver, read, self.config.keepalive);
+                    let waiting = Arc::new(h2conn::Waiting::default());
+                    // HTTP/2 PINGs after a keepalive interval without a byte from the host, or
+                    // a quarter second while calls wait; no answer closes the connection (its
+                    // calls fail as a lost connection; the next call reconnects).
+                    let driver =
+                        h2conn::drive(driver, read, waiting.clone(), self.config.keepalive);
                     let id = self.conns.spawn(driver, Some(tasks.clone()));
-                    Established::H2(H2ClientConn { sender, id, tasks })
+                    Established::H2(H2ClientConn {
+                        sender,
+                        id,
+                        tasks,
+                        waiting,
+                    })
                 }
             })
         };
