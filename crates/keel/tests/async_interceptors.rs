@@ -313,3 +313,53 @@ async fn descriptions_pass_through_async_interceptors() {
     }
     g.host.shutdown_async().await;
 }
+
+/// gRPC's `grpc.health.v1.Health`, as a Kubernetes probe or grpc-health-probe calls it (the
+/// host's own is a standard service, kept under its full gRPC name).
+#[allow(unreachable_pub)]
+mod health {
+    use serde::{Deserialize, Serialize};
+
+    #[keel::contract(package = "grpc.health.v1")]
+    pub trait Health {
+        async fn check(&self, service: String) -> HealthCheckResponse;
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct HealthCheckResponse {
+        pub status: ServingStatus,
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum ServingStatus {
+        Unknown,
+        Serving,
+        NotServing,
+        ServiceUnknown,
+    }
+}
+
+/// The standard services pass through async interceptors like any call, and are found again
+/// after them under their full gRPC names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_checks_pass_through_async_interceptors() {
+    let g = guarded(Binding::Http2, Duration::from_millis(1));
+    let url = g.host.url().replace("http://", "grpc://");
+    let anonymous = health::HealthClient::new(keel::Channel::new(&url).unwrap());
+    let err = anonymous.check(String::new()).await.unwrap_err();
+    assert_eq!(
+        err.status_code(),
+        Some(StatusCode::Unauthenticated),
+        "{err}"
+    );
+    let channel = keel::Channel::builder(&url)
+        .default_metadata("authorization", "Bearer kubelet")
+        .build()
+        .unwrap();
+    let answer = health::HealthClient::new(channel)
+        .check(String::new())
+        .await
+        .unwrap();
+    assert_eq!(answer.status, health::ServingStatus::Serving);
+    g.host.shutdown_async().await;
+}

@@ -1153,11 +1153,7 @@ mod tests {
         let start = tokio::time::Instant::now();
         run(&channel, true).await.unwrap().unwrap();
         assert_eq!(attempts(&fake), 2);
-        assert!(
-            start.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            start.elapsed()
-        );
+        assert_eq!(start.elapsed(), Duration::ZERO, "no backoff");
         let (channel, fake) = scripted_with(
             &[Step::Lost, Step::Lost, Step::Answer(StatusCode::Ok)],
             3,
@@ -1167,17 +1163,15 @@ mod tests {
         let start = tokio::time::Instant::now();
         run(&channel, true).await.unwrap().unwrap();
         assert_eq!(attempts(&fake), 3);
+        // The backoff is random below its ceiling (full jitter), but not nothing.
         assert!(
-            start.elapsed() >= Duration::from_millis(500),
+            start.elapsed() > Duration::ZERO,
             "the second retry backs off"
         );
         let (channel, _) = scripted_with(&lost, 1, 3, backoff);
         let start = tokio::time::Instant::now();
         run(&channel, true).await.unwrap().unwrap();
-        assert!(
-            start.elapsed() >= Duration::from_millis(500),
-            "one host: the backoff"
-        );
+        assert!(start.elapsed() > Duration::ZERO, "one host: the backoff");
     }
 
     /// The worst case the module docs state: 1 + UNRUN_RESENDS + (hosts − 1) +

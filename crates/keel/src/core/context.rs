@@ -293,6 +293,21 @@ impl Context {
         *self.inner.task.lock() = Some(task);
     }
 
+    /// [`set_task`](Context::set_task) for a task that may itself have started the handler's
+    /// own task (and set it) already: keeps that one. A call stopped before this gets its task
+    /// aborted here.
+    pub(crate) fn set_task_unless_set(&self, task: AbortHandle) {
+        {
+            let mut slot = self.inner.task.lock();
+            if slot.is_none() {
+                *slot = Some(task.clone());
+            }
+        }
+        if self.is_cancelled() {
+            task.abort();
+        }
+    }
+
     /// The call will not be answered by its handler: the cancellation signal fires (a blocking
     /// job that has not started must not start; one already running finishes, as threads
     /// cannot be interrupted, but sees it is cancelled), and an async handler's task, if it

@@ -24,12 +24,14 @@ pub struct Keepalive {
     pub interval: Duration,
     /// The peer is gone if nothing arrives within this long after a ping. A client also pings,
     /// with its call, when it starts a call on a connection nothing arrived on for this long;
-    /// and on keel-wire, once its calls have waited 250 ms (or two round trips) with nothing
-    /// arriving since the last sign of life. That ping unanswered, the connection is gone once
-    /// nothing has arrived for 1 s (or six round trips, or this, if longer), so a host that
-    /// froze under calls is found about a second after its last frame (the ping gets at least
-    /// 740 ms and four round trips; after a ping it answered, with no new call since, the next
-    /// waits for `interval`).
+    /// and (keel-wire and HTTP/2) once its calls have waited 250 ms (or two round trips) with
+    /// nothing arriving since the last sign of life. That ping unanswered, the connection is
+    /// gone once nothing has arrived, since that last sign of life, for a second or this
+    /// timeout, whichever is longer, less 10 ms (or six round trips, if longer): with calls
+    /// waiting, this bounds the silence, not the ping's own wait, which is at least 740 ms (and
+    /// four round trips). So a host that froze under calls is found within a second of its
+    /// last frame. After a ping it answered, with no new call since, the next waits for
+    /// `interval`.
     pub timeout: Duration,
 }
 

@@ -239,7 +239,9 @@ pub(crate) fn dispatch(
             Some(session) => session.instance.clone(),
             None => served.service.clone(),
         };
-        return call.intercept_async(service, op, args.into_owned());
+        // The key the host serves it under (gRPC's standard services: their full names).
+        let key = req.service.to_owned();
+        return call.intercept_async(key, service, op, args.into_owned());
     }
     call.admitted(served, service, op, args, clock, blocking);
 }
@@ -276,7 +278,7 @@ struct OwnedArgs {
 impl Call {
     /// Runs the host's async interceptors for the call, in a task of its own (which a cancel
     /// aborts), then the rest of its admission ([`Call::admitted`]).
-    fn intercept_async(self, service: Arc<dyn Service>, op: usize, args: OwnedArgs) {
+    fn intercept_async(self, key: String, service: Arc<dyn Service>, op: usize, args: OwnedArgs) {
         let ctx = self.ctx.clone();
         let span = self.ctx.span().clone();
         let task = async move {
@@ -301,12 +303,11 @@ impl Call {
                     return call.finish(Err(status));
                 }
             }
-            let name = service.descriptor().name;
-            let Some(served) = conn.dispatcher.served(name) else {
+            let Some(served) = conn.dispatcher.served(&key) else {
                 // Served since the call arrived: a host never forgets a service.
                 return call.finish(Err(Status::new(
                     StatusCode::UnknownService,
-                    format!("no service `{name}` on this host"),
+                    format!("no service `{key}` on this host"),
                 )));
             };
             let args = Args {
@@ -318,7 +319,9 @@ impl Call {
             call.admitted(served, &*service, op, args, &mut clock::now(), None);
         };
         let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));
-        ctx.set_task(handle.abort_handle());
+        // The task may have started the handler's own task already (interceptors that did
+        // not wait, on another worker): that one is what a cancel must abort.
+        ctx.set_task_unless_set(handle.abort_handle());
     }
 
     /// The rest of a call the interceptors admitted: its arguments decompressed and decoded,
@@ -575,13 +578,13 @@ impl Call {
         let ctx = self.ctx.clone();
         let span = self.ctx.span().clone();
         let task = async move {
-            let _permit = permit;
             let started = clock::now();
             if let Some(status) = self.refuse_start(started) {
                 return self.finish_at(Err(status), started);
             }
             let pool = self.conn.dispatcher.pool.clone();
-            let request = super::layer::request(self.ctx.clone(), invocation, pool);
+            let (ctx, deadline) = (self.ctx.clone(), self.deadline);
+            let request = super::layer::request(ctx, invocation, pool, permit, deadline);
             let run = CatchUnwind(layered.serve(request));
             let outcome = Deadline::new(run, self.deadline).await;
             self.ran(outcome, started, false);

@@ -112,7 +112,14 @@ pub trait Interceptor: Send + Sync + 'static {
 ///
 /// A host without async interceptors pays nothing for them; a host with one runs the rest of a
 /// call's admission as a task of its own (and copies the call's arguments out of the read
-/// buffer for it), once per call.
+/// buffer for it), once per call. Calls waiting on an async interceptor are not yet in the
+/// throttle's queue: what bounds them is the per-connection call limit
+/// ([`HostBuilder::max_calls_per_connection`](crate::host::HostBuilder::max_calls_per_connection)),
+/// each holding its arguments (at most the message size), and the deadline. An interceptor
+/// that calls a slow service should bound its own wait (a timeout, a cache).
+///
+/// For a request for a description (`GET /{Service}`, `GET /openapi.json`), `after` does not
+/// run if the caller goes away while `before` waits (its request is dropped).
 ///
 /// ```
 /// use std::time::Duration;

@@ -28,6 +28,10 @@ pub struct CallRequest {
     ctx: Context,
     invocation: Invocation,
     pool: Arc<keel_pool::Pool>,
+    /// The call's throttle slot: held until its handler returns (on keel-pool, for a blocking
+    /// one), not only until the layers give up on it.
+    permit: super::throttle::Permit,
+    deadline: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for CallRequest {
@@ -105,17 +109,33 @@ impl tower::Service<CallRequest> for Handler {
             ctx,
             invocation,
             pool,
+            permit,
+            deadline,
         } = req;
         Box::pin(async move {
             let outcome = match invocation {
-                Invocation::Async(fut) => CatchUnwind(fut).await,
+                Invocation::Async(fut) => {
+                    let _permit = permit;
+                    CatchUnwind(fut).await
+                }
                 Invocation::Blocking(job) => {
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     let span = ctx.span().clone();
                     let task = keel_pool::Task::new(move || {
-                        let outcome = span
-                            .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
-                            .unwrap_or_else(|p| Err(panic_status(&p)));
+                        let _permit = permit;
+                        // Given up while it waited for a thread (a layer's timeout, the
+                        // deadline, a cancel): it does not start.
+                        let outcome = if ctx.is_cancelled() {
+                            Err(Status::new(StatusCode::Cancelled, "cancelled"))
+                        } else if deadline.is_some_and(|d| crate::runtime::clock::now() >= d) {
+                            Err(Status::new(
+                                StatusCode::DeadlineExceeded,
+                                "deadline passed before the call could start",
+                            ))
+                        } else {
+                            span.in_scope(|| catch_unwind(AssertUnwindSafe(job)))
+                                .unwrap_or_else(|p| Err(panic_status(&p)))
+                        };
                         let _ = tx.send(outcome);
                     });
                     let refused = || Status::new(StatusCode::ShuttingDown, "host is shutting down");
@@ -160,16 +180,21 @@ where
     }
 }
 
-/// The request for a call that runs `invocation` with `ctx` (blocking ones on `pool`).
+/// The request for a call that runs `invocation` with `ctx` (blocking ones on `pool`), holding
+/// its throttle slot `permit` until the handler returns, not started after `deadline`.
 pub(crate) fn request(
     ctx: Context,
     invocation: Invocation,
     pool: Arc<keel_pool::Pool>,
+    permit: super::throttle::Permit,
+    deadline: Option<std::time::Instant>,
 ) -> CallRequest {
     CallRequest {
         ctx,
         invocation,
         pool,
+        permit,
+        deadline,
     }
 }
 
