@@ -113,20 +113,19 @@ async fn a_call_on_a_dead_path_fails_at_the_ping_timeout_not_its_deadline() {
     assert_eq!(proxy.accepted(), 2);
 }
 
-/// The frozen host: a call is in flight when the path dies, and no other call follows
-/// on the connection (a balanced channel sends them elsewhere), so no call carries a probe.
-/// The client pings once nothing has arrived for a quarter second while a call waits, and the
-/// call fails a second after the last frame (the ping unanswered), not at the 20 s interval.
-/// In keel's time.
-#[tokio::test]
-async fn a_call_waiting_on_a_path_that_died_fails_within_a_second_with_no_other_call() {
-    let clock = keel::testing::pause();
+/// A host behind a proxy, a client that made a call through it, and a call of a minute in
+/// flight on that client's connection (the host has it).
+async fn a_long_call_through_a_proxy() -> (
+    keel::Host,
+    Proxy,
+    ProbeClient,
+    tokio::task::JoinHandle<Result<u64, keel::Error>>,
+) {
     let host = host();
     let proxy = Proxy::start(host.url()).await;
-    let channel = Channel::new(proxy.url()).unwrap();
-    let client = ProbeClient::new(channel.clone());
+    let client = ProbeClient::new(Channel::new(proxy.url()).unwrap());
     assert_eq!(client.echo("before".into()).await.unwrap(), "before");
-    let waiting = tokio::spawn({
+    let long = tokio::spawn({
         let client = client.clone();
         async move { client.sleep_async_ms(60_000).await }
     });
@@ -135,6 +134,18 @@ async fn a_call_waiting_on_a_path_that_died_fails_within_a_second_with_no_other_
             == 1)
         .await
     );
+    (host, proxy, client, long)
+}
+
+/// The frozen host: a call is in flight when the path dies, and no other call follows
+/// on the connection (a balanced channel sends them elsewhere), so no call carries a probe.
+/// The client pings once nothing has arrived for a quarter second while a call waits, and the
+/// call fails a second after the last frame (the ping unanswered), not at the 20 s interval.
+/// In keel's time.
+#[tokio::test]
+async fn a_call_waiting_on_a_path_that_died_fails_within_a_second_with_no_other_call() {
+    let clock = keel::testing::pause();
+    let (_host, proxy, client, waiting) = a_long_call_through_a_proxy().await;
     proxy.blackhole_existing();
     let failed_after = drive(&clock, STEP, Duration::from_secs(90), || {
         waiting.is_finished()
@@ -160,20 +171,7 @@ async fn a_call_waiting_on_a_path_that_died_fails_within_a_second_with_no_other_
 #[tokio::test]
 async fn a_new_call_after_an_answered_ping_is_not_held_to_the_interval() {
     let clock = keel::testing::pause();
-    let host = host();
-    let proxy = Proxy::start(host.url()).await;
-    let channel = Channel::new(proxy.url()).unwrap();
-    let client = ProbeClient::new(channel.clone());
-    assert_eq!(client.echo("before".into()).await.unwrap(), "before");
-    let long = tokio::spawn({
-        let client = client.clone();
-        async move { client.sleep_async_ms(60_000).await }
-    });
-    assert!(
-        eventually_within(Duration::from_secs(10), || host.stats().calls_in_flight
-            == 1)
-        .await
-    );
+    let (_host, proxy, client, long) = a_long_call_through_a_proxy().await;
     // The ping a quarter second into the long call's wait, answered (the path is alive).
     drive(&clock, STEP, Duration::from_millis(600), || false).await;
     assert!(!long.is_finished());
