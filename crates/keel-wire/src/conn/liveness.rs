@@ -20,6 +20,57 @@ pub struct Keepalive {
     pub timeout: Duration,
 }
 
+impl Keepalive {
+    /// How long calls may wait with nothing received before a ping checks the path: two round
+    /// trips, and at least [`BUSY_QUIET_MIN`].
+    fn busy_quiet(rtt: Option<Duration>) -> Duration {
+        BUSY_QUIET_MIN.max(rtt.unwrap_or(Duration::ZERO).saturating_mul(2))
+    }
+
+    /// How long calls may wait with nothing received before the connection is judged dead, if
+    /// the ping sent into that silence is unanswered: six round trips, or the timeout and at
+    /// least [`BUSY_VERDICT_MIN`] less [`VERDICT_EARLY`]. Never less than the quiet time plus
+    /// four round trips (6 × RTT ≥ 2 × RTT + 4 × RTT; 990 ms ≥ 250 ms + 4 × RTT while
+    /// RTT ≤ 185 ms).
+    fn busy_verdict(&self, rtt: Option<Duration>) -> Duration {
+        BUSY_VERDICT_MIN
+            .max(self.timeout)
+            .saturating_sub(VERDICT_EARLY)
+            .max(rtt.unwrap_or(Duration::ZERO).saturating_mul(6))
+    }
+
+    /// A client whose calls wait for replies, that last heard from its peer at `last`: when to
+    /// ping if nothing arrives. `spaced_from`: the last ping, if it was answered and no call
+    /// started since; the next is then not before the interval (at least
+    /// [`BUSY_PING_SPACING`]) after it, since a host counts pings closer than its
+    /// [`PingPolicy::min_interval`] with no call between as strikes. `rtt`: the smoothed round
+    /// trip, if known. keel-wire's connections and keel's HTTP/2 client follow this rule.
+    pub fn busy_ping_at(
+        &self,
+        last: Instant,
+        rtt: Option<Duration>,
+        spaced_from: Option<Instant>,
+    ) -> Instant {
+        let quiet = last + Keepalive::busy_quiet(rtt);
+        match spaced_from {
+            Some(ping) => quiet.max(ping + self.interval.max(BUSY_PING_SPACING)),
+            None => quiet,
+        }
+    }
+
+    /// A client whose calls wait for replies, that last heard from its peer at `last` and sent
+    /// a ping at `pinged` still unanswered: when the connection is dead. Nothing has then
+    /// arrived for a second or the timeout, less 10 ms (or six round trips), and the ping has
+    /// had that less the quiet time to be answered (at least 740 ms and four round trips: a
+    /// ping sent later than the quiet time after the last frame, with a call on a connection
+    /// long quiet, say, gets that long too).
+    pub fn busy_dead_at(&self, last: Instant, pinged: Instant, rtt: Option<Duration>) -> Instant {
+        let verdict = self.busy_verdict(rtt);
+        let answer_within = verdict.saturating_sub(Keepalive::busy_quiet(rtt));
+        (last + verdict).max(pinged + answer_within)
+    }
+}
+
 /// A host's limit on a client's pings, as gRPC's `min_time`/ping strikes: a Ping that arrives
 /// less than `min_interval` after the previous one, with no Request in between, is a strike;
 /// after `max_strikes` strikes the next one is
@@ -132,42 +183,9 @@ impl Liveness {
             .max(rtt.unwrap_or(Duration::ZERO).saturating_mul(4))
     }
 
-    /// Client: how long calls may wait with nothing received before a ping checks the path:
-    /// two round trips, and at least [`BUSY_QUIET_MIN`].
-    fn busy_quiet(rtt: Option<Duration>) -> Duration {
-        BUSY_QUIET_MIN.max(rtt.unwrap_or(Duration::ZERO).saturating_mul(2))
-    }
-
-    /// Client: how long calls may wait with nothing received before the connection is judged
-    /// dead, if the ping sent into that silence is unanswered: six round trips, or the
-    /// keepalive timeout and at least [`BUSY_VERDICT_MIN`] less [`VERDICT_EARLY`]. Never less than the quiet time plus four
-    /// round trips (6 × RTT ≥ 2 × RTT + 4 × RTT; 990 ms ≥ 250 ms + 4 × RTT while RTT ≤ 185 ms).
-    fn busy_verdict(k: &Keepalive, rtt: Option<Duration>) -> Duration {
-        BUSY_VERDICT_MIN
-            .max(k.timeout)
-            .saturating_sub(VERDICT_EARLY)
-            .max(rtt.unwrap_or(Duration::ZERO).saturating_mul(6))
-    }
-
-    /// Client, with calls waiting and a ping sent at `since` unanswered: when the connection is
-    /// dead. Nothing has then arrived for [`Liveness::busy_verdict`], and the ping has had that
-    /// less [`Liveness::busy_quiet`] to be answered (a ping sent later than the quiet time
-    /// after the last frame, with a call on a connection long quiet, say, gets that long too).
-    fn busy_dead_at(
-        &self,
-        k: &Keepalive,
-        last: Instant,
-        since: Instant,
-        rtt: Option<Duration>,
-    ) -> Instant {
-        let verdict = Liveness::busy_verdict(k, rtt);
-        let answer_within = verdict.saturating_sub(Liveness::busy_quiet(rtt));
-        (last + verdict).max(since + answer_within)
-    }
-
     /// When a ping sent at `since` and still unanswered makes the connection dead: the
     /// keepalive timeout after it, or, while calls wait (`busy`), possibly sooner
-    /// ([`Liveness::busy_dead_at`]).
+    /// ([`Keepalive::busy_dead_at`]).
     fn dead_at(
         &self,
         k: &Keepalive,
@@ -178,25 +196,18 @@ impl Liveness {
     ) -> Instant {
         let idle = since + self.timeout(k, rtt);
         if busy {
-            idle.min(self.busy_dead_at(k, last, since, rtt))
+            idle.min(k.busy_dead_at(last, since, rtt))
         } else {
             idle
         }
     }
 
-    /// Client, with calls waiting for replies: when to ping if nothing arrives. Unless a call
-    /// started since the last ping, not before the keepalive interval (at least
-    /// [`BUSY_PING_SPACING`]) after it: a host counts pings closer than its
-    /// [`PingPolicy::min_interval`] with no call between as strikes, and a client that keeps
-    /// to its interval is what the host was configured for.
+    /// Client, with calls waiting for replies: when to ping if nothing arrives
+    /// ([`Keepalive::busy_ping_at`]; the spacing counts from the last ping unless a call
+    /// started since).
     fn busy_due(&self, k: &Keepalive, last: Instant, rtt: Option<Duration>) -> Instant {
-        let quiet = last + Liveness::busy_quiet(rtt);
-        match self.last_sent_ping {
-            Some(ping) if !self.call_since_ping => {
-                quiet.max(ping + k.interval.max(BUSY_PING_SPACING))
-            }
-            _ => quiet,
-        }
+        let spaced_from = self.last_sent_ping.filter(|_| !self.call_since_ping);
+        k.busy_ping_at(last, rtt, spaced_from)
     }
 
     /// A liveness ping goes out at `now`, awaited from then.
@@ -247,9 +258,9 @@ impl Liveness {
 
     /// The timer fired at `now`; `busy`: calls wait for replies (client). A quiet connection
     /// is pinged after the interval, a connection whose calls wait with nothing arriving after
-    /// [`Liveness::busy_quiet`], whatever the traffic the caller sends on it. An unanswered
+    /// [`Keepalive::busy_ping_at`], whatever the traffic the caller sends on it. An unanswered
     /// ping makes the peer dead after the timeout, or, while calls wait, once nothing has
-    /// arrived for [`Liveness::busy_verdict`] ([`Liveness::busy_dead_at`]).
+    /// arrived long enough ([`Keepalive::busy_dead_at`]).
     pub(super) fn on_timeout(&mut self, now: Instant, rtt: Option<Duration>, busy: bool) -> Due {
         let (Some(k), Some(last)) = (self.keepalive, self.last_received) else {
             return Due::Nothing;

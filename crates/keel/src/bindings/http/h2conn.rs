@@ -182,10 +182,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
 
 /// The connection's driver: reads and writes its frames until it closes.
 ///
-/// With keepalive configured it also watches the host, as keel-wire's client does
-/// (`keel_wire`'s liveness, PROTOCOL.md "Liveness"): a PING after an interval in which nothing
-/// arrived, and, while calls wait for answers, after [`keel_wire::BUSY_QUIET_MIN`] (a quarter
-/// second) of silence. A host that answers nothing after the PING, for the timeout (or, while
+/// With keepalive configured it also watches the host by keel-wire's rule
+/// ([`Keepalive::busy_ping_at`], [`Keepalive::busy_dead_at`]; PROTOCOL.md "Liveness"): a PING
+/// after an interval in which nothing arrived, and, while calls wait for answers, after a
+/// quarter second of silence. A host that answers nothing after the PING, for the timeout (or, while
 /// calls wait, until a second less 10 ms of silence, the PING given at least 740 ms) ends the
 /// driver. That closes the connection and fails its calls as a lost connection; the next call
 /// reconnects. A connection that is receiving needs no PING, and a PONG held up behind DATA
@@ -214,13 +214,11 @@ pub(super) async fn drive<T>(
             let busy = waiting.busy();
             let last = heard.last();
             let due = if busy {
-                let quiet = last + keel_wire::BUSY_QUIET_MIN;
-                match answered {
-                    Some((at, started)) if waiting.started.load(Ordering::Relaxed) == started => {
-                        quiet.max(at + keepalive.interval.max(keel_wire::BUSY_PING_SPACING))
-                    }
-                    _ => quiet,
-                }
+                // The spacing counts from an answered PING unless a call started since.
+                let spaced_from = answered
+                    .filter(|&(_, started)| waiting.started.load(Ordering::Relaxed) == started)
+                    .map(|(at, _)| at);
+                keepalive.busy_ping_at(last, None, spaced_from)
             } else {
                 last + keepalive.interval
             };
@@ -236,11 +234,7 @@ pub(super) async fn drive<T>(
             let sent = now;
             let started = waiting.started.load(Ordering::Relaxed);
             let mut dead_at = if busy {
-                let verdict = keel_wire::BUSY_VERDICT_MIN
-                    .max(keepalive.timeout)
-                    .saturating_sub(BUSY_VERDICT_EARLY);
-                let answer_within = verdict.saturating_sub(keel_wire::BUSY_QUIET_MIN);
-                (last + verdict).max(sent + answer_within)
+                keepalive.busy_dead_at(last, sent, None)
             } else {
                 sent + keepalive.timeout
             };
@@ -269,11 +263,6 @@ pub(super) async fn drive<T>(
         () = pinger => {}
     }
 }
-
-/// A busy connection's verdict lands this much before its second of silence, as keel-wire's
-/// does: the timer fires up to a tick late and a balanced client's call then moves to another
-/// host, so calls that waited on the dead connection end within the second itself.
-const BUSY_VERDICT_EARLY: Duration = Duration::from_millis(10);
 
 /// A future that, each time it is woken, first lets the tasks already waiting to run go ahead:
 /// it wakes itself and returns `Pending` once, then polls the inner future on its next poll.
