@@ -585,7 +585,7 @@ impl Call {
             let pool = self.conn.dispatcher.pool.clone();
             let (ctx, deadline) = (self.ctx.clone(), self.deadline);
             let request = super::layer::request(ctx, invocation, pool, permit, deadline);
-            let run = CatchUnwind(layered.serve(request));
+            let run = CatchUnwind::handler(layered.serve(request));
             let outcome = Deadline::new(run, self.deadline).await;
             self.ran(outcome, started, false);
         };
@@ -614,7 +614,7 @@ impl Call {
             drop(permit);
             return None;
         }
-        let mut run = Watched::new(CatchUnwind(fut), self.metrics.watch);
+        let mut run = Watched::new(CatchUnwind::handler(fut), self.metrics.watch);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match Pin::new(&mut run).poll(&mut cx) {
             Poll::Ready(outcome) => {
@@ -698,7 +698,7 @@ impl Job for Blocking {
 /// An async call whose handler did not complete at its first poll (see [`Call::first_poll`]).
 struct Waiting {
     call: Call,
-    run: Watched<CatchUnwind>,
+    run: Watched<CatchUnwind<'static>>,
     permit: Permit,
     started: Instant,
 }

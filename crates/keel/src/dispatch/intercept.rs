@@ -2,16 +2,15 @@
 //! synchronous ones first ([`Interceptor`]), then those that may wait ([`AsyncInterceptor`]).
 
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
 
 use crate::core::context::Context;
 use crate::core::metadata::Metadata;
 use crate::core::status::{Status, StatusCode};
 
+use super::panics::CatchUnwind;
 use super::{Dispatcher, HostConnInfo};
 
 /// The operation name in the [`Context`] an interceptor sees for a request for a description
@@ -211,16 +210,10 @@ impl Interceptors {
 }
 
 /// Awaits an async interceptor's `before`, a panic in it answered `Internal`.
-pub(crate) async fn verdict(mut before: BoxedVerdict<'_>) -> Result<(), Status> {
-    std::future::poll_fn(
-        |cx| match catch_unwind(AssertUnwindSafe(|| before.as_mut().poll(cx))) {
-            Ok(poll) => poll,
-            Err(_) => Poll::Ready(Err(Status::new(
-                StatusCode::Internal,
-                "an interceptor panicked",
-            ))),
-        },
-    )
+pub(crate) async fn verdict(before: BoxedVerdict<'_>) -> Result<(), Status> {
+    CatchUnwind::new(before, |_| {
+        Err(Status::new(StatusCode::Internal, "an interceptor panicked"))
+    })
     .await
 }
 

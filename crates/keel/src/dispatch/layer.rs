@@ -116,7 +116,7 @@ impl tower::Service<CallRequest> for Handler {
             let outcome = match invocation {
                 Invocation::Async(fut) => {
                     let _permit = permit;
-                    CatchUnwind(fut).await
+                    CatchUnwind::handler(fut).await
                 }
                 Invocation::Blocking(job) => {
                     let (tx, rx) = tokio::sync::oneshot::channel();

@@ -24,15 +24,37 @@ pub(super) fn panic_status(payload: &Box<dyn std::any::Any + Send>) -> Status {
     )
 }
 
-/// Turns a panic inside an operation's future into a `HandlerPanicked` status.
-pub(super) struct CatchUnwind(pub(super) HandlerFuture);
+/// A future whose panics become an answer: a handler's (`HandlerPanicked`,
+/// [`CatchUnwind::handler`]) or an interceptor's ([`CatchUnwind::new`]).
+pub(super) struct CatchUnwind<'a, T = Outcome> {
+    fut: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
+    on_panic: fn(&Box<dyn std::any::Any + Send>) -> T,
+}
 
-impl Future for CatchUnwind {
-    type Output = Outcome;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Outcome> {
-        match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+impl<'a, T> CatchUnwind<'a, T> {
+    /// `fut`, a panic in it answered `on_panic(payload)`.
+    pub(super) fn new(
+        fut: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
+        on_panic: fn(&Box<dyn std::any::Any + Send>) -> T,
+    ) -> Self {
+        CatchUnwind { fut, on_panic }
+    }
+}
+
+impl CatchUnwind<'static> {
+    /// An operation's future, a panic in it answered `HandlerPanicked`.
+    pub(super) fn handler(fut: HandlerFuture) -> Self {
+        CatchUnwind::new(fut, |p| Err(panic_status(p)))
+    }
+}
+
+impl<T> Future for CatchUnwind<'_, T> {
+    type Output = T;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<T> {
+        let on_panic = self.on_panic;
+        match catch_unwind(AssertUnwindSafe(|| self.fut.as_mut().poll(cx))) {
             Ok(p) => p,
-            Err(payload) => Poll::Ready(Err(panic_status(&payload))),
+            Err(payload) => Poll::Ready(on_panic(&payload)),
         }
     }
 }
