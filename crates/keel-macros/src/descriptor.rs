@@ -5,6 +5,7 @@
 
 use proc_macro2::TokenStream as TokenStream2;
 use quote::{format_ident, quote};
+use syn::ext::IdentExt;
 use syn::{Attribute, Ident, ItemTrait, Type};
 
 use crate::parse::Operation;
@@ -33,6 +34,7 @@ pub(crate) fn generate(
     item: &ItemTrait,
     ops: &[Operation],
     package: Option<&syn::LitStr>,
+    proto_numbers: &[crate::PinnedMessage],
 ) -> TokenStream2 {
     let trait_name = &item.ident;
     let service_name = trait_name.to_string();
@@ -48,6 +50,14 @@ pub(crate) fn generate(
         Some(p) => quote!(#p),
         None => quote!(::core::env!("CARGO_CRATE_NAME")),
     };
+    let pinned = proto_numbers.iter().map(|m| {
+        let name = m.name.unraw().to_string();
+        let fields = m.fields.iter().map(|(f, n)| {
+            let f = f.unraw().to_string();
+            quote!((#f, #n))
+        });
+        quote!(#k::ProtoNumbers::new(#name, &[#(#fields),*]))
+    });
     quote! {
         #[doc(hidden)]
         #[allow(non_snake_case)]
@@ -64,7 +74,8 @@ pub(crate) fn generate(
         #[allow(non_upper_case_globals)]
         static #descriptor_static: #k::ServiceDescriptor =
             #k::ServiceDescriptor::new(#service_name, &[#(#op_infos),*])
-                .with_package(#package);
+                .with_package(#package)
+                .with_proto_numbers(&[#(#pinned),*]);
     }
 }
 

@@ -69,7 +69,7 @@ fn expand(item: ItemTrait, args: &ContractArgs) -> syn::Result<TokenStream2> {
     // First, so that a type without serde's traits is the first error, at its own span.
     let checks = checks::generate(&ops);
     let service = service::generate(&item, &ops);
-    let descriptor = descriptor::generate(&item, &ops, args.package.as_ref());
+    let descriptor = descriptor::generate(&item, &ops, args.package.as_ref(), &args.proto_numbers);
     let server = server::generate(&item, &ops);
     let client = client::generate(&item, &ops, args.callback.as_ref());
     Ok(quote! {
@@ -90,9 +90,62 @@ struct ContractArgs {
     /// `package = "name.v1"`: the protobuf package of the contract's gRPC service and `.proto`
     /// file (the crate's name when not given).
     package: Option<syn::LitStr>,
+    /// `proto_numbers(Message(field = N, ...), ...)`: field numbers pinned per message.
+    proto_numbers: Vec<PinnedMessage>,
 }
 
-/// The contract's arguments: nothing, `callback = Path`, `package = "..."`, or both.
+/// One message of `proto_numbers(...)`: its `.proto` name and each field's pinned number.
+pub(crate) struct PinnedMessage {
+    pub(crate) name: syn::Ident,
+    pub(crate) fields: Vec<(syn::Ident, syn::LitInt)>,
+}
+
+/// The largest field number protobuf allows (2^29 - 1).
+const MAX_FIELD_NUMBER: u32 = 536_870_911;
+
+/// Parses one `Message(field = N, ...)` of `proto_numbers(...)`, checking what can be checked
+/// without the types: numbers in protobuf's range, no field or number twice.
+fn parse_pinned_message(meta: syn::meta::ParseNestedMeta<'_>) -> syn::Result<PinnedMessage> {
+    let Some(name) = meta.path.get_ident().cloned() else {
+        return Err(meta.error("expected a message name, e.g. `Point(x = 1, y = 2)`"));
+    };
+    let mut fields: Vec<(syn::Ident, syn::LitInt)> = Vec::new();
+    meta.parse_nested_meta(|field| {
+        let Some(ident) = field.path.get_ident().cloned() else {
+            return Err(field.error("expected a field name, e.g. `x = 1`"));
+        };
+        let lit = field.value()?.parse::<syn::LitInt>()?;
+        let n: u32 = lit.base10_parse()?;
+        if n == 0 || n > MAX_FIELD_NUMBER || (19_000..=19_999).contains(&n) {
+            return Err(syn::Error::new(
+                lit.span(),
+                "a protobuf field number is 1 to 536870911, not 19000 to 19999 (reserved by \
+                 protobuf)",
+            ));
+        }
+        if fields.iter().any(|(f, _)| *f == ident) {
+            return Err(syn::Error::new(ident.span(), "this field is pinned twice"));
+        }
+        if let Some((other, _)) = fields
+            .iter()
+            .find(|(_, l)| l.base10_parse::<u32>().ok() == Some(n))
+        {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("field number {n} is already `{other}`'s"),
+            ));
+        }
+        fields.push((ident, lit));
+        Ok(())
+    })?;
+    if fields.is_empty() {
+        return Err(meta.error("pin at least one field, e.g. `Point(x = 1, y = 2)`"));
+    }
+    Ok(PinnedMessage { name, fields })
+}
+
+/// The contract's arguments: nothing, or any of `callback = Path`, `package = "..."` and
+/// `proto_numbers(...)`.
 fn parse_contract_args(attr: TokenStream2) -> syn::Result<ContractArgs> {
     let mut args = ContractArgs::default();
     if attr.is_empty() {
@@ -113,10 +166,23 @@ fn parse_contract_args(attr: TokenStream2) -> syn::Result<ContractArgs> {
             }
             args.package = Some(lit);
             Ok(())
+        } else if meta.path.is_ident("proto_numbers") {
+            meta.parse_nested_meta(|message| {
+                let pinned = parse_pinned_message(message)?;
+                if args.proto_numbers.iter().any(|m| m.name == pinned.name) {
+                    return Err(syn::Error::new(
+                        pinned.name.span(),
+                        "this message is listed twice in `proto_numbers`",
+                    ));
+                }
+                args.proto_numbers.push(pinned);
+                Ok(())
+            })
         } else {
             Err(meta.error(
-                "unknown contract argument; expected `callback = CallbackContract` or \
-                 `package = \"name.v1\"` (put #[keel(...)] on operations)",
+                "unknown contract argument; expected `callback = CallbackContract`, \
+                 `package = \"name.v1\"` or `proto_numbers(Message(field = 1, ...))` (put \
+                 #[keel(...)] on operations)",
             ))
         }
     });

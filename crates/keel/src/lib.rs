@@ -834,6 +834,7 @@ pub mod __private {
     pub use crate::core::compress::DecompressError;
     pub use crate::core::context::Context;
     pub use crate::core::format::Format;
+    pub use crate::core::proto::numbers::ProtoNumbers;
     pub use crate::core::proto::schema::{trace_of as proto_trace, ProtoTypes, TraceFn};
     pub use crate::core::proto::ProtoCodec;
     #[cfg(feature = "openapi")]

@@ -12,6 +12,35 @@
 //! assert!(proto.contains("rpc Add(AddRequest) returns (AddResponse);"));
 //! assert!(proto.contains("double a = 1;"));
 //! ```
+//!
+//! Fields are numbered from 1 in declaration order. A contract that reorders a struct's fields
+//! or an operation's parameters keeps their old numbers by pinning them, naming each message as
+//! its `.proto` does (`{Method}Request` for an operation's parameters). A pinned message pins
+//! every field; numbers that do not fit the contract's types stop a host at start and make this
+//! function fail, with the reason:
+//!
+//! ```
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! pub struct Point {
+//!     pub label: String, // was third
+//!     pub x: i32,
+//!     pub y: i32,
+//! }
+//!
+//! #[keel::contract(
+//!     package = "shapes.v1",
+//!     proto_numbers(Point(x = 1, y = 2, label = 3), ShiftRequest(at = 1, by = 2))
+//! )]
+//! pub trait Shapes {
+//!     fn shift(&self, by: i32, at: Point) -> Point; // the parameters were (at, by)
+//! }
+//!
+//! # fn main() {
+//! let proto = keel::proto::file(ShapesClient::descriptor()).unwrap();
+//! assert!(proto.contains("string label = 3;"));
+//! assert!(proto.contains("Point at = 1;"));
+//! # }
+//! ```
 
 use std::fmt::{self, Write as _};
 
@@ -225,6 +254,7 @@ mod tests {
     fn sample() -> (String, Vec<u8>) {
         let contract = Contract {
             name: "Drawing",
+            numbers: &[],
             operations: vec![
                 op(
                     "draw",

@@ -11,6 +11,7 @@ use bytes::Bytes;
 
 use super::context::Context;
 use super::format::Format;
+use super::proto::numbers::ProtoNumbers;
 use super::proto::schema::{self, ProtoTypes, ServiceSchema};
 use super::proto::ProtoCodec;
 use super::status::Status;
@@ -32,6 +33,8 @@ pub struct ServiceDescriptor {
     /// `#[keel::contract(package = "...")]`, else the name of the crate that declares the
     /// contract (with `_` for `-`).
     pub package: &'static str,
+    /// Field numbers pinned with `#[keel::contract(proto_numbers(...))]`.
+    proto_numbers: &'static [ProtoNumbers],
     /// Its protobuf schema, traced from its types on first use.
     proto: OnceLock<Result<ServiceSchema, String>>,
 }
@@ -44,6 +47,7 @@ impl ServiceDescriptor {
             name,
             operations,
             package: "",
+            proto_numbers: &[],
             proto: OnceLock::new(),
         }
     }
@@ -70,6 +74,7 @@ impl ServiceDescriptor {
                 schema::trace(&schema::Contract {
                     name: self.name,
                     operations,
+                    numbers: self.proto_numbers,
                 })
             })
             .as_ref()
@@ -91,7 +96,7 @@ impl ServiceDescriptor {
 
     /// The protobuf encoding of the contract's types, or why they have none.
     pub(crate) fn proto_codec(&'static self) -> Result<ProtoCodec, &'static str> {
-        self.proto_schema().map(|s| ProtoCodec::new(&s.enums))
+        self.proto_schema().map(|s| ProtoCodec::new(&s.layout))
     }
 
     /// The protobuf encoding of operation `op`'s messages, for a gRPC client; or why gRPC
@@ -117,7 +122,7 @@ impl ServiceDescriptor {
         match schema.ops.iter().find(|o| o.name == info.name) {
             Some(o) => match &o.unavailable {
                 Some(why) => Err(cannot(why)),
-                None => Ok(ProtoCodec::new(&schema.enums)),
+                None => Ok(ProtoCodec::new(&schema.layout)),
             },
             None => Err(cannot("its types cannot be described in protobuf")),
         }
@@ -129,6 +134,20 @@ impl ServiceDescriptor {
     pub const fn with_package(mut self, package: &'static str) -> Self {
         self.package = package;
         self
+    }
+
+    /// This description with the field numbers `numbers` pinned (what generated code builds).
+    /// Not a public API.
+    #[doc(hidden)]
+    pub const fn with_proto_numbers(mut self, numbers: &'static [ProtoNumbers]) -> Self {
+        self.proto_numbers = numbers;
+        self
+    }
+
+    /// Whether the contract pins field numbers (`proto_numbers`): then a host refuses to
+    /// start when they do not fit its types.
+    pub(crate) fn pins_proto_numbers(&self) -> bool {
+        !self.proto_numbers.is_empty()
     }
 
     /// The gRPC service's full name, `{package}.{name}` (just `{name}` without a package):

@@ -759,8 +759,15 @@ impl HostBuilder {
         // Each contract's protobuf schema is traced now, not on its first gRPC call: the first
         // call is as quick as the next (a contract protobuf cannot describe is found here too,
         // and answered `UNIMPLEMENTED` with the reason when gRPC asks).
+        // A contract that pins field numbers means to be called over gRPC: numbers that do
+        // not fit its types stop the host here rather than leave it without gRPC.
         for s in services.values() {
-            let _ = s.descriptor().proto_schema();
+            let desc = s.descriptor();
+            if let Err(e) = desc.proto_schema() {
+                if desc.pins_proto_numbers() {
+                    return Err(Error::new(Kind::Config, e.to_string()));
+                }
+            }
         }
         let endpoints = endpoints
             .iter()

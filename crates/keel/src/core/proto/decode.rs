@@ -11,16 +11,16 @@ use serde::Deserialize;
 
 use smallvec::SmallVec;
 
-use super::wire::{fields, next_field, read_varint, Field, Value};
-use super::{Enums, ProtoError};
+use super::wire::{next_field, read_varint, Field, Value};
+use super::{field_number, Layout, ProtoError};
 use crate::core::depth::Depth;
 
 type Result<T> = std::result::Result<T, ProtoError>;
 
 /// Decodes the message body `buf` as a `T` (a struct is the message itself, anything else
 /// field 1 of a wrapper message).
-pub(crate) fn decode<'de, T: Deserialize<'de>>(enums: &Enums, buf: &'de [u8]) -> Result<T> {
-    T::deserialize(Depth::new(TopDe { buf, enums }))
+pub(crate) fn decode<'de, T: Deserialize<'de>>(layout: &Layout, buf: &'de [u8]) -> Result<T> {
+    T::deserialize(Depth::new(TopDe { buf, layout }))
 }
 
 /// The fields of `entries` (sorted by number) with number `n`, in the order they came.
@@ -33,14 +33,18 @@ fn numbered<'a, 'de>(entries: &'a [Field<'de>], n: u32) -> &'a [Field<'de>] {
 /// A message's fields: on the stack up to 8 of them, so a small message costs no allocation.
 type Fields<'de> = SmallVec<[Field<'de>; 8]>;
 
-/// The fields of the message `buf`, sorted by number (a stable sort: a repeated field's
-/// elements keep their order). A sender that writes its fields in order (as protobuf's own
-/// encoders do) needs no sort.
-fn sorted_fields(buf: &[u8]) -> Result<Fields<'_>> {
+/// The fields of the message `buf` whose numbers `wanted` keeps, sorted by number (a stable
+/// sort: a repeated field's elements keep their order). Every field is read (a malformed one is
+/// an error) but only the wanted ones are kept, so the fields a type does not declare (a newer
+/// peer's, or a hostile peer's flood of them) cost no memory. A sender that writes its fields in
+/// order (as protobuf's own encoders do) needs no sort.
+fn sorted_fields(buf: &[u8], wanted: impl Fn(u32) -> bool) -> Result<Fields<'_>> {
     let mut entries = Fields::new();
     let mut pos = 0;
     while let Some(field) = next_field(buf, &mut pos).map_err(ProtoError::new)? {
-        entries.push(field);
+        if wanted(field.number) {
+            entries.push(field);
+        }
     }
     if !entries.is_sorted_by_key(|f| f.number) {
         entries.sort_by_key(|f| f.number);
@@ -58,14 +62,14 @@ fn wrong(expected: &str, got: &Value<'_>) -> ProtoError {
 /// A body: the message itself for a struct, else the wrapper's field 1.
 struct TopDe<'a, 'de> {
     buf: &'de [u8],
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 macro_rules! wrapped {
     ($($name:ident($($arg:ident: $ty:ty),*);)*) => {
         $(fn $name<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value> {
-            let entries = sorted_fields(self.buf)?;
-            FieldDe { values: numbered(&entries, 1), enums: self.enums }
+            let entries = sorted_fields(self.buf, |n| n == 1)?;
+            FieldDe { values: numbered(&entries, 1), layout: self.layout }
                 .$name($($arg,)* visitor)
         })*
     };
@@ -102,7 +106,7 @@ impl<'de> de::Deserializer<'de> for TopDe<'_, 'de> {
     }
 
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        sorted_fields(self.buf)?;
+        sorted_fields(self.buf, |_| false)?;
         visitor.visit_unit()
     }
 
@@ -124,11 +128,12 @@ impl<'de> de::Deserializer<'de> for TopDe<'_, 'de> {
 
     fn deserialize_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value> {
-        visitor.visit_map(MessageDe::new(self.buf, fields, self.enums)?)
+        let pinned = self.layout.pinned(name);
+        visitor.visit_map(MessageDe::new(self.buf, fields, self.layout, pinned)?)
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
@@ -137,21 +142,34 @@ impl<'de> de::Deserializer<'de> for TopDe<'_, 'de> {
 }
 
 /// A message's fields, presented to a struct as a map from field name to value: every field
-/// the struct declares, absent ones with their defaults.
+/// the struct declares (numbered from 1 in order, or as `pinned` says), absent ones with their
+/// defaults.
 struct MessageDe<'a, 'de> {
     entries: Fields<'de>,
     names: &'static [&'static str],
+    pinned: Option<&'a [u32]>,
+    /// How many names were given out.
     next: usize,
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'a, 'de> MessageDe<'a, 'de> {
-    fn new(buf: &'de [u8], names: &'static [&'static str], enums: &'a Enums) -> Result<Self> {
+    fn new(
+        buf: &'de [u8],
+        names: &'static [&'static str],
+        layout: &'a Layout,
+        pinned: Option<&'a [u32]>,
+    ) -> Result<Self> {
+        let declared = |n: u32| match pinned {
+            None => (n as usize) <= names.len(),
+            Some(numbers) => numbers.contains(&n),
+        };
         Ok(MessageDe {
-            entries: sorted_fields(buf)?,
+            entries: sorted_fields(buf, declared)?,
             names,
+            pinned,
             next: 0,
-            enums,
+            layout,
         })
     }
 }
@@ -169,10 +187,10 @@ impl<'de> de::MapAccess<'de> for MessageDe<'_, 'de> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
-        let number = self.next as u32;
+        let number = field_number(self.pinned, self.next.saturating_sub(1))?;
         seed.deserialize(FieldDe {
             values: numbered(&self.entries, number),
-            enums: self.enums,
+            layout: self.layout,
         })
     }
 }
@@ -180,7 +198,7 @@ impl<'de> de::MapAccess<'de> for MessageDe<'_, 'de> {
 /// The occurrences of one field (none when it is absent).
 struct FieldDe<'a, 'de> {
     values: &'a [Field<'de>],
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'a, 'de> FieldDe<'a, 'de> {
@@ -336,16 +354,16 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
             values: self.values,
             next: 0,
             packed: &[],
-            enums: self.enums,
+            layout: self.layout,
         })
     }
     fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value> {
-        let entries = sorted_fields(self.len("a message")?)?;
+        let entries = sorted_fields(self.len("a message")?, |n| (n as usize) <= len)?;
         visitor.visit_seq(TupleDe {
             entries,
             next: 1,
             len,
-            enums: self.enums,
+            layout: self.layout,
         })
     }
     fn deserialize_tuple_struct<V: Visitor<'de>>(
@@ -361,16 +379,18 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
             values: self.values,
             next: 0,
             entry: Fields::new(),
-            enums: self.enums,
+            layout: self.layout,
         })
     }
     fn deserialize_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value> {
-        visitor.visit_map(MessageDe::new(self.len("a message")?, fields, self.enums)?)
+        let pinned = self.layout.pinned(name);
+        let body = self.len("a message")?;
+        visitor.visit_map(MessageDe::new(body, fields, self.layout, pinned)?)
     }
     fn deserialize_enum<V: Visitor<'de>>(
         self,
@@ -378,7 +398,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
         variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value> {
-        if self.enums.is_c_like(name) {
+        if self.layout.is_c_like(name) {
             let v = self.varint("an enum")?;
             let index = u32::try_from(v)
                 .ok()
@@ -387,30 +407,33 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
             return visitor.visit_enum(EnumDe {
                 index,
                 content: Fields::new(),
-                enums: self.enums,
+                layout: self.layout,
             });
         }
-        let entries = match self.last() {
+        let body = match self.last() {
             None => {
                 return Err(ProtoError::new(format!(
                     "no member of the oneof {name} is set"
                 )))
             }
-            Some(Value::Len(b)) => sorted_fields(b)?,
+            Some(Value::Len(b)) => b,
             Some(other) => return Err(wrong("a oneof message", &other)),
         };
         // The member set last wins, as protobuf says of a oneof.
-        let number = fields(self.len("a oneof message")?)
-            .map_err(ProtoError::new)?
-            .iter()
-            .rev()
-            .map(|f| f.number)
-            .find(|&n| (n as usize) <= variants.len())
+        let mut number = None;
+        let mut pos = 0;
+        while let Some(field) = next_field(body, &mut pos).map_err(ProtoError::new)? {
+            if (field.number as usize) <= variants.len() {
+                number = Some(field.number);
+            }
+        }
+        let number = number
             .ok_or_else(|| ProtoError::new(format!("no member of the oneof {name} is set")))?;
+        let entries = sorted_fields(body, |n| n == number)?;
         visitor.visit_enum(EnumDe {
             index: number - 1,
-            content: numbered(&entries, number).iter().copied().collect(),
-            enums: self.enums,
+            content: entries,
+            layout: self.layout,
         })
     }
     fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
@@ -427,7 +450,7 @@ struct SeqDe<'a, 'de> {
     next: usize,
     /// What is left of the packed occurrence being read.
     packed: &'de [u8],
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'de> de::SeqAccess<'de> for SeqDe<'_, 'de> {
@@ -445,7 +468,7 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_, 'de> {
         seed.deserialize(ElemDe {
             value,
             rest: &mut self.packed,
-            enums: self.enums,
+            layout: self.layout,
         })
         .map(Some)
     }
@@ -457,7 +480,7 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_, 'de> {
 struct ElemDe<'x, 'a, 'de> {
     value: Option<Field<'de>>,
     rest: &'x mut &'de [u8],
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'de> ElemDe<'_, '_, 'de> {
@@ -523,7 +546,7 @@ impl<'de> ElemDe<'_, '_, 'de> {
         match self.value {
             Some(field) => f(FieldDe {
                 values: std::slice::from_ref(&field),
-                enums: self.enums,
+                layout: self.layout,
             }),
             None => Err(ProtoError::new(
                 "a packed repeated field holds numbers, not the element type",
@@ -615,8 +638,8 @@ impl<'de> de::Deserializer<'de> for ElemDe<'_, '_, 'de> {
         variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value> {
-        if self.enums.is_c_like(name) {
-            let enums = self.enums;
+        if self.layout.is_c_like(name) {
+            let layout = self.layout;
             let v = self.varint("an enum")?;
             let index = u32::try_from(v)
                 .ok()
@@ -625,7 +648,7 @@ impl<'de> de::Deserializer<'de> for ElemDe<'_, '_, 'de> {
             visitor.visit_enum(EnumDe {
                 index,
                 content: Fields::new(),
-                enums,
+                layout,
             })
         } else {
             self.whole(|f| f.deserialize_enum(name, variants, visitor))
@@ -648,7 +671,7 @@ struct TupleDe<'a, 'de> {
     entries: Fields<'de>,
     next: u32,
     len: usize,
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'de> de::SeqAccess<'de> for TupleDe<'_, 'de> {
@@ -662,7 +685,7 @@ impl<'de> de::SeqAccess<'de> for TupleDe<'_, 'de> {
         self.next += 1;
         seed.deserialize(FieldDe {
             values: numbered(&self.entries, number),
-            enums: self.enums,
+            layout: self.layout,
         })
         .map(Some)
     }
@@ -674,7 +697,7 @@ struct MapDe<'a, 'de> {
     next: usize,
     /// The fields of the entry whose key was read last.
     entry: Fields<'de>,
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'de> de::MapAccess<'de> for MapDe<'_, 'de> {
@@ -686,12 +709,12 @@ impl<'de> de::MapAccess<'de> for MapDe<'_, 'de> {
         };
         self.next += 1;
         self.entry = match field.value {
-            Value::Len(b) => sorted_fields(b)?,
+            Value::Len(b) => sorted_fields(b, |n| n <= 2)?,
             other => return Err(wrong("a map entry", &other)),
         };
         seed.deserialize(FieldDe {
             values: numbered(&self.entry, 1),
-            enums: self.enums,
+            layout: self.layout,
         })
         .map(Some)
     }
@@ -699,7 +722,7 @@ impl<'de> de::MapAccess<'de> for MapDe<'_, 'de> {
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
         seed.deserialize(FieldDe {
             values: numbered(&self.entry, 2),
-            enums: self.enums,
+            layout: self.layout,
         })
     }
 }
@@ -708,7 +731,7 @@ impl<'de> de::MapAccess<'de> for MapDe<'_, 'de> {
 struct EnumDe<'a, 'de> {
     index: u32,
     content: Fields<'de>,
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'a, 'de> de::EnumAccess<'de> for EnumDe<'a, 'de> {
@@ -730,14 +753,14 @@ impl<'de> de::VariantAccess<'de> for EnumDe<'_, 'de> {
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value> {
         seed.deserialize(FieldDe {
             values: &self.content,
-            enums: self.enums,
+            layout: self.layout,
         })
     }
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value> {
         de::Deserializer::deserialize_tuple(
             FieldDe {
                 values: &self.content,
-                enums: self.enums,
+                layout: self.layout,
             },
             len,
             visitor,
@@ -751,7 +774,7 @@ impl<'de> de::VariantAccess<'de> for EnumDe<'_, 'de> {
         de::Deserializer::deserialize_struct(
             FieldDe {
                 values: &self.content,
-                enums: self.enums,
+                layout: self.layout,
             },
             "",
             fields,

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::file::{FieldDef, FieldType, FileDef, Label, MessageDef};
-use super::Enums;
+use super::Layout;
 
 /// `FileDescriptorProto` (fields 1 to 12).
 #[derive(Serialize)]
@@ -130,7 +130,7 @@ pub(crate) struct FileSet {
 /// The bytes of a `FileDescriptorProto`, decoded (for tests).
 #[cfg(test)]
 pub(crate) fn decode(bytes: &[u8]) -> FileProto {
-    super::decode::decode(&Enums::default(), bytes).expect("a FileDescriptorProto")
+    super::decode::decode(&Layout::default(), bytes).expect("a FileDescriptorProto")
 }
 
 const LABEL_OPTIONAL: i32 = 1;
@@ -186,7 +186,7 @@ pub(crate) fn encode(file: &FileDef, name: &str) -> Vec<u8> {
         weak_dependency: None,
         syntax: "proto3".to_string(),
     };
-    super::encode::encode(&Enums::default(), &proto).expect("descriptors always encode")
+    super::encode::encode(&Layout::default(), &proto).expect("descriptors always encode")
 }
 
 fn message(m: &MessageDef) -> MessageProto {

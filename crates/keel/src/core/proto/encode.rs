@@ -6,31 +6,31 @@
 use serde::ser::{self, Impossible, Serialize};
 
 use super::wire::{begin_len, end_len, put_len, put_tag, put_varint, I32, I64, LEN, VARINT};
-use super::{Enums, ProtoError};
+use super::{field_number, Layout, ProtoError};
 
 type Result<T> = std::result::Result<T, ProtoError>;
 
 /// Encodes `value` as a message body: a struct is the message itself, `()` and unit structs
 /// the empty message, a newtype struct its content, anything else field 1 of a wrapper.
-pub(crate) fn encode<T: Serialize + ?Sized>(enums: &Enums, value: &T) -> Result<Vec<u8>> {
+pub(crate) fn encode<T: Serialize + ?Sized>(layout: &Layout, value: &T) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    encode_into(enums, value, &mut out)?;
+    encode_into(layout, value, &mut out)?;
     Ok(out)
 }
 
 /// [`encode`], appending to `out`.
 pub(crate) fn encode_into<T: Serialize + ?Sized>(
-    enums: &Enums,
+    layout: &Layout,
     value: &T,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    value.serialize(Top { out, enums })
+    value.serialize(Top { out, layout })
 }
 
 /// The body's own value.
 struct Top<'a> {
     out: &'a mut Vec<u8>,
-    enums: &'a Enums,
+    layout: &'a Layout,
 }
 
 impl<'a> Top<'a> {
@@ -38,7 +38,7 @@ impl<'a> Top<'a> {
     fn wrapped(self) -> FieldSer<'a> {
         FieldSer {
             out: self.out,
-            enums: self.enums,
+            layout: self.layout,
             number: 1,
         }
     }
@@ -124,8 +124,9 @@ impl<'a> ser::Serializer for Top<'a> {
         value.serialize(self)
     }
 
-    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<MessageSer<'a>> {
-        Ok(MessageSer::new(self.out, self.enums, []))
+    fn serialize_struct(self, name: &'static str, _len: usize) -> Result<MessageSer<'a>> {
+        let pinned = self.layout.pinned(name);
+        Ok(MessageSer::new(self.out, self.layout, pinned, []))
     }
 
     fn serialize_i128(self, _v: i128) -> Result<()> {
@@ -144,7 +145,7 @@ fn no_128() -> ProtoError {
 /// A value written as field `number` of the message being written to `out`.
 struct FieldSer<'a> {
     out: &'a mut Vec<u8>,
-    enums: &'a Enums,
+    layout: &'a Layout,
     number: u32,
 }
 
@@ -249,7 +250,7 @@ impl<'a> ser::Serializer for FieldSer<'a> {
         index: u32,
         _variant: &'static str,
     ) -> Result<()> {
-        if self.enums.is_c_like(name) {
+        if self.layout.is_c_like(name) {
             self.varint(u64::from(index))
         } else {
             // A oneof whose member `index + 1` is an empty message.
@@ -273,11 +274,11 @@ impl<'a> ser::Serializer for FieldSer<'a> {
         _variant: &'static str,
         value: &T,
     ) -> Result<()> {
-        let enums = self.enums;
+        let layout = self.layout;
         let (out, at) = self.begin();
         value.serialize(FieldSer {
             out,
-            enums,
+            layout,
             number: index + 1,
         })?;
         end_len(out, at);
@@ -286,15 +287,15 @@ impl<'a> ser::Serializer for FieldSer<'a> {
     fn serialize_seq(self, _len: Option<usize>) -> Result<SeqSer<'a>> {
         Ok(SeqSer {
             out: self.out,
-            enums: self.enums,
+            layout: self.layout,
             number: self.number,
             packed: Vec::new(),
         })
     }
     fn serialize_tuple(self, _len: usize) -> Result<MessageSer<'a>> {
-        let enums = self.enums;
+        let layout = self.layout;
         let (out, at) = self.begin();
-        Ok(MessageSer::new(out, enums, [Some(at)]))
+        Ok(MessageSer::new(out, layout, None, [Some(at)]))
     }
     fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<MessageSer<'a>> {
         self.serialize_tuple(len)
@@ -306,22 +307,34 @@ impl<'a> ser::Serializer for FieldSer<'a> {
         _variant: &'static str,
         _len: usize,
     ) -> Result<MessageSer<'a>> {
-        let enums = self.enums;
+        let layout = self.layout;
         let (out, outer) = self.begin();
         put_tag(out, index + 1, LEN);
         let inner = begin_len(out);
-        Ok(MessageSer::new(out, enums, [Some(inner), Some(outer)]))
+        Ok(MessageSer::new(
+            out,
+            layout,
+            None,
+            [Some(inner), Some(outer)],
+        ))
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<MapSer<'a>> {
         Ok(MapSer {
             out: self.out,
-            enums: self.enums,
+            layout: self.layout,
             number: self.number,
             entry: None,
         })
     }
-    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<MessageSer<'a>> {
-        self.serialize_tuple(len)
+    fn serialize_struct(self, name: &'static str, _len: usize) -> Result<MessageSer<'a>> {
+        let layout = self.layout;
+        let (out, at) = self.begin();
+        Ok(MessageSer::new(
+            out,
+            layout,
+            layout.pinned(name),
+            [Some(at)],
+        ))
     }
     fn serialize_struct_variant(
         self,
@@ -335,37 +348,41 @@ impl<'a> ser::Serializer for FieldSer<'a> {
 }
 
 /// The fields of a message, numbered from 1 in the order they come (a field skipped with
-/// `skip_serializing_if` keeps its number); the lengths at `patches` (innermost first) are
-/// filled in at the end.
+/// `skip_serializing_if` keeps its number), or as `pinned` says; the lengths at `patches`
+/// (innermost first) are filled in at the end.
 pub(crate) struct MessageSer<'a> {
     out: &'a mut Vec<u8>,
-    enums: &'a Enums,
-    next: u32,
+    layout: &'a Layout,
+    pinned: Option<&'a [u32]>,
+    /// The next field's index (from 0).
+    next: usize,
     patches: [Option<usize>; 2],
 }
 
 impl<'a> MessageSer<'a> {
     fn new<const N: usize>(
         out: &'a mut Vec<u8>,
-        enums: &'a Enums,
+        layout: &'a Layout,
+        pinned: Option<&'a [u32]>,
         patches: [Option<usize>; N],
     ) -> Self {
         let mut all = [None; 2];
         all[..N].copy_from_slice(&patches);
         MessageSer {
             out,
-            enums,
-            next: 1,
+            layout,
+            pinned,
+            next: 0,
             patches: all,
         }
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        let number = self.next;
+        let number = field_number(self.pinned, self.next)?;
         self.next += 1;
         value.serialize(FieldSer {
             out: self.out,
-            enums: self.enums,
+            layout: self.layout,
             number,
         })
     }
@@ -449,11 +466,11 @@ impl ser::SerializeTupleVariant for MessageSer<'_> {
     }
 }
 
-/// A repeated field: numbers, bools and protobuf enums packed into one length-delimited field
+/// A repeated field: numbers, bools and protobuf layout packed into one length-delimited field
 /// (written at the end), anything else one field per element.
 pub(crate) struct SeqSer<'a> {
     out: &'a mut Vec<u8>,
-    enums: &'a Enums,
+    layout: &'a Layout,
     number: u32,
     packed: Vec<u8>,
 }
@@ -487,7 +504,7 @@ impl<'s, 'a> ElemSer<'s, 'a> {
     fn field(self) -> FieldSer<'s> {
         FieldSer {
             out: &mut *self.seq.out,
-            enums: self.seq.enums,
+            layout: self.seq.layout,
             number: self.seq.number,
         }
     }
@@ -579,7 +596,7 @@ impl<'s, 'a> ser::Serializer for ElemSer<'s, 'a> {
         index: u32,
         variant: &'static str,
     ) -> Result<()> {
-        if self.seq.enums.is_c_like(name) {
+        if self.seq.layout.is_c_like(name) {
             self.packed_varint(u64::from(index))
         } else {
             self.field().serialize_unit_variant(name, index, variant)
@@ -642,7 +659,7 @@ impl<'s, 'a> ser::Serializer for ElemSer<'s, 'a> {
 /// A map field: one entry message `{ key = 1; value = 2; }` per entry.
 pub(crate) struct MapSer<'a> {
     out: &'a mut Vec<u8>,
-    enums: &'a Enums,
+    layout: &'a Layout,
     number: u32,
     /// Where the length of the entry begun by the last key goes.
     entry: Option<usize>,
@@ -656,7 +673,7 @@ impl ser::SerializeMap for MapSer<'_> {
         self.entry = Some(begin_len(self.out));
         key.serialize(FieldSer {
             out: self.out,
-            enums: self.enums,
+            layout: self.layout,
             number: 1,
         })
     }
@@ -667,7 +684,7 @@ impl ser::SerializeMap for MapSer<'_> {
             .ok_or_else(|| ProtoError::new("a map value without its key"))?;
         value.serialize(FieldSer {
             out: self.out,
-            enums: self.enums,
+            layout: self.layout,
             number: 2,
         })?;
         end_len(self.out, at);

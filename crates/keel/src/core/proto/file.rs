@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 
 use super::model::{ContainerFormat, Format, Named, Registry, VariantFormat};
-use super::names::{field_ident, pascal_case, proto_ident, screaming, snake};
+use super::names::{field_ident, is_args_struct, pascal_case, proto_ident, screaming, snake};
 use super::schema::{is_c_like, resolve, Body, OpSchema, ServiceSchema};
+use super::Layout;
 
 /// A file: one package's services and the types they use.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,16 +100,12 @@ pub(crate) struct EnumDef {
     pub(crate) values: Vec<(String, i32)>,
 }
 
-/// Whether `name` is the serde name of an operation's arguments struct (generated, hidden).
-pub(crate) fn is_args_struct(name: &str) -> bool {
-    name.starts_with("__") && name.ends_with("_args")
-}
-
 /// The file of `schemas` (contracts in one package, sharing its types by name).
 pub(crate) fn build(package: &str, schemas: &[&ServiceSchema]) -> FileDef {
     let mut b = Builder {
         package,
         reg: &schemas[0].registry,
+        layout: &schemas[0].layout,
         file: FileDef {
             package: package.to_string(),
             services: Vec::new(),
@@ -119,6 +116,7 @@ pub(crate) fn build(package: &str, schemas: &[&ServiceSchema]) -> FileDef {
     let mut types = BTreeSet::new();
     for schema in schemas {
         b.reg = &schema.registry;
+        b.layout = &schema.layout;
         let mut service = ServiceDef {
             name: schema.service.to_string(),
             methods: Vec::new(),
@@ -144,6 +142,7 @@ pub(crate) fn build(package: &str, schemas: &[&ServiceSchema]) -> FileDef {
 struct Builder<'a> {
     package: &'a str,
     reg: &'a Registry,
+    layout: &'a Layout,
     file: FileDef,
 }
 
@@ -177,26 +176,35 @@ impl Builder<'_> {
     /// The full name of a body's message, adding it when it is made for the body (the
     /// arguments as `name`, a wrapper, the empty message).
     fn body(&mut self, body: &Body, name: &str) -> String {
-        let fields = match body {
+        let (fields, pinned) = match body {
             Body::Message(n) if !is_args_struct(n) => return self.full(&proto_ident(n)),
             Body::Message(n) => match self.reg.get(n) {
-                Some(ContainerFormat::Struct(fields)) => fields.clone(),
-                _ => Vec::new(),
+                Some(ContainerFormat::Struct(fields)) => (fields.clone(), self.layout.pinned(n)),
+                _ => (Vec::new(), None),
             },
-            Body::Empty => Vec::new(),
-            Body::Wrapped(format) => vec![Named {
-                name: "value".to_string(),
-                value: format.clone(),
-            }],
+            Body::Empty => (Vec::new(), None),
+            Body::Wrapped(format) => (
+                vec![Named {
+                    name: "value".to_string(),
+                    value: format.clone(),
+                }],
+                None,
+            ),
         };
-        let message = self.message(name, &fields, &self.full(name));
+        let message = self.message(name, &fields, pinned, &self.full(name));
         self.file.messages.push(message);
         self.full(name)
     }
 
-    /// A message of `fields`, numbered from 1; `full` is its own full name (for its maps'
-    /// entries).
-    fn message(&self, name: &str, fields: &[Named<Format>], full: &str) -> MessageDef {
+    /// A message of `fields`, numbered from 1 or as `pinned` says; `full` is its own full
+    /// name (for its maps' entries).
+    fn message(
+        &self,
+        name: &str,
+        fields: &[Named<Format>],
+        pinned: Option<&[u32]>,
+        full: &str,
+    ) -> MessageDef {
         let mut message = MessageDef {
             name: name.to_string(),
             fields: Vec::new(),
@@ -209,7 +217,7 @@ impl Builder<'_> {
                 &mut message,
                 &field_ident(&f.name),
                 &f.value,
-                i as u32 + 1,
+                pinned.map_or(i as u32 + 1, |p| p[i]),
                 full,
             );
         }
@@ -313,15 +321,15 @@ impl Builder<'_> {
             // Transparent: where it is used, it is what it holds.
             ContainerFormat::NewTypeStruct(_) => {}
             ContainerFormat::UnitStruct => {
-                let m = self.message(&ident, &[], &full);
+                let m = self.message(&ident, &[], None, &full);
                 self.file.messages.push(m);
             }
             ContainerFormat::Struct(fields) => {
-                let m = self.message(&ident, fields, &full);
+                let m = self.message(&ident, fields, self.layout.pinned(name), &full);
                 self.file.messages.push(m);
             }
             ContainerFormat::TupleStruct(fields) => {
-                let m = self.message(&ident, &numbered(fields), &full);
+                let m = self.message(&ident, &numbered(fields), None, &full);
                 self.file.messages.push(m);
             }
             ContainerFormat::Enum(variants) if is_c_like(container) => {
@@ -355,18 +363,18 @@ impl Builder<'_> {
                         VariantFormat::Unit => {
                             message
                                 .nested
-                                .push(self.message(&variant, &[], &nested_full));
+                                .push(self.message(&variant, &[], None, &nested_full));
                             FieldType::Message(nested_full)
                         }
                         VariantFormat::Tuple(fs) => {
-                            let m = self.message(&variant, &numbered(fs), &nested_full);
+                            let m = self.message(&variant, &numbered(fs), None, &nested_full);
                             message.nested.push(m);
                             FieldType::Message(nested_full)
                         }
                         VariantFormat::Struct(fs) => {
                             message
                                 .nested
-                                .push(self.message(&variant, fs, &nested_full));
+                                .push(self.message(&variant, fs, None, &nested_full));
                             FieldType::Message(nested_full)
                         }
                     };

@@ -5,6 +5,7 @@
 //! - `descriptor.rs`: a file's `FileDescriptorProto`, for gRPC server reflection;
 //! - `decode.rs`: a message as any `Deserialize` type, the type driving the decoding;
 //! - `names.rs`: how Rust names become protobuf's (`PascalCase` methods, identifiers);
+//! - `numbers.rs`: the field numbers a contract pins, checked against its types;
 //! - `model.rs`: the shapes of types, as serde-reflection traces them, kept in a `static`;
 //! - `file.rs`: one `.proto` file's services, messages and enums, decided once for the text
 //!   and the reflection descriptors;
@@ -13,7 +14,7 @@
 //!   and oneofs of its `.proto` file, checked for what protobuf cannot say.
 //!
 //! The mapping (GRPC.md, "Types"): a struct is a message whose fields are numbered from 1 in
-//! declaration order; an operation's parameters are its request message; a body that is not
+//! declaration order (unless the contract pins them, `proto_numbers`); an operation's parameters are its request message; a body that is not
 //! a struct is field 1 (`value`) of a wrapper message; an enum whose variants carry nothing is
 //! a protobuf enum, any other a message with one `oneof` (variant `i` is member `i + 1`);
 //! `Option<T>` is an `optional` field, `Vec<T>` a `repeated` one (numbers packed), a map a
@@ -27,10 +28,11 @@ pub(crate) mod file;
 pub(crate) mod json;
 pub(crate) mod model;
 pub(crate) mod names;
+pub(crate) mod numbers;
 pub(crate) mod schema;
 pub(crate) mod wire;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// What went wrong encoding or decoding a protobuf message.
@@ -63,42 +65,74 @@ impl serde::de::Error for ProtoError {
     }
 }
 
-/// The enums of a contract that are protobuf enums (every variant carries nothing): encoded
-/// as a varint, where other enums are a oneof message. Found by tracing the contract's types
-/// (`schema.rs`); serde tells a serializer only the variant it serializes.
+/// What a contract's encoding needs to know beyond what serde tells a serializer, found by
+/// tracing its types (`schema.rs`): which enums are protobuf enums (every variant carries
+/// nothing: encoded as a varint, where other enums are a oneof message; serde tells a
+/// serializer only the variant it serializes), and the messages whose field numbers the
+/// contract pins (`proto_numbers`).
 #[derive(Debug, Default)]
-pub(crate) struct Enums {
+pub(crate) struct Layout {
     c_like: HashSet<String>,
+    /// By serde name, the pinned messages: each field's number, in serde's field order.
+    numbers: HashMap<String, Box<[u32]>>,
 }
 
-impl Enums {
-    /// The enums named in `names` are protobuf enums.
+impl Layout {
+    /// The enums named in `names` are protobuf enums; no numbers are pinned.
     pub(crate) fn new(names: impl IntoIterator<Item = String>) -> Self {
-        Enums {
+        Layout {
             c_like: names.into_iter().collect(),
+            numbers: HashMap::new(),
         }
+    }
+
+    /// This layout, with the fields of the messages in `numbers` (by serde name) numbered as
+    /// it says (each field's number in serde's field order).
+    pub(crate) fn with_numbers(mut self, numbers: HashMap<String, Box<[u32]>>) -> Self {
+        self.numbers = numbers;
+        self
     }
 
     /// Whether the enum serde calls `name` is a protobuf enum.
     pub(crate) fn is_c_like(&self, name: &str) -> bool {
         self.c_like.contains(name)
     }
+
+    /// The pinned numbers of the struct serde calls `name` (field `i`'s at `i`), or `None`
+    /// when its fields are numbered from 1 in order.
+    pub(crate) fn pinned(&self, name: &str) -> Option<&[u32]> {
+        if self.numbers.is_empty() {
+            return None;
+        }
+        self.numbers.get(name).map(|n| &n[..])
+    }
+}
+
+/// Field `index` (from 0, serde's order) of a message whose pinned numbers are `pinned`: its
+/// number (`index + 1` when nothing is pinned).
+pub(crate) fn field_number(pinned: Option<&[u32]>, index: usize) -> Result<u32, ProtoError> {
+    match pinned {
+        None => u32::try_from(index + 1).map_err(|_| ProtoError::new("too many fields")),
+        Some(numbers) => numbers.get(index).copied().ok_or_else(|| {
+            ProtoError::new("the message has more fields than when its numbers were pinned")
+        }),
+    }
 }
 
 /// The protobuf encoding of one contract's types ([`Format::Protobuf`]): which of its enums
-/// are protobuf enums. Not a public API.
+/// are protobuf enums, which field numbers it pins. Not a public API.
 ///
 /// [`Format::Protobuf`]: crate::core::format::Format::Protobuf
 #[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct ProtoCodec {
-    enums: &'static Enums,
+    layout: &'static Layout,
 }
 
 impl ProtoCodec {
-    /// The encoding of the contract whose enums are `enums`.
-    pub(crate) fn new(enums: &'static Enums) -> Self {
-        ProtoCodec { enums }
+    /// The encoding of the contract whose layout is `layout`.
+    pub(crate) fn new(layout: &'static Layout) -> Self {
+        ProtoCodec { layout }
     }
 
     /// Appends `value`, encoded as a message body, to `out`.
@@ -107,7 +141,7 @@ impl ProtoCodec {
         value: &T,
         out: &mut Vec<u8>,
     ) -> Result<(), String> {
-        encode::encode_into(self.enums, value, out).map_err(|e| e.to_string())
+        encode::encode_into(self.layout, value, out).map_err(|e| e.to_string())
     }
 
     /// Decodes the message body `body` as a `T`.
@@ -115,7 +149,7 @@ impl ProtoCodec {
         &self,
         body: &'de [u8],
     ) -> Result<T, String> {
-        decode::decode(self.enums, body).map_err(|e| e.to_string())
+        decode::decode(self.layout, body).map_err(|e| e.to_string())
     }
 }
 
@@ -127,7 +161,7 @@ impl fmt::Debug for ProtoCodec {
 
 impl PartialEq for ProtoCodec {
     fn eq(&self, other: &Self) -> bool {
-        std::ptr::eq(self.enums, other.enums)
+        std::ptr::eq(self.layout, other.layout)
     }
 }
 

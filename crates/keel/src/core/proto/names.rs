@@ -67,3 +67,8 @@ pub(crate) fn snake(name: &str) -> String {
 pub(crate) fn screaming(name: &str) -> String {
     snake(name).trim_start_matches('_').to_ascii_uppercase()
 }
+
+/// Whether `name` is the serde name of an operation's arguments struct (generated, hidden).
+pub(crate) fn is_args_struct(name: &str) -> bool {
+    name.starts_with("__") && name.ends_with("_args")
+}

@@ -10,8 +10,9 @@ use serde::de::DeserializeOwned;
 use serde_reflection::{Tracer, TracerConfig};
 
 use super::model::{self, ContainerFormat, Format, Registry, VariantFormat};
-
-use super::Enums;
+use super::names::is_args_struct;
+use super::numbers::{self, ProtoNumbers};
+use super::Layout;
 
 /// Traces one type: what generated code stores per operation.
 pub type TraceFn = fn(&mut Tracer) -> serde_reflection::Result<serde_reflection::Format>;
@@ -152,8 +153,8 @@ pub(crate) struct ServiceSchema {
     pub(crate) used: BTreeSet<String>,
     /// The operations, in declaration order.
     pub(crate) ops: Vec<OpSchema>,
-    /// The enums that are protobuf enums.
-    pub(crate) enums: Enums,
+    /// Which enums are protobuf enums, which messages' numbers are pinned.
+    pub(crate) layout: Layout,
 }
 
 /// What the schema needs to know of an operation (from its `OperationInfo`).
@@ -183,6 +184,8 @@ pub(crate) struct Contract {
     pub(crate) name: &'static str,
     /// Its operations, in declaration order.
     pub(crate) operations: Vec<OpShape>,
+    /// The field numbers it pins.
+    pub(crate) numbers: &'static [ProtoNumbers],
 }
 
 /// Traces `desc`'s types into its protobuf schema, or says why it has none.
@@ -243,12 +246,23 @@ pub(crate) fn trace(desc: &Contract) -> Result<ServiceSchema, String> {
         }
         ops.push((schema, used));
     }
-    let enums = Enums::new(
+    let requests: Vec<(String, String)> = ops
+        .iter()
+        .filter_map(|(op, _)| match &op.request {
+            Body::Message(n) if is_args_struct(n) => {
+                Some((format!("{}Request", op.method), n.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let pinned = numbers::resolve(desc.name, desc.numbers, &requests, &registry)?;
+    let layout = Layout::new(
         registry
             .iter()
             .filter(|(_, c)| is_c_like(c))
             .map(|(name, _)| name.clone()),
-    );
+    )
+    .with_numbers(pinned);
     // What the callable operations use, for the `.proto` file.
     let mut used = BTreeSet::new();
     for (op, formats) in &ops {
@@ -280,7 +294,7 @@ pub(crate) fn trace(desc: &Contract) -> Result<ServiceSchema, String> {
         registry,
         used,
         ops,
-        enums,
+        layout,
     })
 }
 

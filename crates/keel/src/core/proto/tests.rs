@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::decode::decode;
 use super::encode::encode;
 use super::schema::{is_c_like, trace_all, trace_of};
-use super::Enums;
+use super::Layout;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum Color {
@@ -91,9 +91,9 @@ struct Everything {
 }
 
 /// The enums `Everything` uses, traced as a contract's are.
-fn enums() -> Enums {
+fn enums() -> Layout {
     let (_, registry) = trace_all(&[trace_of::<Everything>]).unwrap();
-    Enums::new(
+    Layout::new(
         registry
             .iter()
             .filter(|(_, c)| is_c_like(c))
@@ -155,7 +155,7 @@ fn protobufs_own_examples_encode_byte_for_byte() {
     struct Test1 {
         a: i32,
     }
-    let enums = Enums::default();
+    let enums = Layout::default();
     assert_eq!(
         encode(&enums, &Test1 { a: 150 }).unwrap(),
         [0x08, 0x96, 0x01]
@@ -197,7 +197,7 @@ fn protobufs_own_examples_encode_byte_for_byte() {
 
 #[test]
 fn a_body_that_is_not_a_struct_is_field_one_of_a_wrapper() {
-    let enums = Enums::default();
+    let enums = Layout::default();
     assert_eq!(encode(&enums, &2.0f64).unwrap()[0], 0x09);
     assert_eq!(
         decode::<f64>(&enums, &encode(&enums, &2.0f64).unwrap()),
@@ -282,7 +282,7 @@ fn nesting_is_bounded() {
         outer.extend_from_slice(&bytes);
         bytes = outer;
     }
-    let e = decode::<Tree>(&Enums::default(), &bytes)
+    let e = decode::<Tree>(&Layout::default(), &bytes)
         .unwrap_err()
         .to_string();
     assert!(e.contains("nest"), "{e}");
@@ -290,7 +290,7 @@ fn nesting_is_bounded() {
 
 #[test]
 fn what_protobuf_cannot_say_is_an_error_not_a_wrong_message() {
-    let enums = Enums::default();
+    let enums = Layout::default();
     assert!(encode(&enums, &vec![vec![1u32]]).is_err());
     assert!(encode(&enums, &vec![Some(1u32)]).is_err());
     assert!(encode(&enums, &1u128).is_err());

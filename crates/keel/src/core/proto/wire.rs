@@ -157,6 +157,7 @@ pub(crate) fn next_field<'a>(buf: &'a [u8], pos: &mut usize) -> Result<Option<Fi
 }
 
 /// Every field of the message `buf`, in the order they lie, or what is wrong with it.
+#[cfg(test)]
 pub(crate) fn fields(buf: &[u8]) -> Result<Vec<Field<'_>>, String> {
     let mut out = Vec::new();
     let mut pos = 0;
