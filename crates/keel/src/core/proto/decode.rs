@@ -9,8 +9,7 @@
 use serde::de::{self, value::BorrowedStrDeserializer, DeserializeSeed, IntoDeserializer, Visitor};
 use serde::Deserialize;
 
-use smallvec::SmallVec;
-
+use super::index::{Index, Occurrences};
 use super::wire::{next_field, read_varint, Field, Value};
 use super::{field_number, Layout, ProtoError};
 use crate::core::depth::Depth;
@@ -21,35 +20,6 @@ type Result<T> = std::result::Result<T, ProtoError>;
 /// field 1 of a wrapper message).
 pub(crate) fn decode<'de, T: Deserialize<'de>>(layout: &Layout, buf: &'de [u8]) -> Result<T> {
     T::deserialize(Depth::new(TopDe { buf, layout }))
-}
-
-/// The fields of `entries` (sorted by number) with number `n`, in the order they came.
-fn numbered<'a, 'de>(entries: &'a [Field<'de>], n: u32) -> &'a [Field<'de>] {
-    let start = entries.partition_point(|f| f.number < n);
-    let end = start + entries[start..].partition_point(|f| f.number == n);
-    &entries[start..end]
-}
-
-/// A message's fields: on the stack up to 8 of them, so a small message costs no allocation.
-type Fields<'de> = SmallVec<[Field<'de>; 8]>;
-
-/// The fields of the message `buf` whose numbers `wanted` keeps, sorted by number (a stable
-/// sort: a repeated field's elements keep their order). Every field is read (a malformed one is
-/// an error) but only the wanted ones are kept, so the fields a type does not declare (a newer
-/// peer's, or a hostile peer's flood of them) cost no memory. A sender that writes its fields in
-/// order (as protobuf's own encoders do) needs no sort.
-fn sorted_fields(buf: &[u8], wanted: impl Fn(u32) -> bool) -> Result<Fields<'_>> {
-    let mut entries = Fields::new();
-    let mut pos = 0;
-    while let Some(field) = next_field(buf, &mut pos).map_err(ProtoError::new)? {
-        if wanted(field.number) {
-            entries.push(field);
-        }
-    }
-    if !entries.is_sorted_by_key(|f| f.number) {
-        entries.sort_by_key(|f| f.number);
-    }
-    Ok(entries)
 }
 
 fn wrong(expected: &str, got: &Value<'_>) -> ProtoError {
@@ -68,8 +38,8 @@ struct TopDe<'a, 'de> {
 macro_rules! wrapped {
     ($($name:ident($($arg:ident: $ty:ty),*);)*) => {
         $(fn $name<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value> {
-            let entries = sorted_fields(self.buf, |n| n == 1)?;
-            FieldDe { values: numbered(&entries, 1), layout: self.layout }
+            let entries = Index::new(self.buf, |n| n == 1)?;
+            FieldDe { values: entries.numbered(1), layout: self.layout }
                 .$name($($arg,)* visitor)
         })*
     };
@@ -106,7 +76,7 @@ impl<'de> de::Deserializer<'de> for TopDe<'_, 'de> {
     }
 
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        sorted_fields(self.buf, |_| false)?;
+        Index::new(self.buf, |_| false)?;
         visitor.visit_unit()
     }
 
@@ -145,7 +115,7 @@ impl<'de> de::Deserializer<'de> for TopDe<'_, 'de> {
 /// the struct declares (numbered from 1 in order, or as `pinned` says), absent ones with their
 /// defaults.
 struct MessageDe<'a, 'de> {
-    entries: Fields<'de>,
+    entries: Index<'de>,
     names: &'static [&'static str],
     pinned: Option<&'a [u32]>,
     /// How many names were given out.
@@ -165,7 +135,7 @@ impl<'a, 'de> MessageDe<'a, 'de> {
             Some(numbers) => numbers.contains(&n),
         };
         Ok(MessageDe {
-            entries: sorted_fields(buf, declared)?,
+            entries: Index::new(buf, declared)?,
             names,
             pinned,
             next: 0,
@@ -189,7 +159,7 @@ impl<'de> de::MapAccess<'de> for MessageDe<'_, 'de> {
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
         let number = field_number(self.pinned, self.next.saturating_sub(1))?;
         seed.deserialize(FieldDe {
-            values: numbered(&self.entries, number),
+            values: self.entries.numbered(number),
             layout: self.layout,
         })
     }
@@ -197,7 +167,7 @@ impl<'de> de::MapAccess<'de> for MessageDe<'_, 'de> {
 
 /// The occurrences of one field (none when it is absent).
 struct FieldDe<'a, 'de> {
-    values: &'a [Field<'de>],
+    values: Occurrences<'a, 'de>,
     layout: &'a Layout,
 }
 
@@ -352,13 +322,12 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         visitor.visit_seq(SeqDe {
             values: self.values,
-            next: 0,
             packed: &[],
             layout: self.layout,
         })
     }
     fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value> {
-        let entries = sorted_fields(self.len("a message")?, |n| (n as usize) <= len)?;
+        let entries = Index::new(self.len("a message")?, |n| (n as usize) <= len)?;
         visitor.visit_seq(TupleDe {
             entries,
             next: 1,
@@ -377,8 +346,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         visitor.visit_map(MapDe {
             values: self.values,
-            next: 0,
-            entry: Fields::new(),
+            entry: Index::empty(),
             layout: self.layout,
         })
     }
@@ -406,7 +374,8 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
                 .ok_or_else(|| ProtoError::new(format!("{v} is not a value of enum {name}")))?;
             return visitor.visit_enum(EnumDe {
                 index,
-                content: Fields::new(),
+                content: Index::empty(),
+                member: 0,
                 layout: self.layout,
             });
         }
@@ -429,10 +398,10 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
         }
         let number = number
             .ok_or_else(|| ProtoError::new(format!("no member of the oneof {name} is set")))?;
-        let entries = sorted_fields(body, |n| n == number)?;
         visitor.visit_enum(EnumDe {
             index: number - 1,
-            content: entries,
+            content: Index::new(body, |n| n == number)?,
+            member: number,
             layout: self.layout,
         })
     }
@@ -446,8 +415,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'_, 'de> {
 
 /// The elements of a repeated field: one per occurrence, or several packed in one.
 struct SeqDe<'a, 'de> {
-    values: &'a [Field<'de>],
-    next: usize,
+    values: Occurrences<'a, 'de>,
     /// What is left of the packed occurrence being read.
     packed: &'de [u8],
     layout: &'a Layout,
@@ -459,9 +427,8 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_, 'de> {
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
         let value = if !self.packed.is_empty() {
             None
-        } else if let Some(field) = self.values.get(self.next) {
-            self.next += 1;
-            Some(*field)
+        } else if let Some(field) = self.values.pop_front() {
+            Some(field)
         } else {
             return Ok(None);
         };
@@ -545,7 +512,7 @@ impl<'de> ElemDe<'_, '_, 'de> {
     fn whole<R>(self, f: impl FnOnce(FieldDe<'_, 'de>) -> Result<R>) -> Result<R> {
         match self.value {
             Some(field) => f(FieldDe {
-                values: std::slice::from_ref(&field),
+                values: Occurrences::One(field),
                 layout: self.layout,
             }),
             None => Err(ProtoError::new(
@@ -647,7 +614,8 @@ impl<'de> de::Deserializer<'de> for ElemDe<'_, '_, 'de> {
                 .ok_or_else(|| ProtoError::new(format!("{v} is not a value of enum {name}")))?;
             visitor.visit_enum(EnumDe {
                 index,
-                content: Fields::new(),
+                content: Index::empty(),
+                member: 0,
                 layout,
             })
         } else {
@@ -668,7 +636,7 @@ impl<'de> de::Deserializer<'de> for ElemDe<'_, '_, 'de> {
 
 /// A tuple's (or tuple struct's) elements: fields 1 to `len` of its message.
 struct TupleDe<'a, 'de> {
-    entries: Fields<'de>,
+    entries: Index<'de>,
     next: u32,
     len: usize,
     layout: &'a Layout,
@@ -684,7 +652,7 @@ impl<'de> de::SeqAccess<'de> for TupleDe<'_, 'de> {
         let number = self.next;
         self.next += 1;
         seed.deserialize(FieldDe {
-            values: numbered(&self.entries, number),
+            values: self.entries.numbered(number),
             layout: self.layout,
         })
         .map(Some)
@@ -693,10 +661,9 @@ impl<'de> de::SeqAccess<'de> for TupleDe<'_, 'de> {
 
 /// A map field's entries, each a message `{ key = 1; value = 2; }`.
 struct MapDe<'a, 'de> {
-    values: &'a [Field<'de>],
-    next: usize,
+    values: Occurrences<'a, 'de>,
     /// The fields of the entry whose key was read last.
-    entry: Fields<'de>,
+    entry: Index<'de>,
     layout: &'a Layout,
 }
 
@@ -704,16 +671,15 @@ impl<'de> de::MapAccess<'de> for MapDe<'_, 'de> {
     type Error = ProtoError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
-        let Some(field) = self.values.get(self.next) else {
+        let Some(field) = self.values.pop_front() else {
             return Ok(None);
         };
-        self.next += 1;
         self.entry = match field.value {
-            Value::Len(b) => sorted_fields(b, |n| n <= 2)?,
+            Value::Len(b) => Index::new(b, |n| n <= 2)?,
             other => return Err(wrong("a map entry", &other)),
         };
         seed.deserialize(FieldDe {
-            values: numbered(&self.entry, 1),
+            values: self.entry.numbered(1),
             layout: self.layout,
         })
         .map(Some)
@@ -721,16 +687,18 @@ impl<'de> de::MapAccess<'de> for MapDe<'_, 'de> {
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
         seed.deserialize(FieldDe {
-            values: numbered(&self.entry, 2),
+            values: self.entry.numbered(2),
             layout: self.layout,
         })
     }
 }
 
-/// An enum's variant: its index and, for a oneof member, the member's occurrences.
+/// An enum's variant: its index and, for a oneof member, the member's occurrences (field
+/// `member` of `content`).
 struct EnumDe<'a, 'de> {
     index: u32,
-    content: Fields<'de>,
+    content: Index<'de>,
+    member: u32,
     layout: &'a Layout,
 }
 
@@ -752,14 +720,14 @@ impl<'de> de::VariantAccess<'de> for EnumDe<'_, 'de> {
     }
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value> {
         seed.deserialize(FieldDe {
-            values: &self.content,
+            values: self.content.numbered(self.member),
             layout: self.layout,
         })
     }
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value> {
         de::Deserializer::deserialize_tuple(
             FieldDe {
-                values: &self.content,
+                values: self.content.numbered(self.member),
                 layout: self.layout,
             },
             len,
@@ -773,7 +741,7 @@ impl<'de> de::VariantAccess<'de> for EnumDe<'_, 'de> {
     ) -> Result<V::Value> {
         de::Deserializer::deserialize_struct(
             FieldDe {
-                values: &self.content,
+                values: self.content.numbered(self.member),
                 layout: self.layout,
             },
             "",

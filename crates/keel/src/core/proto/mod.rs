@@ -4,6 +4,7 @@
 //! - `encode.rs`: any `Serialize` value as a message;
 //! - `descriptor.rs`: a file's `FileDescriptorProto`, for gRPC server reflection;
 //! - `decode.rs`: a message as any `Deserialize` type, the type driving the decoding;
+//! - `index.rs`: where a message's fields lie by number, for `decode.rs` (sans-IO, small);
 //! - `names.rs`: how Rust names become protobuf's (`PascalCase` methods, identifiers);
 //! - `numbers.rs`: the field numbers a contract pins, checked against its types;
 //! - `model.rs`: the shapes of types, as serde-reflection traces them, kept in a `static`;
@@ -24,6 +25,7 @@ pub(crate) mod decode;
 pub(crate) mod descriptor;
 pub(crate) mod encode;
 pub(crate) mod file;
+pub(crate) mod index;
 #[cfg(feature = "http")]
 pub(crate) mod json;
 pub(crate) mod model;
