@@ -317,6 +317,24 @@ async fn protobuf_json_names_and_64_bit_strings_are_accepted() {
     )
     .await;
     assert_eq!(&a.envelopes()[0].1, br#""xx""#, "{a:?}");
+    // Each message of a streamed request too (Connect's streaming JSON): a uint64 as a string,
+    // beside one in keel's JSON.
+    let mut body = Vec::new();
+    for message in [
+        &br#"{"seq": "4"}"#[..],
+        br#"{"seq": 1}"#,
+        br#"{"seq": "5"}"#,
+    ] {
+        body.extend(envelope(0, message));
+    }
+    let ct = ("content-type", "application/connect+json");
+    let a = h1(&addr, &post("Sum"), &[ct], &body).await;
+    let env = a.envelopes();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&env[0].1).unwrap(),
+        json!(10),
+        "{a:?}"
+    );
     host.shutdown_async().await;
 }
 

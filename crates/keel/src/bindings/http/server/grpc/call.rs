@@ -160,7 +160,12 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
             Ok(args) => args,
             Err(status) => return answer.trailers_only(&status, &none),
         };
-        let stream = request_stream(req.into_body(), head.compression, max);
+        // JSON messages as protobuf's JSON mapping writes them are read as unary ones are.
+        let json = match (format, desc.proto_schema()) {
+            (Format::Json, Ok(schema)) => Some((schema, op.name)),
+            _ => None,
+        };
+        let stream = request_stream(req.into_body(), head.compression, max, json);
         (args, None, None, stream, None)
     } else {
         let unary = match read_unary(ctx, req.into_body()).await {

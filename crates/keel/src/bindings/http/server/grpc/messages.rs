@@ -17,6 +17,8 @@ use super::super::Ctx;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::error::{Error, Kind};
 use crate::core::messages::framing::{encode_message, Framing};
+use crate::core::proto::json::request_from_proto_json;
+use crate::core::proto::schema::ServiceSchema;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::Reservation;
@@ -146,19 +148,26 @@ impl<B: Received> http_body::Body for Checked<B> {
     }
 }
 
+/// The operation whose JSON request messages are read as protobuf's JSON mapping may write
+/// them (`core/proto/json.rs`): its contract's schema and its name.
+pub(super) type ProtoJson = (&'static ServiceSchema, &'static str);
+
 /// A streamed request's messages as a byte stream framed as keel's message streams are
 /// (length-prefixed, flags `0`), each decompressed with `codec` if its flag says so, each at
-/// most `max` bytes before and after decompression.
+/// most `max` bytes before and after decompression; with `json`, each JSON message rewritten
+/// from protobuf's JSON mapping as a unary request is.
 pub(super) fn request_stream<B: Received>(
     incoming: B,
     codec: Option<Compression>,
     max: u32,
+    json: Option<ProtoJson>,
 ) -> ByteStream {
     ByteStream::from_results(Reframed {
         bytes: body::received(incoming, None, |_| {}),
         reader: Reader::new(max),
         codec,
         max,
+        json,
         out: BytesMut::new(),
         done: false,
     })
@@ -170,6 +179,7 @@ struct Reframed {
     reader: Reader,
     codec: Option<Compression>,
     max: u32,
+    json: Option<ProtoJson>,
     /// The messages of the last chunk, reframed.
     out: BytesMut,
     done: bool,
@@ -198,7 +208,14 @@ impl Reframed {
                     &decompressed[..]
                 }
             };
-            encode_message(Framing::Envelope, message, &mut self.out);
+            let rewritten = self
+                .json
+                .and_then(|(schema, op)| request_from_proto_json(schema, op, message));
+            encode_message(
+                Framing::Envelope,
+                rewritten.as_deref().unwrap_or(message),
+                &mut self.out,
+            );
         }
         Ok(())
     }
