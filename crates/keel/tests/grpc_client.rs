@@ -57,6 +57,8 @@ pub trait Greeter {
     async fn count(&self, n: u64) -> MessageStream<Item>;
     /// The sum of the items' seqs (client streaming).
     async fn sum(&self, items: MessageStream<Item>) -> Result<u64, Status>;
+    /// The total length of the texts (client streaming).
+    async fn total_len(&self, texts: MessageStream<String>) -> Result<u64, Status>;
     /// Each item back as it arrives, seq doubled (bidirectional).
     async fn echo(&self, items: MessageStream<Item>) -> MessageStream<Item>;
     /// `after` items, then the status `aborted`.
@@ -134,6 +136,13 @@ impl Greeter for Impl {
         }
         Ok(sum)
     }
+    async fn total_len(&self, mut texts: MessageStream<String>) -> Result<u64, Status> {
+        let mut total = 0;
+        while let Some(t) = texts.next().await {
+            total += t?.len() as u64;
+        }
+        Ok(total)
+    }
     async fn echo(&self, mut items: MessageStream<Item>) -> MessageStream<Item> {
         let (tx, rx) = MessageStream::channel(4);
         tokio::spawn(async move {
@@ -198,7 +207,11 @@ fn host_with(
 
 /// The `grpc://` (or `grpcs://`) URL of `host`'s endpoint.
 fn grpc_url(host: &keel::Host) -> String {
-    let url = host.url();
+    grpc_url_of(host.url())
+}
+
+/// The `grpc://` (or `grpcs://`) URL of the `http://` (or `https://`) URL `url`.
+fn grpc_url_of(url: &str) -> String {
     match url.strip_prefix("https://") {
         Some(rest) => format!("grpcs://{rest}"),
         None => format!(
@@ -398,6 +411,36 @@ async fn compressed_both_ways() {
         assert!(end.is_none());
         host.shutdown_async().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_stream_messages_go_compressed_when_the_channel_compresses() {
+    // 20 messages of 10 kB of text, through a proxy that counts the bytes.
+    let host = host_with(false, Impl::default(), |h| h);
+    let proxy = Proxy::start(host.url()).await;
+    let texts =
+        || MessageStream::from_iter((0..20).map(|i| format!("{i:02}{}", "keel ".repeat(2000))));
+    let mut carried = Vec::new();
+    for codec in [
+        None,
+        Some(keel::Compression::Gzip),
+        Some(keel::Compression::Zstd),
+    ] {
+        let mut builder = channel_builder(&grpc_url_of(proxy.url()));
+        if let Some(codec) = codec {
+            // Above 100 bytes: every message is worth it.
+            builder = builder.compression(codec).compress_above(100);
+        }
+        let client = GreeterClient::new(builder.build().unwrap());
+        proxy.take_bytes();
+        assert_eq!(client.total_len(texts()).await.unwrap(), 20 * 10_002);
+        carried.push(proxy.take_bytes());
+    }
+    // Uncompressed: the 200 kB themselves; compressed: a small part of them.
+    assert!(carried[0] > 200_000, "{carried:?}");
+    assert!(carried[1] < carried[0] / 10, "gzip: {carried:?}");
+    assert!(carried[2] < carried[0] / 10, "zstd: {carried:?}");
+    host.shutdown_async().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -179,6 +179,10 @@ pub(crate) struct GrpcTarget {
     pub(crate) desc: &'static crate::core::service::ServiceDescriptor,
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) op: usize,
+    /// The channel's compression and the smallest message worth it: each message of a request
+    /// stream of at least that size goes compressed (a unary body is compressed by the channel).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) compress_messages: Option<(Compression, usize)>,
 }
 
 /// A successful answer: the reply and its metadata.

@@ -66,7 +66,15 @@ fn outgoing<A: Serialize>(
         download: info.stream_response,
         idempotent: info.idempotent,
         fresh: false,
-        grpc: ch.inner.grpc.then_some(GrpcTarget { desc, op }),
+        grpc: ch.inner.grpc.then(|| GrpcTarget {
+            desc,
+            op,
+            compress_messages: ch
+                .inner
+                .config
+                .compression
+                .map(|codec| (codec, ch.inner.config.compress_above)),
+        }),
     })
 }
 

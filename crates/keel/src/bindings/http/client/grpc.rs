@@ -9,7 +9,7 @@
 //! trailers becoming keel's end frame when they carry an error, so the generated code's
 //! `MessageStream` reads it as it reads every binding's. A request stream arrives framed that
 //! way too; its messages go out as they are (keel's message frame is gRPC's uncompressed
-//! length-prefixed message), and an end frame with an error (the producer failed) resets the
+//! length-prefixed message) or compressed one by one if the channel compresses, and an end frame with an error (the producer failed) resets the
 //! stream, so the host never takes a part for the whole.
 
 use std::pin::Pin;
@@ -136,6 +136,13 @@ impl HttpClient {
             // over gRPC (`ServiceDescriptor::grpc_codec` refuses one that has).
             Some(stream) => {
                 let (body, returned) = body::replayable(outgoing_messages(stream));
+                let body = match target.compress_messages {
+                    Some((codec, above)) => {
+                        headers.insert(GRPC_ENCODING, HeaderValue::from_static(codec.as_str()));
+                        compressed_messages(body, codec, above)
+                    }
+                    None => body,
+                };
                 (request, RequestBody::Stream(body), Some(returned))
             }
             None => {
@@ -490,6 +497,41 @@ impl Stream for Replies {
             });
         }
     }
+}
+
+/// `body`, chunks of whole gRPC messages as [`outgoing_messages`] yields them, with each message
+/// of at least `above` bytes compressed with `codec` (when that makes it smaller). Applied
+/// after the body that gives its stream back unsent ([`body::replayable`]), so what a retry
+/// gets back is the uncompressed stream.
+fn compressed_messages(body: body::Body, codec: Compression, above: usize) -> body::Body {
+    use http_body_util::BodyExt as _;
+    body.map_frame(move |frame| frame.map_data(|chunk| compress_chunk(&chunk, codec, above)))
+        .boxed()
+}
+
+/// [`compressed_messages`] of one chunk of whole messages (a chunk that is not, which
+/// [`outgoing_messages`] never yields, goes as it is).
+fn compress_chunk(chunk: &Bytes, codec: Compression, above: usize) -> Bytes {
+    let mut out = BytesMut::with_capacity(chunk.len());
+    let mut rest = &chunk[..];
+    while !rest.is_empty() {
+        let Some((&[flags, a, b, c, d], tail)) = rest.split_first_chunk::<{ frame::PREFIX }>()
+        else {
+            return chunk.clone();
+        };
+        let len = u32::from_be_bytes([a, b, c, d]) as usize;
+        if flags != 0 || tail.len() < len {
+            return chunk.clone();
+        }
+        let (message, tail) = tail.split_at(len);
+        let packed = (len >= above).then(|| compress::compress(codec, message));
+        match packed {
+            Some(packed) if packed.len() < len => frame::encode(true, &packed, &mut out),
+            _ => frame::encode(false, message, &mut out),
+        }
+        rest = tail;
+    }
+    out.freeze()
 }
 
 /// A request stream (keel's message frames) as gRPC's messages: each message as it is, an end
