@@ -232,7 +232,7 @@ common::binding_matrix! {
         async fn a_client_whose_connection_closes_mid_call_frees_its_slot;
         fn the_blocking_client_needs_no_runtime;
     }
-    [handover] {
+    [stream_socket] {
         async fn a_new_host_taking_over_a_draining_hosts_address_loses_no_call;
     }
 }

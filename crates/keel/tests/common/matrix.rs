@@ -35,35 +35,35 @@
 /// - `tls`: TLS; `plain`: no TLS;
 /// - `over_tcp`: a TCP connection underneath (what a TCP proxy can carry);
 /// - `quic`: keel-wire's calls on QUIC streams (`quic://`, feature `quic`);
-/// - `handover`: a new host can take the address over while the old one drains (a TCP
-///   forwarder in front, or a Unix socket path; not UDP).
+/// - `stream_socket`: a TCP or Unix stream socket, what a raw test peer writes bytes to and a
+///   TCP forwarder carries (not UDP).
 ///
 /// The modules take the bindings' names at the root of the test file: an item of the same name
 /// there (`use hyper::client::conn::http2`, say) has to be renamed.
 macro_rules! binding_matrix {
     ($($groups:tt)*) => {
         $crate::common::matrix::__matrix_module! {
-            tcp = $crate::common::Binding::Tcp; [wire multiplexed plain over_tcp handover]; $($groups)*
+            tcp = $crate::common::Binding::Tcp; [wire multiplexed plain over_tcp stream_socket]; $($groups)*
         }
         $crate::common::matrix::__matrix_module! {
-            unix = $crate::common::Binding::Unix; [wire multiplexed plain handover]; $($groups)*
+            unix = $crate::common::Binding::Unix; [wire multiplexed plain stream_socket]; $($groups)*
         }
         #[cfg(feature = "tls")]
         $crate::common::matrix::__matrix_module! {
-            tcps = $crate::common::Binding::Tcps; [wire multiplexed tls over_tcp handover]; $($groups)*
+            tcps = $crate::common::Binding::Tcps; [wire multiplexed tls over_tcp stream_socket]; $($groups)*
         }
         #[cfg(feature = "http")]
         $crate::common::matrix::__matrix_module! {
-            http1 = $crate::common::Binding::Http1; [http http1 plain over_tcp handover]; $($groups)*
+            http1 = $crate::common::Binding::Http1; [http http1 plain over_tcp stream_socket]; $($groups)*
         }
         #[cfg(feature = "http")]
         $crate::common::matrix::__matrix_module! {
-            http2 = $crate::common::Binding::Http2; [http http2 multiplexed plain over_tcp handover];
+            http2 = $crate::common::Binding::Http2; [http http2 multiplexed plain over_tcp stream_socket];
             $($groups)*
         }
         #[cfg(all(feature = "http", feature = "tls"))]
         $crate::common::matrix::__matrix_module! {
-            https = $crate::common::Binding::Https; [http http1 http2 multiplexed tls over_tcp handover];
+            https = $crate::common::Binding::Https; [http http1 http2 multiplexed tls over_tcp stream_socket];
             $($groups)*
         }
         #[cfg(feature = "quic")]
@@ -108,7 +108,7 @@ macro_rules! __matrix_tag {
     (plain) => {};
     (over_tcp) => {};
     (quic) => {};
-    (handover) => {};
+    (stream_socket) => {};
     ($other:ident) => {
         compile_error!(concat!("no binding has the tag `", stringify!($other), "`"));
     };
@@ -143,7 +143,7 @@ macro_rules! __matrix_if {
     ([over_tcp $($more:ident)*] [over_tcp $($h:ident)*] $all:tt $body:tt) => {
         $crate::common::matrix::__matrix_if! { [$($more)*] $all $all $body }
     };
-    ([handover $($more:ident)*] [handover $($h:ident)*] $all:tt $body:tt) => {
+    ([stream_socket $($more:ident)*] [stream_socket $($h:ident)*] $all:tt $body:tt) => {
         $crate::common::matrix::__matrix_if! { [$($more)*] $all $all $body }
     };
     ([quic $($more:ident)*] [quic $($h:ident)*] $all:tt $body:tt) => {

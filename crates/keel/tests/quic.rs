@@ -1,0 +1,476 @@
+//! `quic://` beyond the binding matrix (where every common case runs on it too, `quic::`):
+//! 0-RTT on resumption for idempotent calls only, on the client and on the host; mutual TLS;
+//! what a client sees when UDP is dropped; and hostile peers written with raw quinn (a stream
+//! never finished, an oversized message announced, a handshake never finished, more streams
+//! than allowed), each with a well-behaved bystander served meanwhile. Real sockets on port 0.
+#![cfg(feature = "quic")]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use common::*;
+use keel::tls::rustls_unstable::rustls;
+use keel_wire::{Codec, Frame, Limits, Request, RequestFlags};
+use rustls::pki_types::pem::PemObject as _;
+
+/// A counter with one idempotent operation (a read) and one that is not (an increment).
+#[keel::contract]
+pub trait Ledger {
+    /// The count; safe to run twice.
+    #[keel(idempotent)]
+    fn get(&self) -> u64;
+    /// Adds `n`; running it twice would add twice.
+    fn add(&self, n: u64) -> u64;
+}
+
+#[derive(Clone, Default)]
+struct Counts {
+    value: Arc<AtomicU64>,
+    gets: Arc<AtomicU64>,
+    adds: Arc<AtomicU64>,
+}
+
+impl Ledger for Counts {
+    fn get(&self) -> u64 {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.value.load(Ordering::SeqCst)
+    }
+    fn add(&self, n: u64) -> u64 {
+        self.adds.fetch_add(1, Ordering::SeqCst);
+        self.value.fetch_add(n, Ordering::SeqCst) + n
+    }
+}
+
+fn ledger_host(
+    counts: &Counts,
+    settings: impl FnOnce(keel::host::HostBuilder) -> keel::host::HostBuilder,
+) -> keel::Host {
+    let builder = keel::Host::builder()
+        .service(LedgerServer::new(counts.clone()))
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("quic://127.0.0.1:0")
+        .tls(test_cert().server_tls().unwrap());
+    settings(builder).start().expect("host starts")
+}
+
+fn channel(url: &str) -> keel::Channel {
+    keel::Channel::builder(url)
+        .tls(test_cert().client_tls().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// A resumed client sends its idempotent calls as 0-RTT data (the host accepted them: they
+/// were answered on streams opened before the handshake completed); a non-idempotent call
+/// waits for the handshake, on a fresh connection and on a resumed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_client_sends_only_idempotent_calls_as_0rtt() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h);
+    let ch = channel(host.url());
+    let c = LedgerClient::new(ch.clone());
+    // Fresh: nothing to resume, so nothing goes early.
+    assert_eq!(c.add(1).await.unwrap(), 1);
+    assert_eq!(c.get().await.unwrap(), 1);
+    assert_eq!(ch.stats().calls_sent_early, 0);
+
+    // Resumed, an idempotent call first: 0-RTT.
+    ch.close().await;
+    assert_eq!(c.get().await.unwrap(), 1);
+    assert_eq!(ch.stats().connections_opened, 2);
+    assert_eq!(ch.stats().calls_sent_early, 1);
+
+    // Resumed, a non-idempotent call first: it waits for the handshake.
+    ch.close().await;
+    assert_eq!(c.add(1).await.unwrap(), 2);
+    assert_eq!(ch.stats().connections_opened, 3);
+    assert_eq!(ch.stats().calls_sent_early, 1);
+    assert_eq!(counts.adds.load(Ordering::SeqCst), 2);
+    host.shutdown_async().await;
+}
+
+/// Mutual TLS as on tcps://: a client with a certificate the host trusts is served, one
+/// without is refused at the handshake, and 0-RTT is off on such a host (the certificate a
+/// call's context carries is verified only when the handshake completes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_admits_only_clients_with_a_trusted_certificate() {
+    let client_cert = keel::tls::self_signed(&["quic-client"]).unwrap();
+    let host = keel::Host::builder()
+        .service(ProbeServer::new(ProbeImpl::default()))
+        .endpoint("quic://127.0.0.1:0")
+        .tls(
+            test_cert()
+                .server_tls()
+                .unwrap()
+                .require_client_certs(client_cert.cert_pem.as_bytes())
+                .unwrap(),
+        )
+        .start()
+        .unwrap();
+    let good = keel::Channel::builder(host.url())
+        .tls(
+            test_cert()
+                .client_tls()
+                .unwrap()
+                .with_identity(
+                    client_cert.cert_pem.as_bytes(),
+                    client_cert.key_pem.as_bytes(),
+                )
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let good_client = ProbeClient::new(good.clone());
+    assert_eq!(good_client.echo("in".into()).await.unwrap(), "in");
+    good.close().await;
+    assert_eq!(good_client.echo("again".into()).await.unwrap(), "again");
+    assert_eq!(good.stats().calls_sent_early, 0);
+
+    let anonymous = ProbeClient::new(channel(host.url()));
+    let err = anonymous.echo("out".into()).await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert_eq!(host.stats().connections_open, 1);
+    host.shutdown_async().await;
+}
+
+/// Where UDP is dropped on the way (a firewall, a middlebox), a quic:// client fails with a
+/// connect error once its connect timeout passes, naming the fallback: tcps://.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_dropped_on_the_way_is_a_clear_connect_error_within_the_connect_timeout() {
+    // A UDP socket that reads and never answers: what a path dropping UDP looks like.
+    let silent = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("quic://{}", silent.local_addr().unwrap());
+    let ch = keel::Channel::builder(&url)
+        .tls(test_cert().client_tls().unwrap())
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let c = ProbeClient::new(ch);
+    let started = Instant::now();
+    let err = c
+        .with_deadline(Duration::from_secs(30))
+        .echo("x".into())
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(err.is_connection(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("no QUIC handshake"), "{text}");
+    assert!(text.contains("tcps://"), "{text}");
+    drop(silent);
+}
+
+// ------------------------------------------------------------------------------------------
+// Raw peers (quinn, by hand)
+// ------------------------------------------------------------------------------------------
+
+fn addr_of(url: &str) -> SocketAddr {
+    url.strip_prefix("quic://").unwrap().parse().unwrap()
+}
+
+/// A rustls client config trusting the test certificate, offering `keel/1`, keeping sessions in
+/// `resumption`, with 0-RTT on.
+fn raw_crypto(resumption: &rustls::client::Resumption) -> quinn::crypto::rustls::QuicClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(test_cert().cert_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"keel/1".to_vec()];
+    config.resumption = resumption.clone();
+    config.enable_early_data = true;
+    quinn::crypto::rustls::QuicClientConfig::try_from(config).unwrap()
+}
+
+/// A raw QUIC connection to `addr` (through its own socket).
+async fn raw_connect(addr: SocketAddr) -> (quinn::Endpoint, quinn::Connection) {
+    let resumption = rustls::client::Resumption::in_memory_sessions(4);
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let config = quinn::ClientConfig::new(Arc::new(raw_crypto(&resumption)));
+    let conn = endpoint
+        .connect_with(config, addr, "127.0.0.1")
+        .unwrap()
+        .await
+        .unwrap();
+    (endpoint, conn)
+}
+
+/// A Request frame for `service.operation` with `body` (keel-wire version 2).
+fn request(service: &'static str, operation: &'static str, body: Vec<u8>) -> Bytes {
+    let mut codec = Codec::new(Limits::default());
+    codec.set_version(2);
+    let mut buf = BytesMut::new();
+    codec
+        .encode(
+            &Frame::Request(Request {
+                call_id: 0,
+                flags: RequestFlags::default(),
+                deadline_us: 0,
+                service: service.into(),
+                operation: operation.into(),
+                metadata: Bytes::new(),
+                compression: 0,
+                body: Bytes::from(body),
+            }),
+            &mut buf,
+        )
+        .unwrap();
+    buf.freeze()
+}
+
+/// The Reply frame read from `recv` to its end.
+async fn reply(recv: &mut quinn::RecvStream) -> keel_wire::Reply {
+    let bytes = recv.read_to_end(1 << 20).await.unwrap();
+    let mut codec = Codec::new(Limits::default());
+    codec.set_version(2);
+    let mut buf = BytesMut::from(&bytes[..]);
+    match codec.decode(&mut buf).unwrap() {
+        Some(Frame::Reply(r)) => r,
+        other => panic!("expected a reply, got {other:?}"),
+    }
+}
+
+/// A well-behaved client that must keep being served while a raw peer misbehaves.
+async fn bystander_served(url: &str) {
+    let c = ProbeClient::new(channel(url));
+    for i in 0..5 {
+        let s = format!("bystander {i}");
+        assert_eq!(c.echo(s.clone()).await.unwrap(), s);
+    }
+}
+
+/// A stream whose Request frame never finishes is given up after the frame timeout (the
+/// stream reset, counted as timed out); the connection and its other calls go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_never_finished_is_given_up_after_the_frame_timeout() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h.frame_timeout(Duration::from_millis(300)));
+    let (_ep, conn) = raw_connect(addr_of(host.url())).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let whole = request("Ledger", "get", common::args::<u64>(&[]));
+    // Half of the frame, then nothing.
+    send.write_all(&whole[..whole.len() / 2]).await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(10), recv.read_to_end(1024)).await;
+    match read {
+        Ok(Err(quinn::ReadToEndError::Read(quinn::ReadError::Reset(code)))) => {
+            assert_eq!(code.into_inner(), 3, "reset with keel's protocol code");
+        }
+        other => panic!("expected the stream reset, got {other:?}"),
+    }
+    assert!(eventually(|| host.stats().connections_timed_out >= 1).await);
+    // The same connection serves the next call.
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&whole).await.unwrap();
+    send.finish().unwrap();
+    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    bystander_served(host.url()).await;
+    assert_eq!(counts.gets.load(Ordering::SeqCst), 1);
+    host.shutdown_async().await;
+}
+
+/// A Request announcing a body far over the message limit is answered TooLarge as soon as its
+/// head arrives: nothing is allocated for it, the rest is never waited for, and the connection
+/// serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_refused_before_it_arrives() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h.max_message_size(64 * 1024));
+    let (_ep, conn) = raw_connect(addr_of(host.url())).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let whole = request("Ledger", "get", vec![0; 16]);
+    // The length prefix says 1 GiB; the frame's type and call id follow, nothing else.
+    let mut head = BytesMut::new();
+    head.extend_from_slice(&(1u32 << 30).to_le_bytes());
+    head.extend_from_slice(&whole[4..4 + 1 + 8]);
+    send.write_all(&head).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), reply(&mut recv))
+        .await
+        .expect("answered without the body");
+    assert_eq!(r.status, keel_wire::StatusCode::TooLarge);
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
+        .await
+        .unwrap();
+    send.finish().unwrap();
+    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    bystander_served(host.url()).await;
+    host.shutdown_async().await;
+}
+
+/// A peer may not open more streams than the host offers (128, or the call limit if higher):
+/// the next one waits for QUIC stream credit until others end; other connections are served
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_beyond_the_limit_wait_for_credit() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h.max_calls_per_connection(4));
+    let (_ep, conn) = raw_connect(addr_of(host.url())).await;
+    // 128 streams opened, none finished (each holds a stream place on the host).
+    let mut held = Vec::new();
+    for _ in 0..128 {
+        let (mut send, recv) = conn.open_bi().await.unwrap();
+        send.write_all(&[0]).await.unwrap();
+        held.push((send, recv));
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), conn.open_bi())
+            .await
+            .is_err(),
+        "a 129th stream opened while 128 were open"
+    );
+    bystander_served(host.url()).await;
+    // Some end (reset both ways): their places come back, and a new stream opens. (quinn
+    // announces new stream credit once an eighth of the limit is free: 17 streams here.)
+    for _ in 0..17 {
+        let (mut send, mut recv) = held.pop().unwrap();
+        send.reset(quinn::VarInt::from_u32(1)).unwrap();
+        let _ = recv.stop(quinn::VarInt::from_u32(1));
+    }
+    let (mut send, mut recv) = tokio::time::timeout(Duration::from_secs(10), conn.open_bi())
+        .await
+        .expect("a stream opens once others ended")
+        .unwrap();
+    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
+        .await
+        .unwrap();
+    send.finish().unwrap();
+    // The held streams are not calls (no Request frame arrived): this one is served.
+    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    drop(held);
+    host.shutdown_async().await;
+}
+
+/// A UDP forwarder between a client and the host that can stop passing the host's packets back:
+/// the client's first flight (ClientHello and 0-RTT data) reaches the host, and the handshake
+/// never completes, which is what a replay of a captured first flight looks like to the host.
+struct Forwarder {
+    addr: SocketAddr,
+    replies: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Forwarder {
+    async fn start(host: SocketAddr) -> Forwarder {
+        let front = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let back = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        back.connect(host).await.unwrap();
+        let addr = front.local_addr().unwrap();
+        let replies = Arc::new(AtomicBool::new(true));
+        let client = Arc::new(parking_lot::Mutex::new(None::<SocketAddr>));
+        let task = tokio::spawn({
+            let replies = replies.clone();
+            async move {
+                let mut a = [0u8; 65536];
+                let mut b = [0u8; 65536];
+                loop {
+                    tokio::select! {
+                        Ok((n, from)) = front.recv_from(&mut a) => {
+                            *client.lock() = Some(from);
+                            let _ = back.send(&a[..n]).await;
+                        }
+                        Ok(n) = back.recv(&mut b) => {
+                            let to = *client.lock();
+                            if let (true, Some(to)) = (replies.load(Ordering::SeqCst), to) {
+                                let _ = front.send_to(&b[..n], to).await;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Forwarder {
+            addr,
+            replies,
+            task,
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The host's side of the 0-RTT rule, with a raw client that sends a non-idempotent call in
+/// 0-RTT data (keel's own client never does): on a connection whose handshake never completes
+/// (a replayed first flight), the idempotent call runs and the non-idempotent one never does;
+/// the connection is closed at the handshake timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_first_flight_never_runs_a_non_idempotent_call() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h.handshake_timeout(Duration::from_millis(500)));
+    let fwd = Forwarder::start(addr_of(host.url())).await;
+    let resumption = rustls::client::Resumption::in_memory_sessions(4);
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let config = quinn::ClientConfig::new(Arc::new(raw_crypto(&resumption)));
+    // A first connection, to get a session ticket.
+    let conn = endpoint
+        .connect_with(config.clone(), fwd.addr, "127.0.0.1")
+        .unwrap()
+        .await
+        .unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
+        .await
+        .unwrap();
+    send.finish().unwrap();
+    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    conn.close(quinn::VarInt::from_u32(0), b"done");
+    assert!(eventually(|| host.stats().connections_open == 0).await);
+
+    // The host's answers no longer reach the client: its handshake cannot complete.
+    fwd.replies.store(false, Ordering::SeqCst);
+    let (conn, _accepted) = endpoint
+        .connect_with(config, fwd.addr, "127.0.0.1")
+        .unwrap()
+        .into_0rtt()
+        .unwrap_or_else(|_| panic!("a session to resume"));
+    let (mut add, _add_recv) = conn.open_bi().await.unwrap();
+    add.write_all(&request("Ledger", "add", common::args(&[("n", 5u64)])))
+        .await
+        .unwrap();
+    add.finish().unwrap();
+    let (mut get, _get_recv) = conn.open_bi().await.unwrap();
+    get.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
+        .await
+        .unwrap();
+    get.finish().unwrap();
+    // The idempotent call ran on 0-RTT data...
+    assert!(eventually(|| counts.gets.load(Ordering::SeqCst) == 2).await);
+    // ...the connection is closed at the handshake timeout...
+    assert!(eventually(|| host.stats().connections_timed_out >= 1).await);
+    assert!(eventually(|| host.stats().connections_open == 0).await);
+    // ...and the non-idempotent one never ran.
+    assert_eq!(counts.adds.load(Ordering::SeqCst), 0);
+    assert_eq!(counts.value.load(Ordering::SeqCst), 0);
+    bystander_served(host.url()).await;
+    host.shutdown_async().await;
+}
+
+/// A connection with no call for the idle timeout is closed by the host (counted as timed out);
+/// the client's next call reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_and_the_client_reconnects() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h.idle_timeout(Duration::from_millis(300)));
+    let ch = channel(host.url());
+    let c = LedgerClient::new(ch.clone());
+    assert_eq!(c.get().await.unwrap(), 0);
+    assert!(eventually(|| host.stats().connections_timed_out >= 1).await);
+    assert!(eventually(|| host.stats().connections_open == 0).await);
+    assert!(eventually(|| !ch.is_connected()).await);
+    assert_eq!(c.get().await.unwrap(), 0);
+    assert_eq!(ch.stats().connections_opened, 2);
+    host.shutdown_async().await;
+}
