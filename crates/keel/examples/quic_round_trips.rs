@@ -101,7 +101,7 @@ async fn main() -> Result<(), keel::Error> {
         .start()?;
     let host_addr: SocketAddr = host.url().strip_prefix("quic://").unwrap().parse().unwrap();
     let front = delaying_forwarder(host_addr, rtt / 2).await;
-    let channel = keel::Channel::builder(&format!("quic://{front}"))
+    let channel = keel::Channel::builder(format!("quic://{front}"))
         .tls(cert.client_tls()?)
         .build()?;
     let client = LedgerClient::new(channel.clone());
