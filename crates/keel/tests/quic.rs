@@ -474,3 +474,30 @@ async fn an_idle_connection_is_closed_and_the_client_reconnects() {
     assert_eq!(ch.stats().connections_opened, 2);
     host.shutdown_async().await;
 }
+
+/// `Host::reload_tls` reaches a quic:// endpoint: new handshakes use the new certificate (a
+/// client trusting only it connects), the connection already open keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_certificate_is_used_by_new_quic_handshakes() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h);
+    let old = LedgerClient::new(channel(host.url()));
+    assert_eq!(old.get().await.unwrap(), 0);
+    let renewed = keel::tls::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+    let trusting_renewed = || {
+        LedgerClient::new(
+            keel::Channel::builder(host.url())
+                .tls(renewed.client_tls().unwrap())
+                .connect_timeout(Duration::from_secs(2))
+                .build()
+                .unwrap(),
+        )
+    };
+    let err = trusting_renewed().get().await.unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    host.reload_tls(renewed.server_tls().unwrap()).unwrap();
+    assert_eq!(trusting_renewed().get().await.unwrap(), 0);
+    assert_eq!(old.get().await.unwrap(), 0);
+    assert_eq!(host.stats().tls_reloads, 1);
+    host.shutdown_async().await;
+}

@@ -884,6 +884,7 @@ impl HostBuilder {
                     crate::bindings::quic::server::QuicListener::bind(&ep, tls, &settings)?
                 };
                 urls.push(listener.local_url()?);
+                certificates.add_quic(listener.tls_slot());
                 quic_listeners.push(listener);
                 continue;
             }

@@ -265,9 +265,10 @@ impl Host {
         if self.certificates.is_empty() {
             return Err(crate::Error::new(
                 crate::core::error::Kind::Config,
-                "reload_tls: this host has no TLS endpoint (tcps:// or https://)",
+                "reload_tls: this host has no TLS endpoint (tcps://, https:// or quic://)",
             ));
         }
+        self.certificates.check(&tls)?;
         self.certificates.replace(&tls);
         Ok(())
     }

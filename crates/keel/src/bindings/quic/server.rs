@@ -43,8 +43,45 @@ const MIN_STREAMS: usize = 128;
 #[derive(Debug)]
 pub(crate) struct QuicListener {
     endpoint: quinn::Endpoint,
+    tls: QuicTlsSlot,
+}
+
+/// A `quic://` endpoint's certificate, replaced while the host runs when its certificate is
+/// (`Host::reload_tls`): handshakes from then on use the new one, connections already open keep
+/// theirs.
+#[derive(Debug, Clone)]
+pub(crate) struct QuicTlsSlot {
+    endpoint: quinn::Endpoint,
+    alpn: &'static [&'static [u8]],
+    transport: Arc<quinn::TransportConfig>,
     /// Whether connections may carry 0-RTT data (the TLS settings accept it).
-    zero_rtt: bool,
+    zero_rtt: Arc<AtomicBool>,
+}
+
+impl QuicTlsSlot {
+    /// The server config for `tls`, and whether it accepts 0-RTT data.
+    fn config(&self, tls: &ServerTls) -> Result<(quinn::ServerConfig, bool), Error> {
+        let crypto = tls.quic_config(self.alpn)?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(self.transport.clone());
+        // Handshakes never finished are bounded by the host's connection limit and handshake
+        // timeout; quinn's own queue of connections not yet accepted is bounded too.
+        config.max_incoming(64 * 1024);
+        Ok((config, tls.quic_accepts_0rtt()))
+    }
+
+    /// New handshakes use `tls`. (Checked by `Host::reload_tls` before any slot is replaced.)
+    pub(crate) fn replace(&self, tls: &ServerTls) -> Result<(), Error> {
+        let (config, zero_rtt) = self.config(tls)?;
+        self.endpoint.set_server_config(Some(config));
+        self.zero_rtt.store(zero_rtt, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether `tls` can serve QUIC (what a reload checks first).
+    pub(crate) fn check(&self, tls: &ServerTls) -> Result<(), Error> {
+        self.config(tls).map(|_| ())
+    }
 }
 
 impl QuicListener {
@@ -54,31 +91,40 @@ impl QuicListener {
         tls: &ServerTls,
         settings: &ServerSettings,
     ) -> Result<QuicListener, Error> {
-        let crypto = tls.quic_config(ep.alpn())?;
-        let zero_rtt = tls.quic_accepts_0rtt();
-        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(Arc::new(transport_config(
+        let transport = Arc::new(transport_config(
             settings.max_calls_per_connection.max(MIN_STREAMS),
             settings.max_receive_bytes_per_connection,
             settings.max_message_size,
             settings.max_unsent_bytes,
             settings.keepalive,
             false,
-        )));
-        // Handshakes never finished are bounded by the host's connection limit and handshake
-        // timeout; quinn's own queue of connections not yet accepted is bounded too.
-        config.max_incoming(64 * 1024);
+        ));
         let addr = resolve(ep)?;
         let socket = std::net::UdpSocket::bind(addr)
             .map_err(|e| crate::transport::socket::listen_error(ep, e))?;
         let endpoint = quinn::Endpoint::new(
             quinn::EndpointConfig::default(),
-            Some(config),
+            None,
             socket,
             Arc::new(quinn::TokioRuntime),
         )
         .map_err(|e| crate::transport::socket::listen_error(ep, e))?;
-        Ok(QuicListener { endpoint, zero_rtt })
+        let slot = QuicTlsSlot {
+            endpoint: endpoint.clone(),
+            alpn: ep.alpn(),
+            transport,
+            zero_rtt: Arc::new(AtomicBool::new(false)),
+        };
+        slot.replace(tls)?;
+        Ok(QuicListener {
+            endpoint,
+            tls: slot,
+        })
+    }
+
+    /// Its certificate's slot, for reloads.
+    pub(crate) fn tls_slot(&self) -> QuicTlsSlot {
+        self.tls.clone()
     }
 
     /// The URL clients connect to (with the real port when bound to port 0).
@@ -91,7 +137,7 @@ impl QuicListener {
 
     /// Whether its connections may carry 0-RTT data.
     pub(crate) fn zero_rtt(&self) -> bool {
-        self.zero_rtt
+        self.tls.zero_rtt.load(Ordering::SeqCst)
     }
 
     /// The next connection attempt; `None` once the endpoint is closed.
