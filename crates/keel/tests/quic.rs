@@ -501,3 +501,25 @@ async fn a_reloaded_certificate_is_used_by_new_quic_handshakes() {
     assert_eq!(host.stats().tls_reloads, 1);
     host.shutdown_async().await;
 }
+
+/// GoAway on quic:// (a unidirectional stream of the host's): a connection past its maximum
+/// age is told to go away, the client moves its next calls to a new connection, and not one
+/// call fails across the moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goaway_moves_calls_to_a_new_connection_without_failing_one() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| {
+        h.max_connection_age(Duration::from_millis(200), Duration::from_secs(5))
+    });
+    let ch = channel(host.url());
+    let c = LedgerClient::new(ch.clone());
+    let mut calls = 0u64;
+    while ch.stats().connections_opened < 4 {
+        c.add(1).await.unwrap();
+        calls += 1;
+        assert!(calls < 100_000, "no GoAway after {calls} calls");
+    }
+    assert_eq!(counts.value.load(Ordering::SeqCst), calls);
+    assert_eq!(counts.adds.load(Ordering::SeqCst), calls);
+    host.shutdown_async().await;
+}
