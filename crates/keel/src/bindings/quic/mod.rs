@@ -18,6 +18,9 @@ pub(crate) mod server;
 use quinn::VarInt;
 use std::sync::Arc;
 
+/// The least time a QUIC connection waits, after its keepalive interval, for a sign of life.
+const MIN_PING_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Unidirectional streams a client accepts from its host: the host opens one, for GoAway.
 const CLIENT_UNI_STREAMS: u32 = 4;
 
@@ -26,7 +29,7 @@ const CLIENT_UNI_STREAMS: u32 = 4;
 /// connection, and on one stream at most that or the largest message, whichever is less (QUIC's
 /// flow control, so a peer cannot make quinn buffer more); `send_window` bytes written and not
 /// yet acknowledged; keepalive pings after `keepalive.interval` of quiet, and the connection
-/// dead after `interval + timeout` of silence. `client`: the client's side (it accepts the
+/// dead after `interval + timeout` (at least `interval` + 3 s) of silence. `client`: the client's side (it accepts the
 /// host's GoAway stream and opens every call stream).
 pub(crate) fn transport_config(
     max_calls: usize,
@@ -55,8 +58,10 @@ pub(crate) fn transport_config(
     match keepalive {
         Some(k) => {
             config.keep_alive_interval(Some(k.interval));
-            let idle = quinn::IdleTimeout::try_from(k.interval + k.timeout).ok();
-            config.max_idle_timeout(idle);
+            // At least 3 s past the ping: time for QUIC to send a lost PING again (a probe
+            // timeout is about three round trips) before the connection is declared dead.
+            let idle = k.interval + k.timeout.max(MIN_PING_WAIT);
+            config.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
         }
         None => {
             config.keep_alive_interval(None);
