@@ -194,15 +194,25 @@ fn raw_crypto(resumption: &rustls::client::Resumption) -> quinn::crypto::rustls:
 
 /// A raw QUIC connection to `addr` (through its own socket).
 async fn raw_connect(addr: SocketAddr) -> (quinn::Endpoint, quinn::Connection) {
-    let resumption = rustls::client::Resumption::in_memory_sessions(4);
     let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let config = quinn::ClientConfig::new(Arc::new(raw_crypto(&resumption)));
-    let conn = endpoint
+    let conn = raw_connect_on(&endpoint, addr).await;
+    (endpoint, conn)
+}
+
+/// A raw QUIC connection to `addr` from `endpoint`'s socket (many connections may share one:
+/// each endpoint holds megabytes of receive buffers).
+async fn raw_connect_on(endpoint: &quinn::Endpoint, addr: SocketAddr) -> quinn::Connection {
+    let resumption = rustls::client::Resumption::in_memory_sessions(4);
+    let mut config = quinn::ClientConfig::new(Arc::new(raw_crypto(&resumption)));
+    // The peers run in the test's process: what they buffer to send counts in its heap too.
+    let mut transport = quinn::TransportConfig::default();
+    transport.send_window(1 << 20);
+    config.transport_config(Arc::new(transport));
+    endpoint
         .connect_with(config, addr, "127.0.0.1")
         .unwrap()
         .await
-        .unwrap();
-    (endpoint, conn)
+        .unwrap()
 }
 
 /// A Request frame for `service.operation` with `body` (keel-wire version 2).
@@ -521,5 +531,72 @@ async fn goaway_moves_calls_to_a_new_connection_without_failing_one() {
     }
     assert_eq!(counts.value.load(Ordering::SeqCst), calls);
     assert_eq!(counts.adds.load(Ordering::SeqCst), calls);
+    host.shutdown_async().await;
+}
+
+/// Counts the process's live heap bytes, for the memory case (as in `hostile.rs`).
+#[global_allocator]
+static ALLOC: peak_alloc::PeakAlloc = peak_alloc::PeakAlloc;
+
+/// A flood of half-sent messages on many streams of many connections stays within the receive
+/// budgets and QUIC's windows: 8 connections of 100 streams, each announcing a 1 MiB message and
+/// sending 600 KiB of it (480 MiB if the host kept it all), hold the heap to a bound far below;
+/// every stream is given up after the frame timeout, and a bystander is served meanwhile. In the
+/// `slow` group: it runs alone, so the heap's peak is its own.
+#[ignore = "slow: a memory case, run alone"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_messages_on_many_streams_stay_within_the_budgets() {
+    const BOUND: usize = 64 << 20;
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| {
+        h.max_message_size(1 << 20)
+            .max_receive_bytes_per_connection(2 << 20)
+            .max_receive_bytes(8 << 20)
+            .frame_timeout(Duration::from_secs(2))
+    });
+    let addr = addr_of(host.url());
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    ALLOC.reset_peak_usage();
+    let before = ALLOC.current_usage();
+    let mut conns = Vec::new();
+    let mut writers = Vec::new();
+    for _ in 0..8 {
+        let conn = raw_connect_on(&endpoint, addr).await;
+        for _ in 0..100 {
+            let (mut send, recv) = conn.open_bi().await.unwrap();
+            writers.push(tokio::spawn(async move {
+                let mut head = BytesMut::new();
+                head.extend_from_slice(&((1u32 << 20) + 64).to_le_bytes());
+                let _ = send.write_all(&head).await;
+                // One chunk for every writer: the test's own memory is not the host's.
+                static CHUNK: [u8; 60 * 1024] = [7; 60 * 1024];
+                for _ in 0..10 {
+                    if send.write_all(&CHUNK).await.is_err() {
+                        break;
+                    }
+                }
+                (send, recv)
+            }));
+        }
+        conns.push(conn);
+    }
+    bystander_served(host.url()).await;
+    // Every stream is given up (reset) once the frame timeout passes.
+    for w in writers {
+        let (_send, mut recv) = tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .expect("the writes end")
+            .unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(60), recv.read_to_end(1024)).await;
+        assert!(
+            matches!(read, Ok(Err(_))),
+            "the stream was not given up: {read:?}"
+        );
+    }
+    let grew = ALLOC.peak_usage().saturating_sub(before);
+    println!("heap grew by {} KiB at its peak", grew / 1024);
+    assert!(grew < BOUND, "the heap grew by {grew} bytes");
+    bystander_served(host.url()).await;
+    drop(conns);
     host.shutdown_async().await;
 }

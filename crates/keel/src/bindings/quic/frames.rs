@@ -32,8 +32,9 @@ pub(crate) mod code {
     pub(crate) const TIMED_OUT: VarInt = VarInt::from_u32(4);
 }
 
-/// Frames up to this size are not counted against the receive budget (as on keel-wire: they fit
-/// a first buffer); larger ones are, from when their length is known until they are whole.
+/// Frames up to this size count against the connection's own receive budget only; larger ones
+/// against the host's too (as an HTTP body's first 64 KiB), from when their length is known
+/// until they are decoded.
 const UNCOUNTED_FRAME: usize = 64 * 1024;
 
 /// Why no frame came.
@@ -95,19 +96,23 @@ impl FrameReader {
         let mut counted = false;
         let mut started: Option<tokio::time::Instant> = None;
         loop {
+            let size = self.codec.pending_frame_size(&self.buf);
             if !self.buf.is_empty() {
-                if let (false, Some(size), Some(budget)) = (
-                    counted,
-                    self.codec.pending_frame_size(&self.buf),
-                    &self.budget,
-                ) {
+                if let (false, Some(size), Some(budget)) = (counted, size, &self.budget) {
+                    // Every byte of a frame is reserved before it is read: the connection's
+                    // own budget for a small frame (no connection waits behind others' large
+                    // ones for it), the connection's and the host's for a large one. Streams
+                    // are many: even small frames, uncounted, would add up.
                     counted = true;
-                    if size > UNCOUNTED_FRAME {
-                        let deadline = self.deadline(&mut started);
-                        match budget.reserve(size, deadline).await {
-                            Some(r) => reserved.merge(r),
-                            None => return Err(ReadFail::TimedOut),
-                        }
+                    let deadline = self.deadline(&mut started);
+                    let got = if size > UNCOUNTED_FRAME {
+                        budget.reserve(size, deadline).await
+                    } else {
+                        budget.reserve_own(size, deadline).await
+                    };
+                    match got {
+                        Some(r) => reserved.merge(r),
+                        None => return Err(ReadFail::TimedOut),
                     }
                 }
                 match self.codec.decode(&mut self.buf) {
@@ -117,9 +122,18 @@ impl FrameReader {
                     Err(e) => return Err(ReadFail::Malformed(e)),
                 }
             }
+            // Never more than the frame's own bytes: its length prefix first, then the rest of
+            // it (reserved above), or a frame head's worth when the length is over the limit.
+            let want = match size {
+                _ if self.buf.len() < keel_wire::LEN_PREFIX_SIZE => {
+                    keel_wire::LEN_PREFIX_SIZE - self.buf.len()
+                }
+                Some(size) => size.saturating_sub(self.buf.len()).max(1),
+                None => 32,
+            };
             let was_empty = self.buf.is_empty();
             let deadline = self.deadline(&mut started.clone());
-            let read = self.recv.read_chunk(64 * 1024, true);
+            let read = self.recv.read_chunk(want, true);
             let chunk = match (self.frame_timeout, was_empty) {
                 // Between frames, the stream may rest as long as its call runs.
                 (Some(_), false) => match tokio::time::timeout_at(deadline, read).await {
