@@ -600,3 +600,35 @@ async fn half_sent_messages_on_many_streams_stay_within_the_budgets() {
     drop(conns);
     host.shutdown_async().await;
 }
+
+/// A peer that never reads its answers: the host's writes stop at QUIC's windows (its send
+/// window is `max_unsent_bytes`), and the connection is closed once a write makes no progress
+/// for the frame timeout (counted as timed out); other clients are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_reads_its_answers_is_closed() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| {
+        h.max_message_size(16 << 20)
+            .max_unsent_bytes(64 * 1024)
+            .frame_timeout(Duration::from_millis(300))
+    });
+    let (_ep, conn) = raw_connect(addr_of(host.url())).await;
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    // 8 MiB of answer, far more than the client's stream window: never read.
+    send.write_all(&request(
+        "Probe",
+        "make_blob",
+        common::args(&[("n", 8u64 << 20)]),
+    ))
+    .await
+    .unwrap();
+    send.finish().unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(20), conn.closed()).await;
+    assert!(
+        matches!(closed, Ok(quinn::ConnectionError::ApplicationClosed(ref c)) if c.error_code.into_inner() == 4),
+        "{closed:?}"
+    );
+    assert!(eventually(|| host.stats().connections_timed_out >= 1).await);
+    bystander_served(host.url()).await;
+    host.shutdown_async().await;
+}
