@@ -632,3 +632,54 @@ async fn a_peer_that_never_reads_its_answers_is_closed() {
     bystander_served(host.url()).await;
     host.shutdown_async().await;
 }
+
+/// Handshakes that never finish (the host's answers never reach the client) are closed at the
+/// handshake timeout and counted, on a host with 0-RTT and on one requiring client
+/// certificates (no 0-RTT: the connection is not registered before its handshake); other
+/// clients are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_never_finished_are_closed_at_the_handshake_timeout() {
+    let client_cert = keel::tls::self_signed(&["quic-client"]).unwrap();
+    for mtls in [false, true] {
+        let mut tls = test_cert().server_tls().unwrap();
+        if mtls {
+            tls = tls
+                .require_client_certs(client_cert.cert_pem.as_bytes())
+                .unwrap();
+        }
+        let host = keel::Host::builder()
+            .service(ProbeServer::new(ProbeImpl::default()))
+            .endpoint("quic://127.0.0.1:0")
+            .tls(tls)
+            .handshake_timeout(Duration::from_millis(300))
+            .start()
+            .unwrap();
+        let fwd = Forwarder::start(addr_of(host.url())).await;
+        fwd.replies.store(false, Ordering::SeqCst);
+        let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        let resumption = rustls::client::Resumption::in_memory_sessions(4);
+        let config = quinn::ClientConfig::new(Arc::new(raw_crypto(&resumption)));
+        let mut connecting = Vec::new();
+        for _ in 0..5 {
+            connecting.push(
+                endpoint
+                    .connect_with(config.clone(), fwd.addr, "127.0.0.1")
+                    .unwrap(),
+            );
+        }
+        assert!(
+            eventually(|| host.stats().connections_timed_out >= 5).await,
+            "mtls {mtls}: {:?}",
+            host.stats()
+        );
+        assert!(
+            eventually(|| host.stats().connections_open == 0).await,
+            "mtls {mtls}"
+        );
+        if !mtls {
+            bystander_served(host.url()).await;
+        }
+        drop(connecting);
+        host.shutdown_async().await;
+    }
+}
