@@ -604,6 +604,9 @@ async fn serve_stream(
     match result {
         Ok(()) => {
             let _ = send.finish();
+            // Until the client has it all: a connection closed now (a drain, idle) would drop
+            // what is still unacknowledged, and this stream counts until then.
+            let _ = tokio::time::timeout(settings.frame_timeout, send.stopped()).await;
         }
         Err(PumpFail::TimedOut) => {
             // The client does not read its answers: they would pile up.
@@ -670,8 +673,10 @@ async fn answer_status(send: &mut quinn::SendStream, codec: &Codec, call_id: u64
         details,
         body,
     });
-    let timeout = Some(Duration::from_secs(60));
-    if write_frame(send, codec, reply, timeout).await.is_ok() {
+    let timeout = Duration::from_secs(60);
+    if write_frame(send, codec, reply, Some(timeout)).await.is_ok() {
         let _ = send.finish();
+        // Delivered before the stream stops counting (see `serve_stream`).
+        let _ = tokio::time::timeout(timeout, send.stopped()).await;
     }
 }
