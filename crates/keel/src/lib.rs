@@ -75,6 +75,7 @@
 //! | `tls` | on | `tcps://`, `https://`, `grpcs://`; [`tls`] | rustls, ring |
 //! | `prometheus` | on | the Prometheus recorder whose text the admin endpoint serves (needs `http`) | metrics-exporter-prometheus (evmap, quanta, rand) |
 //! | `openapi` | on | the OpenAPI document, JSON Schema by schemars | schemars |
+//! | `quic` | off | `quic://` endpoints and clients: keel's calls on QUIC (turns `tls` on) | quinn, quinn-proto, quinn-udp |
 //! | `dev-cert` | off | `keel::tls::self_signed`, with `tls`: **development and tests only** | rcgen (time, yasna, pem) |
 //! | `wire-v1` | off | clients of keel's wire protocol version 1 and `application/x-keel-postcard` bodies | postcard (heapless) |
 //! | `test-util` | off | `keel::testing`, keel's clock paused and moved by tests: **tests only** | none |
@@ -164,6 +165,7 @@
 //! | `https://host:port` | the same over TLS (ALPN) | the same over TLS, HTTP/2 if ALPN agrees |
 //! | `grpc://host:port` | (refused: hosts serve gRPC on `http://`) | gRPC over HTTP/2 (prior knowledge), to any gRPC server whose messages match the contract's `.proto` (`GRPC.md`, "keel's client") |
 //! | `grpcs://host:port` | (refused: hosts serve gRPC on `https://`) | gRPC over HTTP/2 on TLS (ALPN `h2`) |
+//! | `quic://host:port` | keel's calls on QUIC (UDP; TLS 1.3, ALPN `keel/1`; feature `quic`) | the same; 0-RTT on resumption for idempotent calls |
 //!
 //! A host listens on any mix of `tcp://host:port`, `tcps://host:port` (TLS), and
 //! `unix:///path`. TLS endpoints need the host's certificate ([`HostBuilder::tls`](host::HostBuilder::tls)); clients
@@ -440,6 +442,7 @@
 //! | message size | [`max_message_size`](host::HostBuilder::max_message_size) | 4 MiB | `TooLarge` (413), checked before allocating, and for a compressed body while it decompresses; the connection is kept |
 //! | calls in flight per connection | [`max_calls_per_connection`](host::HostBuilder::max_calls_per_connection) | a quarter of the throttle's places (512) | `Busy` (503) |
 //! | HTTP/2 streams per connection | follows the above | max(calls per connection, 128) | the client waits (`SETTINGS_MAX_CONCURRENT_STREAMS`) |
+//! | QUIC streams per connection (`quic://`) | follows the above | max(calls per connection, 128) | the client waits (`MAX_STREAMS`); the other limits map onto QUIC as `PROTOCOL.md`, "QUIC" says (a frame not finished in time ends its stream, not the connection) |
 //! | HTTP request head | fixed | 64 KiB (HTTP/1.1 buffer, HTTP/2 header list) | 431, or the connection is closed |
 //! | calls running, host-wide | [`max_concurrent_calls`](host::HostBuilder::max_concurrent_calls) | 1,024 | queued |
 //! | calls queued | [`max_queued_calls`](host::HostBuilder::max_queued_calls) | 1,024 | `Busy` (503 with `Retry-After`) at once |
@@ -666,6 +669,7 @@
 //! | `tls` | on | `tcps://` (and `https://` with `http`), with rustls ([`tls`]) |
 //! | `prometheus` | on | the Prometheus recorder and `GET /metrics` on the admin endpoint (turns `http` on) |
 //! | `openapi` | on | [`openapi`] and `GET /openapi.json`; [`schemars`] re-exported. No bound on contract types: those without `JsonSchema` get an open schema (`{}`) that names them |
+//! | `quic` | off | `quic://` endpoints and clients: one QUIC stream per call, 0-RTT for idempotent calls on resumption (`PROTOCOL.md`, "QUIC"; turns `tls` on) |
 //! | `test-util` | off | `keel::testing`: keel's clock under a test's control; never for production |
 //!
 //! # Testing in keel's time

@@ -228,10 +228,12 @@ common::binding_matrix! {
         async fn streams_stopped_early_keep_the_connection;
         async fn many_sequential_streamed_calls_use_one_connection;
         async fn graceful_shutdown_with_a_thousand_calls_in_flight_loses_none;
-        async fn a_new_host_taking_over_a_draining_hosts_address_loses_no_call;
         async fn a_client_killed_mid_call_frees_its_slot_and_cancels_the_handler;
         async fn a_client_whose_connection_closes_mid_call_frees_its_slot;
         fn the_blocking_client_needs_no_runtime;
+    }
+    [stream_socket] {
+        async fn a_new_host_taking_over_a_draining_hosts_address_loses_no_call;
     }
 }
 

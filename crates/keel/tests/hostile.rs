@@ -22,7 +22,7 @@
 //! | `idle_connections_cannot_lock_newcomers_out` | all | newcomer served; the idle longest evicted (keel-wire: GoAway "connection limit reached"), `evicted` counted |
 //! | `sockets_that_never_handshake_cannot_lock_newcomers_out` | all | newcomer served (oldest handshake evicted; plain HTTP: the idle longest); the rest closed by the handshake timeout (plain HTTP: idle timeout), `timed_out` counted |
 //! | `idle_timeout_closes_and_the_client_reconnects` | all | idle connection closed (keel-wire: GoAway "idle timeout"); the client's next call reconnects |
-//! | `when_every_connection_is_busy_a_newcomer_is_refused` | all | newcomer's connection closed, `refused` counted; calls in flight answered; served once one is idle |
+//! | `when_every_connection_is_busy_a_newcomer_is_refused` | all (quic too) | newcomer's connection closed, `refused` counted; calls in flight answered; served once one is idle |
 //! | `a_peer_that_never_reads_its_answers_is_bounded_and_closed` | all | host stops reading, closes after the frame timeout; memory bounded |
 //! | `pings_never_read_are_bounded_and_closed` | tcp, tcps, unix, http2, https | the same, for Ping (keel-wire) / PING (HTTP/2) floods |
 //! | `an_oversized_request_is_too_large_and_the_connection_kept` | all | TooLarge / 413; the next call on the same connection served |
@@ -4072,10 +4072,13 @@ async fn plaintext_to_a_tls_port_is_closed(b: Binding) {
 
 common::binding_matrix! {
     [] {
+        async fn when_every_connection_is_busy_a_newcomer_is_refused;
+    }
+    // Raw peers on a TCP or Unix socket (quic:// has its own in tests/quic.rs).
+    [stream_socket] {
         async fn idle_connections_cannot_lock_newcomers_out;
         async fn sockets_that_never_handshake_cannot_lock_newcomers_out;
         async fn idle_timeout_closes_and_the_client_reconnects;
-        async fn when_every_connection_is_busy_a_newcomer_is_refused;
         #[ignore = "slow: a memory case, run alone"]
         async fn a_peer_that_never_reads_its_answers_is_bounded_and_closed;
         async fn an_oversized_request_is_too_large_and_the_connection_kept;
@@ -4088,9 +4091,11 @@ common::binding_matrix! {
     }
     // Bindings whose connections multiplex calls (keel-wire, HTTP/2).
     [multiplexed] {
+        async fn one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle;
+    }
+    [multiplexed stream_socket] {
         #[ignore = "slow: a memory case, run alone"]
         async fn pings_never_read_are_bounded_and_closed;
-        async fn one_connection_gets_busy_beyond_its_share_while_others_get_the_throttle;
     }
     [wire] {
         async fn a_half_sent_frame_is_closed_after_the_frame_timeout;
@@ -4141,7 +4146,7 @@ common::binding_matrix! {
         #[ignore = "slow: a memory case, run alone"]
         async fn h2_settings_and_ping_floods_are_bounded;
     }
-    [tls] {
+    [tls stream_socket] {
         async fn tls_garbage_is_closed;
         async fn plaintext_to_a_tls_port_is_closed;
     }

@@ -6,7 +6,9 @@
 //!   connection, frames from `keel-wire`;
 //! - [`http`] (feature `http`): HTTP/1.1 and HTTP/2 (`http://`, `https://`), one request per
 //!   call, the convention in `HTTP.md`; and gRPC over the same HTTP/2 client (`grpc://`,
-//!   `grpcs://`, `GRPC.md`).
+//!   `grpcs://`, `GRPC.md`);
+//! - `quic` (feature `quic`): keel-wire's calls on QUIC streams (`quic://`), one stream per
+//!   call, 0-RTT on resumption for idempotent calls (PROTOCOL.md, "QUIC").
 //!
 //! A binding sits on the transport (sockets, TLS) and on dispatch (the host side hands every
 //! call to [`crate::dispatch::dispatch`]); it takes plain settings ([`ClientSettings`],
@@ -15,6 +17,8 @@
 
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "quic")]
+pub(crate) mod quic;
 pub(crate) mod session;
 pub(crate) mod wire;
 
@@ -258,6 +262,8 @@ pub(crate) struct ConnCounts {
     pub(crate) closed: u64,
     /// Connections open now.
     pub(crate) open: usize,
+    /// Calls answered that went out as 0-RTT data (`quic://` on a resumed connection).
+    pub(crate) sent_early: u64,
 }
 
 /// The client side of a binding: carries one channel's calls to its host.
@@ -347,6 +353,12 @@ pub(crate) fn client(endpoint: Endpoint, settings: ClientSettings) -> Result<Cli
         ))),
         #[cfg(not(feature = "http"))]
         Protocol::Http | Protocol::Grpc => return Err(http_feature_needed(&endpoint)),
+        #[cfg(feature = "quic")]
+        Protocol::Quic => {
+            Client::Other(Box::new(quic::client::QuicClient::new(endpoint, settings)))
+        }
+        #[cfg(not(feature = "quic"))]
+        Protocol::Quic => return Err(quic_feature_needed(&endpoint)),
     })
 }
 
@@ -369,7 +381,17 @@ pub(crate) async fn serve(
         #[cfg(not(feature = "http"))]
         Protocol::Http => unreachable!("refused at start without the `http` feature"),
         Protocol::Grpc => unreachable!("a host refuses gRPC's client schemes at start"),
+        Protocol::Quic => unreachable!("a host serves quic:// on a UDP endpoint of its own"),
     }
+}
+
+/// The error for a `quic://` endpoint in a build without the `quic` feature.
+#[cfg(not(feature = "quic"))]
+pub(crate) fn quic_feature_needed(endpoint: &Endpoint) -> Error {
+    Error::new(
+        crate::core::error::Kind::Config,
+        format!("{endpoint}: quic:// endpoints need keel's `quic` feature"),
+    )
 }
 
 /// The error for an HTTP (or gRPC) endpoint in a build without the `http` feature.

@@ -82,6 +82,7 @@ impl Balancer {
                 opened: 0,
                 closed: 0,
                 open: 0,
+                sent_early: 0,
             }),
             start: Instant::now(),
         }
@@ -453,6 +454,7 @@ impl ClientTransport for Balanced {
                 opened: a.opened + c.opened,
                 closed: a.closed + c.closed,
                 open: a.open + c.open,
+                sent_early: a.sent_early + c.sent_early,
             })
     }
 }

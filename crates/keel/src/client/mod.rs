@@ -62,6 +62,9 @@ pub struct ChannelStats {
     pub hedges_won: u64,
     /// Hedges not sent because the retry budget was spent.
     pub hedges_refused_by_budget: u64,
+    /// `quic://`: calls sent as 0-RTT data on a resumed connection, and answered (only
+    /// `#[keel(idempotent)]` calls without a request stream go early).
+    pub calls_sent_early: u64,
 }
 
 /// Where a call's reply metadata lands (as grpc-go's `grpc.Header` call option): give it to a
@@ -221,6 +224,7 @@ impl Channel {
             hedges: self.inner.hedges.load(Ordering::Relaxed),
             hedges_won: self.inner.hedges_won.load(Ordering::Relaxed),
             hedges_refused_by_budget: self.inner.hedges_refused.load(Ordering::Relaxed),
+            calls_sent_early: counts.sent_early,
         }
     }
 

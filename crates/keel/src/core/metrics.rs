@@ -16,8 +16,8 @@
 //!
 //! Prometheus conventions: base units (seconds), `_total` counters, `_seconds` histograms.
 //! Labels: `service` and `operation` (a contract's names), `code` ([`StatusCode::as_str`](crate::StatusCode::as_str)),
-//! `binding` (the URL scheme: `tcp`, `tcps`, `unix`, `http`, `https`, or `http-service` for
-//! [`Host::http_service`](crate::Host::http_service)).
+//! `binding` (the URL scheme: `tcp`, `tcps`, `unix`, `http`, `https`, `quic`, or `http-service`
+//! for [`Host::http_service`](crate::Host::http_service)).
 //!
 //! Host, per operation (recorded as calls happen):
 //!

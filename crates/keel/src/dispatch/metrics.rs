@@ -79,7 +79,15 @@ impl OpMetrics {
 }
 
 /// The bindings connection metrics are kept for, by `HostConnInfo::binding`.
-const BINDINGS: [&str; 6] = ["tcp", "tcps", "unix", "http", "https", "http-service"];
+const BINDINGS: [&str; 7] = [
+    "tcp",
+    "tcps",
+    "unix",
+    "http",
+    "https",
+    "http-service",
+    "quic",
+];
 
 /// One binding's host-connection metric handles.
 #[derive(Debug)]

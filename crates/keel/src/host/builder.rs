@@ -786,6 +786,10 @@ impl HostBuilder {
         if let Some(ep) = endpoints.iter().find(|e| e.protocol() == Protocol::Http) {
             return Err(crate::bindings::http_feature_needed(ep));
         }
+        #[cfg(not(feature = "quic"))]
+        if let Some(ep) = endpoints.iter().find(|e| e.protocol() == Protocol::Quic) {
+            return Err(crate::bindings::quic_feature_needed(ep));
+        }
         // Before binding anything: a TLS endpoint without a certificate is a config error.
         let security = endpoints
             .iter()
@@ -870,7 +874,27 @@ impl HostBuilder {
         // Every endpoint is bound before any is served: a failure leaves nothing running.
         let mut urls = Vec::new();
         let mut listeners = Vec::new();
+        #[cfg(feature = "quic")]
+        let mut quic_listeners = Vec::new();
         for (ep, security) in endpoints.into_iter().zip(security) {
+            #[cfg(feature = "quic")]
+            if ep.protocol() == Protocol::Quic {
+                // A UDP endpoint of its own (TLS is part of QUIC's handshake).
+                let tls = config.tls.as_ref().ok_or_else(|| {
+                    Error::new(
+                        Kind::Config,
+                        format!("{ep}: a TLS endpoint needs a certificate: call HostBuilder::tls"),
+                    )
+                })?;
+                let listener = {
+                    let _in_runtime = handle.enter();
+                    crate::bindings::quic::server::QuicListener::bind(&ep, tls, &settings)?
+                };
+                urls.push(listener.local_url()?);
+                certificates.add_quic(listener.tls_slot());
+                quic_listeners.push(listener);
+                continue;
+            }
             let listen_err = |e| crate::transport::socket::listen_error(&ep, e);
             let bound = ep.bind(config.listen_backlog).map_err(listen_err)?;
             urls.push(bound.local_url().map_err(listen_err)?);
@@ -891,6 +915,15 @@ impl HostBuilder {
                 ))
             })
             .collect();
+        #[cfg(feature = "quic")]
+        accept_tasks.extend(quic_listeners.into_iter().map(|listener| {
+            handle.spawn(super::quic_accept_loop(
+                listener,
+                registry.clone(),
+                settings.clone(),
+                config.max_connections,
+            ))
+        }));
         accept_tasks.push(handle.spawn(idle_reaper(registry.clone(), config.idle_timeout)));
         if let Some(age) = config.max_connection_age {
             let grace = config.max_connection_age_grace;

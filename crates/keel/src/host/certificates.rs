@@ -14,6 +14,9 @@ use crate::transport::tls::{AcceptorSlot, PemContents};
 #[derive(Debug, Default)]
 pub(crate) struct Certificates {
     slots: Vec<Arc<AcceptorSlot>>,
+    /// The `quic://` endpoints' (bound after the others' slots are made).
+    #[cfg(feature = "quic")]
+    quic: parking_lot::Mutex<Vec<crate::bindings::quic::server::QuicTlsSlot>>,
     reloads: AtomicU64,
     failures: AtomicU64,
 }
@@ -32,10 +35,32 @@ impl Certificates {
         for slot in &self.slots {
             slot.replace(tls);
         }
+        #[cfg(feature = "quic")]
+        for slot in self.quic.lock().iter() {
+            // Checked by `check` first; settings it refuses keep the current certificate.
+            if let Err(e) = slot.replace(tls) {
+                log::warn!("keel: the quic:// endpoint keeps its certificate: {e}");
+            }
+        }
         self.reloads.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether the host has no TLS endpoint.
+    /// A `quic://` endpoint's slot, replaced with the others from now on.
+    #[cfg(feature = "quic")]
+    pub(crate) fn add_quic(&self, slot: crate::bindings::quic::server::QuicTlsSlot) {
+        self.quic.lock().push(slot);
+    }
+
+    /// Whether `tls` can serve every endpoint (QUIC needs TLS 1.3 with its cipher suites).
+    pub(crate) fn check(&self, tls: &ServerTls) -> Result<(), crate::Error> {
+        #[cfg(feature = "quic")]
+        for slot in self.quic.lock().iter() {
+            slot.check(tls)?;
+        }
+        let _ = tls;
+        Ok(())
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
@@ -90,7 +115,10 @@ impl Certificates {
             }
             // Each new content is tried once: refused, it is not tried (nor counted) again
             // until the files change.
-            match tls.remake(&contents) {
+            match tls
+                .remake(&contents)
+                .and_then(|new| self.check(&new).map(|()| new))
+            {
                 Ok(new) => {
                     self.replace(&new);
                     log::info!("keel: TLS certificate reloaded from its files");

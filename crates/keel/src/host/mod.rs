@@ -39,7 +39,7 @@ use registry::Registry;
 pub struct ConnectionInfo {
     /// The host's id for it, unique for the host's life.
     pub id: u64,
-    /// The binding's URL scheme: `tcp`, `tcps`, `unix`, `http` or `https`.
+    /// The binding's URL scheme: `tcp`, `tcps`, `unix`, `http`, `https` or `quic`.
     pub binding: &'static str,
     /// The other end (`ip:port`, or `unix`).
     pub peer: String,
@@ -265,9 +265,10 @@ impl Host {
         if self.certificates.is_empty() {
             return Err(crate::Error::new(
                 crate::core::error::Kind::Config,
-                "reload_tls: this host has no TLS endpoint (tcps:// or https://)",
+                "reload_tls: this host has no TLS endpoint (tcps://, https:// or quic://)",
             ));
         }
+        self.certificates.check(&tls)?;
         self.certificates.replace(&tls);
         Ok(())
     }
@@ -494,6 +495,38 @@ async fn accept_loop(
                 connected.peer_certificates.clone(),
             );
             bindings::serve(connected, endpoint.protocol(), d, &*r, settings, info).await;
+        });
+        registry.handshake_task(id, task.abort_handle());
+    }
+}
+
+/// [`accept_loop`] for a `quic://` endpoint: each connection attempt is admitted as a TCP
+/// connection is (the connection limit, eviction), then handshaken and served in a task of its
+/// own.
+#[cfg(feature = "quic")]
+async fn quic_accept_loop(
+    listener: bindings::quic::server::QuicListener,
+    registry: Arc<Registry>,
+    settings: Arc<ServerSettings>,
+    max_connections: usize,
+) {
+    let listener = Arc::new(listener);
+    let binding = "quic";
+    while let Some(incoming) = listener.accept().await {
+        if registry.is_full(max_connections) && !registry.evict_one() {
+            registry.refused(binding);
+            incoming.refuse();
+            continue;
+        }
+        let id = registry.next_id();
+        // Counted before its task can run (and register it, ending the count).
+        registry.handshake_starting(id, binding);
+        let (r, settings, listener) = (registry.clone(), settings.clone(), listener.clone());
+        let task = tokio::spawn(async move {
+            let _ended = HandshakeEnded(r.clone(), id);
+            let d = r.dispatcher().clone();
+            let zero_rtt = listener.zero_rtt();
+            bindings::quic::server::serve(incoming, zero_rtt, d, &*r, settings, id).await;
         });
         registry.handshake_task(id, task.abort_handle());
     }

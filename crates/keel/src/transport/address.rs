@@ -18,6 +18,8 @@ pub(crate) enum Protocol {
     Http,
     /// gRPC over HTTP/2 (a client's scheme: hosts speak gRPC on their HTTP endpoints).
     Grpc,
+    /// keel's calls on QUIC streams (feature `quic`).
+    Quic,
 }
 
 /// Where a host listens or a client connects, parsed from a URL.
@@ -37,13 +39,15 @@ pub(crate) enum Endpoint {
     Grpc(String),
     /// `grpcs://host:port`: gRPC over HTTP/2 on TLS (ALPN `h2`).
     Grpcs(String),
+    /// `quic://host:port`: keel's calls on QUIC streams (UDP), TLS 1.3 (ALPN `keel/1`).
+    Quic(String),
 }
 
 /// The schemes keel knows, each with what it is and the feature it needs (for errors).
 const SCHEMES: &str = "tcp:// (keel's wire protocol), tcps:// (the same on TLS; feature `tls`), \
 unix:///path (a Unix socket), http:// (HTTP/1.1 and HTTP/2, gRPC, JSON; feature `http`), \
 https:// (features `http` and `tls`), grpc:// and grpcs:// (a client's gRPC; feature `http`, \
-and `tls` for grpcs)";
+and `tls` for grpcs), quic:// (keel's calls on QUIC; feature `quic`)";
 
 fn config(message: String) -> Error {
     Error::new(Kind::Config, message)
@@ -149,7 +153,9 @@ impl Endpoint {
     /// without regard to case (`TCP://` is `tcp://`), as URL schemes are.
     pub(crate) fn parse(input: &str) -> Result<Endpoint, Error> {
         let Some((scheme, rest)) = input.split_once("://") else {
-            let known = ["tcp", "tcps", "unix", "http", "https", "grpc", "grpcs"];
+            let known = [
+                "tcp", "tcps", "unix", "http", "https", "grpc", "grpcs", "quic",
+            ];
             if let Some((scheme, _)) = input
                 .split_once(':')
                 .filter(|(s, _)| known.iter().any(|k| s.eq_ignore_ascii_case(k)))
@@ -173,10 +179,7 @@ impl Endpoint {
             "grpc" => host_port(input, "grpc", rest).map(Endpoint::Grpc),
             "grpcs" => host_port(input, "grpcs", rest).map(Endpoint::Grpcs),
             "unix" => unix_path(input, rest).map(Endpoint::Unix),
-            "quic" => Err(config(format!(
-                "`{input}`: unknown scheme `quic`: keel has no QUIC binding yet. keel knows \
-                 {SCHEMES}"
-            ))),
+            "quic" => host_port(input, "quic", rest).map(Endpoint::Quic),
             "ws" | "wss" => Err(config(format!(
                 "`{input}`: unknown scheme `{scheme}`: keel has no WebSocket binding; streams \
                  and duplex calls run on tcp:// or on http:// (HTTP/2). keel knows {SCHEMES}"
@@ -193,6 +196,7 @@ impl Endpoint {
             Endpoint::Tcp(_) | Endpoint::Tcps(_) | Endpoint::Unix(_) => Protocol::Wire,
             Endpoint::Http(_) | Endpoint::Https(_) => Protocol::Http,
             Endpoint::Grpc(_) | Endpoint::Grpcs(_) => Protocol::Grpc,
+            Endpoint::Quic(_) => Protocol::Quic,
         }
     }
 
@@ -206,6 +210,7 @@ impl Endpoint {
             Endpoint::Https(_) => "https",
             Endpoint::Grpc(_) => "grpc",
             Endpoint::Grpcs(_) => "grpcs",
+            Endpoint::Quic(_) => "quic",
         }
     }
 
@@ -224,7 +229,7 @@ impl Endpoint {
     pub(crate) fn is_tls(&self) -> bool {
         matches!(
             self,
-            Endpoint::Tcps(_) | Endpoint::Https(_) | Endpoint::Grpcs(_)
+            Endpoint::Tcps(_) | Endpoint::Https(_) | Endpoint::Grpcs(_) | Endpoint::Quic(_)
         )
     }
 
@@ -232,7 +237,7 @@ impl Endpoint {
     /// and what a client offers unless told otherwise.
     pub(crate) fn alpn(&self) -> &'static [&'static [u8]] {
         match self.protocol() {
-            Protocol::Wire => &[ALPN_KEEL],
+            Protocol::Wire | Protocol::Quic => &[ALPN_KEEL],
             Protocol::Http => &[ALPN_H2, ALPN_HTTP1],
             Protocol::Grpc => &[ALPN_H2],
         }
@@ -258,6 +263,7 @@ impl Endpoint {
             Endpoint::Https(_) => Endpoint::Https(authority),
             Endpoint::Grpc(_) => Endpoint::Grpc(authority),
             Endpoint::Grpcs(_) => Endpoint::Grpcs(authority),
+            Endpoint::Quic(_) => Endpoint::Quic(authority),
             Endpoint::Unix(p) => Endpoint::Unix(p.clone()),
         }
     }
@@ -270,7 +276,8 @@ impl Endpoint {
             | Endpoint::Http(a)
             | Endpoint::Https(a)
             | Endpoint::Grpc(a)
-            | Endpoint::Grpcs(a) => Some(a),
+            | Endpoint::Grpcs(a)
+            | Endpoint::Quic(a) => Some(a),
             Endpoint::Unix(_) => None,
         }
     }
@@ -285,6 +292,7 @@ impl fmt::Display for Endpoint {
             Endpoint::Https(a) => write!(f, "https://{a}"),
             Endpoint::Grpc(a) => write!(f, "grpc://{a}"),
             Endpoint::Grpcs(a) => write!(f, "grpcs://{a}"),
+            Endpoint::Quic(a) => write!(f, "quic://{a}"),
             Endpoint::Unix(p) => write!(f, "unix://{}", p.display()),
         }
     }
@@ -447,17 +455,18 @@ mod tests {
 
     #[test]
     fn unknown_scheme_names_the_cause_and_the_fix() {
-        for bad in ["ftp://h:1", "htp://h:1", "quic://h:1", "wss://h:1"] {
+        for bad in ["ftp://h:1", "htp://h:1", "quics://h:1", "wss://h:1"] {
             let text = Endpoint::parse(bad).unwrap_err().to_string();
             assert!(text.contains("unknown scheme"), "{text}");
             // The schemes keel knows, and the feature that enables each optional one.
             for known in [
-                "tcp://", "tcps://", "unix:///", "http://", "https://", "grpc://",
+                "tcp://", "tcps://", "unix:///", "http://", "https://", "grpc://", "quic://",
             ] {
                 assert!(text.contains(known), "{bad}: {text}");
             }
             assert!(text.contains("feature `tls`"), "{text}");
             assert!(text.contains("feature `http`"), "{text}");
+            assert!(text.contains("feature `quic`"), "{text}");
         }
         let text = Endpoint::parse("127.0.0.1:7000").unwrap_err().to_string();
         assert!(text.contains("no scheme"), "{text}");
@@ -486,6 +495,11 @@ mod tests {
             Endpoint::parse("https://h:1").unwrap().alpn(),
             &[&b"h2"[..], &b"http/1.1"[..]]
         );
+        let quic = Endpoint::parse("quic://h:1").unwrap();
+        assert_eq!(quic, Endpoint::Quic("h:1".into()));
+        assert!(quic.is_tls());
+        assert_eq!(quic.protocol(), Protocol::Quic);
+        assert_eq!(quic.alpn(), &[&b"keel/1"[..]]);
         assert!(looks_like_tls(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0a]));
         assert!(!looks_like_tls(b"KEEL"));
     }
@@ -499,6 +513,7 @@ mod tests {
             "http://h:1",
             "https://h:1",
             "grpc://h:1",
+            "quic://h:1",
             "grpcs://h:1",
         ] {
             assert_eq!(Endpoint::parse(url).unwrap().to_string(), url);

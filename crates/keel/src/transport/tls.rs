@@ -3,7 +3,9 @@
 //!
 //! - `tcps://host:port` runs the keel wire protocol over TLS (ALPN `keel/1`);
 //! - `https://host:port` runs HTTP/1.1 or HTTP/2 over TLS (ALPN `h2`, `http/1.1`), with the
-//!   `http` feature.
+//!   `http` feature;
+//! - `quic://host:port` runs keel's calls on QUIC streams, TLS 1.3 inside QUIC's handshake
+//!   (ALPN `keel/1`), with the `quic` feature.
 //!
 //! A host gets its certificate from a [`ServerTls`] ([`HostBuilder::tls`]); a client decides whom
 //! to trust with a [`ClientTls`] ([`ChannelBuilder::tls`]; without one, it trusts the
@@ -372,6 +374,75 @@ impl ServerTls {
         let mut config = (*self.config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+#[cfg(feature = "quic")]
+impl ServerTls {
+    /// Whether a `quic://` endpoint with these settings accepts 0-RTT data (see
+    /// [`quic_config`](ServerTls::quic_config)).
+    pub(crate) fn quic_accepts_0rtt(&self) -> bool {
+        match self.identity {
+            Some(_) => !self.client_certs_required,
+            None => self.config.max_early_data_size == u32::MAX,
+        }
+    }
+
+    /// The TLS settings of a `quic://` endpoint speaking `alpn`: TLS 1.3 only (QUIC has no
+    /// other), and 0-RTT accepted on resumption unless clients must present a certificate (a
+    /// call's context carries the verified client certificate, which 0-RTT data arrives before).
+    /// A config from [`rustls_unstable::server_tls`] keeps its own `max_early_data_size`.
+    pub(crate) fn quic_config(
+        &self,
+        alpn: &[&[u8]],
+    ) -> Result<quinn::crypto::rustls::QuicServerConfig, Error> {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        if self.identity.is_some() {
+            // QUIC allows only 0 (no 0-RTT) or u32::MAX here (RFC 9001, section 4.6.1).
+            config.max_early_data_size = if self.client_certs_required {
+                0
+            } else {
+                u32::MAX
+            };
+        }
+        quinn::crypto::rustls::QuicServerConfig::try_from(config).map_err(|e| {
+            config_err(format!(
+                "these TLS settings cannot serve QUIC (it needs TLS 1.3 with an AES-128-GCM \
+                 suite): {e}"
+            ))
+        })
+    }
+}
+
+#[cfg(feature = "quic")]
+impl ClientTls {
+    /// The TLS settings of a `quic://` connection to `host` offering `alpn`, resuming sessions
+    /// from (and storing new tickets in) `resumption`, with 0-RTT enabled: the binding decides
+    /// which calls may go as 0-RTT data. Returns the config and the server name to check.
+    pub(crate) fn quic_config(
+        &self,
+        host: &str,
+        alpn: &[&[u8]],
+        resumption: &rustls::client::Resumption,
+    ) -> Result<(quinn::crypto::rustls::QuicClientConfig, String), Error> {
+        let name = self.server_name.as_deref().unwrap_or(host).to_string();
+        ServerName::try_from(name.clone()).map_err(|e| {
+            config_err(format!(
+                "`{name}` is not a valid TLS server name (a DNS name or an IP address): {e}"
+            ))
+        })?;
+        let mut config = (*self.made.read().config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config.resumption = resumption.clone();
+        config.enable_early_data = true;
+        let config = quinn::crypto::rustls::QuicClientConfig::try_from(config).map_err(|e| {
+            config_err(format!(
+                "these TLS settings cannot speak QUIC (it needs TLS 1.3 with an AES-128-GCM \
+                 suite): {e}"
+            ))
+        })?;
+        Ok((config, name))
     }
 }
 

@@ -1,5 +1,5 @@
 //! The binding matrix, written once: [`binding_matrix!`] expands a test file's cases into one
-//! module per binding (`tcp::`, `unix::`, `tcps::`, `http1::`, `http2::`, `https::`), each test
+//! module per binding (`tcp::`, `unix::`, `tcps::`, `http1::`, `http2::`, `https::`, `quic::`), each test
 //! calling the file's `async fn case(b: Binding)` (or plain `fn`) with that binding, and gated
 //! by the binding's features.
 //!
@@ -33,35 +33,42 @@
 /// - `http`: HTTP; `http1`: HTTP/1.1 spoken; `http2`: HTTP/2 spoken;
 /// - `multiplexed`: concurrent calls share one connection;
 /// - `tls`: TLS; `plain`: no TLS;
-/// - `over_tcp`: a TCP connection underneath (what a TCP proxy can carry).
+/// - `over_tcp`: a TCP connection underneath (what a TCP proxy can carry);
+/// - `quic`: keel-wire's calls on QUIC streams (`quic://`, feature `quic`);
+/// - `stream_socket`: a TCP or Unix stream socket, what a raw test peer writes bytes to and a
+///   TCP forwarder carries (not UDP).
 ///
 /// The modules take the bindings' names at the root of the test file: an item of the same name
 /// there (`use hyper::client::conn::http2`, say) has to be renamed.
 macro_rules! binding_matrix {
     ($($groups:tt)*) => {
         $crate::common::matrix::__matrix_module! {
-            tcp = $crate::common::Binding::Tcp; [wire multiplexed plain over_tcp]; $($groups)*
+            tcp = $crate::common::Binding::Tcp; [wire multiplexed plain over_tcp stream_socket]; $($groups)*
         }
         $crate::common::matrix::__matrix_module! {
-            unix = $crate::common::Binding::Unix; [wire multiplexed plain]; $($groups)*
+            unix = $crate::common::Binding::Unix; [wire multiplexed plain stream_socket]; $($groups)*
         }
         #[cfg(feature = "tls")]
         $crate::common::matrix::__matrix_module! {
-            tcps = $crate::common::Binding::Tcps; [wire multiplexed tls over_tcp]; $($groups)*
+            tcps = $crate::common::Binding::Tcps; [wire multiplexed tls over_tcp stream_socket]; $($groups)*
         }
         #[cfg(feature = "http")]
         $crate::common::matrix::__matrix_module! {
-            http1 = $crate::common::Binding::Http1; [http http1 plain over_tcp]; $($groups)*
+            http1 = $crate::common::Binding::Http1; [http http1 plain over_tcp stream_socket]; $($groups)*
         }
         #[cfg(feature = "http")]
         $crate::common::matrix::__matrix_module! {
-            http2 = $crate::common::Binding::Http2; [http http2 multiplexed plain over_tcp];
+            http2 = $crate::common::Binding::Http2; [http http2 multiplexed plain over_tcp stream_socket];
             $($groups)*
         }
         #[cfg(all(feature = "http", feature = "tls"))]
         $crate::common::matrix::__matrix_module! {
-            https = $crate::common::Binding::Https; [http http1 http2 multiplexed tls over_tcp];
+            https = $crate::common::Binding::Https; [http http1 http2 multiplexed tls over_tcp stream_socket];
             $($groups)*
+        }
+        #[cfg(feature = "quic")]
+        $crate::common::matrix::__matrix_module! {
+            quic = $crate::common::Binding::Quic; [quic multiplexed tls]; $($groups)*
         }
     };
 }
@@ -100,6 +107,8 @@ macro_rules! __matrix_tag {
     (tls) => {};
     (plain) => {};
     (over_tcp) => {};
+    (quic) => {};
+    (stream_socket) => {};
     ($other:ident) => {
         compile_error!(concat!("no binding has the tag `", stringify!($other), "`"));
     };
@@ -132,6 +141,12 @@ macro_rules! __matrix_if {
         $crate::common::matrix::__matrix_if! { [$($more)*] $all $all $body }
     };
     ([over_tcp $($more:ident)*] [over_tcp $($h:ident)*] $all:tt $body:tt) => {
+        $crate::common::matrix::__matrix_if! { [$($more)*] $all $all $body }
+    };
+    ([stream_socket $($more:ident)*] [stream_socket $($h:ident)*] $all:tt $body:tt) => {
+        $crate::common::matrix::__matrix_if! { [$($more)*] $all $all $body }
+    };
+    ([quic $($more:ident)*] [quic $($h:ident)*] $all:tt $body:tt) => {
         $crate::common::matrix::__matrix_if! { [$($more)*] $all $all $body }
     };
     ([$need:ident $($more:ident)*] [$other:ident $($h:ident)*] $all:tt $body:tt) => {

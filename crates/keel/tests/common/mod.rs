@@ -325,6 +325,9 @@ pub enum Binding {
     Https,
     #[cfg(feature = "tls")]
     Tcps,
+    /// `quic://`: keel-wire's calls on QUIC streams.
+    #[cfg(feature = "quic")]
+    Quic,
 }
 
 /// One self-signed certificate per test process, for "localhost" and "127.0.0.1".
@@ -343,6 +346,8 @@ impl Binding {
             Binding::Tcp => "tcp://127.0.0.1:0".to_string(),
             #[cfg(feature = "tls")]
             Binding::Tcps => "tcps://127.0.0.1:0".to_string(),
+            #[cfg(feature = "quic")]
+            Binding::Quic => "quic://127.0.0.1:0".to_string(),
             Binding::Http1 | Binding::Http2 => "http://127.0.0.1:0".to_string(),
             #[cfg(feature = "tls")]
             Binding::Https => "https://127.0.0.1:0".to_string(),
@@ -379,6 +384,8 @@ impl Binding {
             Binding::Tcps | Binding::Https => {
                 builder.tls(test_cert().server_tls().expect("server tls"))
             }
+            #[cfg(feature = "quic")]
+            Binding::Quic => builder.tls(test_cert().server_tls().expect("server tls")),
             _ => builder,
         };
         settings(builder).start().expect("host starts")
@@ -393,6 +400,8 @@ impl Binding {
             Binding::Tcps | Binding::Https => {
                 builder.tls(test_cert().server_tls().expect("server tls"))
             }
+            #[cfg(feature = "quic")]
+            Binding::Quic => builder.tls(test_cert().server_tls().expect("server tls")),
             _ => builder,
         };
         builder.start().expect("host starts")
@@ -417,6 +426,8 @@ impl Binding {
             Binding::Tcps | Binding::Https => {
                 builder.tls(test_cert().client_tls().expect("client tls"))
             }
+            #[cfg(feature = "quic")]
+            Binding::Quic => builder.tls(test_cert().client_tls().expect("client tls")),
             Binding::Http1 => builder.http_version(keel::client::HttpVersion::Http1),
             Binding::Http2 => builder.http_version(keel::client::HttpVersion::Http2),
             Binding::Tcp | Binding::Unix => builder,

@@ -377,6 +377,7 @@ impl ClientTransport for SessionClient {
             opened: 1,
             closed: 1 - open as u64,
             open,
+            sent_early: 0,
         }
     }
 }

@@ -179,6 +179,7 @@ impl ClientTransport for WireClient {
             opened,
             closed: opened - open as u64,
             open,
+            sent_early: 0,
         }
     }
 }

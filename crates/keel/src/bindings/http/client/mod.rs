@@ -839,6 +839,7 @@ impl ClientTransport for HttpClient {
             opened: c.opened.load(Ordering::Relaxed),
             closed: c.closed.load(Ordering::Relaxed),
             open: c.open(),
+            sent_early: 0,
         }
     }
 }
