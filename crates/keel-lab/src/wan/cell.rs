@@ -256,6 +256,17 @@ pub(crate) fn run_keel(rt: &tokio::runtime::Runtime, p: &Params) -> anyhow::Resu
         let first_call = t.elapsed();
         let start = Instant::now();
         let until = start + Duration::from_secs_f64(p.seconds);
+        if p.concurrency == 1 {
+            // Seed 004's loop, on this task as before the concurrency option: nothing between
+            // one call and the next.
+            let mut latencies = Vec::new();
+            while (latencies.len() as u64) < p.min_calls || Instant::now() < until {
+                let t = Instant::now();
+                one_call(&client, mode, &payload).await?;
+                latencies.push(t.elapsed());
+            }
+            return Ok((first_call, latencies, start.elapsed()));
+        }
         let done = Arc::new(AtomicU64::new(0));
         let workers = (0..p.concurrency).map(|_| {
             let (client, payload, done) = (client.clone(), payload.clone(), done.clone());

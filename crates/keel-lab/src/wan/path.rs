@@ -147,3 +147,45 @@ impl Wan {
         self.netem.as_ref().map(Netem::stats)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_needs_the_tun_link() {
+        let spec = LinkSpec {
+            kind: LinkKind::Proxy,
+            rtt: Duration::from_millis(200),
+            bytes_per_sec: None,
+            loss_pct: 1.0,
+            seed: 0,
+        };
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("--link tun") && e.contains("CAP_NET_ADMIN"),
+            "{e}"
+        );
+        assert!(LinkSpec {
+            loss_pct: 0.0,
+            ..spec
+        }
+        .validate()
+        .is_ok());
+        assert!(LinkSpec {
+            kind: LinkKind::Tun,
+            ..spec
+        }
+        .validate()
+        .is_ok());
+        assert!(LinkSpec {
+            kind: LinkKind::Tun,
+            loss_pct: 101.0,
+            ..spec
+        }
+        .validate()
+        .is_err());
+        assert_eq!(LinkKind::default_for(0.0), LinkKind::Proxy);
+        assert_eq!(LinkKind::default_for(0.5), LinkKind::Tun);
+    }
+}

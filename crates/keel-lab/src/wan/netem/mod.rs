@@ -153,3 +153,94 @@ impl Drop for Netem {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Needs root (TUN devices, namespaces): `ci-smoke` runs these with `--ignored`.
+
+    use std::process::Command;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn namespaces() -> String {
+        let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn links() -> String {
+        let out = Command::new("ip").args(["-o", "link"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    #[ignore = "needs root: TUN devices and a network namespace (ci-smoke runs it)"]
+    fn carries_udp_then_removes_everything() {
+        let imp = Impairments {
+            rtt: Duration::from_millis(4),
+            bytes_per_sec: None,
+            loss_pct: 0.0,
+            seed: 1,
+        };
+        let link = Netem::start(imp).unwrap();
+        let ns = link.setup.ns.clone();
+        let devices = [
+            link.setup.outside.name().to_string(),
+            link.setup.inside.name().to_string(),
+        ];
+        assert!(namespaces().contains(&ns));
+        assert!(links().contains(&devices[0]));
+        let ip = link.host_ip();
+        let server = link
+            .run_in(move || UdpSocket::bind((ip, 0)))
+            .unwrap()
+            .unwrap();
+        let client = UdpSocket::bind((link.client_ip(), 0)).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        client
+            .send_to(b"ping", server.local_addr().unwrap())
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let (n, from) = server.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"ping");
+        assert_eq!(from.ip(), link.client_ip());
+        server.send_to(b"pong", from).unwrap();
+        assert_eq!(client.recv(&mut buf).unwrap(), 4);
+        let s = link.stats();
+        assert_eq!((s.up_packets, s.down_packets, s.connections), (1, 1, 1));
+        drop((server, client));
+        drop(link);
+        assert!(!namespaces().contains(&ns), "{ns} left behind");
+        let l = links();
+        assert!(devices.iter().all(|d| !l.contains(d.as_str())), "{l}");
+    }
+
+    #[test]
+    #[ignore = "needs root: network namespaces (ci-smoke runs it)"]
+    fn removes_the_namespaces_of_a_killed_run() {
+        // A pid that ran and ended.
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = format!("keel-lab-wan-{dead}-0");
+        let ours = format!("keel-lab-wan-{}-999", std::process::id());
+        for n in [&stale, &ours] {
+            assert!(Command::new("ip")
+                .args(["netns", "add", n])
+                .status()
+                .unwrap()
+                .success());
+        }
+        ns::remove_stale();
+        let left = namespaces();
+        let _ = Command::new("ip").args(["netns", "del", &ours]).status();
+        assert!(!left.contains(&stale), "{left}");
+        // A running process's namespace stays.
+        assert!(left.contains(&ours), "{left}");
+    }
+}

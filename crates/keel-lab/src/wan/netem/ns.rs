@@ -56,7 +56,17 @@ impl Setup {
         });
         let pid = std::process::id();
         let n = N.fetch_add(1, Ordering::Relaxed);
-        let subnet = ((u64::from(pid) * 31 + n) % 254 + 1) as u8;
+        // A /24 of 198.18.0.0/16 no device has yet (another keel-lab may be running).
+        let taken = Command::new("ip")
+            .args(["-o", "-4", "addr", "show"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let first = u64::from(pid) * 31 + n;
+        let subnet = (0..254)
+            .map(|i| ((first + i) % 254 + 1) as u8)
+            .find(|s| !taken.contains(&format!(" 198.18.{s}.1 ")))
+            .ok_or_else(|| anyhow::anyhow!("every 198.18.x.0/24 is in use"))?;
         let (local, remote) = (
             Ipv4Addr::new(198, 18, subnet, 1),
             Ipv4Addr::new(198, 18, subnet, 2),
@@ -155,7 +165,7 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Removes the namespaces of keel-lab processes that no longer run (a run that was killed).
-fn remove_stale() {
+pub(crate) fn remove_stale() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
         return;
     };
