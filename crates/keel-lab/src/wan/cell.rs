@@ -237,6 +237,11 @@ pub(crate) fn run_keel(rt: &tokio::runtime::Runtime, p: &Params) -> anyhow::Resu
     anyhow::ensure!(p.rtt_ms > 0.0, "the RTT must be positive");
     anyhow::ensure!(p.concurrency >= 1, "--concurrency must be at least 1");
     let binding = p.variant.binding;
+    anyhow::ensure!(
+        !(binding.over_udp() && p.link == LinkKind::Proxy),
+        "{} runs over UDP, which the proxy does not carry: use --link tun (root)",
+        binding.name()
+    );
     let mut wan = Wan::start(p.link_spec())?;
     let host = wan.serve(move |ip| super::start_host_at(binding, ip))??;
     let addr = wan.front(super::addr_of(host.url())?)?;

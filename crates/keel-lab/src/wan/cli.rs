@@ -117,7 +117,9 @@ pub(crate) fn wan(binding: Binding, a: &WanArgs, json: bool) -> anyhow::Result<b
         bytes_per_sec: a.mbit.map_or(a.payload.default_cap(), mbit_to_bytes),
         seconds: a.seconds,
         min_calls: a.min_calls,
-        link: a.link.unwrap_or(LinkKind::default_for(a.loss_pct)),
+        link: a
+            .link
+            .unwrap_or(LinkKind::default_for(a.loss_pct, binding.over_udp())),
         loss_pct: a.loss_pct,
         seed: a.seed.unwrap_or_else(clock_seed),
         concurrency: a.concurrency,

@@ -191,6 +191,12 @@ impl Binding {
         }
     }
 
+    /// Whether the binding runs over UDP (a `quic://` one), so only the TUN link carries it.
+    /// Follows from [`Binding::listen_url`]: a new binding needs no arm here.
+    pub(crate) fn over_udp(self) -> bool {
+        self.listen_url().starts_with("quic://")
+    }
+
     /// The endpoint URL a host binds at `ip` (port 0).
     pub(crate) fn listen_url_at(self, ip: IpAddr) -> String {
         self.listen_url().replace("127.0.0.1", &ip.to_string())

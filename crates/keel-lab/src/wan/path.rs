@@ -30,8 +30,9 @@ impl LinkKind {
     /// `--link`'s default: the TUN link when there is loss to emulate, the proxy otherwise
     /// (so that `keel-lab all` and the seed-004 matrix run without root, with the numbers the
     /// bars were set on).
-    pub(crate) fn default_for(loss_pct: f64) -> LinkKind {
-        if loss_pct > 0.0 {
+    /// A binding over UDP (QUIC) always takes the TUN link: the proxy carries TCP only.
+    pub(crate) fn default_for(loss_pct: f64, udp: bool) -> LinkKind {
+        if loss_pct > 0.0 || udp {
             LinkKind::Tun
         } else {
             LinkKind::Proxy
@@ -185,7 +186,8 @@ mod tests {
         }
         .validate()
         .is_err());
-        assert_eq!(LinkKind::default_for(0.0), LinkKind::Proxy);
-        assert_eq!(LinkKind::default_for(0.5), LinkKind::Tun);
+        assert_eq!(LinkKind::default_for(0.0, false), LinkKind::Proxy);
+        assert_eq!(LinkKind::default_for(0.5, false), LinkKind::Tun);
+        assert_eq!(LinkKind::default_for(0.0, true), LinkKind::Tun);
     }
 }
