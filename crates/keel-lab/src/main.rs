@@ -680,6 +680,41 @@ mod tests {
         assert_eq!(a.mode, wan::Mode::Streamed);
         assert_eq!(a.payload, wan::Payload::Large);
         assert_eq!((a.rtt_ms, a.mbit, a.seconds), (200.0, Some(20.0), 10.0));
+        // Seed 004's setting by default: no loss, one call at a time, the proxy.
+        assert_eq!(
+            (a.loss_pct, a.concurrency, a.link, a.seed),
+            (0.0, 1, None, None)
+        );
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "wan",
+            "--loss-pct",
+            "3",
+            "--concurrency",
+            "64",
+            "--link",
+            "tun",
+            "--seed",
+            "36",
+        ])
+        .unwrap();
+        let Command::Wan(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(
+            (a.loss_pct, a.concurrency, a.link, a.seed),
+            (3.0, 64, Some(wan::path::LinkKind::Tun), Some(36))
+        );
+        // Loss on the proxy is refused before anything starts, with the reason.
+        let cli =
+            Cli::try_parse_from(["keel-lab", "wan", "--loss-pct", "1", "--link", "proxy"]).unwrap();
+        let e = format!("{:#}", run(&cli).unwrap_err());
+        assert!(e.contains("CAP_NET_ADMIN"), "{e}");
+        let cli =
+            Cli::try_parse_from(["keel-lab", "wan-netem-check", "--packets", "20000"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::WanNetemCheck(ref c) if c.packets == 20_000 && c.loss_pct == 3.0)
+        );
         for b in ["tcp", "tcps", "http1", "h2c", "https-h1", "https-h2"] {
             let cli = Cli::try_parse_from(["keel-lab", "wan", "--binding", b]).unwrap();
             assert_eq!(cli.common.binding.name(), b);
