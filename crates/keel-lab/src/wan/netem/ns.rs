@@ -172,12 +172,20 @@ pub(crate) fn remove_stale() {
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         if let Some(pid) = stale_pid(name) {
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if !running(pid) {
                 eprintln!("removing {name}, left by keel-lab process {pid} that no longer runs");
                 let _ = ip(&["netns", "del", name]);
             }
         }
     }
+}
+
+/// Whether process `pid` runs (a zombie, killed and not yet reaped, does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        !s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
 }
 
 /// The process id in one of keel-lab's namespace names.
@@ -226,5 +234,6 @@ mod tests {
         assert_eq!(stale_pid("keel-lab-wan-4242-3"), Some(4242));
         assert_eq!(stale_pid("keel-lab-wan-x-3"), None);
         assert_eq!(stale_pid("other-4242-3"), None);
+        assert!(running(std::process::id()));
     }
 }
