@@ -12,6 +12,8 @@
 //! keel-lab wan --binding h2c --mode streamed --rtt-ms 200 --payload large   seed 004, one cell
 //! keel-lab wan-matrix [--full]           seed 004: every binding × RTT × payload
 //! keel-lab wan-proxy-check               the latency proxy against its settings
+//! keel-lab wan --binding tcps --loss-pct 1 --concurrency 64   the TUN link with random loss (root)
+//! keel-lab wan-netem-check                the TUN link against its settings (root)
 //! keel-lab frozen [--every-ms 10] [--before-secs 1] [--stop-secs 3]  issue 33: a host gone
 //! keel-lab hedge [--callers 8] [--calls 5000] [--percentile 90]          issue 33: hedging
 //! keel-lab peers [--seconds 3] [--rounds 3]  keel beside raw TCP, tonic, tarpc (and ghz, if on PATH)
@@ -228,6 +230,9 @@ enum Command {
     WanMatrix(wan::cli::MatrixArgs),
     /// The latency proxy measured against its own settings (RTT and bandwidth).
     WanProxyCheck(wan::cli::ProxyCheckArgs),
+    /// The TUN link (random loss, UDP) measured against its own settings: TCP and UDP echoes,
+    /// the loss rate over many UDP packets, a bulk transfer through the cap. Needs root.
+    WanNetemCheck(wan::cli::NetemCheckArgs),
     /// A hostile peer against a running host (another process): idle connections, a peer
     /// that never reads, partial HTTP/2 bodies, half-sent messages, slowloris, a connect
     /// burst; with the host's RSS and a well-behaved probe's answers. Exit 1: the host did not
@@ -437,6 +442,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         Command::Wan(a) => wan::cli::wan(binding, a, json),
         Command::WanMatrix(a) => wan::cli::matrix(a, json),
         Command::WanProxyCheck(a) => wan::cli::proxy_check(a, json),
+        Command::WanNetemCheck(a) => wan::cli::netem_check(a, json),
         Command::Attack(args) => {
             let (r, text) = attack::run(args)?;
             emit(json, &text, &r, r.held)
@@ -674,6 +680,41 @@ mod tests {
         assert_eq!(a.mode, wan::Mode::Streamed);
         assert_eq!(a.payload, wan::Payload::Large);
         assert_eq!((a.rtt_ms, a.mbit, a.seconds), (200.0, Some(20.0), 10.0));
+        // Seed 004's setting by default: no loss, one call at a time, the proxy.
+        assert_eq!(
+            (a.loss_pct, a.concurrency, a.link, a.seed),
+            (0.0, 1, None, None)
+        );
+        let cli = Cli::try_parse_from([
+            "keel-lab",
+            "wan",
+            "--loss-pct",
+            "3",
+            "--concurrency",
+            "64",
+            "--link",
+            "tun",
+            "--seed",
+            "36",
+        ])
+        .unwrap();
+        let Command::Wan(a) = &cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(
+            (a.loss_pct, a.concurrency, a.link, a.seed),
+            (3.0, 64, Some(wan::path::LinkKind::Tun), Some(36))
+        );
+        // Loss on the proxy is refused before anything starts, with the reason.
+        let cli =
+            Cli::try_parse_from(["keel-lab", "wan", "--loss-pct", "1", "--link", "proxy"]).unwrap();
+        let e = format!("{:#}", run(&cli).unwrap_err());
+        assert!(e.contains("CAP_NET_ADMIN"), "{e}");
+        let cli =
+            Cli::try_parse_from(["keel-lab", "wan-netem-check", "--packets", "20000"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::WanNetemCheck(ref c) if c.packets == 20_000 && c.loss_pct == 3.0)
+        );
         for b in ["tcp", "tcps", "http1", "h2c", "https-h1", "https-h2"] {
             let cli = Cli::try_parse_from(["keel-lab", "wan", "--binding", b]).unwrap();
             assert_eq!(cli.common.binding.name(), b);

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{cell, check, html, matrix, Mode, Payload, Variant};
+use super::path::LinkKind;
+use super::{cell, check, html, matrix, netem_check, Mode, Payload, Variant};
 use crate::experiments::Binding;
 
 /// `keel-lab wan`: one cell (the binding is the global `--binding`).
@@ -29,6 +30,50 @@ pub(crate) struct WanArgs {
     /// payload, none for the small one.
     #[arg(long)]
     pub(crate) mbit: Option<f64>,
+    /// Random packet loss each way, percent. Above 0 the calls run on the TUN link (root or
+    /// CAP_NET_ADMIN needed).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) loss_pct: f64,
+    /// Calls in flight at once on the client's one connection.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) concurrency: usize,
+    /// proxy: the userland TCP proxy (no root, no loss); tun: TUN devices and a network
+    /// namespace (root; loss, and UDP). Default: tun with --loss-pct above 0, else proxy.
+    #[arg(long, value_enum)]
+    pub(crate) link: Option<LinkKind>,
+    /// Seeds the loss generator (default: from the clock; printed either way).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+}
+
+/// `keel-lab wan-netem-check`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct NetemCheckArgs {
+    /// The echoes' and the bulk transfer's RTT, ms.
+    #[arg(long, default_value_t = 200.0)]
+    pub(crate) rtt_ms: f64,
+    /// The bulk transfer's cap, Mbit/s.
+    #[arg(long, default_value_t = 20.0)]
+    pub(crate) mbit: f64,
+    /// The loss check's rate, percent.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) loss_pct: f64,
+    /// UDP packets the loss check sends.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) packets: u64,
+    /// How long the bulk transfer runs, s (its first third is not counted: slow start).
+    #[arg(long, default_value_t = 9.0)]
+    pub(crate) bulk_seconds: f64,
+    /// Seeds the loss generator (default: from the clock; printed either way).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+}
+
+/// A seed from the clock, for runs not given one.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// `keel-lab wan-matrix`.
@@ -72,16 +117,31 @@ pub(crate) fn wan(binding: Binding, a: &WanArgs, json: bool) -> anyhow::Result<b
         bytes_per_sec: a.mbit.map_or(a.payload.default_cap(), mbit_to_bytes),
         seconds: a.seconds,
         min_calls: a.min_calls,
+        link: a
+            .link
+            .unwrap_or(LinkKind::default_for(a.loss_pct, binding.over_udp())),
+        loss_pct: a.loss_pct,
+        seed: a.seed.unwrap_or_else(clock_seed),
+        concurrency: a.concurrency,
     };
+    anyhow::ensure!(a.concurrency >= 1, "--concurrency must be at least 1");
+    p.link_spec().validate()?;
+    if p.loss_pct > 0.0 {
+        eprintln!("loss seed: {} (replay with --seed {})", p.seed, p.seed);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("lab-client")
         .enable_all()
         .build()?;
     cell::warm_up(&rt, &[binding])?;
-    eprintln!("raw TCP through the proxy...");
+    let link = match p.link {
+        LinkKind::Proxy => "the proxy",
+        LinkKind::Tun => "the TUN link",
+    };
+    eprintln!("raw TCP through {link}...");
     let raw = cell::measure_raw(&p)?;
-    eprintln!("keel {} through the proxy...", p.variant.name());
+    eprintln!("keel {} through {link}...", p.variant.name());
     let r = cell::run(&rt, &p, &raw);
     crate::emit(json, &cell::summary(&r), &r, r.pass)
 }
@@ -107,6 +167,21 @@ pub(crate) fn proxy_check(a: &ProxyCheckArgs, json: bool) -> anyhow::Result<bool
     let cap = mbit_to_bytes(a.mbit).ok_or_else(|| anyhow::anyhow!("--mbit must be positive"))?;
     let c = check::run(&a.rtt_ms, cap)?;
     crate::emit(json, &check::summary(&c), &c, c.pass)
+}
+
+/// Runs `keel-lab wan-netem-check`.
+pub(crate) fn netem_check(a: &NetemCheckArgs, json: bool) -> anyhow::Result<bool> {
+    let cap = mbit_to_bytes(a.mbit).ok_or_else(|| anyhow::anyhow!("--mbit must be positive"))?;
+    anyhow::ensure!(a.packets > 0, "--packets must be positive");
+    let c = netem_check::run(&netem_check::CheckParams {
+        rtt_ms: a.rtt_ms,
+        bytes_per_sec: cap,
+        loss_pct: a.loss_pct,
+        packets: a.packets,
+        bulk_seconds: a.bulk_seconds,
+        seed: a.seed.unwrap_or_else(clock_seed),
+    })?;
+    crate::emit(json, &netem_check::summary(&c), &c, c.pass)
 }
 
 #[cfg(test)]

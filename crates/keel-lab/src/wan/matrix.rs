@@ -176,6 +176,7 @@ impl MatrixParams {
             },
             seconds: self.seconds,
             min_calls: self.min_calls,
+            ..Params::seed_004()
         }
     }
 }
@@ -567,6 +568,7 @@ pub(crate) mod tests {
                         calls: (limit * ratio * 10.0).round() as u64,
                         elapsed: Duration::from_secs(10),
                         connections: 1,
+                        ..KeelRun::default()
                     };
                     cells.push(evaluate(&p, &k, &r));
                 }

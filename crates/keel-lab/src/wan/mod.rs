@@ -6,7 +6,10 @@
 //! - [`cell`]: one binding, mode, RTT and payload (`keel-lab wan`).
 //! - [`matrix`]: every cell, beside the seed's XP and Vista figures (`keel-lab wan-matrix`).
 //! - [`html`]: the report's section and its two charts.
+//! - [`netem`]: the TUN link: delay, cap and random loss on packets, TCP and UDP alike (root).
+//! - [`path`]: either link behind one type, as a cell uses it (`--link proxy|tun`).
 //! - [`check`]: the proxy measured against its settings (`keel-lab wan-proxy-check`).
+//! - [`netem_check`]: the TUN link measured against its settings (`keel-lab wan-netem-check`).
 //! - [`cli`]: the subcommands' options.
 //!
 //! A variant is a binding (tcp, tcps, http1, h2c, https-h1, https-h2) and a mode: `buffered`
@@ -17,11 +20,14 @@ pub(crate) mod check;
 pub(crate) mod cli;
 pub(crate) mod html;
 pub(crate) mod matrix;
+pub(crate) mod netem;
+pub(crate) mod netem_check;
+pub(crate) mod path;
 pub(crate) mod proxy;
 pub(crate) mod raw;
 
-use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Mutex, OnceLock};
 
 use keel_examples::wan::{WanImpl, WanServer, LARGE_BYTES, SMALL};
 use serde::Serialize;
@@ -156,20 +162,68 @@ impl Binding {
     }
 
     /// A channel builder for `url` on this binding: the HTTP version it speaks and, over TLS,
-    /// trust in the lab's self-signed certificate.
+    /// trust in the lab's self-signed certificate for the URL's address.
     pub(crate) fn channel_builder(self, url: &str) -> anyhow::Result<keel::client::ChannelBuilder> {
+        let tls = if self.is_tls() {
+            Some(client_tls_for(url)?)
+        } else {
+            None
+        };
+        Ok(self.channel_builder_with(url, tls))
+    }
+
+    /// [`Binding::channel_builder`] with these TLS settings (ignored by a plain binding): two
+    /// clients given clones of one `ClientTls` share its session cache, so the second resumes.
+    pub(crate) fn channel_builder_with(
+        self,
+        url: &str,
+        tls: Option<keel::tls::ClientTls>,
+    ) -> keel::client::ChannelBuilder {
         let b = keel::Channel::builder(url);
         let b = match self {
             Binding::Http1 | Binding::HttpsH1 => b.http_version(keel::client::HttpVersion::Http1),
             Binding::H2c | Binding::HttpsH2 => b.http_version(keel::client::HttpVersion::Http2),
             Binding::Tcp | Binding::Tcps => b,
         };
-        Ok(if self.is_tls() {
-            b.tls(cert()?.client_tls()?)
-        } else {
-            b
-        })
+        match tls {
+            Some(tls) if self.is_tls() => b.tls(tls),
+            _ => b,
+        }
     }
+
+    /// Whether the binding runs over UDP (a `quic://` one), so only the TUN link carries it.
+    /// Follows from [`Binding::listen_url`]: a new binding needs no arm here.
+    pub(crate) fn over_udp(self) -> bool {
+        self.listen_url().starts_with("quic://")
+    }
+
+    /// The endpoint URL a host binds at `ip` (port 0).
+    pub(crate) fn listen_url_at(self, ip: IpAddr) -> String {
+        self.listen_url().replace("127.0.0.1", &ip.to_string())
+    }
+}
+
+/// Client TLS settings trusting the lab's certificate for `url`'s address.
+pub(crate) fn client_tls_for(url: &str) -> anyhow::Result<keel::tls::ClientTls> {
+    Ok(cert_for(addr_of(url)?.ip())?.client_tls()?)
+}
+
+/// The lab's self-signed certificate for `ip` (127.0.0.1: [`cert`]; the TUN link's addresses:
+/// one each, made once per process).
+fn cert_for(ip: IpAddr) -> anyhow::Result<&'static keel::tls::SelfSigned> {
+    if ip == IpAddr::V4(Ipv4Addr::LOCALHOST) {
+        return cert();
+    }
+    static CERTS: Mutex<Vec<(IpAddr, &'static keel::tls::SelfSigned)>> = Mutex::new(Vec::new());
+    let mut certs = CERTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = certs.iter().find(|(i, _)| *i == ip) {
+        return Ok(c);
+    }
+    // Leaked: at most one per address of the TUN link's range (254), for the process's life.
+    let c: &'static keel::tls::SelfSigned =
+        Box::leak(Box::new(keel::tls::self_signed(&[&ip.to_string()])?));
+    certs.push((ip, c));
+    Ok(c)
 }
 
 /// The lab's self-signed certificate for 127.0.0.1 (one per process).
@@ -182,13 +236,19 @@ fn cert() -> anyhow::Result<&'static keel::tls::SelfSigned> {
     Ok(CERT.get_or_init(|| c))
 }
 
-/// A host serving the Wan contract on `binding` (port 0), with the lab's certificate on TLS.
+/// A host serving the Wan contract on `binding` (127.0.0.1, port 0), with the lab's
+/// certificate on TLS.
 pub(crate) fn start_host(binding: Binding) -> anyhow::Result<keel::Host> {
+    start_host_at(binding, IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// [`start_host`] bound at `ip` (the TUN link's host address, from inside its namespace).
+pub(crate) fn start_host_at(binding: Binding, ip: IpAddr) -> anyhow::Result<keel::Host> {
     let b = keel::Host::builder()
         .service(WanServer::new(WanImpl))
-        .endpoint(binding.listen_url());
+        .endpoint(binding.listen_url_at(ip));
     let b = if binding.is_tls() {
-        b.tls(cert()?.server_tls()?)
+        b.tls(cert_for(ip)?.server_tls()?)
     } else {
         b
     };

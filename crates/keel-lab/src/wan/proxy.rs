@@ -340,7 +340,7 @@ fn deliver(
 /// Waits until an instant precisely: sleeps until a little before it (what the sleeps have been
 /// overshooting lately), then yields until it comes.
 #[derive(Debug)]
-struct Clock {
+pub(crate) struct Clock {
     /// Recent overshoot of a sleep, ns (an exponentially weighted average).
     overshoot_ns: f64,
 }
@@ -357,7 +357,7 @@ impl Clock {
     /// The most a sleep is assumed to overshoot.
     const MAX_OVERSHOOT_NS: f64 = 500_000.0;
 
-    fn wait_until(&mut self, t: Instant) {
+    pub(crate) fn wait_until(&mut self, t: Instant) {
         let now = Instant::now();
         if t <= now {
             return;

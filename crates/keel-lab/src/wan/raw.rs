@@ -4,7 +4,7 @@
 //! no handshake, one connection.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -22,9 +22,14 @@ pub(crate) struct RawServer {
 }
 
 impl RawServer {
-    /// Starts the peer.
+    /// Starts the peer on loopback.
     pub(crate) fn start() -> io::Result<RawServer> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        RawServer::start_at(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+
+    /// Starts the peer at `ip` (port 0).
+    pub(crate) fn start_at(ip: IpAddr) -> io::Result<RawServer> {
+        let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
