@@ -12,11 +12,17 @@ pub const SMALL: &str = "hi mom";
 /// Seed 004's contract, in both transfer modes.
 #[keel::contract]
 pub trait Wan {
-    /// Echoes `s` (buffered both ways).
+    /// Echoes `s` (buffered both ways). Idempotent: a resumed `quic://` connection may carry
+    /// it as 0-RTT data.
+    #[keel(idempotent)]
     async fn echo(&self, s: String) -> String;
+    /// [`Wan::echo`], not marked idempotent: it waits for a resumed `quic://` connection's
+    /// handshake (keel-lab measures both).
+    async fn echo_once(&self, s: String) -> String;
     /// Echoes a streamed upload back as a streamed reply.
     async fn echo_stream(&self, data: ByteStream) -> ByteStream;
-    /// The length of a buffered upload.
+    /// The length of a buffered upload. Idempotent, as `echo`.
+    #[keel(idempotent)]
     async fn upload(&self, data: Vec<u8>) -> u64;
     /// The length of a streamed upload, read to its end.
     async fn upload_stream(&self, data: ByteStream) -> u64;
@@ -28,6 +34,10 @@ pub struct WanImpl;
 
 impl Wan for WanImpl {
     async fn echo(&self, s: String) -> String {
+        s
+    }
+
+    async fn echo_once(&self, s: String) -> String {
         s
     }
 

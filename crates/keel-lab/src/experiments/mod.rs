@@ -40,6 +40,8 @@ pub(crate) enum Binding {
     HttpsH1,
     /// `https://` with HTTP/2 (wan experiments only so far).
     HttpsH2,
+    /// keel-wire over QUIC, one stream per call (wan experiments only, on the TUN link).
+    Quic,
 }
 
 impl Binding {
@@ -50,6 +52,7 @@ impl Binding {
             Binding::Tcps => "tcps://127.0.0.1:0",
             Binding::Http1 | Binding::H2c => "http://127.0.0.1:0",
             Binding::HttpsH1 | Binding::HttpsH2 => "https://127.0.0.1:0",
+            Binding::Quic => "quic://127.0.0.1:0",
         }
     }
 
@@ -62,6 +65,7 @@ impl Binding {
             Binding::H2c => "h2c",
             Binding::HttpsH1 => "https-h1",
             Binding::HttpsH2 => "https-h2",
+            Binding::Quic => "quic",
         }
     }
 }

@@ -150,6 +150,9 @@ pub(crate) struct KeelRun {
     /// Over TLS: the first call of a second fresh client sharing the first one's TLS settings
     /// (and so its session cache), connect included. `None` for plain bindings.
     pub(crate) resumed_first_call: Option<Duration>,
+    /// The same for a third such client whose first call is not idempotent (`echo_once`, the
+    /// small payload): on `quic://` it may not go as 0-RTT data.
+    pub(crate) resumed_non_idempotent_first_call: Option<Duration>,
     /// What the TUN link counted (`None` on the proxy).
     pub(crate) link: Option<NetemStats>,
 }
@@ -205,6 +208,11 @@ pub(crate) struct WanCell {
     pub(crate) resumed_first_call_ms: Option<f64>,
     /// The same in RTTs.
     pub(crate) resumed_first_call_rtts: Option<f64>,
+    /// The same for a first call that is not `#[keel(idempotent)]` (`echo_once`, the small
+    /// payload, whatever the cell's), ms: on `quic://` it waits for the handshake.
+    pub(crate) resumed_non_idempotent_first_call_ms: Option<f64>,
+    /// The same in RTTs.
+    pub(crate) resumed_non_idempotent_first_call_rtts: Option<f64>,
     /// Raw TCP's first call (connect + 1 RTT + transfer), ms.
     pub(crate) raw_first_call_ms: f64,
     /// Connections the client opened, counted by the link (the proxy's accepts, or the TUN
@@ -297,16 +305,26 @@ pub(crate) fn run_keel(rt: &tokio::runtime::Runtime, p: &Params) -> anyhow::Resu
     let (first_call, latencies, elapsed) = result?;
     let connections = wan.connections();
     rt.block_on(client.close());
-    let resumed_first_call = match tls {
+    let (resumed_first_call, resumed_non_idempotent_first_call) = match tls {
         Some(tls) => {
-            let again = WanClient::new(binding.channel_builder_with(&url, Some(tls)).build()?);
+            let again = WanClient::new(
+                binding
+                    .channel_builder_with(&url, Some(tls.clone()))
+                    .build()?,
+            );
             let t = Instant::now();
             rt.block_on(one_call(&again, mode, &payload))?;
             let d = t.elapsed();
             rt.block_on(again.close());
-            Some(d)
+            let third = WanClient::new(binding.channel_builder_with(&url, Some(tls)).build()?);
+            let t = Instant::now();
+            let r = rt.block_on(third.echo_once(SMALL.to_string()))?;
+            anyhow::ensure!(r == SMALL, "wrong echo {r:?}");
+            let once = t.elapsed();
+            rt.block_on(third.close());
+            (Some(d), Some(once))
         }
-        None => None,
+        None => (None, None),
     };
     let link = wan.stats();
     host.shutdown();
@@ -318,6 +336,7 @@ pub(crate) fn run_keel(rt: &tokio::runtime::Runtime, p: &Params) -> anyhow::Resu
         connections,
         p99: percentile(&latencies, 0.99),
         resumed_first_call,
+        resumed_non_idempotent_first_call,
         link,
     })
 }
@@ -392,6 +411,9 @@ pub(crate) fn evaluate(p: &Params, k: &KeelRun, raw: &RawRef) -> WanCell {
     };
     let first_call_ms = crate::experiments::ms(k.first_call);
     let resumed_first_call_ms = k.resumed_first_call.map(crate::experiments::ms);
+    let resumed_once_ms = k
+        .resumed_non_idempotent_first_call
+        .map(crate::experiments::ms);
     let verdict = verdict::wan(&WanMeasured {
         calls_per_sec,
         limit_calls_per_sec,
@@ -439,6 +461,8 @@ pub(crate) fn evaluate(p: &Params, k: &KeelRun, raw: &RawRef) -> WanCell {
         first_call_rtts: round3(first_call_ms / p.rtt_ms),
         resumed_first_call_ms,
         resumed_first_call_rtts: resumed_first_call_ms.map(|ms| round3(ms / p.rtt_ms)),
+        resumed_non_idempotent_first_call_ms: resumed_once_ms,
+        resumed_non_idempotent_first_call_rtts: resumed_once_ms.map(|ms| round3(ms / p.rtt_ms)),
         raw_first_call_ms: raw.first_call_ms,
         connections_opened: k.connections,
         connections: k.connections,
@@ -513,6 +537,14 @@ pub(crate) fn summary(c: &WanCell) -> String {
     if let (Some(ms), Some(rtts)) = (c.resumed_first_call_ms, c.resumed_first_call_rtts) {
         s.push_str(&format!(
             "  first call of a client that talked to the host before (TLS session cache) {ms:.1} ms = {rtts:.2} RTT\n"
+        ));
+    }
+    if let (Some(ms), Some(rtts)) = (
+        c.resumed_non_idempotent_first_call_ms,
+        c.resumed_non_idempotent_first_call_rtts,
+    ) {
+        s.push_str(&format!(
+            "  the same, a call not marked idempotent {ms:.1} ms = {rtts:.2} RTT\n"
         ));
     }
     if let Some(l) = &c.link_stats {

@@ -23,6 +23,7 @@ fn color(b: Binding) -> &'static str {
         Binding::H2c => "#16a34a",
         Binding::HttpsH1 => "#db2777",
         Binding::HttpsH2 => "#0891b2",
+        Binding::Quic => "#65a30d",
     }
 }
 

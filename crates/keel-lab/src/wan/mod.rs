@@ -144,7 +144,10 @@ impl Variant {
 impl Binding {
     /// Whether the binding runs over TLS.
     pub(crate) fn is_tls(self) -> bool {
-        matches!(self, Binding::Tcps | Binding::HttpsH1 | Binding::HttpsH2)
+        matches!(
+            self,
+            Binding::Tcps | Binding::HttpsH1 | Binding::HttpsH2 | Binding::Quic
+        )
     }
 
     /// The flow-control window a fresh connection's first upload in `mode` may fill before the
@@ -154,7 +157,7 @@ impl Binding {
     pub(crate) fn initial_window(self, mode: Mode) -> usize {
         match (self, mode) {
             (Binding::H2c | Binding::HttpsH2, _) => 65_535,
-            (Binding::Tcp | Binding::Tcps, Mode::Streamed) => {
+            (Binding::Tcp | Binding::Tcps | Binding::Quic, Mode::Streamed) => {
                 keel_wire::DEFAULT_INITIAL_WINDOW as usize
             }
             _ => usize::MAX,
@@ -183,7 +186,7 @@ impl Binding {
         let b = match self {
             Binding::Http1 | Binding::HttpsH1 => b.http_version(keel::client::HttpVersion::Http1),
             Binding::H2c | Binding::HttpsH2 => b.http_version(keel::client::HttpVersion::Http2),
-            Binding::Tcp | Binding::Tcps => b,
+            Binding::Tcp | Binding::Tcps | Binding::Quic => b,
         };
         match tls {
             Some(tls) if self.is_tls() => b.tls(tls),

@@ -415,17 +415,22 @@ impl ServerTls {
     }
 }
 
+/// TLS sessions (tickets) one [`ClientTls`] keeps for `quic://` resumption.
+#[cfg(feature = "quic")]
+const QUIC_SESSIONS: usize = 32;
+
 #[cfg(feature = "quic")]
 impl ClientTls {
     /// The TLS settings of a `quic://` connection to `host` offering `alpn`, resuming sessions
-    /// from (and storing new tickets in) `resumption`, with 0-RTT enabled: the binding decides
-    /// which calls may go as 0-RTT data. Returns the config and the server name to check.
+    /// from (and storing new tickets in) these settings' QUIC session cache, with 0-RTT
+    /// enabled: the binding decides which calls may go as 0-RTT data. Returns the config and
+    /// the server name to check.
     pub(crate) fn quic_config(
         &self,
         host: &str,
         alpn: &[&[u8]],
-        resumption: &rustls::client::Resumption,
     ) -> Result<(quinn::crypto::rustls::QuicClientConfig, String), Error> {
+        let resumption = &self.quic_sessions;
         let name = self.server_name.as_deref().unwrap_or(host).to_string();
         ServerName::try_from(name.clone()).map_err(|e| {
             config_err(format!(
@@ -501,6 +506,11 @@ pub struct ClientTls {
     /// Shared by every clone, so that [`ClientTls::reload`] reaches every channel given one.
     made: Arc<parking_lot::RwLock<MadeClient>>,
     server_name: Option<String>,
+    /// The TLS sessions of `quic://` connections (tickets for resumption and 0-RTT), shared
+    /// by every clone as the TCP connections' sessions are: a channel given a clone of settings
+    /// another channel used resumes. Kept apart from TCP's, whose tickets carry no early data.
+    #[cfg(feature = "quic")]
+    quic_sessions: rustls::client::Resumption,
 }
 
 /// What a [`ClientTls`] trusts and presents.
@@ -646,6 +656,8 @@ impl ClientTls {
         ClientTls {
             made: Arc::new(parking_lot::RwLock::new(made)),
             server_name: None,
+            #[cfg(feature = "quic")]
+            quic_sessions: rustls::client::Resumption::in_memory_sessions(QUIC_SESSIONS),
         }
     }
 

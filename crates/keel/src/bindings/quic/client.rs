@@ -24,9 +24,6 @@ use crate::runtime::clock;
 use crate::transport::tls::ClientTls;
 use crate::transport::Endpoint;
 
-/// TLS sessions (tickets) a channel keeps for resumption.
-const SESSIONS: usize = 32;
-
 /// Largest StreamData frame a client writes (a request stream's chunks are split to it).
 const MAX_CHUNK: usize = 64 * 1024;
 
@@ -43,8 +40,6 @@ pub(crate) struct QuicClient {
     opened: AtomicU64,
     /// Calls answered that went out as 0-RTT data.
     early: Arc<AtomicU64>,
-    /// The channel's TLS session cache: a reconnection resumes, with 0-RTT.
-    resumption: rustls::client::Resumption,
 }
 
 /// One QUIC connection of a client.
@@ -78,7 +73,6 @@ impl QuicClient {
             connecting: tokio::sync::Mutex::new(()),
             opened: AtomicU64::new(0),
             early: Arc::new(AtomicU64::new(0)),
-            resumption: rustls::client::Resumption::in_memory_sessions(SESSIONS),
         }
     }
 
@@ -152,7 +146,7 @@ impl QuicClient {
                 &system
             }
         };
-        let (crypto, name) = tls.quic_config(ep.host(), ep.alpn(), &self.resumption)?;
+        let (crypto, name) = tls.quic_config(ep.host(), ep.alpn())?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
         config.transport_config(client_transport_config(
             self.settings.max_message_size,
