@@ -539,10 +539,24 @@ async fn graceful_shutdown_with_a_thousand_calls_in_flight_loses_none(b: Binding
     let accepted = host.stats().calls_total;
     assert_eq!(accepted, 1000);
     let shutdown = tokio::spawn(host.shutdown_async());
-    // Calls made while the host drains are refused explicitly.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Calls made while the host drains are refused explicitly. A call may still be served
+    // before the drain has begun (the shutdown task runs when the runtime gets to it), so wait
+    // for the first refusal; every call after it is refused too. (`echo_async` is not counted
+    // in `completed`, which the end checks.)
+    let mut first_refusal = None;
+    for _ in 0..1_000 {
+        match c.echo_async("drain".into()).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => {
+                first_refusal = Some(e);
+                break;
+            }
+        }
+    }
+    let err = first_refusal.expect("a call made while the host drains is refused");
+    assert!(err.is_shutting_down(), "{err}");
     for _ in 0..10 {
-        let err = c.counted_sleep_ms(1).await.unwrap_err();
+        let err = c.echo_async("drain".into()).await.unwrap_err();
         assert!(err.is_shutting_down(), "{err}");
     }
     let report = shutdown.await.unwrap();

@@ -55,6 +55,7 @@ pub(crate) fn transport_config(
     config.receive_window(var(window));
     config.stream_receive_window(var(stream_window));
     config.send_window(send_window as u64);
+    config.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
     match keepalive {
         Some(k) => {
             config.keep_alive_interval(Some(k.interval));
