@@ -85,6 +85,10 @@ pub(crate) struct MatrixArgs {
     /// Where to write the HTML page (tables and charts).
     #[arg(long, default_value = "target/keel-lab/wan.html")]
     pub(crate) report: PathBuf,
+    /// tun: every cell through the TUN link (root), with quic's rows added; proxy: the
+    /// userland TCP proxy, as the seed's bars were set (no quic).
+    #[arg(long, value_enum, default_value_t = LinkKind::Proxy)]
+    pub(crate) link: LinkKind,
 }
 
 /// `keel-lab wan-proxy-check`.
@@ -152,6 +156,10 @@ pub(crate) fn matrix(a: &MatrixArgs, json: bool) -> anyhow::Result<bool> {
         matrix::MatrixParams::full()
     } else {
         matrix::MatrixParams::quick()
+    };
+    let p = match a.link {
+        LinkKind::Tun => p.on_tun(),
+        LinkKind::Proxy => p,
     };
     let m = matrix::run(&p)?;
     if let Some(dir) = a.report.parent() {

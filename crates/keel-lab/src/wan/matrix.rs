@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::cell::{self, Params, RawRef, WanCell};
+use super::path::LinkKind;
 use super::{Mode, Payload, Variant, SEED_RTTS_MS};
 use crate::experiments::Binding;
 
@@ -126,6 +127,9 @@ pub(crate) struct MatrixParams {
     pub(crate) min_calls: u64,
     /// The large payload's cap each way, bytes/s.
     pub(crate) large_cap: Option<u64>,
+    /// The emulator every cell (raw TCP's too) runs through: the proxy, or the TUN link, which
+    /// adds `quic://`'s rows (UDP crosses only it).
+    pub(crate) link: LinkKind,
 }
 
 impl MatrixParams {
@@ -139,6 +143,21 @@ impl MatrixParams {
             seconds: 1.5,
             min_calls: 5,
             large_cap: Payload::Large.default_cap(),
+            link: LinkKind::Proxy,
+        }
+    }
+
+    /// These params on the TUN link, with `quic://`'s rows added (root needed).
+    pub(crate) fn on_tun(self) -> MatrixParams {
+        let mut variants = self.variants;
+        variants.extend([Mode::Buffered, Mode::Streamed].map(|mode| Variant {
+            binding: Binding::Quic,
+            mode,
+        }));
+        MatrixParams {
+            variants,
+            link: LinkKind::Tun,
+            ..self
         }
     }
 
@@ -176,6 +195,7 @@ impl MatrixParams {
             },
             seconds: self.seconds,
             min_calls: self.min_calls,
+            link: self.link,
             ..Params::seed_004()
         }
     }
