@@ -73,6 +73,44 @@ pub mod after {
         async fn shift(&self, dx: i32, at: Point, name: String) -> Point;
     }
 
+    /// A contract of the same package that uses `Point` without pinning it.
+    #[keel::contract(package = "pins_test.v1")]
+    pub trait Plotter {
+        /// Plots `at`.
+        async fn plot(&self, at: Point) -> u32;
+    }
+
+    impl Plotter for Impl {
+        async fn plot(&self, _at: Point) -> u32 {
+            1
+        }
+    }
+
+    /// A struct with a field serde only deserializes (left out when serializing).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Tagged {
+        /// Sent.
+        pub a: i32,
+        /// Never sent; read as its default.
+        #[serde(skip_serializing, default)]
+        pub b: i32,
+        /// Sent after the skipped one.
+        pub c: i32,
+    }
+
+    /// Echoes a pinned struct with a skipped field.
+    #[keel::contract(package = "pins_skip.v1", proto_numbers(Tagged(a = 1, b = 2, c = 3)))]
+    pub trait Tags {
+        /// `t` as the host read it.
+        async fn echo(&self, t: Tagged) -> Tagged;
+    }
+
+    impl Tags for Impl {
+        async fn echo(&self, t: Tagged) -> Tagged {
+            t
+        }
+    }
+
     /// Moves the point.
     #[derive(Debug)]
     pub struct Impl;
@@ -281,4 +319,31 @@ fn numbers_that_do_not_fit_the_types_stop_the_host_at_start() {
     // The `.proto` export refuses them too.
     let e = keel::proto::file(wrong::MissingFieldClient::descriptor()).unwrap_err();
     assert!(e.to_string().contains("field `y` has no number"), "{e}");
+}
+
+#[test]
+fn contracts_of_one_package_must_number_a_shared_message_alike() {
+    let e = start_error(
+        keel::Host::builder()
+            .service(after::ShapesServer::new(after::Impl))
+            .service(after::PlotterServer::new(after::Impl)),
+    );
+    assert!(
+        e.contains("share the protobuf package and its message `Point`"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_field_after_one_serde_skips_keeps_its_number() {
+    let host =
+        Binding::Http2.start(keel::Host::builder().service(after::TagsServer::new(after::Impl)));
+    let client = after::TagsClient::new(keel::Channel::builder(grpc_url(&host)).build().unwrap());
+    let back = client
+        .echo(after::Tagged { a: 1, b: 5, c: 7 })
+        .await
+        .unwrap();
+    // `b` is never sent; `c` keeps its pinned number 3. Numbered by place it went as 2, was read
+    // as `b`, and `c` came back 0.
+    assert_eq!(back, after::Tagged { a: 1, b: 0, c: 7 });
 }

@@ -761,13 +761,20 @@ impl HostBuilder {
         // and answered `UNIMPLEMENTED` with the reason when gRPC asks).
         // A contract that pins field numbers means to be called over gRPC: numbers that do
         // not fit its types stop the host here rather than leave it without gRPC.
+        let mut by_package: std::collections::BTreeMap<&str, Vec<_>> = Default::default();
         for s in services.values() {
             let desc = s.descriptor();
-            if let Err(e) = desc.proto_schema() {
-                if desc.pins_proto_numbers() {
+            match desc.proto_schema() {
+                Ok(schema) => by_package.entry(desc.package).or_default().push(schema),
+                Err(e) if desc.pins_proto_numbers() => {
                     return Err(Error::new(Kind::Config, e.to_string()));
                 }
+                Err(_) => {}
             }
+        }
+        for schemas in by_package.values() {
+            crate::core::proto::schema::check_shared_numbers(schemas)
+                .map_err(|e| Error::new(Kind::Config, e))?;
         }
         let endpoints = endpoints
             .iter()

@@ -430,16 +430,16 @@ impl ClientTls {
         host: &str,
         alpn: &[&[u8]],
     ) -> Result<(quinn::crypto::rustls::QuicClientConfig, String), Error> {
-        let resumption = &self.quic_sessions;
         let name = self.server_name.as_deref().unwrap_or(host).to_string();
         ServerName::try_from(name.clone()).map_err(|e| {
             config_err(format!(
                 "`{name}` is not a valid TLS server name (a DNS name or an IP address): {e}"
             ))
         })?;
-        let mut config = (*self.made.read().config).clone();
+        let made = self.made.read().clone();
+        let mut config = (*made.config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        config.resumption = resumption.clone();
+        config.resumption = made.quic_sessions;
         config.enable_early_data = true;
         let config = quinn::crypto::rustls::QuicClientConfig::try_from(config).map_err(|e| {
             config_err(format!(
@@ -506,11 +506,6 @@ pub struct ClientTls {
     /// Shared by every clone, so that [`ClientTls::reload`] reaches every channel given one.
     made: Arc<parking_lot::RwLock<MadeClient>>,
     server_name: Option<String>,
-    /// The TLS sessions of `quic://` connections (tickets for resumption and 0-RTT), shared
-    /// by every clone as the TCP connections' sessions are: a channel given a clone of settings
-    /// another channel used resumes. Kept apart from TCP's, whose tickets carry no early data.
-    #[cfg(feature = "quic")]
-    quic_sessions: rustls::client::Resumption,
 }
 
 /// What a [`ClientTls`] trusts and presents.
@@ -520,6 +515,14 @@ struct MadeClient {
     /// `None` for [`rustls_unstable::client_tls`], which cannot be rebuilt.
     roots: Option<Arc<RootCertStore>>,
     identity: bool,
+    /// The TLS sessions of `quic://` connections (tickets for resumption and 0-RTT), shared
+    /// by every clone as the TCP connections' sessions are (in `config`): a channel given a
+    /// clone of settings another channel used resumes. Kept apart from TCP's, whose tickets
+    /// carry no early data. Replaced with the rest by [`ClientTls::reload`], so no session made
+    /// under the old trust or identity is resumed (resumption does not check certificates
+    /// again).
+    #[cfg(feature = "quic")]
+    quic_sessions: rustls::client::Resumption,
 }
 
 impl fmt::Debug for ClientTls {
@@ -649,6 +652,8 @@ impl ClientTls {
             identity: config.client_auth_cert_resolver.has_certs(),
             config,
             roots: None,
+            #[cfg(feature = "quic")]
+            quic_sessions: rustls::client::Resumption::in_memory_sessions(QUIC_SESSIONS),
         })
     }
 
@@ -656,8 +661,6 @@ impl ClientTls {
         ClientTls {
             made: Arc::new(parking_lot::RwLock::new(made)),
             server_name: None,
-            #[cfg(feature = "quic")]
-            quic_sessions: rustls::client::Resumption::in_memory_sessions(QUIC_SESSIONS),
         }
     }
 
@@ -684,6 +687,8 @@ impl ClientTls {
             config: Arc::new(config),
             roots: Some(roots),
             identity: has_identity,
+            #[cfg(feature = "quic")]
+            quic_sessions: rustls::client::Resumption::in_memory_sessions(QUIC_SESSIONS),
         }))
     }
 

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::index::{Index, Occurrences};
 use super::wire::{next_field, read_varint, Field, Value};
-use super::{field_number, Layout, ProtoError};
+use super::{field_number, pinned_number, Layout, ProtoError};
 use crate::core::depth::Depth;
 
 type Result<T> = std::result::Result<T, ProtoError>;
@@ -117,7 +117,7 @@ impl<'de> de::Deserializer<'de> for TopDe<'_, 'de> {
 struct MessageDe<'a, 'de> {
     entries: Index<'de>,
     names: &'static [&'static str],
-    pinned: Option<&'a [u32]>,
+    pinned: Option<&'a [(String, u32)]>,
     /// How many names were given out.
     next: usize,
     layout: &'a Layout,
@@ -128,11 +128,11 @@ impl<'a, 'de> MessageDe<'a, 'de> {
         buf: &'de [u8],
         names: &'static [&'static str],
         layout: &'a Layout,
-        pinned: Option<&'a [u32]>,
+        pinned: Option<&'a [(String, u32)]>,
     ) -> Result<Self> {
         let declared = |n: u32| match pinned {
             None => (n as usize) <= names.len(),
-            Some(numbers) => numbers.contains(&n),
+            Some(numbers) => numbers.iter().any(|&(_, m)| m == n),
         };
         Ok(MessageDe {
             entries: Index::new(buf, declared)?,
@@ -157,9 +157,14 @@ impl<'de> de::MapAccess<'de> for MessageDe<'_, 'de> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
-        let number = field_number(self.pinned, self.next.saturating_sub(1))?;
+        let index = self.next.saturating_sub(1);
+        let number = match self.pinned {
+            None => Some(field_number(None, index, "")?),
+            // A name the pins do not know (an alias serde lists) reads as absent.
+            Some(numbers) => pinned_number(numbers, self.names[index]),
+        };
         seed.deserialize(FieldDe {
-            values: self.entries.numbered(number),
+            values: number.map_or(Occurrences::NONE, |n| self.entries.numbered(n)),
             layout: self.layout,
         })
     }

@@ -353,7 +353,7 @@ impl<'a> ser::Serializer for FieldSer<'a> {
 pub(crate) struct MessageSer<'a> {
     out: &'a mut Vec<u8>,
     layout: &'a Layout,
-    pinned: Option<&'a [u32]>,
+    pinned: Option<&'a [(String, u32)]>,
     /// The next field's index (from 0).
     next: usize,
     patches: [Option<usize>; 2],
@@ -363,7 +363,7 @@ impl<'a> MessageSer<'a> {
     fn new<const N: usize>(
         out: &'a mut Vec<u8>,
         layout: &'a Layout,
-        pinned: Option<&'a [u32]>,
+        pinned: Option<&'a [(String, u32)]>,
         patches: [Option<usize>; N],
     ) -> Self {
         let mut all = [None; 2];
@@ -377,8 +377,9 @@ impl<'a> MessageSer<'a> {
         }
     }
 
-    fn field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        let number = field_number(self.pinned, self.next)?;
+    /// The next field, serde's `key` (`""` for a tuple's element).
+    fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<()> {
+        let number = field_number(self.pinned, self.next, key)?;
         self.next += 1;
         value.serialize(FieldSer {
             out: self.out,
@@ -400,10 +401,10 @@ impl ser::SerializeStruct for MessageSer<'_> {
     type Error = ProtoError;
     fn serialize_field<T: Serialize + ?Sized>(
         &mut self,
-        _key: &'static str,
+        key: &'static str,
         value: &T,
     ) -> Result<()> {
-        self.field(value)
+        self.field(key, value)
     }
     fn skip_field(&mut self, _key: &'static str) -> Result<()> {
         self.next += 1;
@@ -419,10 +420,10 @@ impl ser::SerializeStructVariant for MessageSer<'_> {
     type Error = ProtoError;
     fn serialize_field<T: Serialize + ?Sized>(
         &mut self,
-        _key: &'static str,
+        key: &'static str,
         value: &T,
     ) -> Result<()> {
-        self.field(value)
+        self.field(key, value)
     }
     fn skip_field(&mut self, _key: &'static str) -> Result<()> {
         self.next += 1;
@@ -437,7 +438,7 @@ impl ser::SerializeTuple for MessageSer<'_> {
     type Ok = ();
     type Error = ProtoError;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        self.field(value)
+        self.field("", value)
     }
     fn end(self) -> Result<()> {
         self.finish()
@@ -448,7 +449,7 @@ impl ser::SerializeTupleStruct for MessageSer<'_> {
     type Ok = ();
     type Error = ProtoError;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        self.field(value)
+        self.field("", value)
     }
     fn end(self) -> Result<()> {
         self.finish()
@@ -459,7 +460,7 @@ impl ser::SerializeTupleVariant for MessageSer<'_> {
     type Ok = ();
     type Error = ProtoError;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        self.field(value)
+        self.field("", value)
     }
     fn end(self) -> Result<()> {
         self.finish()

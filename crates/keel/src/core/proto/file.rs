@@ -202,7 +202,7 @@ impl Builder<'_> {
         &self,
         name: &str,
         fields: &[Named<Format>],
-        pinned: Option<&[u32]>,
+        pinned: Option<&[(String, u32)]>,
         full: &str,
     ) -> MessageDef {
         let mut message = MessageDef {
@@ -217,7 +217,9 @@ impl Builder<'_> {
                 &mut message,
                 &field_ident(&f.name),
                 &f.value,
-                pinned.map_or(i as u32 + 1, |p| p[i]),
+                pinned
+                    .and_then(|p| super::pinned_number(p, &f.name))
+                    .unwrap_or(i as u32 + 1),
                 full,
             );
         }

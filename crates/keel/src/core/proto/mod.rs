@@ -75,8 +75,8 @@ impl serde::de::Error for ProtoError {
 #[derive(Debug, Default)]
 pub(crate) struct Layout {
     c_like: HashSet<String>,
-    /// By serde name, the pinned messages: each field's number, in serde's field order.
-    numbers: HashMap<String, Box<[u32]>>,
+    /// By serde name, the pinned messages: each field's serde name and number.
+    numbers: HashMap<String, Box<[(String, u32)]>>,
 }
 
 impl Layout {
@@ -89,8 +89,8 @@ impl Layout {
     }
 
     /// This layout, with the fields of the messages in `numbers` (by serde name) numbered as
-    /// it says (each field's number in serde's field order).
-    pub(crate) fn with_numbers(mut self, numbers: HashMap<String, Box<[u32]>>) -> Self {
+    /// it says (each field's serde name and number).
+    pub(crate) fn with_numbers(mut self, numbers: HashMap<String, Box<[(String, u32)]>>) -> Self {
         self.numbers = numbers;
         self
     }
@@ -100,9 +100,9 @@ impl Layout {
         self.c_like.contains(name)
     }
 
-    /// The pinned numbers of the struct serde calls `name` (field `i`'s at `i`), or `None`
-    /// when its fields are numbered from 1 in order.
-    pub(crate) fn pinned(&self, name: &str) -> Option<&[u32]> {
+    /// The pinned numbers of the struct serde calls `name` (each field's serde name and
+    /// number), or `None` when its fields are numbered from 1 in order.
+    pub(crate) fn pinned(&self, name: &str) -> Option<&[(String, u32)]> {
         if self.numbers.is_empty() {
             return None;
         }
@@ -110,15 +110,31 @@ impl Layout {
     }
 }
 
-/// Field `index` (from 0, serde's order) of a message whose pinned numbers are `pinned`: its
-/// number (`index + 1` when nothing is pinned).
-pub(crate) fn field_number(pinned: Option<&[u32]>, index: usize) -> Result<u32, ProtoError> {
+/// The field serde calls `key`, field `index` (from 0, serde's order) of a message whose
+/// pinned numbers are `pinned`: its number. Unpinned, `index + 1`; pinned, the number of its
+/// name (not of its place: serde leaves out a field it skips when serializing).
+pub(crate) fn field_number(
+    pinned: Option<&[(String, u32)]>,
+    index: usize,
+    key: &str,
+) -> Result<u32, ProtoError> {
     match pinned {
         None => u32::try_from(index + 1).map_err(|_| ProtoError::new("too many fields")),
-        Some(numbers) => numbers.get(index).copied().ok_or_else(|| {
-            ProtoError::new("the message has more fields than when its numbers were pinned")
+        Some(numbers) => pinned_number(numbers, key).ok_or_else(|| {
+            ProtoError::new(format!(
+                "field `{key}` has no pinned number (a field serde only serializes cannot be \
+                 pinned)"
+            ))
         }),
     }
+}
+
+/// The number `numbers` pins for the field serde calls `key`.
+pub(crate) fn pinned_number(numbers: &[(String, u32)], key: &str) -> Option<u32> {
+    numbers
+        .iter()
+        .find(|(name, _)| name == key)
+        .map(|&(_, n)| n)
 }
 
 /// The protobuf encoding of one contract's types ([`Format::Protobuf`]): which of its enums

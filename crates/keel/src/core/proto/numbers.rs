@@ -35,7 +35,7 @@ const RESERVED: std::ops::RangeInclusive<u32> = 19_000..=19_999;
 /// The largest field number (2^29 - 1).
 const MAX: u32 = 536_870_911;
 
-/// Each pinned message's numbers in serde's field order, by serde name; or what does not fit
+/// Each pinned message's fields (serde name, number), by the message's serde name; or what does not fit
 /// the contract `contract`'s types. `requests` names the arguments struct of each operation
 /// whose request is its parameters: (`{Method}Request`, the struct's serde name).
 pub(crate) fn resolve(
@@ -43,7 +43,7 @@ pub(crate) fn resolve(
     pins: &[ProtoNumbers],
     requests: &[(String, String)],
     registry: &Registry,
-) -> Result<HashMap<String, Box<[u32]>>, String> {
+) -> Result<HashMap<String, Box<[(String, u32)]>>, String> {
     let mut out = HashMap::new();
     for pin in pins {
         let fail = |why: String| format!("{contract}: proto_numbers: {}: {why}", pin.message);
@@ -98,10 +98,10 @@ pub(crate) fn resolve(
                     "{number} is not a field number (1 to {MAX}, not 19000 to 19999)"
                 )));
             }
-            if numbers.contains(&number) {
+            if numbers.iter().any(|&(_, n)| n == number) {
                 return Err(fail(format!("field number {number} is given twice")));
             }
-            numbers.push(number);
+            numbers.push((field.name.clone(), number));
         }
         if let Some((unknown, _)) = pin.fields.iter().find(|(name, _)| {
             !fields

@@ -525,3 +525,31 @@ fn check_field(format: &Format, reg: &Registry) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+
+/// Contracts of one package share its messages by name (one `.proto` file, one reflection
+/// descriptor): a message two of `schemas` use must be numbered alike in both, pinned the same
+/// way or not at all. Else says which contracts and message disagree.
+pub(crate) fn check_shared_numbers(schemas: &[&ServiceSchema]) -> Result<(), String> {
+    let mut seen: std::collections::HashMap<&str, (&str, Option<&[(String, u32)]>)> =
+        std::collections::HashMap::new();
+    for schema in schemas {
+        for name in &schema.used {
+            let pinned = schema.layout.pinned(name);
+            match seen.get(name.as_str()) {
+                Some(&(first, theirs)) if theirs != pinned => {
+                    return Err(format!(
+                        "contracts `{first}` and `{}` share the protobuf package and its message \
+                         `{name}`, but number its fields differently (proto_numbers): pin it the \
+                         same way in both, or in neither",
+                        schema.service
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(name, (schema.service, pinned));
+                }
+            }
+        }
+    }
+    Ok(())
+}
