@@ -451,7 +451,18 @@ impl ReadSide {
 
     /// The reader task reads from now on (a call stops reading): the socket wakes the task,
     /// and what it has that nobody polled for yet is handled here.
+    ///
+    /// The [`Reader`] was set to the task before this, without this lock: a call alone in
+    /// flight may have claimed the socket since (under this lock, aiming the socket at itself
+    /// and handling what it had). The socket is then that call's, and aiming it back at the
+    /// task would leave nobody to hear the call's reply: the task does not read while a call
+    /// does, and the call is never woken. (Seen as a call answered only at the next keepalive
+    /// timer, whose `reclaim` reads for it: `take_socket_back`, then a new call's claim, then
+    /// this.)
     fn give_to_task(&mut self, wire: &Arc<WireEnd<ReplySlot>>) {
+        if !task_reads(wire) {
+            return;
+        }
         let Some(task) = &self.task else {
             // The task has not run yet: its first poll reads.
             return;
@@ -730,4 +741,148 @@ fn release_socket(wire: &WireEnd<ReplySlot>, call_id: u64) -> bool {
 /// socket.
 fn take_socket_back(wire: &WireEnd<ReplySlot>) -> bool {
     wire.with_reader(|reader, _| std::mem::replace(reader, Reader::Task) != Reader::Task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sink::Sink;
+    use super::*;
+    use crate::transport::Io;
+    use bytes::Bytes;
+    use keel_wire::{Limits, Request, RequestFlags, Side};
+    use std::sync::atomic::AtomicUsize;
+    use tokio::io::{AsyncWriteExt, DuplexStream};
+
+    impl Io for DuplexStream {}
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A client connection over an in-memory pipe (whose writes wake its reader at once, in
+    /// the write), handshake done, its reader task running; and the host's end.
+    async fn connection() -> (Arc<WireEnd<ReplySlot>>, Arc<Reading>, DuplexStream) {
+        let (client, mut host) = tokio::io::duplex(64 * 1024);
+        let io: Box<dyn Io> = Box::new(client);
+        let (rd, wr) = io.split();
+        let (sink, flusher) = Sink::new(wr, Codec::new(Limits::default()));
+        tokio::spawn(flusher);
+        let max = keel_wire::DEFAULT_MAX_MESSAGE_SIZE;
+        let wire = WireEnd::new(Side::Client, sink, max, max);
+        let (done, mut handshaken) = watch::channel(None);
+        let handshake = Handshake {
+            endpoint: Endpoint::parse("tcp://127.0.0.1:1").unwrap(),
+            sent: clock::now(),
+            peer_max_message: Arc::new(AtomicU32::new(max)),
+            done,
+        };
+        let side = ReadSide::new(
+            rd,
+            BytesMut::new(),
+            Codec::new(Limits::default()),
+            handshake,
+        );
+        let reading = Arc::new(Reading::new(side));
+        tokio::spawn(reading.clone().run(wire.clone()));
+        let mut hello = BytesMut::new();
+        keel_wire::encode_hello_reply(
+            &HelloReply::Accept {
+                version: keel_wire::VERSION,
+                max_message_size: max,
+            },
+            &mut hello,
+        );
+        host.write_all(&hello).await.unwrap();
+        let accepted = handshaken.wait_for(Option::is_some).await.unwrap().clone();
+        assert_eq!(accepted, Some(Ok(())));
+        (wire, reading, host)
+    }
+
+    /// Sends a call; its id and its answer's cell.
+    fn call(wire: &WireEnd<ReplySlot>) -> (u64, Arc<AnswerCell>) {
+        let (slot, cell) = ReplySlot::new(clock::now() + std::time::Duration::from_secs(60));
+        let request = |call_id| {
+            Frame::Request(Request {
+                call_id,
+                flags: RequestFlags::default(),
+                deadline_us: 60_000_000,
+                service: "S".into(),
+                operation: "op".into(),
+                metadata: Bytes::new(),
+                compression: 0,
+                body: Bytes::new(),
+            })
+        };
+        let sent = wire
+            .send_call(slot, false, false, clock::now(), request)
+            .unwrap();
+        assert!(!sent.socket_to_task);
+        (sent.call_id, cell)
+    }
+
+    fn reply(call_id: u64) -> BytesMut {
+        let mut bytes = BytesMut::new();
+        let reply = Frame::Reply(Reply {
+            call_id,
+            status: keel_wire::StatusCode::Ok,
+            metadata: Bytes::new(),
+            compression: 0,
+            details: Bytes::new(),
+            body: Bytes::from_static(b"answer"),
+        });
+        Codec::new(Limits::default())
+            .encode(&reply, &mut bytes)
+            .unwrap();
+        bytes
+    }
+
+    /// The connection's timer takes the socket back from a call (`reclaim`: the reader set
+    /// to the task, then the socket aimed at it) while a call alone in flight claims it in
+    /// between. The call must hear its reply: the socket stays aimed at the call that reads
+    /// it, not at the task, which does not read while a call does.
+    #[tokio::test]
+    async fn a_call_that_claims_the_socket_while_the_timer_takes_it_back_is_woken_by_its_reply() {
+        let (wire, reading, mut host) = connection().await;
+        let (call_id, cell) = call(&wire);
+        let counter = Arc::new(Counter::default());
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut claimed = false;
+        let mut poll =
+            |cx: &mut Context<'_>| reading.poll_answer(&wire, call_id, &cell, &mut claimed, cx);
+
+        // Alone in flight: the call reads the socket for itself.
+        assert!(poll(&mut cx).is_pending());
+        assert!(wire.with_reader(|r, _| *r == Reader::Call(call_id)));
+        // `reclaim`, interleaved: the timer sets the reader to the task...
+        assert!(take_socket_back(&wire));
+        // ...the call (polled again, as a new call's first poll would be) claims it back...
+        assert!(poll(&mut cx).is_pending());
+        assert!(wire.with_reader(|r, _| *r == Reader::Call(call_id)));
+        // ...and the timer, now holding the read side, hands the socket to the task.
+        reading.lock().give_to_task(&wire);
+
+        host.write_all(&reply(call_id)).await.unwrap();
+        // Let the reader task run, whatever it was woken for.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            counter.0.load(Ordering::SeqCst) > 0,
+            "the call reading the socket was not woken by its reply"
+        );
+        match poll(&mut cx) {
+            Poll::Ready(Delivery::Answer(Ok(Ok(replied)))) => match replied.payload {
+                Payload::Body(body) => assert_eq!(&body[..], b"answer"),
+                other => panic!("not a body: {other:?}"),
+            },
+            other => panic!("no answer after the wake: {other:?}"),
+        }
+    }
 }
