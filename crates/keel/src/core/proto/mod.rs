@@ -76,7 +76,7 @@ impl serde::de::Error for ProtoError {
 pub(crate) struct Layout {
     c_like: HashSet<String>,
     /// By serde name, the pinned messages: each field's serde name and number.
-    numbers: HashMap<String, Box<[(String, u32)]>>,
+    numbers: HashMap<String, Pins>,
 }
 
 impl Layout {
@@ -90,7 +90,7 @@ impl Layout {
 
     /// This layout, with the fields of the messages in `numbers` (by serde name) numbered as
     /// it says (each field's serde name and number).
-    pub(crate) fn with_numbers(mut self, numbers: HashMap<String, Box<[(String, u32)]>>) -> Self {
+    pub(crate) fn with_numbers(mut self, numbers: HashMap<String, Pins>) -> Self {
         self.numbers = numbers;
         self
     }
@@ -109,6 +109,9 @@ impl Layout {
         self.numbers.get(name).map(|n| &n[..])
     }
 }
+
+/// One pinned message's fields: each one's serde name and number.
+pub(crate) type Pins = Box<[(String, u32)]>;
 
 /// The field serde calls `key`, field `index` (from 0, serde's order) of a message whose
 /// pinned numbers are `pinned`: its number. Unpinned, `index + 1`; pinned, the number of its

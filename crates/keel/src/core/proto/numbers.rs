@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use super::model::{ContainerFormat, Registry};
 use super::names::{field_ident, proto_ident};
+use super::Pins;
 
 /// One message's pinned numbers, as `#[keel::contract(proto_numbers(...))]` lists them (what
 /// generated code builds). Not a public API.
@@ -43,7 +44,7 @@ pub(crate) fn resolve(
     pins: &[ProtoNumbers],
     requests: &[(String, String)],
     registry: &Registry,
-) -> Result<HashMap<String, Box<[(String, u32)]>>, String> {
+) -> Result<HashMap<String, Pins>, String> {
     let mut out = HashMap::new();
     for pin in pins {
         let fail = |why: String| format!("{contract}: proto_numbers: {}: {why}", pin.message);

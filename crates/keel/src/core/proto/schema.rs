@@ -530,12 +530,12 @@ fn check_field(format: &Format, reg: &Registry) -> Result<(), String> {
 /// descriptor): a message two of `schemas` use must be numbered alike in both, pinned the same
 /// way or not at all. Else says which contracts and message disagree.
 pub(crate) fn check_shared_numbers(schemas: &[&ServiceSchema]) -> Result<(), String> {
-    let mut seen: std::collections::HashMap<&str, (&str, Option<&[(String, u32)]>)> =
-        std::collections::HashMap::new();
+    // Message name → the first contract that uses it, and how that one numbers it.
+    let mut seen = std::collections::HashMap::new();
     for schema in schemas {
         for name in &schema.used {
             let pinned = schema.layout.pinned(name);
-            match seen.get(name.as_str()) {
+            match seen.get(name) {
                 Some(&(first, theirs)) if theirs != pinned => {
                     return Err(format!(
                         "contracts `{first}` and `{}` share the protobuf package and its message \
