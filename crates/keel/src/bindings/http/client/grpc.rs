@@ -512,8 +512,13 @@ fn compressed_messages(body: body::Body, codec: Compression, above: usize) -> bo
 /// [`compressed_messages`] of one chunk of whole messages (a chunk that is not, which
 /// [`outgoing_messages`] never yields, goes as it is).
 fn compress_chunk(chunk: &Bytes, codec: Compression, above: usize) -> Bytes {
+    // No message of the chunk can be long enough: nothing to read through.
+    if chunk.len() < frame::PREFIX + above {
+        return chunk.clone();
+    }
     let mut out = BytesMut::with_capacity(chunk.len());
     let mut rest = &chunk[..];
+    let mut compressed = false;
     while !rest.is_empty() {
         let Some((&[flags, a, b, c, d], tail)) = rest.split_first_chunk::<{ frame::PREFIX }>()
         else {
@@ -526,12 +531,20 @@ fn compress_chunk(chunk: &Bytes, codec: Compression, above: usize) -> Bytes {
         let (message, tail) = tail.split_at(len);
         let packed = (len >= above).then(|| compress::compress(codec, message));
         match packed {
-            Some(packed) if packed.len() < len => frame::encode(true, &packed, &mut out),
+            Some(packed) if packed.len() < len => {
+                compressed = true;
+                frame::encode(true, &packed, &mut out);
+            }
             _ => frame::encode(false, message, &mut out),
         }
         rest = tail;
     }
-    out.freeze()
+    // Nothing worth compressing: the chunk as it came, not the copy.
+    if compressed {
+        out.freeze()
+    } else {
+        chunk.clone()
+    }
 }
 
 /// A request stream (keel's message frames) as gRPC's messages: each message as it is, an end
