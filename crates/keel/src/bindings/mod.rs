@@ -35,7 +35,7 @@ use crate::core::metadata::Metadata;
 use crate::core::service::Payload;
 use crate::core::status::Status;
 use crate::core::stream::ByteStream;
-use crate::dispatch::{Dispatcher, HostConn, HostConnInfo};
+use crate::dispatch::{Dispatcher, HostConn, HostConnInfo, Responder};
 use crate::transport::{ClientTlsSettings, Endpoint, Protocol, SecuredStream};
 
 /// Which HTTP version a client speaks on `http://` and `https://` endpoints (see
@@ -104,6 +104,44 @@ pub(crate) struct ServerSettings {
     /// HTTP: which web origins may call from a browser (`None`: CORS off).
     #[cfg(feature = "http")]
     pub(crate) cors: Option<http::Cors>,
+}
+
+/// How far the host has asked a connection to stop, for the bindings whose calls answer
+/// through each call's own waiter (HTTP, QUIC): each binding's connection task watches it and
+/// says what each step means for its protocol.
+#[cfg_attr(not(any(feature = "http", feature = "quic")), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Stop {
+    /// Serving calls.
+    Serving,
+    /// The host is going away (a drain): no new calls; calls in flight finish.
+    GoingAway,
+    /// Close once the calls in flight are answered.
+    Closing,
+}
+
+/// The [`Responder`] of such a connection: `go_away` and `close` only raise its [`Stop`]
+/// (never lower it); the connection's task does the rest.
+#[cfg_attr(not(any(feature = "http", feature = "quic")), allow(dead_code))]
+#[derive(Debug)]
+pub(crate) struct StopResponder {
+    pub(crate) stop: tokio::sync::watch::Sender<Stop>,
+}
+
+impl Responder for StopResponder {
+    fn go_away(&self, _reason: &str) {
+        self.stop.send_if_modified(|s| {
+            let raise = *s < Stop::GoingAway;
+            if raise {
+                *s = Stop::GoingAway;
+            }
+            raise
+        });
+    }
+
+    fn close(&self) {
+        self.stop.send_replace(Stop::Closing);
+    }
 }
 
 /// Where a binding registers the connections it serves: the host's registry of open

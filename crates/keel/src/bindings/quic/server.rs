@@ -22,7 +22,6 @@ use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::dispatch::{
     dispatch, Dispatcher, HostAnswer, HostConn, HostConnInfo, Incoming, ReceiveBudget, ReplyTo,
-    Responder,
 };
 use crate::transport::tls::ServerTls;
 use crate::transport::Endpoint;
@@ -168,37 +167,10 @@ fn resolve(ep: &Endpoint) -> Result<SocketAddr, Error> {
         })
 }
 
-/// How far the host has gone in closing a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Stop {
-    Serving,
-    /// GoAway: no new calls (new streams are refused unprocessed); calls in flight finish.
-    GoingAway,
-    /// Close once the calls in flight are answered.
-    Closing,
-}
-
-/// `go_away` and `close` tell the connection's task (see [`Stop`]).
-#[derive(Debug)]
-struct QuicResponder {
-    stop: watch::Sender<Stop>,
-}
-
-impl Responder for QuicResponder {
-    fn go_away(&self, _reason: &str) {
-        self.stop.send_if_modified(|s| {
-            let raise = *s < Stop::GoingAway;
-            if raise {
-                *s = Stop::GoingAway;
-            }
-            raise
-        });
-    }
-
-    fn close(&self) {
-        self.stop.send_replace(Stop::Closing);
-    }
-}
+// How far the host has asked the connection to stop (the shared [`Stop`], raised by
+// [`StopResponder`]): `GoingAway` refuses new streams unprocessed while calls in flight
+// finish; `Closing` closes once they are answered.
+use crate::bindings::{Stop, StopResponder};
 
 /// What every stream of one connection shares.
 struct Shared {
@@ -277,7 +249,7 @@ pub(crate) async fn serve(
     let (stop, mut stopped) = watch::channel(Stop::Serving);
     let max_calls = settings.max_calls_per_connection;
     let conn = Arc::new(HostConn::new(
-        Box::new(QuicResponder { stop }),
+        Box::new(StopResponder { stop }),
         info,
         max_calls,
         dispatcher.clone(),

@@ -1,12 +1,12 @@
 //! The host side: one task per HTTP connection (HTTP/1.1 and h2c on the same port, or what ALPN
 //! agreed), one call per request. Requests reach the same dispatcher as keel-wire frames; each
 //! call's answer comes back on a oneshot to the request that is waiting for it
-//! ([`ReplyTo::Waiter`](crate::dispatch::ReplyTo::Waiter)), and [`HttpResponder`] stops the
+//! ([`ReplyTo::Waiter`](crate::dispatch::ReplyTo::Waiter)), and a [`StopResponder`] stops the
 //! connection when the host asks.
 //!
 //! One concern per file:
 //! - `mod.rs`: what every request of a connection shares ([`Ctx`]) and how the host stops it
-//!   ([`Stop`], [`HttpResponder`]);
+//!   ([`Stop`], [`StopResponder`]);
 //! - `driver.rs`: the connection's task ([`serve`]): hyper's server, the HTTP/2 request futures
 //!   run in the connection's task, the stop signal, the timeouts;
 //! - `first_line.rs`: without ALPN, a connection's first line must be HTTP/1 or HTTP/2's
@@ -49,46 +49,19 @@ use tokio::sync::watch;
 
 use crate::bindings::ServerSettings;
 use crate::core::status::{Status, StatusCode};
-use crate::dispatch::{Dispatcher, HostConn, HostConnInfo, ReceiveBudget, Responder};
+use crate::dispatch::{Dispatcher, HostConn, HostConnInfo, ReceiveBudget};
 use io_watch::HeadWatch;
 
-/// How far the host has asked an HTTP connection to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Stop {
-    Serving,
-    /// The host is going away (a drain): HTTP/2 gets `GOAWAY`. An HTTP/1.1 connection is not
-    /// closed while idle, as a request may be on its way (a client that sees the close only
-    /// after sending could not tell whether the host took its call); the next request on it
-    /// is answered with `connection: close`, and a drain's answer says the call was not
-    /// processed.
-    GoingAway,
-    /// Close, gracefully: HTTP/1.1 once the answer in progress is written (at once if idle);
-    /// HTTP/2 after `GOAWAY`, once the streams in flight are answered.
-    Closing,
-}
-
-/// `go_away` and `close` stop the connection (see [`Stop`]). Answers go to each call's waiter,
-/// not through the connection.
-#[derive(Debug)]
-struct HttpResponder {
-    stop: watch::Sender<Stop>,
-}
-
-impl Responder for HttpResponder {
-    fn go_away(&self, _reason: &str) {
-        self.stop.send_if_modified(|s| {
-            let raise = *s < Stop::GoingAway;
-            if raise {
-                *s = Stop::GoingAway;
-            }
-            raise
-        });
-    }
-
-    fn close(&self) {
-        self.stop.send_replace(Stop::Closing);
-    }
-}
+/// How far the host has asked an HTTP connection to stop (the shared [`Stop`], raised by
+/// [`StopResponder`]). `GoingAway`: HTTP/2 gets `GOAWAY`; an HTTP/1.1 connection is not closed
+/// while idle, as a request may be on its way (a client that sees the close only after sending
+/// could not tell whether the host took its call): the next request on it is answered with
+/// `connection: close`, and a drain's answer says the call was not processed. `Closing`:
+/// HTTP/1.1 once the answer in progress is written (at once if idle); HTTP/2 after `GOAWAY`,
+/// once the streams in flight are answered. Answers go to each call's waiter, not through the
+/// connection.
+pub(super) use crate::bindings::Stop;
+use crate::bindings::StopResponder;
 
 /// What every request of one HTTP connection shares.
 #[derive(Debug, Clone)]
@@ -116,7 +89,7 @@ impl Ctx {
         max_calls: usize,
         watch: Option<Arc<HeadWatch>>,
     ) -> Ctx {
-        let responder = HttpResponder { stop };
+        let responder = StopResponder { stop };
         let conn = Arc::new(HostConn::new(
             Box::new(responder),
             info,
