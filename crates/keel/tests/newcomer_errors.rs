@@ -139,6 +139,42 @@ async fn an_http_client_at_a_keel_wire_port_is_told_to_use_tcp() {
     host.shutdown_async().await;
 }
 
+/// curl over HTTP/2 (prior knowledge) at a keel-wire port reads the 400 and exits: the host
+/// waits for the client to close after its GOAWAY rather than closing under a request still
+/// sending (which h2 clients report as a broken pipe instead of the answer), and does not
+/// hold the client until its handshake timeout either.
+#[test]
+fn curl_over_http2_at_a_keel_wire_port_reads_the_refusal() {
+    let found = std::process::Command::new("curl").arg("--version").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        if std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
+            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
+        }
+        eprintln!("SKIPPED: `curl` is not installed, so this test cannot run");
+        return;
+    }
+    // A handshake timeout far above curl's own limit: curl must finish on the host's answer.
+    let host = Binding::Tcp.host_with(|h| h.handshake_timeout(std::time::Duration::from_secs(120)));
+    let url = host.url().replace("tcp://", "http://") + "/Probe/echo";
+    for _ in 0..20 {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--http2-prior-knowledge", "--max-time", "60"])
+            .args(["-w", "\n%{http_code}", "-d", "{\"s\":\"x\"}", &url])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "curl failed ({:?}): {err}",
+            out.status
+        );
+        assert!(text.ends_with("\n400"), "{text}");
+        says(&text, &["speaks keel-wire, not HTTP", "tcp://"]);
+    }
+    host.shutdown();
+}
+
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_client_at_a_plain_http_port_is_told_it_does_not_serve_tls() {

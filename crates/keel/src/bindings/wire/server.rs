@@ -164,7 +164,8 @@ pub(crate) async fn serve(
                         if it serves TLS), or send HTTP to the port where the host serves \
                         http://";
             use crate::transport::sniff::{h2_first_request_arrived, http_refusal, is_h2_preface};
-            if is_h2_preface(&buf) {
+            let h2 = is_h2_preface(&buf);
+            if h2 {
                 // Its first request is answered: wait for it (bounded, as the drain below).
                 let arrived = async {
                     while !h2_first_request_arrived(&buf) && buf.len() < 64 * 1024 {
@@ -180,7 +181,14 @@ pub(crate) async fn serve(
                 }
             }
             let _ = io.write_all(&http_refusal(&buf, text)).await;
-            let _ = io.shutdown().await;
+            // HTTP/1.1: the answer says `connection: close`, and the client reads to the end.
+            // HTTP/2: the GOAWAY closes the connection once the client's request is done; a
+            // FIN before then would fail the stream it has just been answered on (h2 turns an
+            // end of input under a request still sending into a broken pipe), so the client
+            // closes first.
+            if !h2 {
+                let _ = io.shutdown().await;
+            }
             // Read what the client sends on (up to a bound, within the handshake time): a
             // close with bytes unread would reset the connection, and the reset could overtake
             // the answer.
@@ -195,6 +203,9 @@ pub(crate) async fn serve(
                 }
             };
             let _ = tokio::time::timeout(settings.handshake_timeout, drain).await;
+            if h2 {
+                let _ = io.shutdown().await;
+            }
             return;
         }
         // Not a keel client: close without a word (we cannot frame one).
