@@ -43,6 +43,13 @@ pub struct DivideByZero {
     pub dividend: f64,
 }
 
+/// A message with a bytes field (base64 in protobuf's JSON, a list of numbers in keel's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Blob {
+    /// The bytes.
+    pub data: serde_bytes::ByteBuf,
+}
+
 /// What the Connect tests call.
 #[keel::contract(package = "keel_test.connect")]
 pub trait Conn {
@@ -65,6 +72,10 @@ pub trait Conn {
     async fn sum(&self, items: MessageStream<Item>) -> Result<u64, Status>;
     /// Each item back.
     async fn echo(&self, items: MessageStream<Item>) -> MessageStream<Item>;
+    /// The blob's length.
+    async fn blob_len(&self, blob: serde_bytes::ByteBuf) -> u64;
+    /// The blobs' lengths, added.
+    async fn blob_lens(&self, blobs: MessageStream<Blob>) -> Result<u64, Status>;
 }
 
 struct Impl;
@@ -115,6 +126,16 @@ impl Conn for Impl {
             }
         });
         rx
+    }
+    async fn blob_len(&self, blob: serde_bytes::ByteBuf) -> u64 {
+        blob.len() as u64
+    }
+    async fn blob_lens(&self, mut blobs: MessageStream<Blob>) -> Result<u64, Status> {
+        let mut sum = 0;
+        while let Some(blob) = blobs.next().await {
+            sum += blob?.data.len() as u64;
+        }
+        Ok(sum)
     }
 }
 
@@ -627,6 +648,34 @@ async fn unary_over_http2() {
 async fn limits() {
     let host = host();
     let addr = addr(&host);
+    // Bytes in base64 (protobuf's JSON) within the limit of 64 KiB, rewritten as keel's JSON
+    // (a list of numbers) past it: refused as a longer message is, unary and streamed. A small
+    // one passes both ways.
+    use base64::Engine as _;
+    let b64 = |n: usize| base64::engine::general_purpose::STANDARD.encode(vec![200u8; n]);
+    let unary = |n| format!(r#"{{"blob": "{}"}}"#, b64(n)).into_bytes();
+    let a = h1(&addr, &post("BlobLen"), &[JSON], &unary(1000)).await;
+    assert_eq!((a.status, a.json()), (200, json!(1000)), "{a:?}");
+    let big = unary(30 * 1024);
+    assert!(big.len() < 64 * 1024);
+    let a = h1(&addr, &post("BlobLen"), &[JSON], &big).await;
+    assert_eq!(
+        (a.status, &a.json()["code"]),
+        (429, &json!("resource_exhausted")),
+        "{a:?}"
+    );
+    let ct = ("content-type", "application/connect+json");
+    let streamed = |n| envelope(0, format!(r#"{{"data": "{}"}}"#, b64(n)).as_bytes());
+    let a = h1(&addr, &post("BlobLens"), &[ct], &streamed(1000)).await;
+    let env = a.envelopes();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&env[0].1).unwrap(),
+        json!(1000),
+        "{a:?}"
+    );
+    let a = h1(&addr, &post("BlobLens"), &[ct], &streamed(30 * 1024)).await;
+    let end: Value = serde_json::from_slice(&a.envelopes().last().unwrap().1).unwrap();
+    assert_eq!(end["error"]["code"], "resource_exhausted", "{end}");
     // A unary body past the message size limit.
     let big = vec![b' '; 70 * 1024];
     let a = h1(&addr, &post("Text"), &[JSON], &big).await;

@@ -268,7 +268,7 @@ fn from_proto_json(
         Some(codec) => crate::core::compress::decompress(codec, &bytes, max as usize)
             .map_err(|e| super::messages::decompress_status(codec, e))?,
     };
-    let rewritten = crate::core::proto::json::request_from_proto_json(schema, op, &plain);
+    let rewritten = super::messages::from_proto_json(schema, op, &plain, max)?;
     Ok((rewritten.map_or(plain, Bytes::from), None))
 }
 

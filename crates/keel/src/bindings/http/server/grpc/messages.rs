@@ -173,6 +173,30 @@ pub(super) fn request_stream<B: Received>(
     })
 }
 
+/// `message` rewritten from protobuf's JSON mapping for operation `op` of `schema` (`None`:
+/// nothing to rewrite); refused when the rewrite makes it longer than `max` bytes, as a longer
+/// message would have been (a bytes field, base64 in protobuf's JSON, grows as keel's JSON
+/// writes it: a list of numbers).
+pub(super) fn from_proto_json(
+    schema: &ServiceSchema,
+    op: &str,
+    message: &[u8],
+    max: u32,
+) -> Result<Option<Vec<u8>>, Status> {
+    let rewritten = request_from_proto_json(schema, op, message);
+    match rewritten {
+        Some(r) if r.len() > max as usize => Err(Status::new(
+            StatusCode::TooLarge,
+            format!(
+                "a request message rewritten from protobuf's JSON mapping is {} bytes, over \
+                 this host's limit of {max} bytes",
+                r.len()
+            ),
+        )),
+        r => Ok(r),
+    }
+}
+
 /// See [`request_stream`].
 struct Reframed {
     bytes: ByteStream,
@@ -208,9 +232,12 @@ impl Reframed {
                     &decompressed[..]
                 }
             };
-            let rewritten = self
-                .json
-                .and_then(|(schema, op)| request_from_proto_json(schema, op, message));
+            let rewritten = match self.json {
+                Some((schema, op)) => {
+                    from_proto_json(schema, op, message, self.max).map_err(stream_error)?
+                }
+                None => None,
+            };
             encode_message(
                 Framing::Envelope,
                 rewritten.as_deref().unwrap_or(message),
