@@ -45,13 +45,22 @@ fn child_host() {
     serve_child_host(
         |url| {
             let port = url.rsplit_once(':').unwrap().1.parse().unwrap();
-            keel::Host::builder()
+            let builder = keel::Host::builder()
                 .service(FrozenServer::new(Port(port)))
-                .endpoint(url)
-                .start()
-                .expect("child host starts")
+                .endpoint(url);
+            #[cfg(feature = "quic")]
+            let builder = match url.starts_with("quic://") {
+                true => builder.tls(common::test_cert().server_tls().unwrap()),
+                false => builder,
+            };
+            builder.start().expect("child host starts")
         },
-        |_| String::new(),
+        |line| match line {
+            // The child's certificate (for a quic:// host), one line: `|` for each newline.
+            #[cfg(feature = "quic")]
+            "cert" => common::test_cert().cert_pem.replace('\n', "|"),
+            _ => String::new(),
+        },
     );
 }
 
@@ -239,6 +248,38 @@ async fn a_call_on_a_frozen_http2_host_fails_unavailable_within_the_bound() {
         .unwrap();
     let client = FrozenClient::new(channel);
     assert!(client.write(0).await.is_ok());
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.write(30_000).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::block_in_place(|| host.signal("STOP"));
+    let began = Instant::now();
+    let err = tokio::time::timeout(BOUND, call)
+        .await
+        .unwrap_or_else(|_| panic!("the call still waits after {BOUND:?}"))
+        .unwrap()
+        .unwrap_err();
+    println!("after {:.1} ms: {err}", began.elapsed().as_secs_f64() * 1e3);
+    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
+    tokio::task::block_in_place(|| host.kill());
+}
+
+/// QUIC too: a call in flight on a host that froze fails `Unavailable` within the bound, not at
+/// QUIC's idle timeout (the 20 s interval and at least 3 s more): while calls wait, the client
+/// pings a quarter second into the silence (a QUIC datagram) and closes the connection when
+/// nothing answers. A call that waits on a live host the same time is not failed.
+#[cfg(feature = "quic")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_frozen_quic_host_fails_unavailable_within_the_bound() {
+    let _real = keel::testing::real_time();
+    let mut host = tokio::task::block_in_place(|| start_host_at("quic"));
+    let cert = tokio::task::block_in_place(|| host.ask("cert")).replace('|', "\n");
+    let tls = keel::tls::ClientTls::from_roots_pem(cert.as_bytes()).unwrap();
+    let channel = Channel::builder(host.url()).tls(tls).build().unwrap();
+    let client = FrozenClient::new(channel);
+    // A live host that answers after 2.5 s: the pings are answered, the call is not failed.
+    assert_eq!(client.write(2_500).await.unwrap(), host.port());
     let call = tokio::spawn({
         let client = client.clone();
         async move { client.write(30_000).await }

@@ -144,6 +144,61 @@ impl Responder for StopResponder {
     }
 }
 
+/// A client connection's calls waiting for their answers (an answer's head, on HTTP/2), for
+/// its liveness check (PROTOCOL.md "Liveness"): while any wait, a quiet connection is pinged
+/// after a quarter second, not after the keepalive interval. HTTP/2 and QUIC keep one per
+/// connection (keel-wire's connection core keeps its own books).
+#[cfg_attr(not(any(feature = "http", feature = "quic")), allow(dead_code))]
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    calls: std::sync::atomic::AtomicUsize,
+    /// Calls started on the connection so far.
+    started: std::sync::atomic::AtomicU64,
+    /// Told when the first call starts waiting.
+    first: tokio::sync::Notify,
+}
+
+#[cfg_attr(not(any(feature = "http", feature = "quic")), allow(dead_code))]
+impl Waiting {
+    /// A call waits for its answer until the guard is dropped.
+    pub(crate) fn enter(self: &Arc<Self>) -> WaitingGuard {
+        use std::sync::atomic::Ordering;
+        self.started.fetch_add(1, Ordering::Relaxed);
+        if self.calls.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.first.notify_one();
+        }
+        WaitingGuard(self.clone())
+    }
+
+    /// Whether any call waits.
+    pub(crate) fn busy(&self) -> bool {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
+    /// How many calls have started on the connection so far.
+    pub(crate) fn started(&self) -> u64 {
+        self.started.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Returns once a call starts waiting on an idle connection (at once if one started since
+    /// the last such return).
+    pub(crate) async fn until_busy(&self) {
+        self.first.notified().await;
+    }
+}
+
+/// A call waiting on a connection (see [`Waiting::enter`]).
+#[derive(Debug)]
+pub(crate) struct WaitingGuard(Arc<Waiting>);
+
+impl Drop for WaitingGuard {
+    fn drop(&mut self) {
+        self.0
+            .calls
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Where a binding registers the connections it serves: the host's registry of open
 /// connections (`host/registry.rs`: the connection limit, idle reaping, age, the drain).
 /// Defined here, below the host, so that bindings reach it without importing the host.

@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use h2::{Ping, RecvStream, SendStream};
 use http_body::{Body as _, Frame, SizeHint};
 use keel_wire::Keepalive;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 use super::body::Body;
 
@@ -114,42 +114,6 @@ impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
     }
 }
 
-/// A connection's calls waiting for their answers' heads, for its keepalive: while any wait,
-/// a quiet connection is pinged after a quarter second, not after the interval (see [`drive`]).
-#[derive(Debug, Default)]
-pub(super) struct Waiting {
-    calls: AtomicUsize,
-    /// Calls started on the connection so far.
-    started: AtomicU64,
-    /// Told when the first call starts waiting.
-    first: Notify,
-}
-
-impl Waiting {
-    /// A call waits for its answer until the guard is dropped.
-    pub(super) fn enter(self: &Arc<Self>) -> WaitingGuard {
-        self.started.fetch_add(1, Ordering::Relaxed);
-        if self.calls.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.first.notify_one();
-        }
-        WaitingGuard(self.clone())
-    }
-
-    fn busy(&self) -> bool {
-        self.calls.load(Ordering::Relaxed) > 0
-    }
-}
-
-/// A call waiting on a connection (see [`Waiting::enter`]).
-#[derive(Debug)]
-pub(super) struct WaitingGuard(Arc<Waiting>);
-
-impl Drop for WaitingGuard {
-    fn drop(&mut self) {
-        self.0.calls.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -196,7 +160,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
 pub(super) async fn drive<T>(
     mut conn: Connection<Counted<T>, Bytes>,
     heard: Arc<Heard>,
-    waiting: Arc<Waiting>,
+    waiting: Arc<crate::bindings::Waiting>,
     keepalive: Option<Keepalive>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -216,7 +180,7 @@ pub(super) async fn drive<T>(
             let due = if busy {
                 // The spacing counts from an answered PING unless a call started since.
                 let spaced_from = answered
-                    .filter(|&(_, started)| waiting.started.load(Ordering::Relaxed) == started)
+                    .filter(|&(_, started)| waiting.started() == started)
                     .map(|(at, _)| at);
                 keepalive.busy_ping_at(last, None, spaced_from)
             } else {
@@ -226,13 +190,13 @@ pub(super) async fn drive<T>(
             if now < due {
                 tokio::select! {
                     () = tokio::time::sleep_until(crate::runtime::clock::to_tokio(due)) => {}
-                    () = waiting.first.notified(), if !busy => {}
+                    () = waiting.until_busy(), if !busy => {}
                 }
                 continue;
             }
             let mut seen = heard.bytes();
             let sent = now;
-            let started = waiting.started.load(Ordering::Relaxed);
+            let started = waiting.started();
             let mut dead_at = if busy {
                 keepalive.busy_dead_at(last, sent, None)
             } else {

@@ -14,6 +14,7 @@ use super::client_transport_config;
 use super::frames::{self, code, FrameReader, PumpFail, ReadFail};
 use crate::bindings::{
     Again, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, Outgoing, Replied,
+    Waiting,
 };
 use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
@@ -51,6 +52,10 @@ struct ClientConn {
     handshake: watch::Receiver<Option<bool>>,
     /// The host said GoAway: no new calls here.
     going_away: Arc<AtomicBool>,
+    /// Calls waiting for their replies, for the liveness check ([`watch_busy`]).
+    waiting: Arc<Waiting>,
+    /// Why the liveness check closed the connection, if it did.
+    unresponsive: Arc<std::sync::OnceLock<String>>,
 }
 
 impl ClientConn {
@@ -185,10 +190,23 @@ impl QuicClient {
         };
         let going_away = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_go_away(connection.clone(), going_away.clone()));
+        let waiting = Arc::new(Waiting::default());
+        let unresponsive = Arc::new(std::sync::OnceLock::new());
+        if let Some(keepalive) = self.settings.keepalive {
+            let watch = watch_busy(
+                connection.clone(),
+                waiting.clone(),
+                keepalive,
+                unresponsive.clone(),
+            );
+            tokio::spawn(watch);
+        }
         Ok(ClientConn {
             connection,
             handshake,
             going_away,
+            waiting,
+            unresponsive,
         })
     }
 
@@ -240,6 +258,7 @@ impl QuicClient {
             Err(_) => return Attempt::Answered(Err(timed_out(call))),
         };
         let call_id = send.id().index();
+        let _waiting = conn.waiting.enter();
         let metadata_block = match call.metadata.to_wire() {
             Ok(m) => m,
             Err(e) => return Attempt::Answered(Err(Error::new(Kind::TooLarge, e.to_string()))),
@@ -350,7 +369,11 @@ impl QuicClient {
             }
             Ok(Err(ReadFail::TimedOut)) => return Attempt::Answered(Err(timed_out(call))),
             Ok(Err(ReadFail::Broken(why))) => {
-                return Attempt::Answered(Err(Error::new(Kind::Connection, why)))
+                let why = match conn.unresponsive.get() {
+                    Some(silent) => format!("{}: {silent}", self.endpoint),
+                    None => why,
+                };
+                return Attempt::Answered(Err(Error::new(Kind::Connection, why)));
             }
         };
         // Answered: nothing to reset (an upload still flowing goes on).
@@ -453,6 +476,97 @@ fn handshake_failed(ep: &Endpoint, e: &quinn::ConnectionError) -> Error {
         _ => "",
     };
     connect_err(format!("{ep}: the QUIC handshake failed: {e}{hint}"))
+}
+
+/// How often a connection whose calls wait looks for a sign of life from its host: what
+/// arrived is counted by quinn, not seen by keel, so "the last time something arrived" is
+/// known to within this.
+const BUSY_LOOK: Duration = Duration::from_millis(20);
+
+/// Watches a connection while calls wait for replies, by keel-wire's rule
+/// ([`keel_wire::Keepalive::busy_ping_at`] and [`busy_dead_at`]; PROTOCOL.md "Liveness"): after a
+/// quarter second (or two round trips) in which no packet arrived, a ping (a one-byte QUIC
+/// datagram, which the host's QUIC stack acknowledges without keel reading it); if nothing has
+/// arrived a second (less 10 ms, or six round trips) after the last packet, with the ping
+/// unanswered, the host is taken for dead and the connection closed: its calls fail as a lost
+/// connection (`unavailable`), and an idempotent one on a balanced channel goes to another
+/// host at once. While calls wait after an answered ping and none started since, the next
+/// waits for the interval, as keel-wire's do. QUIC's own keepalive and idle timeout watch an
+/// idle connection. `unresponsive`: set to why, when the check closes the connection.
+///
+/// [`busy_dead_at`]: keel_wire::Keepalive::busy_dead_at
+async fn watch_busy(
+    connection: quinn::Connection,
+    waiting: Arc<Waiting>,
+    keepalive: keel_wire::Keepalive,
+    unresponsive: Arc<std::sync::OnceLock<String>>,
+) {
+    let arrived = || connection.stats().udp_rx.datagrams;
+    // The last ping answered, and the calls started by then.
+    let mut answered: Option<(Instant, u64)> = None;
+    loop {
+        if !waiting.busy() {
+            tokio::select! {
+                () = waiting.until_busy() => {}
+                _ = connection.closed() => return,
+            }
+            answered = None;
+        }
+        // Counted from when calls began to wait: packets before are no news of the host now.
+        let mut seen = arrived();
+        let mut last = clock::now();
+        while waiting.busy() {
+            if connection.close_reason().is_some() {
+                return;
+            }
+            let now = clock::now();
+            if arrived() != seen {
+                seen = arrived();
+                last = now;
+            }
+            let rtt = Some(connection.rtt());
+            let spaced_from = answered
+                .filter(|&(_, started)| waiting.started() == started)
+                .map(|(at, _)| at);
+            let due = keepalive.busy_ping_at(last, rtt, spaced_from);
+            if now < due {
+                tokio::time::sleep_until(clock::to_tokio(due.min(now + BUSY_LOOK))).await;
+                continue;
+            }
+            if connection
+                .send_datagram(bytes::Bytes::from_static(&[0]))
+                .is_err()
+            {
+                // No datagrams (a host that takes none, or the connection closed): QUIC's idle
+                // timeout watches it alone.
+                return;
+            }
+            let (pinged, started) = (now, waiting.started());
+            let dead_at = keepalive.busy_dead_at(last, pinged, rtt);
+            loop {
+                let now = clock::now();
+                if arrived() != seen {
+                    seen = arrived();
+                    last = now;
+                    answered = Some((now, started));
+                    break;
+                }
+                if now >= dead_at {
+                    let silent = now.saturating_duration_since(last).as_millis();
+                    let _ = unresponsive.set(format!(
+                        "the host sent nothing for {silent} ms, with calls waiting and a \
+                         keepalive ping unanswered"
+                    ));
+                    connection.close(code::TIMED_OUT, b"the host stopped answering");
+                    return;
+                }
+                if !waiting.busy() {
+                    break;
+                }
+                tokio::time::sleep_until(clock::to_tokio(dead_at.min(now + BUSY_LOOK))).await;
+            }
+        }
+    }
 }
 
 /// Reads the host's unidirectional streams: a GoAway frame marks the connection as taking no

@@ -21,6 +21,9 @@ use std::sync::Arc;
 /// The least time a QUIC connection waits, after its keepalive interval, for a sign of life.
 const MIN_PING_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// Room for one liveness ping, a one-byte QUIC datagram, with quinn's bookkeeping for it.
+const PING_ROOM: usize = 64;
+
 /// Unidirectional streams a client accepts from its host: the host opens one, for GoAway.
 const CLIENT_UNI_STREAMS: u32 = 4;
 
@@ -56,6 +59,11 @@ pub(crate) fn transport_config(
     config.stream_receive_window(var(stream_window));
     config.send_window(send_window as u64);
     config.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+    // Datagrams are a client's liveness pings only (`client::watch_busy`): each side holds at
+    // most one unread (quinn drops the oldest for a new one, and refuses one larger; the
+    // client's room is there only because quinn sends none without it); the host sends none.
+    config.datagram_receive_buffer_size(Some(PING_ROOM));
+    config.datagram_send_buffer_size(if client { PING_ROOM } else { 0 });
     match keepalive {
         Some(k) => {
             config.keep_alive_interval(Some(k.interval));

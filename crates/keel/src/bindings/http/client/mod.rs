@@ -100,7 +100,7 @@ struct H2ClientConn {
     /// The connection's upload tasks, ended with it.
     tasks: Tasks,
     /// Its calls waiting for answers, for its keepalive.
-    waiting: Arc<h2conn::Waiting>,
+    waiting: Arc<crate::bindings::Waiting>,
 }
 
 /// A stream opened on the HTTP/2 connection: its response's future, its upload's guard, the
@@ -110,7 +110,7 @@ type H2Stream = (
     h2::client::ResponseFuture,
     Option<h2conn::UploadGuard>,
     u64,
-    h2conn::WaitingGuard,
+    crate::bindings::WaitingGuard,
 );
 
 /// A freshly opened connection.
@@ -549,7 +549,7 @@ impl HttpClient {
                         .await
                         .map_err(|e| handshake_err(endpoint, e))?;
                     let tasks = Tasks::default();
-                    let waiting = Arc::new(h2conn::Waiting::default());
+                    let waiting = Arc::new(crate::bindings::Waiting::default());
                     // HTTP/2 PINGs after a keepalive interval without a byte from the host, or
                     // a quarter second while calls wait; no answer closes the connection (its
                     // calls fail as a lost connection; the next call reconnects).
