@@ -683,3 +683,32 @@ async fn handshakes_never_finished_are_closed_at_the_handshake_timeout() {
         host.shutdown_async().await;
     }
 }
+
+/// QUIC datagrams are only the clients' liveness pings: the host offers room for a few bytes
+/// (a larger datagram cannot be sent to it), holds one unread at most, and a peer that floods
+/// it with tiny ones is still served on the same connection, as are others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_are_tiny_and_a_flood_of_them_holds_nothing() {
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| h);
+    let (_ep, conn) = raw_connect(addr_of(host.url())).await;
+    let max = conn.max_datagram_size().expect("the host takes datagrams");
+    assert!(max <= 64, "the host offers datagrams of {max} bytes");
+    assert!(matches!(
+        conn.send_datagram(Bytes::from(vec![0u8; 1200])),
+        Err(quinn::SendDatagramError::TooLarge)
+    ));
+    for _ in 0..20_000 {
+        conn.send_datagram(Bytes::from_static(&[0; 16])).unwrap();
+        tokio::task::yield_now().await;
+    }
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
+        .await
+        .unwrap();
+    send.finish().unwrap();
+    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
+    bystander_served(host.url()).await;
+    host.shutdown_async().await;
+}
