@@ -267,12 +267,7 @@ async fn read_response(sock: &mut TcpStream) -> String {
 /// curl's `--compressed` gets a gzip- or zstd-encoded answer it decodes itself.
 #[test]
 fn curl_compressed_gets_an_encoded_reply() {
-    let found = std::process::Command::new("curl").arg("--version").output();
-    if !found.is_ok_and(|o| o.status.success()) {
-        if std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
-            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
-        }
-        eprintln!("SKIPPED: `curl` is not installed, so this test cannot run");
+    if !common::have_curl() {
         return;
     }
     let host = keel::Host::builder()

@@ -145,12 +145,7 @@ async fn an_http_client_at_a_keel_wire_port_is_told_to_use_tcp() {
 /// hold the client until its handshake timeout either.
 #[test]
 fn curl_over_http2_at_a_keel_wire_port_reads_the_refusal() {
-    let found = std::process::Command::new("curl").arg("--version").output();
-    if !found.is_ok_and(|o| o.status.success()) {
-        if std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
-            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
-        }
-        eprintln!("SKIPPED: `curl` is not installed, so this test cannot run");
+    if !common::have_curl() {
         return;
     }
     // A handshake timeout far above curl's own limit: curl must finish on the host's answer.

@@ -264,21 +264,6 @@ fn an_ndjson_stream_that_fails_ends_with_its_error_line_on_the_wire() {
 // ---------------------------------------------------------------------------------------------
 // curl
 
-/// Whether curl runs; panics if it does not and `KEEL_REQUIRE_CURL=1`.
-fn have_curl() -> bool {
-    let found = Command::new("curl")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        if std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
-            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
-        }
-        eprintln!("SKIPPED: `curl` is not installed, so this test cannot run");
-    }
-    found
-}
-
 /// How long a running curl gets for its next line before the test fails: reached only when a
 /// line never comes.
 const LINE_LIMIT: Duration = Duration::from_secs(30);
@@ -415,7 +400,7 @@ const VERSIONS: [&str; 2] = ["--http1.1", "--http2-prior-knowledge"];
 
 #[test]
 fn curl_reads_ndjson_and_sse_streams_as_they_come() {
-    if !have_curl() {
+    if !common::have_curl() {
         return;
     }
     let (host, gate) = feed_host(None);
@@ -466,7 +451,7 @@ fn curl_reads_ndjson_and_sse_streams_as_they_come() {
 
 #[test]
 fn curl_sees_a_stream_that_fails_midway_end_with_its_error() {
-    if !have_curl() {
+    if !common::have_curl() {
         return;
     }
     let (host, _gate) = feed_host(None);
@@ -503,7 +488,7 @@ fn curl_sees_a_stream_that_fails_midway_end_with_its_error() {
 
 #[test]
 fn curl_posts_an_ndjson_body_to_a_client_stream() {
-    if !have_curl() {
+    if !common::have_curl() {
         return;
     }
     let (host, _gate) = feed_host(None);
@@ -540,7 +525,7 @@ fn curl_posts_an_ndjson_body_to_a_client_stream() {
 
 #[test]
 fn curl_gets_501_for_a_bidirectional_stream_over_http1_and_streams_both_ways_over_h2c() {
-    if !have_curl() {
+    if !common::have_curl() {
         return;
     }
     let (host, _gate) = feed_host(None);
@@ -598,7 +583,7 @@ fn curl_gets_501_for_a_bidirectional_stream_over_http1_and_streams_both_ways_ove
 
 #[test]
 fn curl_sees_a_byte_stream_that_fails_before_its_first_byte_cut_off() {
-    if !have_curl() {
+    if !common::have_curl() {
         return;
     }
     let (host, _gate) = feed_host(None);

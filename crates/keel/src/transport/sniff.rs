@@ -49,26 +49,38 @@ pub(crate) fn is_h2_preface(bytes: &[u8]) -> bool {
     bytes.len() >= 16 && H2_PREFACE.starts_with(&bytes[..bytes.len().min(H2_PREFACE.len())])
 }
 
-/// Whether `bytes`, an HTTP/2 client's first bytes (the preface, then frames), hold the HEADERS
-/// of its first request (stream 1): [`http_refusal`] answers that stream, which an HTTP/2
-/// client takes only once it opened it.
-pub(crate) fn h2_first_request_arrived(bytes: &[u8]) -> bool {
+/// What `bytes`, an HTTP/2 client's first bytes (the preface, then frames), say of its first
+/// request (stream 1): `None` while its HEADERS have not arrived; then whether the request has
+/// ended (END_STREAM on its HEADERS or on a DATA frame). [`http_refusal`] answers that stream,
+/// which an HTTP/2 client takes only once it opened it, and best once it has sent all of it.
+pub(crate) fn h2_first_request(bytes: &[u8]) -> Option<bool> {
+    const DATA: u8 = 0x00;
+    const HEADERS: u8 = 0x01;
+    const END_STREAM: u8 = 0x01;
     let mut at = H2_PREFACE.len();
+    let mut opened = false;
     while let Some(header) = bytes.get(at..at + 9) {
         let len =
             usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
         let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & !(1 << 31);
-        if header[3] == 0x01 && stream == 1 {
-            return true;
+        let (kind, flags) = (header[3], header[4]);
+        // A frame counts once it has all arrived (its END_STREAM is then final).
+        if stream == 1 && bytes.len() >= at + 9 + len {
+            opened |= kind == HEADERS;
+            if opened && (kind == HEADERS || kind == DATA) && flags & END_STREAM != 0 {
+                return Some(true);
+            }
         }
         at += 9 + len;
     }
-    false
+    opened.then_some(false)
 }
 
 /// The answer a keel-wire endpoint gives an HTTP client, before it closes the connection: an
 /// HTTP/1.1 400 with `text` as its body; or for an HTTP/2 client, the server's SETTINGS, a 400
-/// with `text` on stream 1 (its first request, see [`h2_first_request_arrived`]) and a GOAWAY.
+/// with `text` on stream 1 (its first request, see [`h2_first_request`]), a RST_STREAM with
+/// NO_ERROR if the request has not ended (RFC 9113 §8.1: stop sending it, no error), and a
+/// GOAWAY.
 pub(crate) fn http_refusal(request: &[u8], text: &str) -> Vec<u8> {
     const CONTENT_TYPE: &[u8] = b"text/plain; charset=utf-8";
     if is_h2_preface(request) {
@@ -87,6 +99,10 @@ pub(crate) fn http_refusal(request: &[u8], text: &str) -> Vec<u8> {
         frame(&mut out, 0x01, 0x04, 1, &block);
         // DATA, END_STREAM.
         frame(&mut out, 0x00, 0x01, 1, text.as_bytes());
+        if h2_first_request(request) != Some(true) {
+            // RST_STREAM, NO_ERROR.
+            frame(&mut out, 0x03, 0, 1, &[0, 0, 0, 0]);
+        }
         // GOAWAY: last stream 1, NO_ERROR.
         frame(&mut out, 0x07, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0]);
         return out;
@@ -129,20 +145,40 @@ mod tests {
         assert!(refusal.starts_with(b"HTTP/1.1 400 "));
         assert!(refusal.ends_with(b"\r\n\r\nno"));
 
-        let refusal = http_refusal(H2_PREFACE, "no");
+        // HEADERS on stream 1 without END_STREAM (a body follows), then its DATA that ends it.
+        let mut request = H2_PREFACE.to_vec();
+        assert_eq!(h2_first_request(&request), None);
+        // The client's SETTINGS (one setting).
+        request.extend_from_slice(&[0, 0, 6, 0x04, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100]);
+        assert_eq!(h2_first_request(&request), None);
+        request.extend_from_slice(&[0, 0, 1, 0x01, 0x04, 0, 0, 0, 1, 0x83]);
+        assert_eq!(h2_first_request(&request), Some(false));
+        // Answered now, the request still sending: SETTINGS, HEADERS, DATA, RST_STREAM
+        // NO_ERROR, GOAWAY.
+        let refusal = http_refusal(&request, "no");
         assert_eq!(&refusal[..9], &[0, 0, 0, 0x04, 0, 0, 0, 0, 0]);
         assert_eq!(&refusal[9..18], &[0, 0, 29, 0x01, 0x04, 0, 0, 0, 1]);
         assert_eq!(
             &refusal[47..58],
             &[0, 0, 2, 0x00, 0x01, 0, 0, 0, 1, b'n', b'o']
         );
-
-        let mut request = H2_PREFACE.to_vec();
-        assert!(!h2_first_request_arrived(&request));
-        // The client's SETTINGS (one setting), then HEADERS on stream 1.
-        request.extend_from_slice(&[0, 0, 6, 0x04, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100]);
-        assert!(!h2_first_request_arrived(&request));
-        request.extend_from_slice(&[0, 0, 1, 0x01, 0x05, 0, 0, 0, 1, 0x82]);
-        assert!(h2_first_request_arrived(&request));
+        assert_eq!(
+            &refusal[58..71],
+            &[0, 0, 4, 0x03, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+        );
+        assert_eq!(&refusal[71..80], &[0, 0, 8, 0x07, 0, 0, 0, 0, 0]);
+        // DATA with END_STREAM, its payload not all here yet: not ended until it is.
+        let data = [0, 0, 2, 0x00, 0x01, 0, 0, 0, 1, b'h'];
+        request.extend_from_slice(&data);
+        assert_eq!(h2_first_request(&request), Some(false));
+        request.push(b'i');
+        assert_eq!(h2_first_request(&request), Some(true));
+        // Answered once it ended: no RST_STREAM.
+        let refusal = http_refusal(&request, "no");
+        assert_eq!(&refusal[58..67], &[0, 0, 8, 0x07, 0, 0, 0, 0, 0]);
+        // HEADERS with END_STREAM (no body) end it at once.
+        let mut get = H2_PREFACE.to_vec();
+        get.extend_from_slice(&[0, 0, 1, 0x01, 0x05, 0, 0, 0, 1, 0x82]);
+        assert_eq!(h2_first_request(&get), Some(true));
     }
 }

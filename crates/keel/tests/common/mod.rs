@@ -330,6 +330,22 @@ pub enum Binding {
     Quic,
 }
 
+/// Whether curl runs (the tests that call keel from outside Rust with it skip without it);
+/// panics if it does not and `KEEL_REQUIRE_CURL=1` (CI sets it).
+pub fn have_curl() -> bool {
+    let found = std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("KEEL_REQUIRE_CURL").is_some_and(|v| v == "1") {
+            panic!("KEEL_REQUIRE_CURL=1 but no curl on PATH (apt-get install curl)");
+        }
+        eprintln!("SKIPPED: `curl` is not installed, so this test cannot run");
+    }
+    found
+}
+
 /// One self-signed certificate per test process, for "localhost" and "127.0.0.1".
 #[cfg(feature = "tls")]
 pub fn test_cert() -> &'static keel::tls::SelfSigned {

@@ -163,32 +163,26 @@ pub(crate) async fn serve(
             let text = "this port speaks keel-wire, not HTTP. Connect with a tcp:// URL (tcps:// \
                         if it serves TLS), or send HTTP to the port where the host serves \
                         http://";
-            use crate::transport::sniff::{h2_first_request_arrived, http_refusal, is_h2_preface};
-            let h2 = is_h2_preface(&buf);
-            if h2 {
-                // Its first request is answered: wait for it (bounded, as the drain below).
+            use crate::transport::sniff::{h2_first_request, http_refusal, is_h2_preface};
+            if is_h2_preface(&buf) {
+                // Its first request is answered once it has all arrived (or 64 KiB of it, which
+                // is all an HTTP/2 client sends before the server's window grows): an answer
+                // to a request still sending fails it in some clients (curl 7.88, h2). Bounded
+                // as the drain below.
                 let arrived = async {
-                    while !h2_first_request_arrived(&buf) && buf.len() < 64 * 1024 {
+                    while h2_first_request(&buf) != Some(true) && buf.len() < 64 * 1024 {
                         if !matches!(io.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                            return false;
+                            break;
                         }
                     }
-                    h2_first_request_arrived(&buf)
                 };
-                match tokio::time::timeout(settings.handshake_timeout, arrived).await {
-                    Ok(true) => {}
-                    _ => return,
+                let _ = tokio::time::timeout(settings.handshake_timeout, arrived).await;
+                if h2_first_request(&buf).is_none() {
+                    return;
                 }
             }
             let _ = io.write_all(&http_refusal(&buf, text)).await;
-            // HTTP/1.1: the answer says `connection: close`, and the client reads to the end.
-            // HTTP/2: the GOAWAY closes the connection once the client's request is done; a
-            // FIN before then would fail the stream it has just been answered on (h2 turns an
-            // end of input under a request still sending into a broken pipe), so the client
-            // closes first.
-            if !h2 {
-                let _ = io.shutdown().await;
-            }
+            let _ = io.shutdown().await;
             // Read what the client sends on (up to a bound, within the handshake time): a
             // close with bytes unread would reset the connection, and the reset could overtake
             // the answer.
@@ -203,9 +197,6 @@ pub(crate) async fn serve(
                 }
             };
             let _ = tokio::time::timeout(settings.handshake_timeout, drain).await;
-            if h2 {
-                let _ = io.shutdown().await;
-            }
             return;
         }
         // Not a keel client: close without a word (we cannot frame one).
