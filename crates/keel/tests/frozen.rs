@@ -235,19 +235,12 @@ async fn a_frozen_a_killed_and_a_closed_host_fail_calls_with_the_same_status() {
     }
 }
 
-/// HTTP/2 too: a call in flight on a host that froze fails `Unavailable` within the bound, not
-/// at the 20 s interval's PING (its connection's keepalive pings a quarter second into the
-/// silence while calls wait, and closes the connection when that PING goes unanswered).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_on_a_frozen_http2_host_fails_unavailable_within_the_bound() {
-    let _real = keel::testing::real_time();
-    let mut host = tokio::task::block_in_place(|| start_host_at("http"));
-    let channel = Channel::builder(host.url())
-        .http_version(keel::client::HttpVersion::Http2)
-        .build()
-        .unwrap();
-    let client = FrozenClient::new(channel);
-    assert!(client.write(0).await.is_ok());
+/// A call in flight through `client` on `host` (its only host) fails `Unavailable` within the
+/// bound once `host` is frozen; `host` is killed after.
+async fn a_call_fails_unavailable_when_the_host_freezes(
+    client: &FrozenClient,
+    host: &mut ChildHost,
+) {
     let call = tokio::spawn({
         let client = client.clone();
         async move { client.write(30_000).await }
@@ -265,6 +258,22 @@ async fn a_call_on_a_frozen_http2_host_fails_unavailable_within_the_bound() {
     tokio::task::block_in_place(|| host.kill());
 }
 
+/// HTTP/2 too: a call in flight on a host that froze fails `Unavailable` within the bound, not
+/// at the 20 s interval's PING (its connection's keepalive pings a quarter second into the
+/// silence while calls wait, and closes the connection when that PING goes unanswered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_frozen_http2_host_fails_unavailable_within_the_bound() {
+    let _real = keel::testing::real_time();
+    let mut host = tokio::task::block_in_place(|| start_host_at("http"));
+    let channel = Channel::builder(host.url())
+        .http_version(keel::client::HttpVersion::Http2)
+        .build()
+        .unwrap();
+    let client = FrozenClient::new(channel);
+    assert!(client.write(0).await.is_ok());
+    a_call_fails_unavailable_when_the_host_freezes(&client, &mut host).await;
+}
+
 /// QUIC too: a call in flight on a host that froze fails `Unavailable` within the bound, not at
 /// QUIC's idle timeout (the 20 s interval and at least 3 s more): while calls wait, the client
 /// pings a quarter second into the silence (a QUIC datagram) and closes the connection when
@@ -280,19 +289,5 @@ async fn a_call_on_a_frozen_quic_host_fails_unavailable_within_the_bound() {
     let client = FrozenClient::new(channel);
     // A live host that answers after 2.5 s: the pings are answered, the call is not failed.
     assert_eq!(client.write(2_500).await.unwrap(), host.port());
-    let call = tokio::spawn({
-        let client = client.clone();
-        async move { client.write(30_000).await }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    tokio::task::block_in_place(|| host.signal("STOP"));
-    let began = Instant::now();
-    let err = tokio::time::timeout(BOUND, call)
-        .await
-        .unwrap_or_else(|_| panic!("the call still waits after {BOUND:?}"))
-        .unwrap()
-        .unwrap_err();
-    println!("after {:.1} ms: {err}", began.elapsed().as_secs_f64() * 1e3);
-    assert_eq!(err.status_code(), Some(StatusCode::Unavailable), "{err}");
-    tokio::task::block_in_place(|| host.kill());
+    a_call_fails_unavailable_when_the_host_freezes(&client, &mut host).await;
 }

@@ -250,6 +250,24 @@ async fn reply(recv: &mut quinn::RecvStream) -> keel_wire::Reply {
     }
 }
 
+/// The status of a `Ledger.get` call on a new stream of `conn`.
+async fn ledger_get(conn: &quinn::Connection) -> keel_wire::StatusCode {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    ledger_get_on(&mut send, &mut recv).await
+}
+
+/// The status of a `Ledger.get` call on a stream already open.
+async fn ledger_get_on(
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+) -> keel_wire::StatusCode {
+    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
+        .await
+        .unwrap();
+    send.finish().unwrap();
+    reply(recv).await.status
+}
+
 /// A well-behaved client that must keep being served while a raw peer misbehaves.
 async fn bystander_served(url: &str) {
     let c = ProbeClient::new(channel(url));
@@ -307,12 +325,7 @@ async fn an_oversized_message_is_refused_before_it_arrives() {
         .await
         .expect("answered without the body");
     assert_eq!(r.status, keel_wire::StatusCode::TooLarge);
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
-        .await
-        .unwrap();
-    send.finish().unwrap();
-    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    assert_eq!(ledger_get(&conn).await, keel_wire::StatusCode::Ok);
     bystander_served(host.url()).await;
     host.shutdown_async().await;
 }
@@ -350,12 +363,11 @@ async fn streams_beyond_the_limit_wait_for_credit() {
         .await
         .expect("a stream opens once others ended")
         .unwrap();
-    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
-        .await
-        .unwrap();
-    send.finish().unwrap();
     // The held streams are not calls (no Request frame arrived): this one is served.
-    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    assert_eq!(
+        ledger_get_on(&mut send, &mut recv).await,
+        keel_wire::StatusCode::Ok
+    );
     drop(held);
     host.shutdown_async().await;
 }
@@ -430,12 +442,7 @@ async fn a_replayed_first_flight_never_runs_a_non_idempotent_call() {
         .unwrap()
         .await
         .unwrap();
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
-        .await
-        .unwrap();
-    send.finish().unwrap();
-    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    assert_eq!(ledger_get(&conn).await, keel_wire::StatusCode::Ok);
     conn.close(quinn::VarInt::from_u32(0), b"done");
     assert!(eventually(|| host.stats().connections_open == 0).await);
 
@@ -702,12 +709,7 @@ async fn datagrams_are_tiny_and_a_flood_of_them_holds_nothing() {
         conn.send_datagram(Bytes::from_static(&[0; 16])).unwrap();
         tokio::task::yield_now().await;
     }
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&request("Ledger", "get", common::args::<u64>(&[])))
-        .await
-        .unwrap();
-    send.finish().unwrap();
-    assert_eq!(reply(&mut recv).await.status, keel_wire::StatusCode::Ok);
+    assert_eq!(ledger_get(&conn).await, keel_wire::StatusCode::Ok);
     assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
     bystander_served(host.url()).await;
     host.shutdown_async().await;
