@@ -262,6 +262,47 @@ impl Outgoing {
             grpc: self.grpc,
         }
     }
+
+    /// This call's keel-wire Request frame as `call_id` (keel-wire and QUIC), with its
+    /// `metadata` already encoded, `streamed` if a request stream follows, and `remaining`
+    /// until its deadline (rounded up, so that a sub-microsecond remainder is not read as "no
+    /// deadline").
+    #[inline]
+    pub(crate) fn wire_request(
+        &self,
+        call_id: u64,
+        metadata: Bytes,
+        streamed: bool,
+        remaining: Duration,
+    ) -> keel_wire::Frame {
+        keel_wire::Frame::Request(keel_wire::Request {
+            call_id,
+            flags: keel_wire::RequestFlags {
+                one_way: self.one_way,
+                streamed,
+                accepts_compressed: self.accepts_compressed,
+            },
+            deadline_us: (remaining.as_micros() as u64).max(1),
+            service: self.service.into(),
+            operation: self.operation.into(),
+            metadata,
+            compression: self
+                .compression
+                .map_or(Compression::IDENTITY_ID, Compression::to_u8),
+            body: self.body.clone(),
+        })
+    }
+
+    /// The error of this call when its deadline passed.
+    pub(crate) fn timed_out(&self) -> Error {
+        Error::new(
+            crate::core::error::Kind::Timeout,
+            format!(
+                "{}.{}: no reply before the deadline",
+                self.service, self.operation
+            ),
+        )
+    }
 }
 
 /// The hosts the attempts of one hedged call went to (a balanced channel's members, by

@@ -201,7 +201,7 @@ impl Channel {
                         ),
                     ))));
                 }
-                Err(_) => return Err(Err(timed_out(call))),
+                Err(_) => return Err(Err(call.timed_out())),
             }
         }
         match give_up {
@@ -349,7 +349,7 @@ impl Channel {
             })
             .await;
             let start_next = match event {
-                Event::Expired => break (0, Err(timed_out(&call))),
+                Event::Expired => break (0, Err(call.timed_out())),
                 Event::Answered(i, (index, answer)) => {
                     drop(running.swap_remove(i));
                     if retry::retryable(&answer).is_none() {
@@ -536,7 +536,7 @@ impl Channel {
             let refused = match tokio::time::timeout_at(clock::to_tokio(deadline), before).await {
                 Ok(Ok(())) => continue,
                 Ok(Err(status)) => Ok(Err(status)),
-                Err(_) => Err(timed_out(call)),
+                Err(_) => Err(call.timed_out()),
             };
             let intercepted = Intercepted {
                 seen,
@@ -697,17 +697,6 @@ fn run_sync(
         }
     }
     Ok(ran)
-}
-
-/// The error of `call` whose deadline passed.
-fn timed_out(call: &Outgoing) -> Error {
-    Error::new(
-        Kind::Timeout,
-        format!(
-            "{}.{}: no reply before the deadline",
-            call.service, call.operation
-        ),
-    )
 }
 
 /// A call whose metadata exceeds what every binding carries is refused before it is sent.

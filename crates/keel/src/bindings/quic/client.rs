@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_wire::{Codec, Frame, Limits, Request, RequestFlags};
+use keel_wire::{Codec, Frame, Limits};
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 
@@ -247,7 +247,7 @@ impl QuicClient {
                     let e = no_answer(&self.endpoint, self.settings.connect_timeout);
                     return Attempt::again(Again::NoConnection(e));
                 }
-                Err(_) => return Attempt::Answered(Err(timed_out(call))),
+                Err(_) => return Attempt::Answered(Err(call.timed_out())),
             }
         }
         let opened = tokio::time::timeout_at(tokio_deadline, conn.connection.open_bi()).await;
@@ -255,7 +255,7 @@ impl QuicClient {
         let (mut send, recv) = match opened {
             Ok(Ok(streams)) => streams,
             Ok(Err(e)) => return self.lost_before_sending(&conn, e),
-            Err(_) => return Attempt::Answered(Err(timed_out(call))),
+            Err(_) => return Attempt::Answered(Err(call.timed_out())),
         };
         let call_id = send.id().index();
         let _waiting = conn.waiting.enter();
@@ -265,22 +265,7 @@ impl QuicClient {
         };
         let upload = call.upload.take();
         let remaining = deadline.saturating_duration_since(clock::now());
-        let request = Frame::Request(Request {
-            call_id,
-            flags: RequestFlags {
-                one_way: call.one_way,
-                streamed: upload.is_some(),
-                accepts_compressed: call.accepts_compressed,
-            },
-            deadline_us: (remaining.as_micros() as u64).max(1),
-            service: call.service.into(),
-            operation: call.operation.into(),
-            metadata: metadata_block,
-            compression: call
-                .compression
-                .map_or(Compression::IDENTITY_ID, Compression::to_u8),
-            body: call.body.clone(),
-        });
+        let request = call.wire_request(call_id, metadata_block, upload.is_some(), remaining);
         let out_codec = Codec::new(Limits::with_max_message_size(
             u32::MAX - keel_wire::MAX_HEADER,
         ));
@@ -341,7 +326,7 @@ impl QuicClient {
         let reply = match read {
             Err(_) => {
                 let _ = reader.recv_mut().stop(code::CANCELLED);
-                return Attempt::Answered(Err(timed_out(call)));
+                return Attempt::Answered(Err(call.timed_out()));
             }
             Ok(Ok(Some((Frame::Reply(reply), _)))) => reply,
             Ok(Ok(_)) => {
@@ -367,7 +352,7 @@ impl QuicClient {
             Ok(Err(ReadFail::Malformed(e))) => {
                 return Attempt::Answered(Err(Error::new(Kind::Protocol, e.to_string())))
             }
-            Ok(Err(ReadFail::TimedOut)) => return Attempt::Answered(Err(timed_out(call))),
+            Ok(Err(ReadFail::TimedOut)) => return Attempt::Answered(Err(call.timed_out())),
             Ok(Err(ReadFail::Broken(why))) => {
                 let why = match conn.unresponsive.get() {
                     Some(silent) => format!("{}: {silent}", self.endpoint),
@@ -445,16 +430,6 @@ fn codec(max_message_size: u32) -> Codec {
 
 fn connect_err(message: String) -> Error {
     Error::new(Kind::Connect, message)
-}
-
-fn timed_out(call: &Outgoing) -> Error {
-    Error::new(
-        Kind::Timeout,
-        format!(
-            "{}.{}: no reply before the deadline",
-            call.service, call.operation
-        ),
-    )
 }
 
 /// The host did not answer the handshake within `timeout`: UDP may be dropped on the way.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use keel_wire::{CallRejected, Codec, Frame, Hello, Limits, Request, RequestFlags, Side};
+use keel_wire::{CallRejected, Codec, Hello, Limits, Side};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
@@ -16,7 +16,6 @@ use super::conn::{NotSent, Sent, WireEnd};
 use super::read::{fail_all_with, Delivery, Handshake, ReadSide, Reading, ReplySlot};
 use super::sink::{SendError, Sink};
 use crate::bindings::{Again, Attempt, ClientSettings, Outgoing};
-use crate::core::compress::Compression;
 use crate::core::error::{Error, Kind};
 use crate::transport::Endpoint;
 
@@ -198,27 +197,10 @@ impl WireClientConn {
         };
         // The call stays whole (for another attempt) but for its stream, which goes to the pump.
         let upload = call.upload.take();
-        let (service, operation) = (call.service, call.operation);
         let (slot, cell) = ReplySlot::new(deadline);
-        let request = |call_id| {
-            Frame::Request(Request {
-                call_id,
-                flags: RequestFlags {
-                    one_way: call.one_way,
-                    streamed: upload.is_some(),
-                    accepts_compressed: call.accepts_compressed,
-                },
-                // Round up so a sub-microsecond remainder is not read as "no deadline".
-                deadline_us: (remaining.as_micros() as u64).max(1),
-                service: service.into(),
-                operation: operation.into(),
-                metadata: metadata_block.clone(),
-                compression: call
-                    .compression
-                    .map_or(Compression::IDENTITY_ID, Compression::to_u8),
-                body: call.body.clone(),
-            })
-        };
+        let streamed = upload.is_some();
+        let request =
+            |call_id| call.wire_request(call_id, metadata_block.clone(), streamed, remaining);
         // The upload is registered before the request goes out, so the host's credit and
         // StopSending for it are routed from the start.
         let (call_id, upload_handle) =
@@ -281,10 +263,7 @@ impl WireClientConn {
         guard.armed = false;
         Attempt::Answered(match outcome {
             Delivery::Answer(result) => result,
-            Delivery::TimedOut => Err(Error::new(
-                Kind::Timeout,
-                format!("{service}.{operation}: no reply before the deadline"),
-            )),
+            Delivery::TimedOut => Err(call.timed_out()),
             Delivery::Closed => Err(Error::new(Kind::Connection, "connection closed")),
             Delivery::Unprocessed => {
                 return Attempt::Again {

@@ -79,12 +79,7 @@ impl HttpClient {
             Ok(Tried::NotSent) => Again::NotSent,
             Ok(Tried::Unprocessed) => Again::Unprocessed,
             // Dropping the exchange reset the stream: the host stops the call.
-            Err(_) => {
-                return Attempt::Answered(Err(Error::new(
-                    Kind::Timeout,
-                    format!("{service}.{operation}: no reply before the deadline"),
-                )))
-            }
+            Err(_) => return Attempt::Answered(Err(call.timed_out())),
         };
         Attempt::Again { stream_back, why }
     }

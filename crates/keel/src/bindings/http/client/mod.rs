@@ -279,12 +279,7 @@ impl HttpClient {
             Ok(Tried::NoConnection(e)) => Again::NoConnection(e),
             Ok(Tried::NotSent) => Again::NotSent,
             Ok(Tried::Unprocessed) => Again::Unprocessed,
-            Err(_) => {
-                return Attempt::Answered(Err(Error::new(
-                    Kind::Timeout,
-                    format!("{service}.{operation}: no reply before the deadline"),
-                )))
-            }
+            Err(_) => return Attempt::Answered(Err(call.timed_out())),
         };
         Attempt::Again { stream_back, why }
     }
