@@ -97,6 +97,21 @@ pub struct Reply {
     pub body: Bytes,
 }
 
+impl Reply {
+    /// The head of a streamed reply (the operation streams its result): `Ok`, the reply's
+    /// `metadata`, and no body; the stream's frames follow (PROTOCOL.md, "Streams of messages").
+    pub fn stream_head(call_id: u64, metadata: Bytes) -> Reply {
+        Reply {
+            call_id,
+            status: StatusCode::Ok,
+            metadata,
+            compression: 0,
+            details: Bytes::new(),
+            body: Bytes::new(),
+        }
+    }
+}
+
 /// Cancellation of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cancel {

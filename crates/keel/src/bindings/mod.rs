@@ -128,6 +128,32 @@ pub(crate) struct StopResponder {
     pub(crate) stop: tokio::sync::watch::Sender<Stop>,
 }
 
+#[cfg_attr(not(any(feature = "http", feature = "quic")), allow(dead_code))]
+impl StopResponder {
+    /// A connection of such a binding at the host: its books (the host's stops raise `stop`;
+    /// at most `max_calls` calls in flight) and its receive budget (the host's per-connection
+    /// limit, within the host's).
+    pub(crate) fn conn(
+        stop: tokio::sync::watch::Sender<Stop>,
+        info: HostConnInfo,
+        max_calls: usize,
+        dispatcher: &Arc<Dispatcher>,
+        settings: &ServerSettings,
+    ) -> (Arc<HostConn>, crate::dispatch::ReceiveBudget) {
+        let conn = Arc::new(HostConn::new(
+            Box::new(StopResponder { stop }),
+            info,
+            max_calls,
+            dispatcher.clone(),
+        ));
+        let budget = crate::dispatch::ReceiveBudget::new(
+            settings.max_receive_bytes_per_connection,
+            &dispatcher.receive_budget,
+        );
+        (conn, budget)
+    }
+}
+
 impl Responder for StopResponder {
     fn go_away(&self, _reason: &str) {
         self.stop.send_if_modified(|s| {

@@ -248,16 +248,7 @@ pub(crate) async fn serve(
     let info = HostConnInfo::new(id, BINDING, Some(peer), peer_certificates);
     let (stop, mut stopped) = watch::channel(Stop::Serving);
     let max_calls = settings.max_calls_per_connection;
-    let conn = Arc::new(HostConn::new(
-        Box::new(StopResponder { stop }),
-        info,
-        max_calls,
-        dispatcher.clone(),
-    ));
-    let budget = ReceiveBudget::new(
-        settings.max_receive_bytes_per_connection,
-        &dispatcher.receive_budget,
-    );
+    let (conn, budget) = StopResponder::conn(stop, info, max_calls, &dispatcher, &settings);
     let shared = Arc::new(Shared {
         conn: conn.clone(),
         settings,
@@ -522,14 +513,7 @@ async fn serve_stream(
     let write_timeout = Some(settings.frame_timeout);
     let result = match outcome {
         Ok(Payload::Stream(stream)) => {
-            let head = Frame::Reply(Reply {
-                call_id,
-                status: keel_wire::StatusCode::Ok,
-                metadata,
-                compression: 0,
-                details: Bytes::new(),
-                body: Bytes::new(),
-            });
+            let head = Frame::Reply(Reply::stream_head(call_id, metadata));
             let sent = match frames::encode(&codec, &head) {
                 Ok(bytes) => frames::write(&mut send, bytes, write_timeout).await,
                 Err(_) => Err(PumpFail::Broken),

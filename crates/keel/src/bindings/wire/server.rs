@@ -52,14 +52,7 @@ impl Responder for WireResponder {
             Ok(Payload::Stream(stream)) => {
                 // Register first, so the client's credit for it is routed from the start.
                 let handle = self.wire.open_outbound(call_id);
-                let head = Frame::Reply(Reply {
-                    call_id,
-                    status: keel_wire::StatusCode::Ok,
-                    metadata,
-                    compression: 0,
-                    details: Bytes::new(),
-                    body: Bytes::new(),
-                });
+                let head = Frame::Reply(Reply::stream_head(call_id, metadata));
                 if self.wire.sink().send(&head).is_ok() {
                     self.runtime.spawn(self.wire.clone().pump(handle, stream));
                 } else {

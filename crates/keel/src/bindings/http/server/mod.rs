@@ -89,17 +89,7 @@ impl Ctx {
         max_calls: usize,
         watch: Option<Arc<HeadWatch>>,
     ) -> Ctx {
-        let responder = StopResponder { stop };
-        let conn = Arc::new(HostConn::new(
-            Box::new(responder),
-            info,
-            max_calls,
-            dispatcher.clone(),
-        ));
-        let budget = ReceiveBudget::new(
-            settings.max_receive_bytes_per_connection,
-            &dispatcher.receive_budget,
-        );
+        let (conn, budget) = StopResponder::conn(stop, info, max_calls, dispatcher, &settings);
         Ctx {
             conn,
             next_call_id: Arc::new(AtomicU64::new(0)),
