@@ -714,3 +714,28 @@ async fn datagrams_are_tiny_and_a_flood_of_them_holds_nothing() {
     bystander_served(host.url()).await;
     host.shutdown_async().await;
 }
+
+/// CUBIC instead of BBR on both ends (`quic_congestion`): calls, a 1 MiB argument each way and
+/// a streamed download go through as with the default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cubic_on_both_ends_carries_calls_both_ways() {
+    use keel::client::QuicCongestion;
+    let counts = Counts::default();
+    let host = ledger_host(&counts, |h| {
+        h.quic_congestion(keel::host::QuicCongestion::Cubic)
+    });
+    let channel = keel::Channel::builder(host.url())
+        .tls(test_cert().client_tls().unwrap())
+        .quic_congestion(QuicCongestion::Cubic)
+        .build()
+        .unwrap();
+    assert_eq!(host.config().quic_congestion, QuicCongestion::Cubic);
+    let c = ProbeClient::new(channel);
+    assert_eq!(c.echo("cubic".into()).await.unwrap(), "cubic");
+    let blob = vec![7u8; 1 << 20];
+    assert_eq!(c.blob_len(blob).await.unwrap(), 1 << 20);
+    assert_eq!(c.make_blob(1 << 20).await.unwrap().len(), 1 << 20);
+    let stream = c.download(1 << 20, 64 * 1024).await.unwrap();
+    assert_eq!(checksum(stream).await.unwrap(), pattern_checksum(1 << 20));
+    host.shutdown_async().await;
+}

@@ -47,6 +47,8 @@ pub(crate) struct Params {
     pub(crate) seed: u64,
     /// Calls in flight at once on the client's one connection.
     pub(crate) concurrency: usize,
+    /// quic: the congestion controller of both ends (each for what it sends).
+    pub(crate) congestion: keel::client::QuicCongestion,
 }
 
 impl Params {
@@ -67,6 +69,7 @@ impl Params {
             loss_pct: 0.0,
             seed: 0,
             concurrency: 1,
+            congestion: keel::client::QuicCongestion::Bbr,
         }
     }
 
@@ -182,6 +185,9 @@ pub(crate) struct WanCell {
     pub(crate) seed: Option<u64>,
     /// Calls in flight at once on the one connection.
     pub(crate) concurrency: usize,
+    /// quic: the congestion controller of both ends, `bbr` or `cubic` (null for the other
+    /// bindings: the kernel's TCP).
+    pub(crate) quic_congestion: Option<&'static str>,
     /// Timed calls (after the first).
     pub(crate) calls: u64,
     /// keel's sequential calls per second.
@@ -251,7 +257,8 @@ pub(crate) fn run_keel(rt: &tokio::runtime::Runtime, p: &Params) -> anyhow::Resu
         binding.name()
     );
     let mut wan = Wan::start(p.link_spec())?;
-    let host = wan.serve(move |ip| super::start_host_at(binding, ip))??;
+    let congestion = p.congestion;
+    let host = wan.serve(move |ip| super::start_host_at(binding, ip, congestion))??;
     let addr = wan.front(super::addr_of(host.url())?)?;
     let url = super::via(host.url(), addr)?;
     // One TLS configuration for both clients: the second finds the first one's session.
@@ -260,7 +267,13 @@ pub(crate) fn run_keel(rt: &tokio::runtime::Runtime, p: &Params) -> anyhow::Resu
     } else {
         None
     };
-    let client = WanClient::new(binding.channel_builder_with(&url, tls.clone()).build()?);
+    let channel = |tls| {
+        binding
+            .channel_builder_with(&url, tls)
+            .quic_congestion(congestion)
+            .build()
+    };
+    let client = WanClient::new(channel(tls.clone())?);
     let payload = p.payload.bytes();
     let mode = p.variant.mode;
     let result = rt.block_on(async {
@@ -307,16 +320,12 @@ pub(crate) fn run_keel(rt: &tokio::runtime::Runtime, p: &Params) -> anyhow::Resu
     rt.block_on(client.close());
     let (resumed_first_call, resumed_non_idempotent_first_call) = match tls {
         Some(tls) => {
-            let again = WanClient::new(
-                binding
-                    .channel_builder_with(&url, Some(tls.clone()))
-                    .build()?,
-            );
+            let again = WanClient::new(channel(Some(tls.clone()))?);
             let t = Instant::now();
             rt.block_on(one_call(&again, mode, &payload))?;
             let d = t.elapsed();
             rt.block_on(again.close());
-            let third = WanClient::new(binding.channel_builder_with(&url, Some(tls)).build()?);
+            let third = WanClient::new(channel(Some(tls))?);
             let t = Instant::now();
             let r = rt.block_on(third.echo_once(SMALL.to_string()))?;
             anyhow::ensure!(r == SMALL, "wrong echo {r:?}");
@@ -450,6 +459,10 @@ pub(crate) fn evaluate(p: &Params, k: &KeelRun, raw: &RawRef) -> WanCell {
         loss_pct: p.loss_pct,
         seed: (p.loss_pct > 0.0).then_some(p.seed),
         concurrency: n,
+        quic_congestion: p.variant.binding.over_udp().then_some(match p.congestion {
+            keel::client::QuicCongestion::Cubic => "cubic",
+            _ => "bbr",
+        }),
         calls: k.calls,
         calls_per_sec: round3(calls_per_sec),
         p99_ms: round3(crate::experiments::ms(k.p99)),

@@ -44,6 +44,27 @@ pub(crate) struct WanArgs {
     /// Seeds the loss generator (default: from the clock; printed either way).
     #[arg(long)]
     pub(crate) seed: Option<u64>,
+    /// quic: the congestion controller of both ends (bbr, keel's default, or cubic).
+    #[arg(long, value_enum, default_value_t = Congestion::Bbr)]
+    pub(crate) quic_congestion: Congestion,
+}
+
+/// A `quic://` congestion controller, as `--quic-congestion` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Congestion {
+    /// BBR (keel's default).
+    Bbr,
+    /// CUBIC.
+    Cubic,
+}
+
+impl From<Congestion> for keel::client::QuicCongestion {
+    fn from(c: Congestion) -> Self {
+        match c {
+            Congestion::Bbr => keel::client::QuicCongestion::Bbr,
+            Congestion::Cubic => keel::client::QuicCongestion::Cubic,
+        }
+    }
 }
 
 /// `keel-lab wan-netem-check`.
@@ -127,6 +148,7 @@ pub(crate) fn wan(binding: Binding, a: &WanArgs, json: bool) -> anyhow::Result<b
         loss_pct: a.loss_pct,
         seed: a.seed.unwrap_or_else(clock_seed),
         concurrency: a.concurrency,
+        congestion: a.quic_congestion.into(),
     };
     anyhow::ensure!(a.concurrency >= 1, "--concurrency must be at least 1");
     p.link_spec().validate()?;

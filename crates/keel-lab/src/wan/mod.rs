@@ -242,14 +242,23 @@ fn cert() -> anyhow::Result<&'static keel::tls::SelfSigned> {
 /// A host serving the Wan contract on `binding` (127.0.0.1, port 0), with the lab's
 /// certificate on TLS.
 pub(crate) fn start_host(binding: Binding) -> anyhow::Result<keel::Host> {
-    start_host_at(binding, IpAddr::V4(Ipv4Addr::LOCALHOST))
+    start_host_at(
+        binding,
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        keel::host::QuicCongestion::Bbr,
+    )
 }
 
 /// [`start_host`] bound at `ip` (the TUN link's host address, from inside its namespace).
-pub(crate) fn start_host_at(binding: Binding, ip: IpAddr) -> anyhow::Result<keel::Host> {
+pub(crate) fn start_host_at(
+    binding: Binding,
+    ip: IpAddr,
+    congestion: keel::host::QuicCongestion,
+) -> anyhow::Result<keel::Host> {
     let b = keel::Host::builder()
         .service(WanServer::new(WanImpl))
-        .endpoint(binding.listen_url_at(ip));
+        .endpoint(binding.listen_url_at(ip))
+        .quic_congestion(congestion);
     let b = if binding.is_tls() {
         b.tls(cert_for(ip)?.server_tls()?)
     } else {

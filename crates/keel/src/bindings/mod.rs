@@ -52,6 +52,25 @@ pub enum HttpVersion {
     Http2,
 }
 
+/// The congestion controller of `quic://` connections (see
+/// [`ChannelBuilder::quic_congestion`](crate::client::ChannelBuilder::quic_congestion) and
+/// [`HostBuilder::quic_congestion`](crate::host::HostBuilder::quic_congestion)); each side
+/// chooses for what it sends. PROTOCOL.md, "QUIC", compares them.
+#[cfg(feature = "quic")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuicCongestion {
+    /// BBR (quinn's, which quinn calls experimental): it does not take a lost packet for
+    /// congestion, so a long, lossy path keeps its rate. quinn paces it at its window per
+    /// round trip, which is twice the path's bandwidth-delay product: into a bottleneck whose
+    /// buffer is smaller than what one call sends, it loses packets (see PROTOCOL.md).
+    #[default]
+    Bbr,
+    /// CUBIC (RFC 9438), as TCP on Linux: halves its rate at each loss and grows back slowly
+    /// on a long path.
+    Cubic,
+}
+
 /// A client's settings as its bindings take them (plain values from the channel's config).
 #[derive(Debug, Clone)]
 pub(crate) struct ClientSettings {
@@ -71,6 +90,9 @@ pub(crate) struct ClientSettings {
     pub(crate) http_max_connections: usize,
     /// keel-wire: pings on a quiet connection and the verdict on a silent host (`None`: off).
     pub(crate) keepalive: Option<keel_wire::Keepalive>,
+    /// `quic://`: the congestion controller of what the client sends.
+    #[cfg(feature = "quic")]
+    pub(crate) quic_congestion: QuicCongestion,
     /// Counts the connections opened after the first (the `keel_client_reconnects_total`
     /// metric's handle).
     pub(crate) reconnects: metrics::Counter,
@@ -98,6 +120,9 @@ pub(crate) struct ServerSettings {
     pub(crate) keepalive: Option<keel_wire::Keepalive>,
     /// keel-wire: how often a client may ping.
     pub(crate) ping_policy: keel_wire::PingPolicy,
+    /// `quic://`: the congestion controller of what the host sends.
+    #[cfg(feature = "quic")]
+    pub(crate) quic_congestion: QuicCongestion,
     /// Calls (HTTP/2: streams) in flight on one connection.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) max_calls_per_connection: usize,

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use super::intercept::Interceptors;
 use super::metrics::ChannelMetrics;
+#[cfg(feature = "quic")]
+use super::QuicCongestion;
 use super::{
     balance, retry, AsyncInterceptor, Channel, HedgingPolicy, HttpVersion, Inner, Interceptor,
     Keepalive, RetryPolicy,
@@ -62,6 +64,10 @@ pub struct ClientConfig {
     /// idle timeouts of common NATs and L4 load balancers, which are minutes: AWS NLB 350 s,
     /// Azure Load Balancer 4 min), 1 s timeout.
     pub keepalive: Option<Keepalive>,
+    /// `quic://`: the congestion controller of what the client sends. Default:
+    /// [`QuicCongestion::Bbr`].
+    #[cfg(feature = "quic")]
+    pub quic_congestion: QuicCongestion,
     /// How calls of `#[keel(idempotent)]` operations are retried after failures that say the
     /// host could not take them (`Unavailable`, `Busy`, `ShuttingDown`, a lost connection),
     /// and the budget that keeps retries from amplifying an outage. Calls of other operations
@@ -120,6 +126,8 @@ impl Default for ClientConfig {
             compression: None,
             compress_above: 1024,
             keepalive: Some(CLIENT_KEEPALIVE),
+            #[cfg(feature = "quic")]
+            quic_congestion: QuicCongestion::Bbr,
             retry: RetryPolicy::default(),
             hedging: None,
             hedging_operations: Vec::new(),
@@ -163,6 +171,8 @@ impl ClientConfig {
             http_version: self.http_version,
             http_max_connections: self.http_max_connections,
             keepalive: self.keepalive.map(Into::into),
+            #[cfg(feature = "quic")]
+            quic_congestion: self.quic_congestion,
             reconnects: ChannelMetrics::reconnects(binding),
         }
     }
@@ -289,6 +299,14 @@ impl ChannelBuilder {
     /// Largest flow-control window one streamed download may grow to. Default: 8 MiB.
     pub fn max_stream_window(mut self, bytes: u32) -> Self {
         self.config.max_stream_window = bytes;
+        self
+    }
+
+    /// The congestion controller of what a `quic://` channel sends. Default:
+    /// [`QuicCongestion::Bbr`]; PROTOCOL.md, "QUIC", says when CUBIC does better.
+    #[cfg(feature = "quic")]
+    pub fn quic_congestion(mut self, congestion: QuicCongestion) -> Self {
+        self.config.quic_congestion = congestion;
         self
     }
 

@@ -21,6 +21,8 @@ mod retry;
 mod session;
 
 pub use crate::bindings::HttpVersion;
+#[cfg(feature = "quic")]
+pub use crate::bindings::QuicCongestion;
 pub use crate::core::keepalive::Keepalive;
 pub(crate) use crate::runtime::client::block_on;
 pub use builder::{ChannelBuilder, ClientConfig};

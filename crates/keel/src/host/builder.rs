@@ -36,6 +36,10 @@ pub struct PoolConfig {
 pub struct HostConfig {
     /// Admission control. Default: [`ThrottleConfig::default`].
     pub throttle: ThrottleConfig,
+    /// `quic://`: the congestion controller of what the host sends. Default:
+    /// [`QuicCongestion::Bbr`](crate::host::QuicCongestion::Bbr).
+    #[cfg(feature = "quic")]
+    pub quic_congestion: crate::bindings::QuicCongestion,
     /// Services with a throttle of their own, by contract name
     /// ([`HostBuilder::service_throttle`]). Default: none.
     pub service_throttles: Vec<(String, ThrottleConfig)>,
@@ -207,6 +211,8 @@ impl Default for HostConfig {
             max_connection_age_grace: Duration::from_secs(30),
             keepalive: Some(HOST_KEEPALIVE),
             ping_policy: PING_POLICY,
+            #[cfg(feature = "quic")]
+            quic_congestion: crate::bindings::QuicCongestion::Bbr,
             #[cfg(feature = "http")]
             cors: None,
             #[cfg(feature = "tls")]
@@ -249,6 +255,8 @@ impl HostConfig {
             max_calls_per_connection: self.calls_per_connection(),
             keepalive: self.keepalive.map(Into::into),
             ping_policy: self.ping_policy.into(),
+            #[cfg(feature = "quic")]
+            quic_congestion: self.quic_congestion,
             #[cfg(feature = "http")]
             cors: self.cors.clone(),
         }
@@ -585,6 +593,15 @@ impl HostBuilder {
     pub fn max_connection_age(mut self, age: Duration, grace: Duration) -> Self {
         self.config.max_connection_age = Some(age);
         self.config.max_connection_age_grace = grace;
+        self
+    }
+
+    /// The congestion controller of what `quic://` endpoints send. Default:
+    /// [`QuicCongestion::Bbr`](crate::host::QuicCongestion::Bbr); PROTOCOL.md, "QUIC",
+    /// says when CUBIC does better.
+    #[cfg(feature = "quic")]
+    pub fn quic_congestion(mut self, congestion: crate::bindings::QuicCongestion) -> Self {
+        self.config.quic_congestion = congestion;
         self
     }
 

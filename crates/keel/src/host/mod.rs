@@ -18,6 +18,8 @@ mod session;
 mod signal;
 mod standard;
 
+#[cfg(feature = "quic")]
+pub use crate::bindings::QuicCongestion;
 pub use crate::core::keepalive::{Keepalive, PingPolicy};
 pub use crate::dispatch::{AsyncInterceptor, Interceptor, ThrottleConfig, ALL_SERVICES, DESCRIBE};
 #[cfg(feature = "tower")]

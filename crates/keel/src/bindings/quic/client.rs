@@ -157,6 +157,7 @@ impl QuicClient {
             self.settings.max_message_size,
             self.settings.max_stream_window,
             self.settings.keepalive,
+            self.settings.quic_congestion,
         ));
         let connecting = self
             .socket(addr)?

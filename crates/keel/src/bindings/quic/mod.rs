@@ -32,14 +32,16 @@ const CLIENT_UNI_STREAMS: u32 = 4;
 /// connection, and on one stream at most that or the largest message, whichever is less (QUIC's
 /// flow control, so a peer cannot make quinn buffer more); `send_window` bytes written and not
 /// yet acknowledged; keepalive pings after `keepalive.interval` of quiet, and the connection
-/// dead after `interval + timeout` (at least `interval` + 3 s) of silence. `client`: the client's side (it accepts the
-/// host's GoAway stream and opens every call stream).
+/// dead after `interval + timeout` (at least `interval` + 3 s) of silence; `congestion`'s
+/// controller for what this side sends. `client`: the client's side (it accepts the host's
+/// GoAway stream and opens every call stream).
 pub(crate) fn transport_config(
     max_calls: usize,
     receive_window: usize,
     max_message_size: u32,
     send_window: usize,
     keepalive: Option<keel_wire::Keepalive>,
+    congestion: super::QuicCongestion,
     client: bool,
 ) -> quinn::TransportConfig {
     let mut config = quinn::TransportConfig::default();
@@ -58,7 +60,11 @@ pub(crate) fn transport_config(
     config.receive_window(var(window));
     config.stream_receive_window(var(stream_window));
     config.send_window(send_window as u64);
-    config.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+    let controller: Arc<dyn quinn::congestion::ControllerFactory + Send + Sync> = match congestion {
+        super::QuicCongestion::Bbr => Arc::new(quinn::congestion::BbrConfig::default()),
+        super::QuicCongestion::Cubic => Arc::new(quinn::congestion::CubicConfig::default()),
+    };
+    config.congestion_controller_factory(controller);
     // Datagrams are a client's liveness pings only (`client::watch_busy`): each side holds at
     // most one unread (quinn drops the oldest for a new one, and refuses one larger; the
     // client's room is there only because quinn sends none without it); the host sends none.
@@ -88,6 +94,7 @@ pub(crate) fn client_transport_config(
     max_message_size: u32,
     max_stream_window: u32,
     keepalive: Option<keel_wire::Keepalive>,
+    congestion: super::QuicCongestion,
 ) -> Arc<quinn::TransportConfig> {
     let window = u64::from(max_stream_window.max(max_message_size)) * 4;
     Arc::new(transport_config(
@@ -96,6 +103,7 @@ pub(crate) fn client_transport_config(
         max_message_size.max(max_stream_window),
         16 * 1024 * 1024,
         keepalive,
+        congestion,
         true,
     ))
 }

@@ -96,6 +96,7 @@ impl QuicListener {
             settings.max_message_size,
             settings.max_unsent_bytes,
             settings.keepalive,
+            settings.quic_congestion,
             false,
         ));
         let addr = resolve(ep)?;
