@@ -469,17 +469,12 @@ async fn accept_loop(
                 continue;
             }
         };
-        if registry.is_full(max_connections) && !registry.evict_one() {
-            registry.refused(binding);
+        let Some(id) = admit(&registry, max_connections, binding) else {
             drop(io);
             continue;
-        }
-        let id = registry.next_id();
-        // Counted before its task can run (and register it, ending the count).
-        registry.handshake_starting(id, binding);
+        };
         let (r, settings, listener) = (registry.clone(), settings.clone(), listener.clone());
-        let task = tokio::spawn(async move {
-            let _ended = HandshakeEnded(r.clone(), id);
+        spawn_handshake(&registry, id, async move {
             let d = r.dispatcher().clone();
             // TLS runs here, not in the accept loop, so a slow peer delays only itself.
             let secured =
@@ -498,7 +493,6 @@ async fn accept_loop(
             );
             bindings::serve(connected, endpoint.protocol(), d, &*r, settings, info).await;
         });
-        registry.handshake_task(id, task.abort_handle());
     }
 }
 
@@ -515,23 +509,48 @@ async fn quic_accept_loop(
     let listener = Arc::new(listener);
     let binding = "quic";
     while let Some(incoming) = listener.accept().await {
-        if registry.is_full(max_connections) && !registry.evict_one() {
-            registry.refused(binding);
+        let Some(id) = admit(&registry, max_connections, binding) else {
             incoming.refuse();
             continue;
-        }
-        let id = registry.next_id();
-        // Counted before its task can run (and register it, ending the count).
-        registry.handshake_starting(id, binding);
+        };
         let (r, settings, listener) = (registry.clone(), settings.clone(), listener.clone());
-        let task = tokio::spawn(async move {
-            let _ended = HandshakeEnded(r.clone(), id);
+        spawn_handshake(&registry, id, async move {
             let d = r.dispatcher().clone();
             let zero_rtt = listener.zero_rtt();
             bindings::quic::server::serve(incoming, zero_rtt, d, &*r, settings, id).await;
         });
-        registry.handshake_task(id, task.abort_handle());
     }
+}
+
+/// Admits a connection attempt of `binding` (an accepted TCP connection, a QUIC Initial), as
+/// every binding does: at the connection limit it makes room by evicting a connection
+/// ([`Registry::evict_one`]) and refuses (counted; `None`) only when none can go. An admitted
+/// attempt gets its id and is counted as a handshake from now, before its task can run (and
+/// register it, ending the count): see [`spawn_handshake`].
+fn admit(registry: &Registry, max_connections: usize, binding: &'static str) -> Option<u64> {
+    if registry.is_full(max_connections) && !registry.evict_one() {
+        registry.refused(binding);
+        return None;
+    }
+    let id = registry.next_id();
+    registry.handshake_starting(id, binding);
+    Some(id)
+}
+
+/// Runs an admitted connection's handshake and then its service (`serve`) in a task of its own,
+/// which the registry can abort; the handshake count of `id` ends with the task, however it
+/// ends.
+fn spawn_handshake(
+    registry: &Arc<Registry>,
+    id: u64,
+    serve: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let ended = HandshakeEnded(registry.clone(), id);
+    let task = tokio::spawn(async move {
+        let _ended = ended;
+        serve.await;
+    });
+    registry.handshake_task(id, task.abort_handle());
 }
 
 /// Takes a connection out of the handshakes when its task ends, however it ends.
