@@ -205,8 +205,8 @@ pub(crate) struct Waiting {
     calls: std::sync::atomic::AtomicUsize,
     /// Calls started on the connection so far.
     started: std::sync::atomic::AtomicU64,
-    /// Told when the first call starts waiting.
-    first: tokio::sync::Notify,
+    /// Told when a call starts.
+    started_one: tokio::sync::Notify,
 }
 
 #[cfg_attr(not(any(feature = "http", feature = "quic")), allow(dead_code))]
@@ -215,9 +215,8 @@ impl Waiting {
     pub(crate) fn enter(self: &Arc<Self>) -> WaitingGuard {
         use std::sync::atomic::Ordering;
         self.started.fetch_add(1, Ordering::Relaxed);
-        if self.calls.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.first.notify_one();
-        }
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.started_one.notify_one();
         WaitingGuard(self.clone())
     }
 
@@ -231,10 +230,9 @@ impl Waiting {
         self.started.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Returns once a call starts waiting on an idle connection (at once if one started since
-    /// the last such return).
-    pub(crate) async fn until_busy(&self) {
-        self.first.notified().await;
+    /// Returns once a call starts (at once if one started since the last return).
+    pub(crate) async fn until_call_starts(&self) {
+        self.started_one.notified().await;
     }
 }
 

@@ -190,7 +190,7 @@ pub(super) async fn drive<T>(
             if now < due {
                 tokio::select! {
                     () = tokio::time::sleep_until(crate::runtime::clock::to_tokio(due)) => {}
-                    () = waiting.until_busy(), if !busy => {}
+                    () = waiting.until_call_starts(), if !busy => {}
                 }
                 continue;
             }

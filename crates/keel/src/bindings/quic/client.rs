@@ -459,6 +459,10 @@ fn handshake_failed(ep: &Endpoint, e: &quinn::ConnectionError) -> Error {
 /// known to within this.
 const BUSY_LOOK: Duration = Duration::from_millis(20);
 
+/// How long before a ping is due the connection is looked at every [`BUSY_LOOK`] (before
+/// then, once).
+const BUSY_NEAR: Duration = Duration::from_millis(500);
+
 /// Watches a connection while calls wait for replies, by keel-wire's rule
 /// ([`keel_wire::Keepalive::busy_ping_at`] and [`busy_dead_at`]; PROTOCOL.md "Liveness"): after a
 /// quarter second (or two round trips) in which no packet arrived, a ping (a one-byte QUIC
@@ -483,7 +487,7 @@ async fn watch_busy(
     loop {
         if !waiting.busy() {
             tokio::select! {
-                () = waiting.until_busy() => {}
+                () = waiting.until_call_starts() => {}
                 _ = connection.closed() => return,
             }
             answered = None;
@@ -506,7 +510,15 @@ async fn watch_busy(
                 .map(|(at, _)| at);
             let due = keepalive.busy_ping_at(last, rtt, spaced_from);
             if now < due {
-                tokio::time::sleep_until(clock::to_tokio(due.min(now + BUSY_LOOK))).await;
+                // Looks every BUSY_LOOK near the ping; a ping spaced out to the interval (a long
+                // call on a live host) is slept towards, not looked for 50 times a second, until
+                // a call starts (which ends the spacing).
+                let far = due.saturating_duration_since(now).saturating_sub(BUSY_NEAR);
+                let wake = clock::to_tokio(due.min(now + BUSY_LOOK.max(far)));
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake) => {}
+                    () = waiting.until_call_starts(), if far > BUSY_LOOK => {}
+                }
                 continue;
             }
             if connection
@@ -526,6 +538,10 @@ async fn watch_busy(
                     last = now;
                     answered = Some((now, started));
                     break;
+                }
+                if connection.close_reason().is_some() {
+                    // Closed for another reason: its calls say which.
+                    return;
                 }
                 if now >= dead_at {
                     let silent = now.saturating_duration_since(last).as_millis();

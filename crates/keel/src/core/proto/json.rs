@@ -11,28 +11,53 @@ use super::model::{ContainerFormat, Format, Registry};
 use super::schema::{Body, ServiceSchema};
 
 /// `json`, a request message of operation `op` (its contract name) of `schema`, with what
-/// protobuf JSON says differently rewritten; `None` when nothing needed rewriting (or `json` is
-/// not JSON: the operation's decoder says why).
+/// protobuf JSON says differently rewritten; `Ok(None)` when nothing needed rewriting (or
+/// `json` is not JSON: the operation's decoder says why). `Err(TooLarge)` when the bytes fields
+/// given in base64 would take more than `max` bytes as keel's JSON writes them: found before
+/// they are decoded into lists, so the rewrite never holds more than that.
 pub(crate) fn request_from_proto_json(
     schema: &ServiceSchema,
     op: &str,
     json: &[u8],
-) -> Option<Vec<u8>> {
-    let op = schema.ops.iter().find(|o| o.name == op)?;
-    let Body::Message(name) = &op.request else {
-        return None;
+    max: usize,
+) -> Result<Option<Vec<u8>>, TooLarge> {
+    let Some(op) = schema.ops.iter().find(|o| o.name == op) else {
+        return Ok(None);
     };
-    let mut value: Value = serde_json::from_slice(json).ok()?;
+    let Body::Message(name) = &op.request else {
+        return Ok(None);
+    };
+    let Ok(mut value) = serde_json::from_slice::<Value>(json) else {
+        return Ok(None);
+    };
+    let mut budget = Budget {
+        left: max,
+        exceeded: false,
+    };
     let changed = rewrite(
         &Format::TypeName(name.clone()),
         &schema.registry,
         &mut value,
+        &mut budget,
     );
-    changed.then(|| serde_json::to_vec(&value).expect("JSON of JSON values"))
+    if budget.exceeded {
+        return Err(TooLarge);
+    }
+    Ok(changed.then(|| serde_json::to_vec(&value).expect("JSON of JSON values")))
+}
+
+/// A rewritten message's bytes fields would not fit the message size limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooLarge;
+
+/// What bytes fields may still grow to, as lists of numbers.
+struct Budget {
+    left: usize,
+    exceeded: bool,
 }
 
 /// Rewrites `value` as keel's serde JSON of `format`; whether anything changed.
-fn rewrite(format: &Format, reg: &Registry, value: &mut Value) -> bool {
+fn rewrite(format: &Format, reg: &Registry, value: &mut Value, budget: &mut Budget) -> bool {
     match (format, value) {
         (Format::TypeName(name), value) => match reg.get(name) {
             Some(ContainerFormat::Struct(fields)) => {
@@ -50,7 +75,7 @@ fn rewrite(format: &Format, reg: &Registry, value: &mut Value) -> bool {
                     match field {
                         Some(f) => {
                             changed |= f.name != key;
-                            changed |= rewrite(&f.value, reg, &mut v);
+                            changed |= rewrite(&f.value, reg, &mut v, budget);
                             out.insert(f.name.clone(), v);
                         }
                         None => {
@@ -61,7 +86,7 @@ fn rewrite(format: &Format, reg: &Registry, value: &mut Value) -> bool {
                 *map = out;
                 changed
             }
-            Some(ContainerFormat::NewTypeStruct(inner)) => rewrite(inner, reg, value),
+            Some(ContainerFormat::NewTypeStruct(inner)) => rewrite(inner, reg, value, budget),
             _ => false,
         },
         (
@@ -87,6 +112,14 @@ fn rewrite(format: &Format, reg: &Registry, value: &mut Value) -> bool {
             let Value::String(s) = &*v else {
                 return false;
             };
+            // Each byte as keel's JSON writes it: up to three digits and a comma. Counted from
+            // the base64 text (3 bytes for 4 characters) before anything is decoded.
+            let written = (s.len() / 4 + 1) * 3 * 4 + 2;
+            if budget.exceeded || written > budget.left {
+                budget.exceeded = true;
+                return false;
+            }
+            budget.left -= written;
             let decoded = base64::engine::general_purpose::STANDARD
                 .decode(s.trim_end_matches('='))
                 .or_else(|_| {
@@ -103,13 +136,17 @@ fn rewrite(format: &Format, reg: &Registry, value: &mut Value) -> bool {
                 Err(_) => false,
             }
         }
-        (Format::Option(inner), v) if !v.is_null() => rewrite(inner, reg, v),
-        (Format::Seq(inner), Value::Array(items)) => items
-            .iter_mut()
-            .fold(false, |changed, item| rewrite(inner, reg, item) | changed),
-        (Format::Map { value: inner, .. }, Value::Object(map)) => map
-            .values_mut()
-            .fold(false, |changed, item| rewrite(inner, reg, item) | changed),
+        (Format::Option(inner), v) if !v.is_null() => rewrite(inner, reg, v, budget),
+        (Format::Seq(inner), Value::Array(items)) => {
+            items.iter_mut().fold(false, |changed, item| {
+                rewrite(inner, reg, item, budget) | changed
+            })
+        }
+        (Format::Map { value: inner, .. }, Value::Object(map)) => {
+            map.values_mut().fold(false, |changed, item| {
+                rewrite(inner, reg, item, budget) | changed
+            })
+        }
         _ => false,
     }
 }
@@ -171,7 +208,16 @@ mod tests {
             "inner": {"bigN": "-3"},
             "unknown": 1,
         });
-        assert!(rewrite(&Format::TypeName("Args".into()), &reg, &mut v));
+        let mut budget = Budget {
+            left: 1 << 20,
+            exceeded: false,
+        };
+        assert!(rewrite(
+            &Format::TypeName("Args".into()),
+            &reg,
+            &mut v,
+            &mut budget
+        ));
         assert_eq!(
             v,
             serde_json::json!({
@@ -185,7 +231,27 @@ mod tests {
         );
         // keel's own JSON: nothing to do.
         let mut own = serde_json::json!({"account_id": 1, "tags": [], "inner": null});
-        assert!(!rewrite(&Format::TypeName("Args".into()), &reg, &mut own));
+        assert!(!rewrite(
+            &Format::TypeName("Args".into()),
+            &reg,
+            &mut own,
+            &mut budget
+        ));
+        assert!(!budget.exceeded);
+        // Bytes that would not fit: left as they came, and the budget says so.
+        let mut small = Budget {
+            left: 8,
+            exceeded: false,
+        };
+        let mut big = serde_json::json!({"blob": "AQIDBAUGBwgJ"});
+        assert!(!rewrite(
+            &Format::TypeName("Args".into()),
+            &reg,
+            &mut big,
+            &mut small
+        ));
+        assert!(small.exceeded);
+        assert_eq!(big, serde_json::json!({"blob": "AQIDBAUGBwgJ"}));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::super::Ctx;
 use crate::core::compress::{self, Compression, DecompressError};
 use crate::core::error::{Error, Kind};
 use crate::core::messages::framing::{encode_message, Framing};
-use crate::core::proto::json::request_from_proto_json;
+use crate::core::proto::json::{request_from_proto_json, TooLarge};
 use crate::core::proto::schema::ServiceSchema;
 use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
@@ -174,26 +174,30 @@ pub(super) fn request_stream<B: Received>(
 }
 
 /// `message` rewritten from protobuf's JSON mapping for operation `op` of `schema` (`None`:
-/// nothing to rewrite); refused when the rewrite makes it longer than `max` bytes, as a longer
-/// message would have been (a bytes field, base64 in protobuf's JSON, grows as keel's JSON
-/// writes it: a list of numbers).
+/// nothing to rewrite); refused when the rewrite would make it longer than `max` bytes, as a
+/// longer message would have been (a bytes field, base64 in protobuf's JSON, grows up to 3 × as
+/// keel's JSON writes it: a list of numbers, up to 4 characters a byte). Bytes fields are
+/// counted at 4 characters a byte from their base64 text, before they are decoded: at most
+/// `max / 4` bytes are ever turned into JSON values.
 pub(super) fn from_proto_json(
     schema: &ServiceSchema,
     op: &str,
     message: &[u8],
     max: u32,
 ) -> Result<Option<Vec<u8>>, Status> {
-    let rewritten = request_from_proto_json(schema, op, message);
-    match rewritten {
-        Some(r) if r.len() > max as usize => Err(Status::new(
+    let too_large = |size: String| {
+        Status::new(
             StatusCode::TooLarge,
             format!(
-                "a request message rewritten from protobuf's JSON mapping is {} bytes, over \
-                 this host's limit of {max} bytes",
-                r.len()
+                "a request message rewritten from protobuf's JSON mapping is {size} bytes, over \
+                 this host's limit of {max} bytes"
             ),
-        )),
-        r => Ok(r),
+        )
+    };
+    match request_from_proto_json(schema, op, message, max as usize) {
+        Err(TooLarge) => Err(too_large("more than".to_string())),
+        Ok(Some(r)) if r.len() > max as usize => Err(too_large(r.len().to_string())),
+        Ok(r) => Ok(r),
     }
 }
 
