@@ -139,10 +139,10 @@ async fn an_http_client_at_a_keel_wire_port_is_told_to_use_tcp() {
     host.shutdown_async().await;
 }
 
-/// curl over HTTP/2 (prior knowledge) at a keel-wire port reads the 400 and exits: the host
-/// waits for the client to close after its GOAWAY rather than closing under a request still
-/// sending (which h2 clients report as a broken pipe instead of the answer), and does not
-/// hold the client until its handshake timeout either.
+/// curl over HTTP/2 (prior knowledge) at a keel-wire port reads the 400 and exits, with a
+/// small body and with one larger than HTTP/2's initial window (300 KB): the host answers once
+/// the request has been sent whole (giving the window for it), since curl drops an answer that
+/// comes while it still sends; and it does not hold the client until its handshake timeout.
 #[test]
 fn curl_over_http2_at_a_keel_wire_port_reads_the_refusal() {
     if !common::have_curl() {
@@ -151,10 +151,18 @@ fn curl_over_http2_at_a_keel_wire_port_reads_the_refusal() {
     // A handshake timeout far above curl's own limit: curl must finish on the host's answer.
     let host = Binding::Tcp.host_with(|h| h.handshake_timeout(std::time::Duration::from_secs(120)));
     let url = host.url().replace("tcp://", "http://") + "/Probe/echo";
-    for _ in 0..20 {
+    let big = std::env::temp_dir().join(format!("keel-newcomer-{}.bin", std::process::id()));
+    std::fs::write(&big, vec![b'x'; 300_000]).unwrap();
+    let big_arg = format!("@{}", big.display());
+    for i in 0..20 {
+        let body = if i % 2 == 0 {
+            "{\"s\":\"x\"}"
+        } else {
+            &big_arg
+        };
         let out = std::process::Command::new("curl")
             .args(["-sS", "--http2-prior-knowledge", "--max-time", "60"])
-            .args(["-w", "\n%{http_code}", "-d", "{\"s\":\"x\"}", &url])
+            .args(["-w", "\n%{http_code}", "--data-binary", body, &url])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -167,7 +175,52 @@ fn curl_over_http2_at_a_keel_wire_port_reads_the_refusal() {
         assert!(text.ends_with("\n400"), "{text}");
         says(&text, &["speaks keel-wire, not HTTP", "tcp://"]);
     }
+    let _ = std::fs::remove_file(&big);
     host.shutdown();
+}
+
+/// An HTTP/2 client that sends its first request's HEADERS and then nothing (a body it
+/// streams, slowly) is answered after a short pause, not at the host's handshake timeout: the
+/// answer, a RST_STREAM NO_ERROR (stop sending) and a GOAWAY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_request_still_sending_is_answered_after_a_pause() {
+    let host = Binding::Tcp.host_with(|h| h.handshake_timeout(std::time::Duration::from_secs(120)));
+    let authority = host.url().strip_prefix("tcp://").unwrap().to_string();
+    let mut s = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // SETTINGS (empty), then HEADERS on stream 1, END_HEADERS only: `:method: POST` (static
+    // index 3).
+    hello.extend_from_slice(&[0, 0, 0, 0x04, 0, 0, 0, 0, 0]);
+    hello.extend_from_slice(&[0, 0, 1, 0x01, 0x04, 0, 0, 0, 1, 0x83]);
+    s.write_all(&hello).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = s.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "not answered and closed within 30 s (handshake timeout 120 s)"
+    );
+    says(
+        &String::from_utf8_lossy(&answer),
+        &["speaks keel-wire, not HTTP"],
+    );
+    // RST_STREAM on stream 1 with NO_ERROR, then GOAWAY.
+    let rst = [0, 0, 4, 0x03, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+    assert!(answer.windows(13).any(|w| w == rst), "{answer:?}");
+    assert!(
+        answer.windows(4).any(|w| w == [0, 0, 8, 0x07]),
+        "{answer:?}"
+    );
+    host.shutdown_async().await;
 }
 
 #[cfg(feature = "tls")]

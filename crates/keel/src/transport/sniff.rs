@@ -49,41 +49,105 @@ pub(crate) fn is_h2_preface(bytes: &[u8]) -> bool {
     bytes.len() >= 16 && H2_PREFACE.starts_with(&bytes[..bytes.len().min(H2_PREFACE.len())])
 }
 
-/// What `bytes`, an HTTP/2 client's first bytes (the preface, then frames), say of its first
-/// request (stream 1): `None` while its HEADERS have not arrived; then whether the request has
-/// ended (END_STREAM on its HEADERS or on a DATA frame). [`http_refusal`] answers that stream,
-/// which an HTTP/2 client takes only once it opened it, and best once it has sent all of it.
-pub(crate) fn h2_first_request(bytes: &[u8]) -> Option<bool> {
-    const DATA: u8 = 0x00;
-    const HEADERS: u8 = 0x01;
-    const END_STREAM: u8 = 0x01;
-    let mut at = H2_PREFACE.len();
-    let mut opened = false;
-    while let Some(header) = bytes.get(at..at + 9) {
-        let len =
-            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
-        let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & !(1 << 31);
-        let (kind, flags) = (header[3], header[4]);
-        // A frame counts once it has all arrived (its END_STREAM is then final).
-        if stream == 1 && bytes.len() >= at + 9 + len {
-            opened |= kind == HEADERS;
-            if opened && (kind == HEADERS || kind == DATA) && flags & END_STREAM != 0 {
-                return Some(true);
+/// Follows an HTTP/2 client's first bytes (the preface, then frames) to the state of its first
+/// request (stream 1), taking them from the front of the buffer as they arrive: only frame
+/// headers are read (a payload is skipped as it comes), so a long body costs no memory and each
+/// byte is looked at once. [`http_refusal`] answers that request, which an HTTP/2 client takes
+/// only once it opened it, and best once it has sent all of it.
+#[derive(Debug, Default)]
+pub(crate) struct H2FirstRequest {
+    /// The preface has been taken.
+    past_preface: bool,
+    /// Payload bytes of the current frame still to skip.
+    skip: usize,
+    /// Bytes taken so far.
+    taken: usize,
+    /// Stream 1's HEADERS arrived.
+    opened: bool,
+    /// Stream 1 ended (END_STREAM on its HEADERS or a DATA frame).
+    ended: bool,
+}
+
+impl H2FirstRequest {
+    /// Takes what `buf` holds (it must start with the client's preface, see [`is_h2_preface`]),
+    /// leaving only a frame header not yet whole; then [`H2FirstRequest::state`].
+    pub(crate) fn take(&mut self, buf: &mut bytes::BytesMut) -> Option<bool> {
+        use bytes::Buf;
+        const DATA: u8 = 0x00;
+        const HEADERS: u8 = 0x01;
+        const END_STREAM: u8 = 0x01;
+        loop {
+            if !self.past_preface {
+                if buf.len() < H2_PREFACE.len() {
+                    break;
+                }
+                buf.advance(H2_PREFACE.len());
+                self.taken += H2_PREFACE.len();
+                self.past_preface = true;
             }
+            if self.skip > 0 {
+                let n = self.skip.min(buf.len());
+                if n == 0 {
+                    break;
+                }
+                buf.advance(n);
+                self.skip -= n;
+                self.taken += n;
+                continue;
+            }
+            let Some(header) = buf.get(..9) else { break };
+            let len =
+                usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+            let stream =
+                u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & !(1 << 31);
+            let (kind, flags) = (header[3], header[4]);
+            if stream == 1 {
+                self.opened |= kind == HEADERS;
+                if self.opened && (kind == HEADERS || kind == DATA) && flags & END_STREAM != 0 {
+                    self.ended = true;
+                }
+            }
+            buf.advance(9);
+            self.taken += 9;
+            self.skip = len;
         }
-        at += 9 + len;
+        self.state()
     }
-    opened.then_some(false)
+
+    /// `None` while stream 1's HEADERS have not arrived; then whether the request has ended.
+    pub(crate) fn state(&self) -> Option<bool> {
+        self.opened.then_some(self.ended)
+    }
+
+    /// The bytes taken so far.
+    pub(crate) fn taken(&self) -> usize {
+        self.taken
+    }
+}
+
+/// What a keel-wire endpoint sends an HTTP/2 client still sending its first request's body
+/// before answering it: SETTINGS with an initial stream window of `window` bytes, and as much
+/// more on the connection's window, so that the client can send up to that and then read the
+/// answer (an answer before the request's end makes some clients drop it).
+pub(crate) fn h2_open_window(window: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + 6 + 9 + 4);
+    // SETTINGS: SETTINGS_INITIAL_WINDOW_SIZE (0x4).
+    out.extend_from_slice(&[0, 0, 6, 0x04, 0, 0, 0, 0, 0, 0, 0x04]);
+    out.extend_from_slice(&window.to_be_bytes());
+    // WINDOW_UPDATE on the connection (stream 0), past its initial 65,535.
+    out.extend_from_slice(&[0, 0, 4, 0x08, 0, 0, 0, 0, 0]);
+    out.extend_from_slice(&window.saturating_sub(65_535).to_be_bytes());
+    out
 }
 
 /// The answer a keel-wire endpoint gives an HTTP client, before it closes the connection: an
-/// HTTP/1.1 400 with `text` as its body; or for an HTTP/2 client, the server's SETTINGS, a 400
-/// with `text` on stream 1 (its first request, see [`h2_first_request`]), a RST_STREAM with
-/// NO_ERROR if the request has not ended (RFC 9113 §8.1: stop sending it, no error), and a
-/// GOAWAY.
-pub(crate) fn http_refusal(request: &[u8], text: &str) -> Vec<u8> {
+/// HTTP/1.1 400 with `text` as its body (`h2`: `None`); or for an HTTP/2 client (`h2`: whether
+/// its first request ended, see [`H2FirstRequest`]), the server's SETTINGS, a 400 with `text`
+/// on stream 1, a RST_STREAM with NO_ERROR if the request has not ended (RFC 9113 §8.1: stop
+/// sending it, no error), and a GOAWAY.
+pub(crate) fn http_refusal(h2: Option<bool>, text: &str) -> Vec<u8> {
     const CONTENT_TYPE: &[u8] = b"text/plain; charset=utf-8";
-    if is_h2_preface(request) {
+    if let Some(ended) = h2 {
         let frame = |out: &mut Vec<u8>, kind: u8, flags: u8, stream: u8, payload: &[u8]| {
             let len = u32::try_from(payload.len()).unwrap_or(0).to_be_bytes();
             out.extend_from_slice(&[len[1], len[2], len[3], kind, flags, 0, 0, 0, stream]);
@@ -99,7 +163,7 @@ pub(crate) fn http_refusal(request: &[u8], text: &str) -> Vec<u8> {
         frame(&mut out, 0x01, 0x04, 1, &block);
         // DATA, END_STREAM.
         frame(&mut out, 0x00, 0x01, 1, text.as_bytes());
-        if h2_first_request(request) != Some(true) {
+        if !ended {
             // RST_STREAM, NO_ERROR.
             frame(&mut out, 0x03, 0, 1, &[0, 0, 0, 0]);
         }
@@ -141,21 +205,13 @@ mod tests {
 
     #[test]
     fn refuses_in_the_clients_http() {
-        let refusal = http_refusal(b"GET / HTTP/1.1\r\n", "no");
+        let refusal = http_refusal(None, "no");
         assert!(refusal.starts_with(b"HTTP/1.1 400 "));
         assert!(refusal.ends_with(b"\r\n\r\nno"));
 
-        // HEADERS on stream 1 without END_STREAM (a body follows), then its DATA that ends it.
-        let mut request = H2_PREFACE.to_vec();
-        assert_eq!(h2_first_request(&request), None);
-        // The client's SETTINGS (one setting).
-        request.extend_from_slice(&[0, 0, 6, 0x04, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100]);
-        assert_eq!(h2_first_request(&request), None);
-        request.extend_from_slice(&[0, 0, 1, 0x01, 0x04, 0, 0, 0, 1, 0x83]);
-        assert_eq!(h2_first_request(&request), Some(false));
-        // Answered now, the request still sending: SETTINGS, HEADERS, DATA, RST_STREAM
+        // Answered with the request still sending: SETTINGS, HEADERS, DATA, RST_STREAM
         // NO_ERROR, GOAWAY.
-        let refusal = http_refusal(&request, "no");
+        let refusal = http_refusal(Some(false), "no");
         assert_eq!(&refusal[..9], &[0, 0, 0, 0x04, 0, 0, 0, 0, 0]);
         assert_eq!(&refusal[9..18], &[0, 0, 29, 0x01, 0x04, 0, 0, 0, 1]);
         assert_eq!(
@@ -167,18 +223,66 @@ mod tests {
             &[0, 0, 4, 0x03, 0, 0, 0, 0, 1, 0, 0, 0, 0]
         );
         assert_eq!(&refusal[71..80], &[0, 0, 8, 0x07, 0, 0, 0, 0, 0]);
-        // DATA with END_STREAM, its payload not all here yet: not ended until it is.
-        let data = [0, 0, 2, 0x00, 0x01, 0, 0, 0, 1, b'h'];
-        request.extend_from_slice(&data);
-        assert_eq!(h2_first_request(&request), Some(false));
-        request.push(b'i');
-        assert_eq!(h2_first_request(&request), Some(true));
         // Answered once it ended: no RST_STREAM.
-        let refusal = http_refusal(&request, "no");
+        let refusal = http_refusal(Some(true), "no");
         assert_eq!(&refusal[58..67], &[0, 0, 8, 0x07, 0, 0, 0, 0, 0]);
+
+        let window = h2_open_window(1 << 20);
+        assert_eq!(
+            &window[..15],
+            &[0, 0, 6, 0x04, 0, 0, 0, 0, 0, 0, 4, 0, 0x10, 0, 0]
+        );
+        assert_eq!(
+            &window[15..],
+            &[0, 0, 4, 0x08, 0, 0, 0, 0, 0, 0, 0x0f, 0, 1]
+        );
+    }
+
+    /// The client's SETTINGS, HEADERS on stream 1 without END_STREAM, then DATA that ends it,
+    /// fed one byte at a time: the state follows, only an unfinished frame header is kept,
+    /// and a payload is skipped as it comes.
+    #[test]
+    fn follows_the_first_request_byte_by_byte() {
+        let mut client = H2_PREFACE.to_vec();
+        let settings = client.len();
+        client.extend_from_slice(&[0, 0, 6, 0x04, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100]);
+        let headers = client.len();
+        client.extend_from_slice(&[0, 0, 1, 0x01, 0x04, 0, 0, 0, 1, 0x83]);
+        let data = client.len();
+        client.extend_from_slice(&[0, 0, 3, 0x00, 0x01, 0, 0, 0, 1, b'a', b'b', b'c']);
+        let mut scan = H2FirstRequest::default();
+        let mut buf = bytes::BytesMut::new();
+        for (i, b) in client.iter().enumerate() {
+            buf.extend_from_slice(&[*b]);
+            let state = scan.take(&mut buf);
+            let fed = i + 1;
+            let expected = match fed {
+                n if n < headers + 9 => None,
+                n if n < data + 9 => Some(false),
+                _ => Some(true),
+            };
+            assert_eq!(state, expected, "after {fed} bytes");
+            if fed >= H2_PREFACE.len() {
+                assert!(buf.len() < 9, "kept {} bytes", buf.len());
+            }
+            if fed == settings {
+                assert!(buf.is_empty());
+            }
+        }
+        assert_eq!(scan.taken(), client.len());
         // HEADERS with END_STREAM (no body) end it at once.
         let mut get = H2_PREFACE.to_vec();
         get.extend_from_slice(&[0, 0, 1, 0x01, 0x05, 0, 0, 0, 1, 0x82]);
-        assert_eq!(h2_first_request(&get), Some(true));
+        let mut scan = H2FirstRequest::default();
+        assert_eq!(scan.take(&mut bytes::BytesMut::from(&get[..])), Some(true));
+        // A hostile length (16 MiB) is only skipped, never buffered.
+        let mut big = H2_PREFACE.to_vec();
+        big.extend_from_slice(&[0xff, 0xff, 0xff, 0x00, 0, 0, 0, 0, 3]);
+        let mut scan = H2FirstRequest::default();
+        let mut buf = bytes::BytesMut::from(&big[..]);
+        assert_eq!(scan.take(&mut buf), None);
+        buf.extend_from_slice(&[0; 1000]);
+        assert_eq!(scan.take(&mut buf), None);
+        assert!(buf.is_empty());
     }
 }

@@ -28,7 +28,8 @@ pub(crate) mod code {
     /// The peer broke the protocol on this stream (a malformed or oversized frame, a frame
     /// that did not finish in time); the stream is given up.
     pub(crate) const PROTOCOL: VarInt = VarInt::from_u32(3);
-    /// The connection is closed for taking too long (a handshake, unsent output).
+    /// The connection is closed for taking too long (a handshake, unsent output), or by a
+    /// client whose host sent nothing while calls waited (`client::watch_busy`).
     pub(crate) const TIMED_OUT: VarInt = VarInt::from_u32(4);
 }
 

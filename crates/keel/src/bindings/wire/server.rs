@@ -124,6 +124,65 @@ impl Responder for WireResponder {
     }
 }
 
+/// The most of an HTTP/2 client's first request body a keel-wire port takes in (and drops)
+/// before it answers that request with its refusal.
+const H2_REFUSED_BODY: u32 = 1 << 20;
+
+/// How long a keel-wire port waits for more of an HTTP/2 client's first request, once its
+/// HEADERS are in, before answering it anyway (a client streaming its body).
+const H2_REFUSED_QUIET: Duration = Duration::from_millis(250);
+
+/// Reads an HTTP/2 client's first request at a keel-wire port (its preface is in `buf`), so
+/// that the refusal answers it: `None` if its HEADERS never arrived (the connection is then
+/// closed without a word), else whether the request ended. The request is read to its end if
+/// it ends within [`H2_REFUSED_BODY`] bytes (the body dropped as it comes; the client is given
+/// the window for it), with pauses shorter than [`H2_REFUSED_QUIET`], all within the handshake
+/// timeout: an answer before a request's end makes some clients (curl 7.88, hyper's h2) drop it.
+async fn h2_first_request(
+    io: &mut Box<dyn Io>,
+    buf: &mut BytesMut,
+    settings: &ServerSettings,
+) -> Option<bool> {
+    use crate::transport::sniff::{h2_open_window, H2FirstRequest};
+    let mut scan = H2FirstRequest::default();
+    let read = async {
+        let mut window_opened = false;
+        loop {
+            let state = scan.take(buf);
+            match state {
+                Some(true) => return,
+                Some(false) if !window_opened => {
+                    window_opened = true;
+                    if io
+                        .write_all(&h2_open_window(H2_REFUSED_BODY))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            if scan.taken() >= H2_REFUSED_BODY as usize + 64 * 1024 {
+                return;
+            }
+            let read = io.read_buf(buf);
+            let read = match state {
+                Some(_) => match tokio::time::timeout(H2_REFUSED_QUIET, read).await {
+                    Ok(read) => read,
+                    Err(_) => return,
+                },
+                None => read.await,
+            };
+            if !matches!(read, Ok(n) if n > 0) {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(settings.handshake_timeout, read).await;
+    scan.state()
+}
+
 /// Serves one accepted keel-wire connection until it closes.
 pub(crate) async fn serve(
     io: Box<dyn Io>,
@@ -156,25 +215,16 @@ pub(crate) async fn serve(
             let text = "this port speaks keel-wire, not HTTP. Connect with a tcp:// URL (tcps:// \
                         if it serves TLS), or send HTTP to the port where the host serves \
                         http://";
-            use crate::transport::sniff::{h2_first_request, http_refusal, is_h2_preface};
-            if is_h2_preface(&buf) {
-                // Its first request is answered once it has all arrived (or 64 KiB of it, which
-                // is all an HTTP/2 client sends before the server's window grows): an answer
-                // to a request still sending fails it in some clients (curl 7.88, h2). Bounded
-                // as the drain below.
-                let arrived = async {
-                    while h2_first_request(&buf) != Some(true) && buf.len() < 64 * 1024 {
-                        if !matches!(io.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                            break;
-                        }
-                    }
-                };
-                let _ = tokio::time::timeout(settings.handshake_timeout, arrived).await;
-                if h2_first_request(&buf).is_none() {
-                    return;
+            use crate::transport::sniff::{http_refusal, is_h2_preface};
+            let h2 = if is_h2_preface(&buf) {
+                match h2_first_request(&mut io, &mut buf, &settings).await {
+                    Some(ended) => Some(ended),
+                    None => return,
                 }
-            }
-            let _ = io.write_all(&http_refusal(&buf, text)).await;
+            } else {
+                None
+            };
+            let _ = io.write_all(&http_refusal(h2, text)).await;
             let _ = io.shutdown().await;
             // Read what the client sends on (up to a bound, within the handshake time): a
             // close with bytes unread would reset the connection, and the reset could overtake

@@ -292,7 +292,7 @@ impl Watched {
                             let text = "this port speaks HTTP, not keel-wire. Connect with an \
                                         http:// URL, or keep tcp:// and use the port where the \
                                         host serves keel-wire";
-                            let answer = crate::transport::sniff::http_refusal(b"", text);
+                            let answer = crate::transport::sniff::http_refusal(None, text);
                             let _ = Pin::new(&mut self.io).poll_write(cx, &answer);
                             let _ = Pin::new(&mut self.io).poll_shutdown(cx);
                             return Poll::Ready(Err(std::io::Error::new(
