@@ -500,9 +500,9 @@ async fn watch_busy(
                 return;
             }
             let now = clock::now();
-            if arrived() != seen {
-                seen = arrived();
-                last = now;
+            let count = arrived();
+            if count != seen {
+                (seen, last) = (count, now);
             }
             let rtt = Some(connection.rtt());
             let spaced_from = answered
@@ -533,9 +533,9 @@ async fn watch_busy(
             let dead_at = keepalive.busy_dead_at(last, pinged, rtt);
             loop {
                 let now = clock::now();
-                if arrived() != seen {
-                    seen = arrived();
-                    last = now;
+                let count = arrived();
+                if count != seen {
+                    (seen, last) = (count, now);
                     answered = Some((now, started));
                     break;
                 }
