@@ -47,6 +47,17 @@ fn request(call_id: u64, streamed: bool) -> Frame {
     })
 }
 
+/// Feeds a host a streamed request and takes the Ping it measures the round trip with (see
+/// `a_host_measures_the_round_trip_at_its_first_streamed_request_only`).
+fn upload_request(h: &mut Connection<()>, call_id: u64, now: Instant) {
+    feed(h, request(call_id, true), now);
+    let frames = drain(h);
+    assert!(
+        matches!(frames[..], [Frame::Ping(_)]),
+        "expected the measurement Ping, got {frames:?}"
+    );
+}
+
 fn reply(call_id: u64, status: StatusCode) -> Frame {
     Frame::Reply(Reply {
         call_id,
@@ -619,14 +630,15 @@ fn a_streamed_request_opens_its_stream() {
     // An unstreamed request has no stream.
     feed(&mut h, request(2, false), now);
     assert_eq!(feed(&mut h, data(2, 4), now), None);
-    assert_eq!(drain(&mut h), []);
+    // Only the round-trip measurement went out.
+    assert!(matches!(drain(&mut h)[..], [Frame::Ping(_)]));
 }
 
 #[test]
 fn a_cancel_removes_both_streams() {
     let now = Instant::now();
     let mut h = host();
-    feed(&mut h, request(1, true), now);
+    upload_request(&mut h, 1, now);
     h.open_outbound(1);
     assert_eq!(
         feed(&mut h, Frame::Cancel(Cancel { call_id: 1 }), now),
@@ -675,7 +687,7 @@ fn data_beyond_the_window_fails_the_stream() {
 fn consumed_bytes_are_granted_back_at_half_a_window() {
     let now = Instant::now();
     let mut h = host();
-    feed(&mut h, request(1, true), now);
+    upload_request(&mut h, 1, now);
     feed(&mut h, data(1, WINDOW), now);
     h.consumed(1, WINDOW / 2 - 1, now);
     assert_eq!(drain(&mut h), []);
@@ -838,7 +850,7 @@ fn abandoning_a_stream_asks_the_producer_to_stop() {
 fn closing_a_stream_sends_nothing() {
     let now = Instant::now();
     let mut h = host();
-    feed(&mut h, request(1, true), now);
+    upload_request(&mut h, 1, now);
     assert!(h.close_inbound(1));
     assert!(!h.close_inbound(1));
     assert!(!h.abandon_inbound(1));
@@ -1058,7 +1070,7 @@ fn close_hands_back_what_was_open() {
 fn a_closed_core_ignores_frames_and_queues_nothing_new() {
     let now = Instant::now();
     let mut h = host();
-    feed(&mut h, request(1, true), now);
+    upload_request(&mut h, 1, now);
     h.open_outbound(2);
     h.open_outbound(1);
     h.go_away("bye");
@@ -1596,4 +1608,28 @@ fn two_cores_over_the_codec() {
     assert!(closed.calls.is_empty() && closed.inbound.is_empty() && closed.outbound.is_empty());
     let closed = h.close("done");
     assert!(closed.calls.is_empty() && closed.inbound.is_empty() && closed.outbound.is_empty());
+}
+
+#[test]
+fn a_host_measures_the_round_trip_at_its_first_streamed_request_only() {
+    let now = Instant::now();
+    let mut h = host();
+    // Unary calls need no round-trip time: the host sends nothing of its own.
+    feed(&mut h, request(1, false), now);
+    assert_eq!(drain(&mut h), []);
+    // The first streamed request does (its window grows against it): one Ping, the
+    // measurement, whose Pong gives the sample.
+    feed(&mut h, request(2, true), now);
+    let frames = drain(&mut h);
+    let [Frame::Ping(nonce)] = frames[..] else {
+        panic!("expected one Ping, got {frames:?}");
+    };
+    // Another stream while that Ping is out sends none.
+    feed(&mut h, request(3, true), now);
+    assert_eq!(drain(&mut h), []);
+    feed(&mut h, Frame::Pong(nonce), now + ms(40));
+    assert_eq!(h.rtt(), Some(ms(40)));
+    // Nor once there is a sample.
+    feed(&mut h, request(4, true), now + ms(41));
+    assert_eq!(drain(&mut h), []);
 }

@@ -85,6 +85,53 @@ async fn advancing_past_a_deadline_times_the_call_out_at_once() {
 }
 
 #[tokio::test]
+async fn a_fresh_connections_first_call_times_out_at_its_own_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A new connection's timer first looks a quarter second after it opened, so a first call
+    // made at once wakes no timer task; a first call whose deadline comes sooner must. The
+    // host is a hand-written one that completes the handshake and then answers nothing (a keel
+    // host would end the call itself at its deadline).
+    let clock = keel::testing::pause();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("tcp://{}", listener.local_addr().unwrap());
+    let silent = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = bytes::BytesMut::new();
+        while keel_wire::decode_hello(&mut buf).unwrap().is_none() {
+            assert!(socket.read_buf(&mut buf).await.unwrap() > 0);
+        }
+        let mut out = bytes::BytesMut::new();
+        let accept = keel_wire::HelloReply::Accept {
+            version: keel_wire::VERSION,
+            max_message_size: 1 << 20,
+        };
+        keel_wire::encode_hello_reply(&accept, &mut out);
+        socket.write_all(&out).await.unwrap();
+        while socket.read_buf(&mut buf).await.unwrap_or(0) > 0 {}
+    });
+    let channel = keel::Channel::builder(&url).connect().await.unwrap();
+    let client = WaitsClient::new(channel);
+    let call = tokio::spawn({
+        let client = client.with_deadline(Duration::from_millis(50));
+        async move { client.never().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !call.is_finished(),
+        "timed out while keel's clock stood still"
+    );
+    // Past the deadline, well short of the first look.
+    clock.advance(Duration::from_millis(60));
+    let err = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the timer slept past the first call's deadline")
+        .unwrap()
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    silent.abort();
+}
+
+#[tokio::test]
 async fn advancing_past_the_idle_timeout_closes_the_connection() {
     let clock = keel::testing::pause();
     let host = host(|h| h.idle_timeout(Duration::from_secs(3_600)));

@@ -418,8 +418,7 @@ fn a_client_that_stops_answering_is_closed_by_the_host() {
     peer.request(1, "Probe", "echo", echo_args("once"));
     assert_eq!(peer.reply().1, StatusCode::Ok);
     let quiet = std::time::Instant::now();
-    // This peer never answers a ping: the host closes it. (Its measurement ping after the
-    // handshake went unanswered too; keepalive does not care which ping it was.)
+    // This peer never answers a ping: the host closes it.
     let frames = peer.rest();
     let waited = quiet.elapsed();
     assert!(

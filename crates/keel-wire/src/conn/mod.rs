@@ -491,6 +491,13 @@ impl<C> Connection<C> {
         self.last_call_id = self.last_call_id.max(request.call_id);
         if request.flags.streamed {
             self.open_inbound(request.call_id, now);
+            // The round-trip time is what the stream windows grow against, and only a streamed
+            // request needs one: measured now, a host spends no Ping (and the client no Pong)
+            // on a connection of unary calls, and a fresh client's first call shares its round
+            // trip with no other frame.
+            if self.srtt.is_none() {
+                self.ping(now);
+            }
         }
         Ok(())
     }

@@ -73,6 +73,13 @@ pub(crate) struct Sent {
     pub(crate) socket_to_task: bool,
 }
 
+/// A client connection's timer first looks this long after the connection opened, whether
+/// or not a call asked it to. A first call made at once (the usual first call) needs no look
+/// sooner: its keepalive deadline is [`keel_wire::BUSY_QUIET_MIN`] after it started, and its
+/// own deadline is usually later still. So it wakes no timer task, and the connection's first
+/// call costs what its later ones do.
+const FIRST_LOOK: Duration = keel_wire::BUSY_QUIET_MIN;
+
 /// Largest StreamData payload keel sends (further limited by the peer's message size).
 const MAX_CHUNK: usize = 64 * 1024;
 
@@ -117,12 +124,13 @@ struct State<C> {
     /// pending call's deadline, and only moved earlier as calls start: calls that start one
     /// after another with the same budget (most do) set no timer of their own. It may be
     /// earlier than every deadline left (the call it was set for ended): firing then only
-    /// finds the next one.
+    /// finds the next one. A new connection's first look is [`FIRST_LOOK`] after it opened.
     call_timer: Option<Instant>,
-    /// Client: the keepalive deadline the timer task sleeps until, so that a call that makes
-    /// it earlier (the first call waiting on a quiet connection) wakes the task, and no other
-    /// call does.
-    keepalive_armed: Option<Instant>,
+    /// Client: when the timer task wakes next of itself (`None`: only when told), as it last
+    /// decided under this lock. A call that needs it sooner (an earlier deadline, the first
+    /// call waiting on a quiet connection, whose keepalive deadline is then a quarter second
+    /// away) wakes it; no other call does.
+    timer_wakes_at: Option<Instant>,
     /// Client: who reads the socket. Kept here, with the call table, so that "the only call in
     /// flight" is decided under the lock that starts calls.
     reader: Reader,
@@ -207,13 +215,14 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             initial: DEFAULT_INITIAL_WINDOW,
             max: max_window.max(DEFAULT_INITIAL_WINDOW),
         };
+        let first_look = (side == Side::Client).then(|| clock::now() + FIRST_LOOK);
         Arc::new(WireEnd {
             state: Mutex::new(State {
                 core: Connection::new(side, window),
                 inbound: HashMap::new(),
                 outbound: HashMap::new(),
-                call_timer: None,
-                keepalive_armed: None,
+                call_timer: first_look,
+                timer_wakes_at: first_look,
                 reader: Reader::Task,
             }),
             sink,
@@ -539,12 +548,6 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         untouched.then_some(stream)
     }
 
-    /// Host: a measurement ping (its Pong gives the RTT stream windows grow against).
-    pub(crate) fn ping(&self) {
-        let now = clock::now();
-        self.with(|st| st.core.ping(now));
-    }
-
     /// A round-trip sample measured elsewhere (the client's handshake).
     pub(crate) fn set_rtt(&self, rtt: Duration) {
         self.with(|st| st.core.set_rtt(rtt));
@@ -592,8 +595,9 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
                 if st.core.is_closed() {
                     return None;
                 }
-                st.keepalive_armed = st.core.poll_timeout();
-                (st.keepalive_armed, st.call_timer)
+                let keepalive_at = st.core.poll_timeout();
+                st.timer_wakes_at = keepalive_at.into_iter().chain(st.call_timer).min();
+                (keepalive_at, st.call_timer)
             };
             let woken = match keepalive_at.into_iter().chain(calls_at).min() {
                 None => {
@@ -694,23 +698,25 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
             probed = probe.pinged;
             alone = st.core.pending_calls() == 1;
             // Calls waiting make the keepalive deadline earlier (a ping if nothing arrives
-            // for a quarter second): the timer must know when it moved that way. Only the
-            // first call waiting can move it, or the first call since a keepalive ping (which
-            // lifts the ping spacing); a probe ping above wakes the timer itself.
-            if let Some(armed) = st
-                .keepalive_armed
-                .filter(|_| st.core.pending_calls() == 1 || probe.timer_earlier)
-            {
-                let due = st.core.poll_timeout();
-                if due.is_some_and(|at| at < armed) {
-                    st.keepalive_armed = due;
+            // for a quarter second): the timer must know when it moved before the timer's
+            // next look. Only the first call waiting can move it, or the first call since a
+            // keepalive ping (which lifts the ping spacing); a probe ping above wakes the
+            // timer itself.
+            let mut sooner = |st: &mut State<C>, at: Instant| {
+                if st.timer_wakes_at.is_none_or(|wakes| at < wakes) {
+                    st.timer_wakes_at = Some(at);
                     timer_moved = true;
+                }
+            };
+            if st.core.pending_calls() == 1 || probe.timer_earlier {
+                if let Some(due) = st.core.poll_timeout() {
+                    sooner(st, due);
                 }
             }
             if let Some(d) = deadline {
                 if st.call_timer.is_none_or(|at| d < at) {
                     st.call_timer = Some(d);
-                    timer_moved = true;
+                    sooner(st, d);
                 }
             }
             let handle = upload.then(|| st.register_outbound(call_id));

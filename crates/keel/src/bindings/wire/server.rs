@@ -295,8 +295,6 @@ pub(crate) async fn serve(
         settings.max_stream_window,
         hello.max_message_size,
     );
-    // One ping gives the round-trip time that stream windows grow against.
-    wire.ping();
     if let Some(keepalive) = settings.keepalive {
         wire.set_keepalive(keepalive);
     }
