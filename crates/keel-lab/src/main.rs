@@ -70,8 +70,19 @@ struct Common {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Seed 000: sync, async, async, sync tests on new clients; every call timed.
+    /// Seed 000: sync, async, async, sync tests on new clients; every call timed; in several
+    /// fresh processes, judged on the median one, beside raw TCP's same sequence.
     FirstCall {
+        /// Steady-state calls for the p50 (per client kind).
+        #[arg(long, default_value_t = 1000)]
+        steady_calls: usize,
+        /// Rounds, each a fresh process.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
+    /// One round of `first-call`, in this process; prints the round as one JSON line.
+    #[command(hide = true)]
+    FirstCallRound {
         /// Steady-state calls for the p50 (per client kind).
         #[arg(long, default_value_t = 1000)]
         steady_calls: usize,
@@ -303,12 +314,21 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         "this experiment runs on tcp only so far (wan and wan-matrix take every binding)"
     );
     match &cli.command {
-        &Command::FirstCall { steady_calls } => {
+        &Command::FirstCall {
+            steady_calls,
+            rounds,
+        } => {
             let r = first_call::run(&first_call::Params {
                 binding,
                 steady_calls,
+                rounds,
             })?;
             emit(json, &first_call::summary(&r), &r, r.pass)
+        }
+        &Command::FirstCallRound { steady_calls } => {
+            let round = first_call::run_round(binding, steady_calls)?;
+            println!("{}", serde_json::to_string(&round)?);
+            Ok(true)
         }
         &Command::Concurrent { clients, work_ms } => {
             let r = concurrent::run(&concurrent::Params {

@@ -166,7 +166,7 @@ pub(crate) fn round1(x: f64) -> f64 {
 }
 
 /// A latency distribution, in µs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub(crate) struct Dist {
     /// Samples.
     pub(crate) count: u64,

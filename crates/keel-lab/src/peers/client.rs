@@ -1,6 +1,7 @@
 //! The client side: one connection of any system, behind one type, so the workloads are
 //! written once.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,29 +82,107 @@ impl Conn {
         inflight: usize,
         window: Arc<Window>,
     ) -> anyhow::Result<Histogram<u64>> {
-        if let Conn::Raw(c) = self {
-            return c.pipeline(inflight, &window).await;
+        match self {
+            Conn::Raw(c) => c.pipeline(inflight, &window).await,
+            Conn::Tonic(c) => callers(c, inflight, window).await,
+            Conn::Tarpc(c) => callers(c, inflight, window).await,
+            Conn::Keel(c) => callers(c, inflight, window).await,
         }
-        let mut tasks = Vec::with_capacity(inflight);
-        for _ in 0..inflight {
-            let (conn, window) = (self.clone(), window.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut h = new_histogram();
-                while !window.stopped() {
-                    let t = Instant::now();
-                    let v = conn.add(1.0, 2.0).await?;
-                    anyhow::ensure!(v == 3.0, "1 + 2 = {v}");
-                    window.record(&mut h, t);
-                }
-                anyhow::Ok(h)
-            }));
-        }
-        let mut all = new_histogram();
-        for t in tasks {
-            all.add(t.await??)?;
-        }
-        Ok(all)
     }
+
+    /// Exactly `calls` calls on this connection, `inflight` at a time: `inflight` tasks, each
+    /// making its share in a loop through its own clone of the client (a fixed amount of work,
+    /// for `profile/icount.py`).
+    pub(crate) async fn fixed_calls(&self, inflight: usize, calls: usize) -> anyhow::Result<()> {
+        match self {
+            Conn::Raw(c) => fixed_calls(c, inflight, calls).await,
+            Conn::Tonic(c) => fixed_calls(c, inflight, calls).await,
+            Conn::Tarpc(c) => fixed_calls(c, inflight, calls).await,
+            Conn::Keel(c) => fixed_calls(c, inflight, calls).await,
+        }
+    }
+}
+
+/// A system's client as [`callers`] uses it: one call, `a + b`.
+trait Adds: Clone + Send + Sync + 'static {
+    fn add(&self, a: f64, b: f64) -> impl Future<Output = anyhow::Result<f64>> + Send;
+}
+
+impl Adds for Arc<RawConn> {
+    fn add(&self, a: f64, b: f64) -> impl Future<Output = anyhow::Result<f64>> + Send {
+        RawConn::add(self, a, b)
+    }
+}
+
+impl Adds for Box<TonicConn> {
+    fn add(&self, a: f64, b: f64) -> impl Future<Output = anyhow::Result<f64>> + Send {
+        TonicConn::add(self, a, b)
+    }
+}
+
+impl Adds for TarpcConn {
+    fn add(&self, a: f64, b: f64) -> impl Future<Output = anyhow::Result<f64>> + Send {
+        TarpcConn::add(self, a, b)
+    }
+}
+
+impl Adds for KeelConn {
+    fn add(&self, a: f64, b: f64) -> impl Future<Output = anyhow::Result<f64>> + Send {
+        KeelConn::add(self, a, b)
+    }
+}
+
+/// `inflight` tasks, each calling through its own clone of `client` in a loop until `window`
+/// stops. Each task's loop is made for the one client type (no dispatch over [`Conn`]'s
+/// systems per call, no future the size of the largest system's), so the client's CPU per
+/// call is the system's own as far as the harness can make it.
+async fn callers<C: Adds>(
+    client: &C,
+    inflight: usize,
+    window: Arc<Window>,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut tasks = Vec::with_capacity(inflight);
+    for _ in 0..inflight {
+        let (client, window) = (client.clone(), window.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut h = new_histogram();
+            while !window.stopped() {
+                let t = Instant::now();
+                let v = client.add(1.0, 2.0).await?;
+                anyhow::ensure!(v == 3.0, "1 + 2 = {v}");
+                window.record(&mut h, t);
+            }
+            anyhow::Ok(h)
+        }));
+    }
+    let mut all = new_histogram();
+    for t in tasks {
+        all.add(t.await??)?;
+    }
+    Ok(all)
+}
+
+/// `calls` calls through clones of `client`, `inflight` tasks each making its share (the first
+/// `calls % inflight` one more) in a loop: no count shared between them.
+async fn fixed_calls<C: Adds>(client: &C, inflight: usize, calls: usize) -> anyhow::Result<()> {
+    let inflight = inflight.max(1);
+    let tasks: Vec<_> = (0..inflight)
+        .map(|i| {
+            let client = client.clone();
+            let share = calls / inflight + usize::from(i < calls % inflight);
+            tokio::spawn(async move {
+                for _ in 0..share {
+                    let v = client.add(1.0, 2.0).await?;
+                    anyhow::ensure!(v == 3.0, "1 + 2 = {v}");
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
 }
 
 /// A server stream of quotes of any system; dropping it stops the server's producer.

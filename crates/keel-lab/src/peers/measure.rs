@@ -78,28 +78,7 @@ pub(crate) fn calls_in_flight(
     rt.block_on(async {
         let conn = Conn::connect(system, addr).await?;
         for n in [warmup, calls] {
-            // Each task takes calls from the one count until none is left.
-            let left = Arc::new(AtomicU64::new(n as u64));
-            let tasks: Vec<_> = (0..inflight)
-                .map(|_| {
-                    let (conn, left) = (conn.clone(), left.clone());
-                    tokio::spawn(async move {
-                        while left
-                            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                                n.checked_sub(1)
-                            })
-                            .is_ok()
-                        {
-                            let v = conn.add(1.0, 2.0).await?;
-                            anyhow::ensure!(v == 3.0, "1 + 2 = {v}");
-                        }
-                        anyhow::Ok(())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await??;
-            }
+            conn.fixed_calls(inflight, n).await?;
         }
         Ok(())
     })
@@ -166,7 +145,7 @@ pub(crate) fn throughput(
         for d in drivers {
             h.add(d.await??)?;
         }
-        let calls = w.calls();
+        let calls = h.len();
         anyhow::ensure!(
             calls > 0,
             "{}: no call answered in the window",

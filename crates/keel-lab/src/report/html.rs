@@ -123,8 +123,16 @@ pub(crate) fn html(all: &All) -> String {
     let fc = &all.first_call;
     let _ = write!(
         s,
-        "<h2>Seed 000: the first-call sequence</h2><p class=\"note\">Sync test, async test, async test, sync test; each a new client, opened (not timed), then two timed calls of <code>Add(1, 2)</code>. Log scale. keel's steady state: async p50 {:.1} µs, p99 {:.1} µs; sync p50 {:.1} µs, p99 {:.1} µs.</p>",
-        fc.steady_async.p50_us, fc.steady_async.p99_us, fc.steady_sync.p50_us, fc.steady_sync.p99_us
+        "<h2>Seed 000: the first-call sequence</h2><p class=\"note\">Sync test, async test, async test, sync test; each a new client, opened (not timed), then two timed calls of <code>Add(1, 2)</code>. Log scale. Each round is a fresh process; shown is the median of {} (by the first async call ÷ the steady p50: {:.2}; the median slowest call {:.1} µs). Raw TCP's same sequence in the same processes: {:.2} ×, slowest {:.1} µs. keel's steady state in that round: async p50 {:.1} µs, p99 {:.1} µs; sync p50 {:.1} µs, p99 {:.1} µs.</p>",
+        fc.rounds.len(),
+        fc.median_ratio,
+        fc.median_slowest_us,
+        fc.raw_median_ratio,
+        fc.raw_median_slowest_us,
+        fc.steady_async.p50_us,
+        fc.steady_async.p99_us,
+        fc.steady_sync.p50_us,
+        fc.steady_sync.p99_us
     );
     s.push_str(&first_call_chart(fc));
 

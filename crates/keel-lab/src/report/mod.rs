@@ -37,6 +37,8 @@ pub(crate) struct Profile {
     pub(crate) name: &'static str,
     /// Steady-state calls (first-call and idle).
     pub(crate) steady_calls: usize,
+    /// Seed 000's rounds, each a fresh process.
+    pub(crate) first_call_rounds: usize,
     /// Seed 001's clients and work.
     pub(crate) concurrent: (usize, u64),
     /// Seed 002's burst.
@@ -75,6 +77,7 @@ impl Profile {
         Profile {
             name,
             steady_calls: 1000,
+            first_call_rounds: 5,
             concurrent: (10, 1000),
             burst,
             burst_large: burst::Params {
@@ -146,6 +149,7 @@ pub(crate) fn run_all(binding: Binding, profile: &Profile) -> anyhow::Result<All
     let first_call = first_call::run(&first_call::Params {
         binding,
         steady_calls: profile.steady_calls,
+        rounds: profile.first_call_rounds,
     })?;
     step(2, "concurrent (seed 001)");
     let concurrent = concurrent::run(&concurrent::Params {

@@ -12,7 +12,6 @@ fn secs(ms: f64) -> String {
 /// The table rows for `all`.
 pub(crate) fn rows(all: &All) -> Vec<Row> {
     let fc = &all.first_call;
-    let max_call = crate::verdict::max_of(&fc.calls.iter().map(|c| c.us).collect::<Vec<_>>());
     let c = &all.concurrent;
     let burst_row = |b: &Burst, broken: &str, fixed: &str| Row {
         experiment: format!(
@@ -44,8 +43,14 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
             wcf_broken: "1005 ms".to_string(),
             wcf_fixed: "189 ms (fixed runtime, under a profiler)".to_string(),
             keel: format!(
-                "{:.1} µs (p50 {:.1}); slowest call {:.1} µs",
-                fc.first_async_us, fc.steady_p50_us, max_call
+                "{:.1} µs (p50 {:.1}); median of {} processes: {:.2} × p50, slowest call {:.1} µs (raw TCP, same run: {:.2} ×, {:.1} µs)",
+                fc.first_async_us,
+                fc.steady_p50_us,
+                fc.rounds.len(),
+                fc.median_ratio,
+                fc.median_slowest_us,
+                fc.raw_median_ratio,
+                fc.raw_median_slowest_us
             ),
             bar: fc.verdict.bar.clone(),
             verdict: fc.verdict.word().to_string(),

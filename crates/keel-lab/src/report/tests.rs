@@ -2,7 +2,7 @@ use super::bursts::phases_section;
 use super::svg::{fmt_tick, nice_step};
 use super::*;
 use crate::experiments::burst::{Baseline, Round, Sample};
-use crate::experiments::first_call::TimedCall;
+use crate::experiments::first_call::{Round as FirstCallRound, TimedCall};
 use crate::experiments::phases::Phases;
 use crate::experiments::Dist;
 
@@ -28,7 +28,14 @@ fn sample_all(burst_ms: f64) -> All {
             })
         })
         .collect();
-    let fc = first_call::evaluate(Binding::Tcp, calls, dist(30.0), dist(35.0));
+    let round = FirstCallRound {
+        calls,
+        steady_async: dist(30.0),
+        steady_sync: dist(35.0),
+        raw_calls_us: vec![20.0; 8],
+        raw_steady_p50_us: 20.0,
+    };
+    let fc = first_call::evaluate(Binding::Tcp, vec![round]);
     let conc = concurrent::evaluate(
         &concurrent::Params {
             binding: Binding::Tcp,
