@@ -86,6 +86,9 @@ enum Command {
         /// Steady-state calls for the p50 (per client kind).
         #[arg(long, default_value_t = 1000)]
         steady_calls: usize,
+        /// Raw TCP's sequence before keel's, not after.
+        #[arg(long)]
+        raw_first: bool,
     },
     /// Seed 001: concurrent clients on their own threads, released together.
     Concurrent {
@@ -325,8 +328,11 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             })?;
             emit(json, &first_call::summary(&r), &r, r.pass)
         }
-        &Command::FirstCallRound { steady_calls } => {
-            let round = first_call::run_round(binding, steady_calls)?;
+        &Command::FirstCallRound {
+            steady_calls,
+            raw_first,
+        } => {
+            let round = first_call::run_round(binding, steady_calls, raw_first)?;
             println!("{}", serde_json::to_string(&round)?);
             Ok(true)
         }

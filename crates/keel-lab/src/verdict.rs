@@ -422,14 +422,14 @@ pub(crate) fn soak(errors: u64, warm_kib: u64, end_kib: u64) -> Verdict {
     Verdict::new(bar, reasons)
 }
 
-/// The median (the mean of the middle two for an even count, to 0.1), NaN for none.
+/// The median (the mean of the middle two for an even count), NaN for none.
 pub(crate) fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => f64::NAN,
         n if n % 2 == 1 => v[n / 2],
-        n => ((v[n / 2 - 1] + v[n / 2]) / 2.0 * 10.0).round() / 10.0,
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

@@ -75,9 +75,9 @@ impl RawPeer {
         self.send_bytes(&out);
     }
 
-    /// The next frame other than a Ping or Pong (the host pings once to measure the round trip;
-    /// this peer leaves it unanswered, which the host must tolerate), or `None` once the host
-    /// closed the connection.
+    /// The next frame other than a Ping or Pong (a host measures the round trip with a Ping at
+    /// the first streamed request, and keepalive pings; this peer leaves them unanswered, which
+    /// the host must tolerate), or `None` once the host closed the connection.
     fn next(&mut self) -> Option<Frame> {
         loop {
             match self.codec.decode(&mut self.buf).unwrap() {

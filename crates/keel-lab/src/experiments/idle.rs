@@ -425,9 +425,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn medians() {}
-
-    #[test]
     fn verdict_uses_medians_and_raw_tcp() {
         let raw = |after: &[f64]| Some(RawTcp::new(15.0, after.to_vec()));
         // keel 2 × p50 (median; one slow gap does not count): within the floor of 2.

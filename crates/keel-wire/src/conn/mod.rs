@@ -506,7 +506,8 @@ impl<C> Connection<C> {
     ///
     /// Handled here: Ping (a Pong is queued), Pong (a round-trip sample if it answers the
     /// core's measurement ping; others are ignored), and the flow-control accounting of stream
-    /// frames. The rest is routed as an [`Event`]; `Ok(None)` means there is nothing for the
+    /// frames. A host's first streamed Request, while it has no round-trip sample, also queues
+    /// a measurement [`ping`](Self::ping): that stream's window grows against the sample. The rest is routed as an [`Event`]; `Ok(None)` means there is nothing for the
     /// caller to do. Stream frames for a call without a stream in that direction are dropped
     /// (they may have been in flight when it ended), as is a Reply for a call no longer pending
     /// (if its status is `Ok`, a StopSending is queued in case a response stream follows).
@@ -758,7 +759,8 @@ impl<C> Connection<C> {
     // ---- ping / RTT
 
     /// Queues a measurement Ping at `now`; the Pong that answers it gives a round-trip sample.
-    /// The core chooses the nonce. At most one measurement ping is outstanding: while one is,
+    /// The core chooses the nonce. A host core calls this itself at its first streamed Request
+    /// if it has no sample by then (see [`handle`](Self::handle)). At most one measurement ping is outstanding: while one is,
     /// and after [`close`](Self::close), this does nothing.
     pub fn ping(&mut self, now: Instant) {
         if self.ping.is_some() || self.closed.is_some() {

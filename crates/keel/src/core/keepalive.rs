@@ -7,7 +7,9 @@ use std::time::Duration;
 
 /// Pings on a quiet connection and the verdict on a silent peer: a connection nothing arrived
 /// on for `interval` is pinged, and closed if nothing arrives within `timeout` after the ping
-/// (on keel-wire at least four round trips of the connection, whatever `timeout` says). Set on
+/// (on keel-wire at least four round trips of the connection once it has a round-trip sample,
+/// whatever `timeout` says: a client has one from its handshake, a host from its first streamed
+/// request or first answered keepalive ping). Set on
 /// a host with [`HostBuilder::keepalive`](crate::host::HostBuilder::keepalive) and on a channel
 /// with [`ChannelBuilder::keepalive`](crate::client::ChannelBuilder::keepalive); each documents
 /// its side's default.

@@ -3,10 +3,12 @@
 //! (the open is not); then steady-state calls for the p50 the first async call is compared to.
 //!
 //! The seed's stall was a first call in a fresh process, so each round is a fresh process
-//! (`keel-lab first-call-round`, hidden): its own host, the sequence, the steady calls, then
-//! the same sequence on raw TCP as the machine's baseline. The bar is judged on the median
-//! round, so a stall keel causes (in every process, as the seed's was) fails it, and a pause
-//! of the VM that lands on one call of one round does not; every round is reported.
+//! (`keel-lab first-call-round`, hidden): its own host, the sequence and the steady calls, and
+//! the same sequence on raw TCP as the machine's baseline (raw first in every other round, so
+//! neither always inherits a process the other warmed). The bar is judged on medians over the
+//! rounds (of the slowest call, and of the first async call ÷ p50), so a stall keel causes (in
+//! every process, as the seed's was) fails it, and a pause of the VM that lands on one call of
+//! one round does not; every round is reported.
 
 mod raw;
 
@@ -86,8 +88,9 @@ impl Round {
     }
 }
 
-/// What the first-call experiment measured. The sequence's fields are the median round's
-/// (the round whose first-async ratio is the median); `rounds` holds every round.
+/// What the first-call experiment measured. The sequence's fields are one round's: the one
+/// whose first-async ratio is the median (the lower middle one for an even count); the
+/// medians are each taken over every round; `rounds` holds every round.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct FirstCall {
     /// `first-call`.
@@ -127,11 +130,15 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<FirstCall> {
     let exe = std::env::current_exe()?;
     let pb = super::bar(p.rounds as u64, "first-call: fresh processes");
     let mut rounds = Vec::with_capacity(p.rounds);
-    for _ in 0..p.rounds {
-        let out = Command::new(&exe)
+    for i in 0..p.rounds {
+        let mut child = Command::new(&exe);
+        child
             .args(["first-call-round", "--binding", p.binding.name()])
-            .args(["--steady-calls", &p.steady_calls.to_string()])
-            .output()?;
+            .args(["--steady-calls", &p.steady_calls.to_string()]);
+        if i % 2 == 1 {
+            child.arg("--raw-first");
+        }
+        let out = child.output()?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         anyhow::ensure!(
             out.status.success(),
@@ -150,9 +157,13 @@ pub(crate) fn run(p: &Params) -> anyhow::Result<FirstCall> {
     Ok(evaluate(p.binding, rounds))
 }
 
-/// One round, in this process: a host, the seed's sequence, the steady calls, then raw TCP's
-/// sequence.
-pub(crate) fn run_round(binding: Binding, steady_calls: usize) -> anyhow::Result<Round> {
+/// One round, in this process: a host, the seed's sequence and the steady calls; and raw TCP's
+/// sequence, after them or (`raw_first`) before.
+pub(crate) fn run_round(
+    binding: Binding,
+    steady_calls: usize,
+    raw_first: bool,
+) -> anyhow::Result<Round> {
     let host = start_host(binding, HostSettings::default())?;
     let url = host.url().to_string();
     // The async clients' runtime: the lab's own, separate from the host's and from keel's
@@ -162,6 +173,7 @@ pub(crate) fn run_round(binding: Binding, steady_calls: usize) -> anyhow::Result
         .thread_name("lab-client")
         .enable_all()
         .build()?;
+    let raw_before = raw_first.then(|| raw::run(&rt, steady_calls)).transpose()?;
 
     let mut calls = Vec::new();
     for (name, is_async) in [
@@ -205,7 +217,10 @@ pub(crate) fn run_round(binding: Binding, steady_calls: usize) -> anyhow::Result
     client.close();
     let steady_sync = lat.dist();
     host.shutdown();
-    let raw = raw::run(&rt, steady_calls)?;
+    let raw = match raw_before {
+        Some(raw) => raw,
+        None => raw::run(&rt, steady_calls)?,
+    };
     Ok(Round {
         calls,
         steady_async,
@@ -297,7 +312,7 @@ pub(crate) fn summary(r: &FirstCall) -> String {
         r.binding.name(),
         r.rounds.len()
     );
-    s.push_str("  the median round's sequence:\n  test     call     time\n");
+    s.push_str("  the round with the median first async ÷ p50:\n  test     call     time\n");
     for c in &r.calls {
         s.push_str(&format!("  {:<8} {:>4} {:>8.1} µs\n", c.test, c.call, c.us));
     }

@@ -74,9 +74,10 @@ pub(crate) struct Sent {
 }
 
 /// A client connection's timer first looks this long after the connection opened, whether
-/// or not a call asked it to. A first call made at once (the usual first call) needs no look
-/// sooner: its keepalive deadline is [`keel_wire::BUSY_QUIET_MIN`] after it started, and its
-/// own deadline is usually later still. So it wakes no timer task, and the connection's first
+/// or not a call asked it to. A first call needs no look sooner for keepalive: with calls
+/// waiting, a ping is due [`keel_wire::BUSY_QUIET_MIN`] (or two round trips) after the last
+/// frame received, never before the connection opened; and its own deadline is usually later
+/// still (one that is not wakes the timer). So it wakes no timer task, and the connection's first
 /// call costs what its later ones do.
 const FIRST_LOOK: Duration = keel_wire::BUSY_QUIET_MIN;
 
