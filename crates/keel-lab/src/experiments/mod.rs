@@ -180,6 +180,21 @@ pub(crate) struct Dist {
     pub(crate) max_us: f64,
 }
 
+#[cfg(test)]
+impl Dist {
+    /// A distribution for tests: 1,000 calls around `p50` (min half of it, p99 twice, max four
+    /// times).
+    pub(crate) fn around(p50: f64) -> Dist {
+        Dist {
+            count: 1000,
+            min_us: p50 / 2.0,
+            p50_us: p50,
+            p99_us: p50 * 2.0,
+            max_us: p50 * 4.0,
+        }
+    }
+}
+
 /// Records latencies (ns, 3 significant digits) and summarises them as a [`Dist`].
 #[derive(Debug)]
 pub(crate) struct Latencies {

@@ -6,16 +6,6 @@ use crate::experiments::first_call::{Round as FirstCallRound, TimedCall};
 use crate::experiments::phases::Phases;
 use crate::experiments::Dist;
 
-fn dist(p50: f64) -> Dist {
-    Dist {
-        count: 1000,
-        min_us: p50 / 2.0,
-        p50_us: p50,
-        p99_us: p50 * 2.0,
-        max_us: p50 * 4.0,
-    }
-}
-
 fn sample_all(burst_ms: f64) -> All {
     let profile = Profile::quick();
     let calls = ["sync 1", "async 1", "async 2", "sync 2"]
@@ -30,8 +20,8 @@ fn sample_all(burst_ms: f64) -> All {
         .collect();
     let round = FirstCallRound {
         calls,
-        steady_async: dist(30.0),
-        steady_sync: dist(35.0),
+        steady_async: Dist::around(30.0),
+        steady_sync: Dist::around(35.0),
         raw_calls_us: vec![20.0; 8],
         raw_steady_p50_us: 20.0,
     };
@@ -98,7 +88,7 @@ fn sample_all(burst_ms: f64) -> All {
         &idle::tests::params(),
         30.0,
         idle::tests::gaps(&[45.0; 5]),
-        dist(30.0),
+        Dist::around(30.0),
         Some(idle::RawTcp::new(13.5, vec![60.0; 5])),
     );
     let over = overload::tests::sample(3300.0, 0);

@@ -361,16 +361,6 @@ pub(crate) fn verdict_line(v: &Verdict) -> String {
 mod tests {
     use super::*;
 
-    fn dist(p50: f64) -> Dist {
-        Dist {
-            count: 1000,
-            min_us: p50 / 2.0,
-            p50_us: p50,
-            p99_us: p50 * 2.0,
-            max_us: p50 * 4.0,
-        }
-    }
-
     /// A round with keel's sequence `us`, steady p50s of 30 µs (keel) and 20 µs (raw).
     fn round(us: [f64; 8]) -> Round {
         let names = ["sync 1", "async 1", "async 2", "sync 2"];
@@ -384,8 +374,8 @@ mod tests {
                     us,
                 })
                 .collect(),
-            steady_async: dist(30.0),
-            steady_sync: dist(35.0),
+            steady_async: Dist::around(30.0),
+            steady_sync: Dist::around(35.0),
             raw_calls_us: vec![300.0, 20.0, 24.0, 20.0, 22.0, 20.0, 21.0, 20.0],
             raw_steady_p50_us: 20.0,
         }
