@@ -1,5 +1,5 @@
 //! The bursts' client harness: client threads that each open a client, wait at a gate that
-//! releases them all at once, make one timed call, and close. keel's bursts (`burst`, `idle`,
+//! releases them all at once, make one timed call, and close once every call has its reply. keel's bursts (`burst`, `idle`,
 //! `concurrent`) and the thread-per-connection baseline (`thread_server`) fire through it.
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -99,17 +99,19 @@ pub(crate) fn fire(url: &str, clients: usize, work_ms: u64) -> anyhow::Result<Fi
 }
 
 /// The burst harness: `clients` threads each open a client with `connect(i)`, wait at a gate
-/// that releases them all at once, make one timed call and close the client.
+/// that releases them all at once, make one timed call, and close the client once every
+/// thread has its reply.
 pub(crate) fn fire_with<C: BurstClient>(
     clients: usize,
     work_ms: u64,
     connect: impl Fn(usize) -> anyhow::Result<C> + Sync,
 ) -> anyhow::Result<Fired> {
-    let gate = Gate::default();
+    // The start line, and the finish line the clients wait at between their reply and closing.
+    let (gate, finish) = (Gate::default(), Gate::default());
     let (start, results) = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(clients);
         for i in 0..clients {
-            let (gate, connect) = (&gate, &connect);
+            let (gate, finish, connect) = (&gate, &finish, &connect);
             let h = std::thread::Builder::new()
                 .name(format!("lab-client-{i}"))
                 .stack_size(CLIENT_STACK)
@@ -118,10 +120,17 @@ pub(crate) fn fire_with<C: BurstClient>(
                     if !gate.arrive_and_wait() {
                         anyhow::bail!("aborted");
                     }
-                    let mut client = client?;
-                    let t = Instant::now();
-                    let reply = client.call(i, work_ms);
-                    let end = Instant::now();
+                    let timed = client.map(|mut client| {
+                        let t = Instant::now();
+                        let reply = client.call(i, work_ms);
+                        let end = Instant::now();
+                        (client, reply, t, end)
+                    });
+                    // Closed (and the thread gone) only once every thread is done: 1,000
+                    // clients closing and their threads exiting (munmap, TLB shootdowns) would
+                    // take the cores from the replies still on their way.
+                    finish.arrive_and_wait();
+                    let (client, reply, t, end) = timed?;
                     client.close();
                     let reply = reply?;
                     anyhow::ensure!(
@@ -141,6 +150,8 @@ pub(crate) fn fire_with<C: BurstClient>(
         gate.wait_ready(clients);
         let start = Instant::now();
         gate.open(false);
+        finish.wait_ready(clients);
+        finish.open(false);
         let results = handles
             .into_iter()
             .map(|h| {

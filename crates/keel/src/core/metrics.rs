@@ -300,24 +300,39 @@ pub use prometheus::{install_prometheus, Prometheus};
 
 #[cfg(feature = "prometheus")]
 mod prometheus {
-    use std::sync::OnceLock;
+    use std::collections::HashMap;
+    use std::sync::{Arc, OnceLock};
     use std::time::Duration;
 
-    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+    use crossbeam_queue::ArrayQueue;
+    use metrics::{
+        Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString,
+        Unit,
+    };
+    use metrics_exporter_prometheus::{
+        Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+    };
+    use parking_lot::Mutex;
 
     use super::{CALLS_BUCKETS, CONN_CALLS, SECONDS_BUCKETS};
     use crate::core::error::{Error, Kind};
+
+    /// Samples a histogram holds for its recorder before a thread moves them over
+    /// ([`Handoff`]): 2 KiB per histogram.
+    const HANDOFF_SAMPLES: usize = 128;
 
     /// keel's Prometheus recorder: renders every metric recorded in the process as Prometheus
     /// text (format 0.0.4). Cheap to clone.
     #[derive(Clone, Debug)]
     pub struct Prometheus {
         handle: PrometheusHandle,
+        histograms: Arc<Histograms>,
     }
 
     impl Prometheus {
-        /// The metrics as Prometheus text.
+        /// The metrics as Prometheus text. Every sample recorded before the call is in it.
         pub fn render(&self) -> String {
+            self.histograms.hand_over();
             self.handle.render()
         }
     }
@@ -325,6 +340,12 @@ mod prometheus {
     /// Installs keel's Prometheus recorder as the process's `metrics` recorder, once; later
     /// calls return the same one. Durations are histograms with buckets from 25 µs to 10 s.
     /// A host with an admin endpoint calls it when it starts.
+    ///
+    /// A histogram's samples reach the Prometheus histogram through a small queue of its own,
+    /// which the thread that fills it, a scrape ([`Prometheus::render`]) or a background thread
+    /// (every 5 s) empties: the exporter's histograms cost a thread that records into them for
+    /// the first time a walk over every other thread that ever did, and a burst of 1,000 new
+    /// pool threads (or client threads) would otherwise pay a million such steps.
     ///
     /// # Errors
     /// When another `metrics` recorder was installed first (keel's metrics then go to that
@@ -338,17 +359,23 @@ mod prometheus {
                     b.set_buckets_for_metric(Matcher::Full(CONN_CALLS.into()), CALLS_BUCKETS)
                 })
                 .map_err(|e| e.to_string())?;
-            let handle = builder.install_recorder().map_err(|e| e.to_string())?;
+            let recorder = Handoffs::new(builder.build_recorder());
+            let prometheus = Prometheus {
+                handle: recorder.inner.handle(),
+                histograms: recorder.histograms.clone(),
+            };
+            metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
             // Histograms collect samples until drained: drain them even if nobody scrapes.
-            let upkeep = handle.clone();
+            let upkeep = prometheus.clone();
             std::thread::Builder::new()
                 .name("keel-metrics".into())
                 .spawn(move || loop {
                     std::thread::sleep(Duration::from_secs(5));
-                    upkeep.run_upkeep();
+                    upkeep.histograms.hand_over();
+                    upkeep.handle.run_upkeep();
                 })
                 .map_err(|e| e.to_string())?;
-            Ok(Prometheus { handle })
+            Ok(prometheus)
         });
         installed.clone().map_err(|e| {
             Error::new(
@@ -356,5 +383,138 @@ mod prometheus {
                 format!("cannot install keel's Prometheus recorder: {e}"),
             )
         })
+    }
+
+    /// The exporter's recorder with [`Handoff`] histograms.
+    struct Handoffs {
+        inner: PrometheusRecorder,
+        histograms: Arc<Histograms>,
+    }
+
+    impl Handoffs {
+        fn new(inner: PrometheusRecorder) -> Handoffs {
+            Handoffs {
+                inner,
+                histograms: Arc::default(),
+            }
+        }
+    }
+
+    /// Every histogram registered, one [`Handoff`] per key.
+    #[derive(Default)]
+    struct Histograms(Mutex<HashMap<Key, Arc<Handoff>>>);
+
+    impl std::fmt::Debug for Histograms {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Histograms")
+        }
+    }
+
+    impl Histograms {
+        /// Moves every queued sample to its Prometheus histogram.
+        fn hand_over(&self) {
+            let all: Vec<Arc<Handoff>> = self.0.lock().values().cloned().collect();
+            for h in all {
+                h.hand_over();
+            }
+        }
+    }
+
+    /// A histogram whose samples wait in a bounded queue until a thread moves them to the
+    /// exporter's histogram: the thread that finds the queue full, a scrape, or the upkeep.
+    ///
+    /// The exporter's histogram (metrics-util's `AtomicBucket`) pins a crossbeam-epoch
+    /// collector on every sample, and a thread's first pin walks the list of every thread
+    /// registered with it. A pool thread or a blocking client's thread that records one call
+    /// and retires would pay that walk each, so a burst of N new threads costs N²/2 steps
+    /// (tens of ms of CPU for 1,000, measured in `keel-lab burst`). Here most threads only
+    /// push to the queue, which needs no registration; one in [`HANDOFF_SAMPLES`] samples
+    /// moves the lot.
+    struct Handoff {
+        queue: ArrayQueue<f64>,
+        to: Histogram,
+    }
+
+    impl Handoff {
+        fn hand_over(&self) {
+            while let Some(v) = self.queue.pop() {
+                self.to.record(v);
+            }
+        }
+    }
+
+    impl HistogramFn for Handoff {
+        fn record(&self, value: f64) {
+            if let Err(value) = self.queue.push(value) {
+                self.hand_over();
+                self.to.record(value);
+            }
+        }
+    }
+
+    impl Recorder for Handoffs {
+        fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+            self.inner.describe_counter(key, unit, description);
+        }
+
+        fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+            self.inner.describe_gauge(key, unit, description);
+        }
+
+        fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+            self.inner.describe_histogram(key, unit, description);
+        }
+
+        fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+            self.inner.register_counter(key, metadata)
+        }
+
+        fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+            self.inner.register_gauge(key, metadata)
+        }
+
+        fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+            let mut all = self.histograms.0.lock();
+            let handoff = all.entry(key.clone()).or_insert_with(|| {
+                Arc::new(Handoff {
+                    queue: ArrayQueue::new(HANDOFF_SAMPLES),
+                    to: self.inner.register_histogram(key, metadata),
+                })
+            });
+            Histogram::from_arc(handoff.clone())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Samples reach the rendered text whether they were queued or moved, and a full
+        /// queue moves its samples rather than dropping any.
+        #[test]
+        fn every_sample_is_rendered() {
+            let recorder = Handoffs::new(PrometheusBuilder::new().build_recorder());
+            let prometheus = Prometheus {
+                handle: recorder.inner.handle(),
+                histograms: recorder.histograms.clone(),
+            };
+            let samples = 3 * HANDOFF_SAMPLES + 5;
+            metrics::with_local_recorder(&recorder, || {
+                let h = metrics::histogram!("keel_test_seconds", "op" => "a");
+                // Registered twice, one queue.
+                let again = metrics::histogram!("keel_test_seconds", "op" => "a");
+                for i in 0..samples {
+                    if i % 2 == 0 { &h } else { &again }.record(1.0);
+                }
+            });
+            assert_eq!(recorder.histograms.0.lock().len(), 1);
+            let text = prometheus.render();
+            let count = text
+                .lines()
+                .find(|l| l.starts_with("keel_test_seconds_count"))
+                .and_then(|l| l.rsplit(' ').next())
+                .unwrap_or_else(|| panic!("no count in:\n{text}"));
+            assert_eq!(count, samples.to_string(), "{text}");
+        }
     }
 }
