@@ -3,7 +3,9 @@
 //! `/proc` readings and the CPU pinning the overload and soak experiments use (Linux).
 //!
 //! The child prints `listening on URL`, then answers each `stats` line on its stdin with one
-//! `stats {json}` line ([`HostStatsLine`]); when its stdin closes it shuts down and exits.
+//! `stats {json}` line ([`HostStatsLine`]) and each `times` line with one `times {json}` line
+//! ([`HostTimes`]: the host time of the calls answered since the last `times`); when its stdin
+//! closes it shuts down and exits.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::experiments::{Dist, Latencies};
 use crate::lab_service::{LabImpl, LabServer};
 
 /// Settings of the child host (the hidden `keel-lab host` subcommand takes them as flags).
@@ -86,13 +89,54 @@ pub(crate) struct HostStatsLine {
     pub(crate) pool_threads: usize,
 }
 
+/// Host time of the calls answered since the last `times` command, split by answer: from the
+/// call's arrival (the [`Timing`] interceptor's `before`, after its header is read and before
+/// the throttle) to its answer (`after`, just before the reply is written).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct HostTimes {
+    /// Calls answered with their result, µs.
+    pub(crate) ok: Dist,
+    /// Calls answered Busy, µs.
+    pub(crate) busy: Dist,
+}
+
+/// When a call arrived (a context extension of the [`Timing`] interceptor).
+#[derive(Debug, Clone, Copy)]
+struct Arrived(Instant);
+
+/// The child host's interceptor that times every call at the host ([`HostTimes`]).
+#[derive(Debug)]
+struct Timing(std::sync::Arc<Mutex<(Latencies, Latencies)>>);
+
+impl keel::host::Interceptor for Timing {
+    fn before(&self, ctx: &keel::Context) -> Result<(), keel::Status> {
+        ctx.insert_extension(Arrived(Instant::now()));
+        Ok(())
+    }
+
+    fn after(&self, ctx: &keel::Context, code: keel::StatusCode) {
+        let Some(Arrived(t)) = ctx.extension::<Arrived>() else {
+            return;
+        };
+        let took = t.elapsed();
+        let mut times = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match code {
+            keel::StatusCode::Ok => times.0.record(took),
+            keel::StatusCode::Busy => times.1.record(took),
+            _ => {}
+        }
+    }
+}
+
 /// `keel-lab host`: serves the lab's contract and the examples' (Calculator, Service1,
 /// Transfer) until stdin closes.
 pub(crate) fn serve(args: &HostArgs) -> anyhow::Result<()> {
     use keel_examples::calculator::{Calc, CalculatorServer};
     use keel_examples::service1::{Service1Impl, Service1Server};
     use keel_examples::transfer::{TransferImpl, TransferServer};
+    let times = std::sync::Arc::new(Mutex::new((Latencies::new(), Latencies::new())));
     let mut b = keel::Host::builder()
+        .interceptor(Timing(times.clone()))
         .service(LabServer::new(LabImpl))
         .service(CalculatorServer::new(Calc))
         .service(Service1Server::new(Service1Impl))
@@ -125,6 +169,17 @@ pub(crate) fn serve(args: &HostArgs) -> anyhow::Result<()> {
                     pool_threads: host.pool_metrics().threads,
                 };
                 writeln!(out, "stats {}", serde_json::to_string(&stats)?)?;
+                out.flush()?;
+            }
+            "times" => {
+                let mut t = times.lock().unwrap_or_else(|e| e.into_inner());
+                let line = HostTimes {
+                    ok: t.0.dist(),
+                    busy: t.1.dist(),
+                };
+                *t = (Latencies::new(), Latencies::new());
+                drop(t);
+                writeln!(out, "times {}", serde_json::to_string(&line)?)?;
                 out.flush()?;
             }
             "quit" => break,
@@ -202,17 +257,28 @@ impl ChildHost {
 
     /// The host's counters now.
     pub(crate) fn stats(&self) -> anyhow::Result<HostStatsLine> {
+        self.ask("stats")
+    }
+
+    /// The host time of the calls answered since the last call of this (or since the start).
+    pub(crate) fn times(&self) -> anyhow::Result<HostTimes> {
+        self.ask("times")
+    }
+
+    /// Sends `command` and parses the JSON of its `command {json}` answer.
+    fn ask<T: serde::de::DeserializeOwned>(&self, command: &str) -> anyhow::Result<T> {
         let mut io = self.io.lock().unwrap_or_else(|e| e.into_inner());
         let (stdin, stdout) = io
             .as_mut()
             .ok_or_else(|| anyhow::anyhow!("the child host was stopped"))?;
-        stdin.write_all(b"stats\n")?;
+        writeln!(stdin, "{command}")?;
         stdin.flush()?;
         let mut line = String::new();
         stdout.read_line(&mut line)?;
         let json = line
             .trim()
-            .strip_prefix("stats ")
+            .strip_prefix(command)
+            .and_then(|rest| rest.strip_prefix(' '))
             .ok_or_else(|| anyhow::anyhow!("unexpected answer from the child host: {line:?}"))?;
         Ok(serde_json::from_str(json)?)
     }

@@ -1,7 +1,9 @@
 //! The bursts' client harness: client threads that each open a client, wait at a gate that
-//! releases them all at once, make one timed call, and close once every call has its reply. keel's bursts (`burst`, `idle`,
+//! releases them all at once, make one timed call, and close once every call has its
+//! reply. keel's bursts (`burst`, `idle`,
 //! `concurrent`) and the thread-per-connection baseline (`thread_server`) fire through it.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -34,17 +36,31 @@ struct Gate {
     cv: Condvar,
     /// 0: closed, 1: open, 2: aborted.
     state: AtomicU8,
+    /// The threads expected: the last to arrive wakes the opener.
+    expected: usize,
 }
 
 impl Gate {
+    /// A gate for `expected` threads.
+    fn new(expected: usize) -> Gate {
+        Gate {
+            expected,
+            ..Gate::default()
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<std::thread::Thread>> {
         self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reports ready and waits for the gate; `false` if aborted.
     fn arrive_and_wait(&self) -> bool {
-        self.lock().push(std::thread::current());
-        self.cv.notify_all();
+        let mut ready = self.lock();
+        ready.push(std::thread::current());
+        if ready.len() >= self.expected {
+            self.cv.notify_all();
+        }
+        drop(ready);
         loop {
             match self.state.load(Ordering::Acquire) {
                 0 => std::thread::park(),
@@ -53,10 +69,10 @@ impl Gate {
         }
     }
 
-    /// Waits until `n` threads are ready.
-    fn wait_ready(&self, n: usize) {
+    /// Waits until every expected thread is ready.
+    fn wait_ready(&self) {
         let mut ready = self.lock();
-        while ready.len() < n {
+        while ready.len() < self.expected {
             ready = self.cv.wait(ready).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -107,7 +123,7 @@ pub(crate) fn fire_with<C: BurstClient>(
     connect: impl Fn(usize) -> anyhow::Result<C> + Sync,
 ) -> anyhow::Result<Fired> {
     // The start line, and the finish line the clients wait at between their reply and closing.
-    let (gate, finish) = (Gate::default(), Gate::default());
+    let (gate, finish) = (Gate::new(clients), Gate::new(clients));
     let (start, results) = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(clients);
         for i in 0..clients {
@@ -116,15 +132,22 @@ pub(crate) fn fire_with<C: BurstClient>(
                 .name(format!("lab-client-{i}"))
                 .stack_size(CLIENT_STACK)
                 .spawn_scoped(s, move || {
-                    let client = connect(i);
+                    // A panic is this thread's error: it still reaches both lines, which
+                    // wait for every thread.
+                    let panicked = |what: &str| anyhow::anyhow!("client {i}: {what} panicked");
+                    let client = catch_unwind(AssertUnwindSafe(|| connect(i)))
+                        .unwrap_or_else(|_| Err(panicked("connecting")));
                     if !gate.arrive_and_wait() {
                         anyhow::bail!("aborted");
                     }
-                    let timed = client.map(|mut client| {
-                        let t = Instant::now();
-                        let reply = client.call(i, work_ms);
-                        let end = Instant::now();
-                        (client, reply, t, end)
+                    let timed = client.and_then(|mut client| {
+                        catch_unwind(AssertUnwindSafe(move || {
+                            let t = Instant::now();
+                            let reply = client.call(i, work_ms);
+                            let end = Instant::now();
+                            (client, reply, t, end)
+                        }))
+                        .map_err(|_| panicked("the call"))
                     });
                     // Closed (and the thread gone) only once every thread is done: 1,000
                     // clients closing and their threads exiting (munmap, TLB shootdowns) would
@@ -147,10 +170,10 @@ pub(crate) fn fire_with<C: BurstClient>(
                 }
             }
         }
-        gate.wait_ready(clients);
+        gate.wait_ready();
         let start = Instant::now();
         gate.open(false);
-        finish.wait_ready(clients);
+        finish.wait_ready();
         finish.open(false);
         let results = handles
             .into_iter()

@@ -12,10 +12,14 @@
 //! The host runs in a child process pinned to CPU 0 (`taskset -c 0`), the load generator (this
 //! process, every thread) on CPU 1, when the machine lets both happen; the output says which.
 //!
-//! Latencies are measured at the client, from just before the call to its answer, over loopback:
-//! keel has no host-side timing hook (no interceptor sees a call from its arrival to its answer
-//! leaving), so no host-side latency is claimed. What the host itself reports is its call count,
-//! checked against the calls sent. Each phase also reports its client lag (how late calls
+//! The bar's latencies are measured at the client, from just before the call to its answer,
+//! over loopback. The host also times every call itself (the child host's interceptor, from
+//! its `before`, as the call's header has been read and before the throttle, to its `after`,
+//! just before the answer is written; [`crate::child::HostTimes`]), and those are reported
+//! beside them: measured there, the unloaded p99 has no round trip in it, and a queued call's
+//! wait of up to one work period (the running calls' ends bunch up under steady overload) puts
+//! the admitted p99 at about 2 × the work. The host also reports its call count, checked
+//! against the calls sent. Each phase also reports its client lag (how late calls
 //! started against their schedule) and both processes' CPU use, which say whether the generator
 //! kept up and whose core was the bottleneck.
 
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{round1, Binding, Dist, Latencies};
-use crate::child::{self, ChildHost, HostArgs, PinnedSelf};
+use crate::child::{self, ChildHost, HostArgs, HostTimes, PinnedSelf};
 use crate::lab_service::LabClient;
 use crate::verdict::{self, OverloadNumbers, Verdict};
 
@@ -126,6 +130,8 @@ pub(crate) struct Phase {
     pub(crate) host_cpu_pct: Option<f64>,
     /// This process's CPU use over the phase, % of one CPU.
     pub(crate) client_cpu_pct: Option<f64>,
+    /// The same calls timed at the host, from arrival to answer (`None`: not measured).
+    pub(crate) host: Option<HostTimes>,
 }
 
 impl Phase {
@@ -155,8 +161,12 @@ pub(crate) struct Overload {
     pub(crate) scenario: &'static str,
     /// The transport.
     pub(crate) binding: Binding,
-    /// Where latencies were taken: `client` (keel has no host-side timing hook).
+    /// Where the bar's latencies were taken: `client`.
     pub(crate) measured_at: &'static str,
+    /// The unloaded phase's p99 timed at the host, ms (`null`: not measured).
+    pub(crate) host_unloaded_p99_ms: Option<f64>,
+    /// The admitted calls' p99 under overload timed at the host, ms (`null`: not measured).
+    pub(crate) host_admitted_p99_ms: Option<f64>,
     /// The settings.
     pub(crate) params: Params,
     /// Where the host and the generator ran.
@@ -261,6 +271,8 @@ fn drive(
 ) -> anyhow::Result<Phase> {
     anyhow::ensure!(rate > 0.0 && !clients.is_empty(), "need a rate and clients");
     let shared = Arc::new(Shared::default());
+    // Clears the host's timings: what it reports after the drain is this phase's.
+    host.times()?;
     let host_cpu0 = host.cpu_time();
     let self_cpu0 = child::cpu_time(std::process::id());
     let start = Instant::now();
@@ -302,6 +314,7 @@ fn drive(
         );
         std::thread::sleep(Duration::from_micros(50));
     }
+    let host_times = host.times()?;
     let last_done = shared.last_done.lock().unwrap_or_else(|e| e.into_inner());
     let drain = last_done.map_or(Duration::ZERO, |t| t.saturating_duration_since(stopped));
     let wall = start.elapsed().as_secs_f64();
@@ -334,6 +347,7 @@ fn drive(
         drain_ms: super::ms(drain),
         host_cpu_pct,
         client_cpu_pct,
+        host: Some(host_times),
     })
 }
 
@@ -480,6 +494,11 @@ pub(crate) fn evaluate(
         }
     });
     let recovery_p99_ms = recovery.map_or(f64::NAN, |r| ms(r.admitted.p99_us));
+    let host_p99 = |ph: Option<&Phase>| {
+        ph.and_then(|ph| ph.host.as_ref())
+            .filter(|h| h.ok.count > 0)
+            .map(|h| ms(h.ok.p99_us))
+    };
     let recovery_first_ms = recovery.map_or(f64::NAN, |r| ms(r.first_us));
     let errors: u64 = phases.iter().map(Phase::error_count).sum();
     let busy_when_unloaded = [unloaded, recovery]
@@ -540,6 +559,8 @@ pub(crate) fn evaluate(
         scenario: "overload",
         binding: p.binding,
         measured_at: "client",
+        host_unloaded_p99_ms: host_p99(unloaded),
+        host_admitted_p99_ms: host_p99(over),
         params: *p,
         placement,
         capacity_per_sec: round1(p.capacity_per_sec()),
@@ -597,7 +618,7 @@ pub(crate) fn summary(r: &Overload) -> String {
             pl.client_cpus
         ));
     }
-    s.push_str("  latencies measured at the client (call sent → answer received, loopback): keel has no host-side timing hook\n");
+    s.push_str("  latencies measured at the client (call sent → answer received, loopback), the bar's; the host's own timing (arrival → answer) below\n");
     s.push_str(&format!(
         "  capacity {:.0} calls/s ({} / {} ms); overload {} × = {:.0} calls/s offered, {:.0} achieved\n",
         r.capacity_per_sec,
@@ -630,6 +651,20 @@ pub(crate) fn summary(r: &Overload) -> String {
         ));
     }
     for ph in &r.phases {
+        if let Some(h) = &ph.host {
+            s.push_str(&format!(
+                "  {:<9} at the host: result {} {}/{}, Busy {} {}/{}\n",
+                ph.name,
+                h.ok.count,
+                ms3(h.ok.p50_us),
+                ms3(h.ok.p99_us),
+                h.busy.count,
+                ms3(h.busy.p50_us),
+                ms3(h.busy.p99_us)
+            ));
+        }
+    }
+    for ph in &r.phases {
         for (k, n) in &ph.errors {
             s.push_str(&format!("  {} errors: {k} × {n}\n", ph.name));
         }
@@ -643,6 +678,12 @@ pub(crate) fn summary(r: &Overload) -> String {
         r.busy_fraction * 100.0,
         r.admitted_per_sec
     ));
+    if let (Some(u), Some(a)) = (r.host_unloaded_p99_ms, r.host_admitted_p99_ms) {
+        s.push_str(&format!(
+            "  at the host: unloaded p99 {u:.3} ms; admitted p99 {a:.3} ms ({:.2} ×)\n",
+            a / u
+        ));
+    }
     let first = r.phases.iter().find(|ph| ph.name == "recovery");
     s.push_str(&format!(
         "  load stopped: last answer {:.1} ms later; then first call {:.3} ms ({}), recovery p99 {:.3} ms\n",
@@ -700,6 +741,7 @@ pub(crate) mod tests {
             drain_ms: 3.1,
             host_cpu_pct: Some(40.0),
             client_cpu_pct: Some(55.0),
+            host: None,
         }
     }
 
@@ -819,5 +861,39 @@ pub(crate) mod tests {
         let r = evaluate(&r.params, placement(), r.phases, 1, 1, (0.3, 0.4));
         assert!(!r.pass);
         assert!(serde_json::to_value(&r).unwrap()["busy_p99_ms"].is_null());
+    }
+
+    /// The host's own timings are reported beside the client's, and do not decide the verdict.
+    #[test]
+    fn host_timings_are_reported_beside() {
+        let r = sample(3300.0, 0);
+        assert_eq!(r.host_admitted_p99_ms, None);
+        assert!(!summary(&r).contains("at the host"));
+        let mut phases = r.phases.clone();
+        let none = dist(0.0, 0.0, 0);
+        phases[0].host = Some(HostTimes {
+            ok: dist(2050.0, 2150.0, 2000),
+            busy: none,
+        });
+        phases[1].host = Some(HostTimes {
+            ok: dist(3000.0, 4400.0, 19_500),
+            busy: dist(1.0, 2.0, 180_500),
+        });
+        let r = evaluate(&r.params, placement(), phases, 204_000, 204_000, (0.3, 0.4));
+        assert!(r.pass, "{:?}", r.verdict);
+        assert_eq!(r.host_unloaded_p99_ms, Some(2.15));
+        assert_eq!(r.host_admitted_p99_ms, Some(4.4));
+        let text = summary(&r);
+        assert!(
+            text.contains("at the host: unloaded p99 2.150 ms; admitted p99 4.400 ms (2.05 ×)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  overload  at the host: result 19500 3.000/4.400, Busy 180500"),
+            "{text}"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["host_admitted_p99_ms"], 4.4);
+        assert_eq!(v["phases"][1]["host"]["ok"]["p99_us"], 4400.0);
     }
 }

@@ -196,7 +196,7 @@ fn overload_section(o: &Overload) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "<h2>Issue 10: overload</h2><p class=\"note\">Throttle {} running + {} queued; the operation sleeps {} ms, so the throttle admits {:.0} calls/s; the overload offers {} × that ({:.0} calls/s achieved) over {} connections, open-loop. {}. Latencies are measured at the client (call sent to answer received, loopback): keel has no host-side timing hook. After the overload the load stops; its last answer came {:.1} ms later, and the recovery calls start at once.</p>",
+        "<h2>Issue 10: overload</h2><p class=\"note\">Throttle {} running + {} queued; the operation sleeps {} ms, so the throttle admits {:.0} calls/s; the overload offers {} × that ({:.0} calls/s achieved) over {} connections, open-loop. {}. The bar's latencies are measured at the client (call sent to answer received, loopback); the host's own timing of the same calls (arrival to answer) is in the JSON and the text summary. After the overload the load stops; its last answer came {:.1} ms later, and the recovery calls start at once.</p>",
         p.concurrency,
         p.queue,
         p.work_us as f64 / 1000.0,

@@ -101,9 +101,13 @@ pub(crate) fn rows(all: &All) -> Vec<Row> {
             wcf_broken: "not in the seeds".to_string(),
             wcf_fixed: "not in the seeds".to_string(),
             keel: format!(
-                "admitted p99 {:.2} ms (unloaded {:.2}); Busy p99 {}, {:.0} % Busy; recovery p99 {:.2} ms; {} errors",
+                "admitted p99 {:.2} ms (unloaded {:.2}){}; Busy p99 {}, {:.0} % Busy; recovery p99 {:.2} ms; {} errors",
                 o.admitted_p99_ms,
                 o.unloaded_p99_ms,
+                match (o.host_admitted_p99_ms, o.host_unloaded_p99_ms) {
+                    (Some(a), Some(u)) => format!(", at the host {a:.2} ({u:.2})"),
+                    _ => String::new(),
+                },
                 o.busy_p99_ms
                     .map_or("-".to_string(), |b| format!("{b:.3} ms")),
                 o.busy_fraction * 100.0,

@@ -330,7 +330,9 @@ mod prometheus {
     }
 
     impl Prometheus {
-        /// The metrics as Prometheus text. Every sample recorded before the call is in it.
+        /// The metrics as Prometheus text, with every histogram sample recorded before the
+        /// call (as far as the exporter's own histograms keep them: a sample recorded at the
+        /// very moment another scrape clears them can be lost there).
         pub fn render(&self) -> String {
             self.histograms.hand_over();
             self.handle.render()
@@ -344,8 +346,8 @@ mod prometheus {
     /// A histogram's samples reach the Prometheus histogram through a small queue of its own,
     /// which the thread that fills it, a scrape ([`Prometheus::render`]) or a background thread
     /// (every 5 s) empties: the exporter's histograms cost a thread that records into them for
-    /// the first time a walk over every other thread that ever did, and a burst of 1,000 new
-    /// pool threads (or client threads) would otherwise pay a million such steps.
+    /// the first time a walk over every other live thread that did, and a burst of 1,000 new
+    /// pool threads would otherwise pay about half a million such steps.
     ///
     /// # Errors
     /// When another `metrics` recorder was installed first (keel's metrics then go to that
@@ -423,30 +425,47 @@ mod prometheus {
     /// A histogram whose samples wait in a bounded queue until a thread moves them to the
     /// exporter's histogram: the thread that finds the queue full, a scrape, or the upkeep.
     ///
-    /// The exporter's histogram (metrics-util's `AtomicBucket`) pins a crossbeam-epoch
-    /// collector on every sample, and a thread's first pin walks the list of every thread
-    /// registered with it. A pool thread or a blocking client's thread that records one call
-    /// and retires would pay that walk each, so a burst of N new threads costs N²/2 steps
-    /// (tens of ms of CPU for 1,000, measured in `keel-lab burst`). Here most threads only
-    /// push to the queue, which needs no registration; one in [`HANDOFF_SAMPLES`] samples
-    /// moves the lot.
+    /// The exporter's histogram (metrics-util's `AtomicBucket`) pins crossbeam-epoch's global
+    /// collector on every sample, and a thread's first pin (and every 128th after) walks the
+    /// list of every live thread registered with that collector. A pool thread or a blocking
+    /// client's thread that records one call and retires would pay that walk each, so a burst
+    /// of N new threads costs about N²/2 steps (tens of ms of CPU for 1,000 pool and 1,000
+    /// client threads in one process, measured in `keel-lab burst`). Here most threads only
+    /// push to the queue, which needs no registration; about one sample in [`HANDOFF_SAMPLES`]
+    /// moves a queue's worth.
     struct Handoff {
         queue: ArrayQueue<f64>,
         to: Histogram,
+        /// Held while samples move: a scrape waits for a move under way, so that a sample
+        /// popped from the queue is in the exporter's histogram before the scrape reads it.
+        moving: Mutex<()>,
     }
 
     impl Handoff {
-        fn hand_over(&self) {
-            while let Some(v) = self.queue.pop() {
+        /// Moves the queued samples, at most a queue's worth (a thread that records while
+        /// others refill the queue does not move theirs forever).
+        fn move_queued(&self) {
+            for _ in 0..HANDOFF_SAMPLES {
+                let Some(v) = self.queue.pop() else { break };
                 self.to.record(v);
             }
+        }
+
+        /// Moves every sample queued now, after any move under way (a scrape, the upkeep).
+        fn hand_over(&self) {
+            let _moving = self.moving.lock();
+            self.move_queued();
         }
     }
 
     impl HistogramFn for Handoff {
         fn record(&self, value: f64) {
             if let Err(value) = self.queue.push(value) {
-                self.hand_over();
+                // Full: move the queue's samples unless someone else is (then this one goes
+                // straight to the exporter's histogram; nothing waits on the call path).
+                if let Some(_moving) = self.moving.try_lock() {
+                    self.move_queued();
+                }
                 self.to.record(value);
             }
         }
@@ -473,15 +492,20 @@ mod prometheus {
             self.inner.register_gauge(key, metadata)
         }
 
+        /// One [`Handoff`] per key, for the recorder's life: keel does not set the exporter's
+        /// idle timeout, which would drop a histogram whose handle the `Handoff` keeps.
         fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
             let mut all = self.histograms.0.lock();
-            let handoff = all.entry(key.clone()).or_insert_with(|| {
-                Arc::new(Handoff {
-                    queue: ArrayQueue::new(HANDOFF_SAMPLES),
-                    to: self.inner.register_histogram(key, metadata),
-                })
+            if let Some(h) = all.get(key) {
+                return Histogram::from_arc(h.clone());
+            }
+            let handoff = Arc::new(Handoff {
+                queue: ArrayQueue::new(HANDOFF_SAMPLES),
+                to: self.inner.register_histogram(key, metadata),
+                moving: Mutex::new(()),
             });
-            Histogram::from_arc(handoff.clone())
+            all.insert(key.clone(), handoff.clone());
+            Histogram::from_arc(handoff)
         }
     }
 
