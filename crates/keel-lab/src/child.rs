@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiments::{Dist, Latencies};
+use crate::dist::{Dist, Latencies};
 use crate::lab_service::{LabImpl, LabServer};
 
 /// Settings of the child host (the hidden `keel-lab host` subcommand takes them as flags).

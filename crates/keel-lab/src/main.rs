@@ -27,6 +27,7 @@
 
 mod attack;
 mod child;
+mod dist;
 mod experiments;
 mod lab_service;
 mod peers;
