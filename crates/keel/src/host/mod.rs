@@ -474,7 +474,8 @@ async fn accept_loop(
             continue;
         };
         let (r, settings, listener) = (registry.clone(), settings.clone(), listener.clone());
-        spawn_handshake(&registry, id, async move {
+        spawn_handshake(&registry, id, move |ended| async move {
+            let _ended = ended;
             let d = r.dispatcher().clone();
             // TLS runs here, not in the accept loop, so a slow peer delays only itself.
             let secured =
@@ -514,7 +515,8 @@ async fn quic_accept_loop(
             continue;
         };
         let (r, settings, listener) = (registry.clone(), settings.clone(), listener.clone());
-        spawn_handshake(&registry, id, async move {
+        spawn_handshake(&registry, id, move |ended| async move {
+            let _ended = ended;
             let d = r.dispatcher().clone();
             let zero_rtt = listener.zero_rtt();
             bindings::quic::server::serve(incoming, zero_rtt, d, &*r, settings, id).await;
@@ -537,19 +539,20 @@ fn admit(registry: &Registry, max_connections: usize, binding: &'static str) -> 
     Some(id)
 }
 
-/// Runs an admitted connection's handshake and then its service (`serve`) in a task of its own,
-/// which the registry can abort; the handshake count of `id` ends with the task, however it
-/// ends.
-fn spawn_handshake(
-    registry: &Arc<Registry>,
-    id: u64,
-    serve: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let ended = HandshakeEnded(registry.clone(), id);
-    let task = tokio::spawn(async move {
-        let _ended = ended;
-        serve.await;
-    });
+/// Runs an admitted connection's handshake and then its service in a task of its own, which the
+/// registry can abort: `serve` makes the task's future from the guard that ends the handshake
+/// count of `id`, which the future must own (bind it inside, `let _ended = ended;`) so that the
+/// count ends with the task however it ends, aborted before its first poll included.
+///
+/// The future is the caller's own `async` block, not one wrapped here: an `async` block that
+/// awaits a future it captured holds it twice (the capture and the awaited copy), and the
+/// wrapper cost every idle `tcp://` connection ~3 KiB (`keel-lab peers`' RSS per 1,000 idle
+/// connections: 11.7 MiB before 79e922f, 14.9 MiB with the wrapper).
+fn spawn_handshake<F>(registry: &Arc<Registry>, id: u64, serve: impl FnOnce(HandshakeEnded) -> F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let task = tokio::spawn(serve(HandshakeEnded(registry.clone(), id)));
     registry.handshake_task(id, task.abort_handle());
 }
 
