@@ -34,12 +34,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use self::metrics::ChannelMetrics;
+use self::pipeline::{answer_code, Record};
 use crate::bindings::{self, Answer, Outgoing};
 use crate::core::context::Context;
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::Metadata;
 use crate::core::status::StatusCode;
 use crate::runtime::clock;
+use std::future::Future;
+use tokio_util::either::Either;
 use tracing::Instrument as _;
 
 /// A channel's connection and call counters, from [`Channel::stats`].
@@ -246,8 +249,22 @@ impl Channel {
     /// not send, no reply in time); the inner `Status` is the host's answer.
     ///
     /// The deadline bounds the call until its reply arrives; a streamed reply then flows until
-    /// it ends or the caller drops it.
-    pub(crate) async fn call(&self, call: Outgoing, options: &call::CallOptions) -> Answer {
+    /// it ends or the caller drops it. The call's clock starts here: call this where the call
+    /// is awaited (a generated client does so when its own future is first polled).
+    ///
+    /// Not an `async fn`: a call with no span to enter and no incoming call to follow (nearly
+    /// every call) is [`Channel::run`]'s future itself, one level of future fewer. Inlined, so
+    /// that the caller's `.await` moves only the part of that future a fresh one has written
+    /// (its captures, ~200 bytes), not all of it (~900): a function the optimizer cannot see
+    /// into returns the whole. Callgrind, `icount.py keel-tcp-async` at 64 in flight: 4,715
+    /// instructions a client call as an `async fn`, 4,691 not inlined, 4,620 inlined.
+    #[inline(always)]
+    pub(crate) fn call<'a>(
+        &'a self,
+        call: Outgoing,
+        options: &'a call::CallOptions,
+    ) -> impl Future<Output = Answer> + Send + 'a {
+        let started = clock::now();
         let (service, operation) = (call.service, call.operation);
         // The call's span (see the crate docs, "Tracing"): interceptors run inside it, so one
         // can inject its trace context into the call's metadata. Nothing is formatted or
@@ -274,32 +291,35 @@ impl Channel {
             Some(ctx) if !ctx.span().is_disabled() => call_span!(parent: ctx.span(),),
             _ => call_span!(),
         };
-        let started = clock::now();
-        let answer = if let Some(ctx) = &options.context {
-            // Boxed: its state (the race with the incoming call's cancellation) would weigh on
-            // every other call's future.
-            let within = self.run_within(ctx, call, options, started);
-            Box::pin(within.instrument(span.clone())).await
-        } else if span.is_disabled() {
-            // No subscriber wants it: nothing to enter, and the call's future is not moved
-            // into an `Instrumented` (a copy of it per call).
-            self.run(call, options, started).await
-        } else {
-            Box::pin(self.run(call, options, started).instrument(span.clone())).await
-        };
-        let code = match &answer {
-            Ok(Ok(_)) => Some(StatusCode::Ok),
-            Ok(Err(status)) => Some(status.code()),
-            Err(e) => e.status_code(),
-        };
-        if !span.is_disabled() {
-            span.record(
-                "rpc.code",
-                code.map_or("transport_error", StatusCode::as_str),
-            );
+        if options.context.is_none() && span.is_disabled() {
+            // Nothing to enter, and the call's future is not moved into an `Instrumented`.
+            return Either::Left(self.run(call, options, started, Record::Metrics));
         }
-        self.inner.metrics.record(service, operation, started, code);
-        answer
+        // Boxed: the span, and the race with the incoming call's cancellation, would weigh on
+        // every other call's future.
+        Either::Right(Box::pin(async move {
+            let answer = match &options.context {
+                Some(ctx) => {
+                    self.run_within(ctx, call, options, started)
+                        .instrument(span.clone())
+                        .await
+                }
+                None => {
+                    self.run(call, options, started, Record::Nothing)
+                        .instrument(span.clone())
+                        .await
+                }
+            };
+            let code = answer_code(&answer);
+            if !span.is_disabled() {
+                span.record(
+                    "rpc.code",
+                    code.map_or("transport_error", StatusCode::as_str),
+                );
+            }
+            self.inner.metrics.record(service, operation, started, code);
+            answer
+        }))
     }
 
     /// [`Channel::run`] for a call made for the incoming call `ctx`: not sent if `ctx` is
@@ -342,7 +362,7 @@ impl Channel {
         tokio::select! {
             biased;
             () = ctx.cancelled() => cancelled(),
-            answer = self.run(call, options, started) => answer,
+            answer = self.run(call, options, started, Record::Nothing) => answer,
         }
     }
 }

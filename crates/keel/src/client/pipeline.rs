@@ -46,6 +46,27 @@ use crate::runtime::clock;
 /// processed): a host that refuses it on every new connection is shutting down.
 pub(crate) const UNRUN_RESENDS: u32 = 2;
 
+/// Whether [`Channel::run`] records the call's metrics when it ends: a call whose future is
+/// `run`'s own does; one that `run` is a part of (a traced call, a call for an incoming call)
+/// records them itself, answered or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Record {
+    /// `run` records them.
+    Metrics,
+    /// The caller does.
+    Nothing,
+}
+
+/// The status code a call's metrics and span record for `answer`: `None` for an error of
+/// the caller's side that has none (a transport error).
+pub(super) fn answer_code(answer: &Answer) -> Option<StatusCode> {
+    match answer {
+        Ok(Ok(_)) => Some(StatusCode::Ok),
+        Ok(Err(status)) => Some(status.code()),
+        Err(e) => e.status_code(),
+    }
+}
+
 /// What a call may still spend on re-sends (see the module docs).
 #[derive(Debug, Default)]
 struct Spent {
@@ -66,85 +87,113 @@ impl Channel {
     /// The loop is written here, not in a function of its own, and awaits keel-wire's attempt
     /// without `Client::attempt`: each `async fn` level on this path costs every call the
     /// moves of its state (callgrind counted ~500 instructions a call for two such levels).
-    pub(super) async fn run(
-        &self,
+    ///
+    /// Not an `async fn` but a function returning an `async move` block, for the same reason:
+    /// an `async fn` keeps its arguments twice in its state (as arguments, and as the locals
+    /// they become), the 150-byte `call` included; the block uses its captures in place.
+    #[allow(clippy::manual_async_fn)] // on purpose: see above
+    pub(super) fn run<'a>(
+        &'a self,
         mut call: Outgoing,
-        options: &CallOptions,
+        options: &'a CallOptions,
         started: Instant,
-    ) -> Answer {
-        let budget = self.begin(&mut call, options);
-        let deadline = started + budget;
-        let before = if self.inner.interceptors.deferred.is_empty() {
-            self.before(&mut call)
-        } else {
-            // Boxed: only channels with async interceptors carry their state.
-            Box::pin(self.before_async(&mut call, deadline)).await
-        };
-        let intercepted = match before {
-            Ok(seen) => seen,
-            Err((seen, answer)) => {
-                self.store_reply_metadata(&answer, options);
-                self.after(Some(seen), &answer);
-                return answer;
-            }
-        };
-        let mut answer = match check_metadata_size(&call) {
-            Ok(()) => {
-                self.compress(&mut call);
-                if let Some(policy) = self.hedging(&call, options) {
-                    // Boxed: only calls with a hedging policy take it, and its state (several
-                    // attempts, a timer) would weigh on every call's future.
-                    let template = call.clone_unstreamed();
-                    Box::pin(self.run_hedged(template, policy, deadline, started)).await
-                } else {
-                    let may_retry = self.may_retry(&call);
-                    let mut spent = Spent::default();
-                    // The start doubles as the first request's send time, and the budget as its
-                    // remaining deadline, if nothing waits before it is sent.
-                    let mut sent = Some((started, budget));
-                    loop {
-                        let attempt = match &self.inner.transport {
-                            Client::Wire(wire) => {
-                                wire.attempt_inner(&mut call, deadline, sent.take()).await
-                            }
-                            Client::Other(transport) => {
-                                transport.attempt(&mut call, deadline).await
-                            }
-                        };
-                        let answer = match attempt {
-                            Attempt::Answered(answer) => answer,
-                            Attempt::Again { stream_back, why } => {
-                                let again =
-                                    self.again(&mut call, stream_back, why, deadline, &mut spent);
-                                // Boxed: rare, and its state would weigh on every call's future.
-                                match Box::pin(again).await {
-                                    Ok(()) => continue,
-                                    // No re-send left for this reason: the call's answer, which may
-                                    // still be retried (the call did not run).
-                                    Err(answer) => answer,
-                                }
-                            }
-                        };
-                        if !may_retry {
-                            break answer;
-                        }
-                        match self.retry_wait(&answer, &mut spent, deadline, &call) {
-                            // Boxed: a rare wait, whose timer every call's future would otherwise
-                            // carry.
-                            Some(wait) => Box::pin(tokio::time::sleep(wait)).await,
-                            None => break answer,
+        record: Record,
+    ) -> impl Future<Output = Answer> + Send + 'a {
+        async move {
+            let answer = 'answer: {
+                let budget = self.begin(&mut call, options);
+                let deadline = started + budget;
+                // In a block of its own: its storage ends with it, not at the call's end, so
+                // the call's state across the attempt does not carry it.
+                let intercepted = {
+                    let before = if self.inner.interceptors.deferred.is_empty() {
+                        self.before(&mut call)
+                    } else {
+                        // Boxed: only channels with async interceptors carry their state.
+                        Box::pin(self.before_async(&mut call, deadline)).await
+                    };
+                    match before {
+                        Ok(seen) => seen,
+                        Err((seen, answer)) => {
+                            self.store_reply_metadata(&answer, options);
+                            self.after(Some(seen), &answer);
+                            break 'answer answer;
                         }
                     }
+                };
+                let mut answer = match check_metadata_size(&call) {
+                    Ok(()) => {
+                        self.compress(&mut call);
+                        if let Some(policy) = self.hedging(&call, options) {
+                            // Boxed: only calls with a hedging policy take it, and its state
+                            // (several attempts, a timer) would weigh on every call's future.
+                            let template = call.clone_unstreamed();
+                            Box::pin(self.run_hedged(template, policy, deadline, started)).await
+                        } else {
+                            let may_retry = self.may_retry(&call);
+                            let mut spent = Spent::default();
+                            // The start doubles as the first request's send time, and the
+                            // budget as its remaining deadline, if nothing waits before it is
+                            // sent.
+                            let mut sent = Some((started, budget));
+                            loop {
+                                let attempt = match &self.inner.transport {
+                                    Client::Wire(wire) => {
+                                        wire.attempt_inner(&mut call, deadline, sent.take()).await
+                                    }
+                                    Client::Other(transport) => {
+                                        transport.attempt(&mut call, deadline).await
+                                    }
+                                };
+                                let answer = match attempt {
+                                    Attempt::Answered(answer) => answer,
+                                    Attempt::Again { stream_back, why } => {
+                                        let again = self.again(
+                                            &mut call,
+                                            stream_back,
+                                            why,
+                                            deadline,
+                                            &mut spent,
+                                        );
+                                        // Boxed: rare, and its state would weigh on every
+                                        // call's future.
+                                        match Box::pin(again).await {
+                                            Ok(()) => continue,
+                                            // No re-send left for this reason: the call's
+                                            // answer, which may still be retried (the call did
+                                            // not run).
+                                            Err(answer) => answer,
+                                        }
+                                    }
+                                };
+                                if !may_retry {
+                                    break answer;
+                                }
+                                match self.retry_wait(&answer, &mut spent, deadline, &call) {
+                                    // Boxed: a rare wait, whose timer every call's future would
+                                    // otherwise carry.
+                                    Some(wait) => Box::pin(tokio::time::sleep(wait)).await,
+                                    None => break answer,
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = self.decompress_reply(&mut answer, call.service, call.operation) {
+                    answer = Err(e);
                 }
+                self.store_reply_metadata(&answer, options);
+                self.after(intercepted, &answer);
+                answer
+            };
+            if record == Record::Metrics {
+                let code = answer_code(&answer);
+                let metrics = &self.inner.metrics;
+                metrics.record(call.service, call.operation, started, code);
             }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = self.decompress_reply(&mut answer, call.service, call.operation) {
-            answer = Err(e);
+            answer
         }
-        self.store_reply_metadata(&answer, options);
-        self.after(intercepted, &answer);
-        answer
     }
 
     /// An attempt did not run `call` (`why`): gets its request stream back from `stream_back`
