@@ -90,7 +90,7 @@ impl Channel {
     ///
     /// Not an `async fn` but a function returning an `async move` block, for the same reason:
     /// an `async fn` keeps its arguments twice in its state (as arguments, and as the locals
-    /// they become), the 150-byte `call` included; the block uses its captures in place.
+    /// they become), the 152-byte `call` included; the block uses its captures in place.
     #[allow(clippy::manual_async_fn)] // on purpose: see above
     pub(super) fn run<'a>(
         &'a self,
