@@ -64,18 +64,39 @@ pub(crate) struct LossCheck {
     pub(crate) pass: bool,
 }
 
+/// Bulk transfers the check makes at most. One TCP flow through a drop-tail queue now and then
+/// recovers slowly from slow start's overshoot (0.77 × the cap once in CI, against 0.96–0.97 in
+/// every run here, idle or loaded; a retransmission timeout is the likely cause, not
+/// confirmed), so a transfer below the range is made again and every one is reported; a link
+/// that does not deliver its cap fails all of them.
+const BULK_ATTEMPTS: usize = 3;
+
+/// One bulk transfer.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BulkAttempt {
+    /// What arrived per second after slow start.
+    pub(crate) bytes_per_sec: f64,
+    /// `bytes_per_sec / cap`.
+    pub(crate) ratio: f64,
+    /// Packets the link's queues dropped (both ways): slow start's overshoot.
+    pub(crate) queue_drops: u64,
+}
+
 /// The bulk check.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct BulkCheck {
     /// The cap, bytes/s.
     pub(crate) cap_bytes_per_sec: u64,
-    /// What arrived per second after slow start.
+    /// Every transfer made, in order (the last one passed, or all [`BULK_ATTEMPTS`] failed).
+    pub(crate) attempts: Vec<BulkAttempt>,
+    /// The last transfer's rate, bytes/s.
     pub(crate) bytes_per_sec: f64,
-    /// `bytes_per_sec / cap`.
+    /// The last transfer's `bytes_per_sec / cap`.
     pub(crate) ratio: f64,
-    /// Whether the ratio is in 0.9–1.1. Above 1 is possible: bytes that arrived out of order
-    /// before the window opened become readable inside it once a retransmission fills the hole
-    /// (up to one BDP); a cap not applied at all would show many times the cap.
+    /// Whether a transfer's ratio was in 0.9–1.1. Above 1 is possible: bytes that arrived out
+    /// of order before the window opened become readable inside it once a retransmission fills
+    /// the hole (up to one BDP); a cap not applied at all would show many times the cap, and
+    /// is not made again.
     pub(crate) pass: bool,
 }
 
@@ -268,6 +289,31 @@ fn loss(imp: Impairments, packets: u64) -> anyhow::Result<LossCheck> {
 
 fn bulk(imp: Impairments, seconds: f64) -> anyhow::Result<BulkCheck> {
     let cap = imp.bytes_per_sec.unwrap_or(0);
+    let in_range = |ratio: f64| (0.9..=1.1).contains(&ratio);
+    let mut attempts = Vec::new();
+    loop {
+        let attempt = bulk_once(imp, seconds)?;
+        let ratio = attempt.ratio;
+        attempts.push(attempt);
+        // Only a transfer below the range is made again: above it, the cap was not applied.
+        if in_range(ratio) || ratio > 1.1 || attempts.len() == BULK_ATTEMPTS {
+            break;
+        }
+        eprintln!("bulk TCP at {ratio:.3} × the cap: once more");
+    }
+    let last = attempts.last().expect("one attempt at least");
+    Ok(BulkCheck {
+        cap_bytes_per_sec: cap,
+        bytes_per_sec: last.bytes_per_sec,
+        ratio: last.ratio,
+        pass: in_range(last.ratio),
+        attempts,
+    })
+}
+
+/// One bulk transfer through a fresh link.
+fn bulk_once(imp: Impairments, seconds: f64) -> anyhow::Result<BulkAttempt> {
+    let cap = imp.bytes_per_sec.unwrap_or(0);
     let link = Netem::start(imp)?;
     let ip = link.host_ip();
     let listener = link.run_in(move || TcpListener::bind((ip, 0)))??;
@@ -310,12 +356,11 @@ fn bulk(imp: Impairments, seconds: f64) -> anyhow::Result<BulkCheck> {
     let rate = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("the receiver panicked"))??;
-    let ratio = rate / cap as f64;
-    Ok(BulkCheck {
-        cap_bytes_per_sec: cap,
+    let stats = link.stats();
+    Ok(BulkAttempt {
         bytes_per_sec: rate.round(),
-        ratio: (ratio * 1000.0).round() / 1000.0,
-        pass: (0.9..=1.1).contains(&ratio),
+        ratio: (rate / cap as f64 * 1000.0).round() / 1000.0,
+        queue_drops: stats.up_queue_full + stats.down_queue_full,
     })
 }
 
@@ -349,13 +394,19 @@ pub(crate) fn summary(c: &NetemCheck) -> String {
         verdict(l.pass)
     ));
     let b = &c.bulk;
-    s.push_str(&format!(
-        "  bulk TCP: {:.0} KB/s through a {} KB/s cap = {:.3} × the cap (0.9–1.1): {}\n",
-        b.bytes_per_sec / 1000.0,
-        b.cap_bytes_per_sec / 1000,
-        b.ratio,
-        verdict(b.pass)
-    ));
+    for (i, a) in b.attempts.iter().enumerate() {
+        let last = i + 1 == b.attempts.len();
+        s.push_str(&format!(
+            "  bulk TCP, transfer {} of {} at most: {:.0} KB/s through a {} KB/s cap = {:.3} × the cap (0.9–1.1; {} queue drops): {}\n",
+            i + 1,
+            BULK_ATTEMPTS,
+            a.bytes_per_sec / 1000.0,
+            b.cap_bytes_per_sec / 1000,
+            a.ratio,
+            a.queue_drops,
+            if last { verdict(b.pass) } else { "below, made again" }
+        ));
+    }
     s
 }
 
