@@ -1156,7 +1156,8 @@ async fn when_every_connection_is_busy_a_newcomer_is_refused(b: Binding) {
     // cannot tell a slow handshake from a stalled one, and connections already open must
     // survive a flood of handshakes), else the connection idle longest. These clients exactly
     // fill the limit, so none of them, mid-handshake or not, was evicted (a connection once
-    // counted both as a handshake and as open was: the accept loop's race, now closed).
+    // counted both as a handshake and as open was: the accept loop's race, and a registration
+    // read between the limit's two counts; both closed).
     assert_eq!(case.stats().connections_evicted, 0, "{:?}", case.stats());
     let newcomer = ProbeClient::new(b.channel_with(&case.url, |c| c.deadline(PATIENCE)));
     let err = newcomer.echo("refused".into()).await.unwrap_err();

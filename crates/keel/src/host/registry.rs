@@ -95,8 +95,14 @@ impl Registry {
 
     /// Whether `limit` connections count toward the connection limit: those in their
     /// handshakes, and those registered that the host is not closing already.
+    ///
+    /// Both maps are read under the handshakes' lock, which [`register`](Self::register) also
+    /// holds while it moves a connection from one to the other: read one after the other, a
+    /// connection registering in between was counted in both, and the limit evicted a
+    /// handshake (a client's, well within the limit) to make room it did not need.
     pub(crate) fn is_full(&self, limit: usize) -> bool {
-        let handshaking = self.handshakes().len();
+        let handshakes = self.handshakes();
+        let handshaking = handshakes.len();
         let conns = self.conn_map();
         // The exact count walks the connections: only needed near the limit.
         handshaking + conns.len() >= limit
@@ -265,8 +271,13 @@ impl HostConnRegistry for Registry {
         if let Some(m) = d.metrics.conn(conn.info.binding) {
             m.opened.increment(1);
         }
-        self.handshake_ended(conn.id);
-        self.conn_map().insert(conn.id, conn.clone());
+        // Out of the handshakes and into the open connections in one step (the handshakes'
+        // lock, then the connections', as `is_full` takes them): counted once throughout.
+        {
+            let mut handshakes = self.handshakes();
+            handshakes.remove(&conn.id);
+            self.conn_map().insert(conn.id, conn.clone());
+        }
         if self.registrations_closed.load(Ordering::Acquire) {
             conn.shut("host shut down");
         }
@@ -294,4 +305,67 @@ const STREAM_END_GRACE: std::time::Duration = std::time::Duration::from_millis(2
 /// connection keeps its factor).
 fn jittered(max_age: Duration, id: u64) -> Duration {
     max_age.mul_f64(0.9 + 0.2 * crate::core::random::unit_from(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::{HostConnInfo, Limits, Responder};
+
+    #[derive(Debug)]
+    struct Quiet;
+
+    impl Responder for Quiet {
+        fn go_away(&self, _reason: &str) {}
+        fn close(&self) {}
+    }
+
+    fn registry() -> Arc<Registry> {
+        let limits = Limits {
+            max_receive_bytes: 1 << 20,
+            max_message_size: 1 << 20,
+            compress_replies_above: usize::MAX,
+            max_reply_streams_per_connection: 1,
+        };
+        let pool = keel_pool::Pool::builder().min_threads(0).build().unwrap();
+        Arc::new(Registry::new(Arc::new(Dispatcher::new(
+            HashMap::new(),
+            Default::default(),
+            limits,
+            Default::default(),
+            &[],
+            pool,
+            None,
+        ))))
+    }
+
+    /// One connection at a time goes from its handshakes to open and closes, many times over,
+    /// while another thread asks whether two would be too many: never, since there is never
+    /// more than one (a registration read half before and half after counted one twice, and
+    /// a newcomer evicted a client's handshake).
+    #[test]
+    fn a_connection_registering_is_counted_once() {
+        let r = registry();
+        let stop = Arc::new(AtomicBool::new(false));
+        let checker = std::thread::spawn({
+            let (r, stop) = (r.clone(), stop.clone());
+            move || {
+                let mut full = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    full += u64::from(r.is_full(2));
+                }
+                full
+            }
+        });
+        for _ in 0..200_000 {
+            let id = r.next_id();
+            r.handshake_starting(id, "tcp");
+            let info = HostConnInfo::new(id, "tcp", None, None);
+            let conn = HostConn::new(Box::new(Quiet), info, 1, r.dispatcher().clone());
+            r.register(Arc::new(conn));
+            r.unregister(id);
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(checker.join().unwrap(), 0, "counted two connections of one");
+    }
 }
