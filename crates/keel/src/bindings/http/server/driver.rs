@@ -109,6 +109,12 @@ pub(crate) async fn serve(
             Stop::Closing => true,
         };
         tokio::select! {
+            // The connection first, then the timers: after a pause in which this task did not
+            // run (a loaded machine; a new socket, whose readiness tokio learns only at the
+            // reactor's next turn), what arrived is read and what waited is written before the
+            // watchdog judges, so that the time the peer was not the one stalling does not
+            // count against it.
+            biased;
             _ = std::future::poll_fn(|cx| drive(serving.as_mut(), &streams, cx)) => break,
             _ = stopped.wait_for(must_stop), if !stopping => {
                 stopping = true;
