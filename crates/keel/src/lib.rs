@@ -428,7 +428,7 @@
 //!
 //! | resource | limit (setter) | default | at the limit |
 //! |---|---|---|---|
-//! | connections | [`max_connections`](host::HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest, is closed to admit the newcomer; refused only if all have calls in flight |
+//! | connections | [`max_connections`](host::HostBuilder::max_connections) | 10,000 | the oldest handshake, or else the connection idle longest (one that never carried a call first), is closed to admit the newcomer; refused only if all have calls in flight |
 //! | time to connect | [`handshake_timeout`](host::HostBuilder::handshake_timeout) | 10 s | closed (TLS and keel's handshakes each) |
 //! | idle time | [`idle_timeout`](host::HostBuilder::idle_timeout) | 2 h | closed (GoAway on keel-wire); the client reconnects on its next call |
 //! | a peer that vanished (keel-wire, HTTP/2) | [`keepalive`](host::HostBuilder::keepalive) | a Ping after 60 s with nothing received; nothing back in 20 s | closed, its calls stopped (keel's client pings its own quiet connections every 20 s and gives a silent host 1 s: [`ChannelBuilder::keepalive`](client::ChannelBuilder::keepalive)) |

@@ -20,7 +20,7 @@
 //! | case | bindings | defined answer |
 //! |---|---|---|
 //! | `idle_connections_cannot_lock_newcomers_out` | all | newcomer served; the idle longest evicted (keel-wire: GoAway "connection limit reached"), `evicted` counted |
-//! | `sockets_that_never_handshake_cannot_lock_newcomers_out` | all | newcomer served (oldest handshake evicted; plain HTTP: the idle longest); the rest closed by the handshake timeout (plain HTTP: idle timeout), `timed_out` counted |
+//! | `sockets_that_never_handshake_cannot_lock_newcomers_out` | all | newcomer served (oldest handshake evicted; plain HTTP: the idle longest, never used first, not the bystander); the rest closed by the handshake timeout (plain HTTP: idle timeout), `timed_out` counted |
 //! | `idle_timeout_closes_and_the_client_reconnects` | all | idle connection closed (keel-wire: GoAway "idle timeout"); the client's next call reconnects |
 //! | `when_every_connection_is_busy_a_newcomer_is_refused` | all (quic too) | newcomer's connection closed, `refused` counted; calls in flight answered; served once one is idle |
 //! | `a_peer_that_never_reads_its_answers_is_bounded_and_closed` | all | host stops reading, closes after the frame timeout; memory bounded |

@@ -53,8 +53,8 @@ pub struct HostConfig {
     pub handshake_timeout: Duration,
     /// Connections open at once, those still in their handshake included. When full, a newcomer
     /// is admitted by closing the connection idle longest (no call in flight; a connection
-    /// still in its handshake first); only when every connection has calls in flight is the
-    /// newcomer refused. Default: 10,000.
+    /// still in its handshake first, then one that never carried a call); only when every
+    /// connection has calls in flight is the newcomer refused. Default: 10,000.
     pub max_connections: usize,
     /// A connection with no call in flight and none started for this long is closed (with
     /// GoAway on keel-wire; the client reconnects on its next call). Default: 2 h, longer than
@@ -612,7 +612,7 @@ impl HostBuilder {
     }
 
     /// Connections open at once, handshakes included; when full, the connection idle longest
-    /// makes room for a newcomer. Default: 10,000.
+    /// (one that never carried a call first) makes room for a newcomer. Default: 10,000.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.config.max_connections = n;
         self

@@ -1,5 +1,6 @@
 //! The host's registry of connections: those in their handshakes and those open, the
-//! connection limit (evict the oldest handshake, else the connection idle longest), idle
+//! connection limit (evict the oldest handshake, else the connection idle longest, an unused one
+//! first), idle
 //! reaping, connection age, and the drain that tells every connection to go away.
 //!
 //! Bindings register the connections they serve through [`HostConnRegistry`] (defined with
@@ -138,8 +139,15 @@ impl Registry {
     }
 
     /// Makes room for a newcomer at the connection limit: ends the oldest handshake still
-    /// going, or else closes the connection idle longest. False if every connection has calls
-    /// in flight.
+    /// going, or else closes the connection idle longest, one that never carried a call first.
+    /// False if every connection has calls in flight.
+    ///
+    /// Never carried a call first: a connection is idle from when it registered, which on a
+    /// loaded host can be well after its accept, so a silent socket accepted long ago can look
+    /// less idle than a client pausing between calls; that client, closed, reconnects, and its
+    /// new connection ends the oldest handshake, maybe a newcomer's whose task had not run yet
+    /// (`hostile.rs`' `http2::sockets_that_never_handshake_cannot_lock_newcomers_out`, once in
+    /// 13 runs under load before).
     pub(crate) fn evict_one(&self) -> bool {
         let oldest = {
             let mut handshakes = self.handshakes();
@@ -164,8 +172,11 @@ impl Registry {
             .conns()
             .into_iter()
             .filter(|c| !c.is_closing())
-            .filter_map(|c| c.idle_ms(now).map(|idle| (idle, c)))
-            .max_by_key(|(idle, _)| *idle);
+            .filter_map(|c| {
+                let unused = c.info.calls.load(Ordering::Relaxed) == 0;
+                c.idle_ms(now).map(|idle| ((unused, idle), c))
+            })
+            .max_by_key(|(key, _)| *key);
         match idlest {
             Some((_, c)) => {
                 if c.shut("connection limit reached: closing the connection idle longest") {
