@@ -1,7 +1,6 @@
 //! The host's registry of connections: those in their handshakes and those open, the
 //! connection limit (evict the oldest handshake, else the connection idle longest, an unused one
-//! first), idle
-//! reaping, connection age, and the drain that tells every connection to go away.
+//! first), idle reaping, connection age, and the drain that tells every connection to go away.
 //!
 //! Bindings register the connections they serve through [`HostConnRegistry`] (defined with
 //! the bindings, so that they need not import the host); the accept loop, the reapers, the
