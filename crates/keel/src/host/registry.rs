@@ -110,8 +110,8 @@ impl Registry {
     }
 
     /// A connection accepted as `id` on `binding` is about to start its handshakes: it counts
-    /// toward the connection limit from now until [`handshake_ended`](Registry::handshake_ended)
-    /// (its registration, or its task's end). Called before its task is spawned, so that the
+    /// toward the connection limit from now until it registers (which takes it out of the
+    /// handshakes itself) or [`handshake_ended`](Registry::handshake_ended) (its task's end). Called before its task is spawned, so that the
     /// task cannot register it first and leave this entry behind: a live connection would then
     /// count twice, and the limit could evict it as a handshake.
     pub(crate) fn handshake_starting(&self, id: u64, binding: &'static str) {
@@ -132,7 +132,7 @@ impl Registry {
         }
     }
 
-    /// Connection `id`'s handshakes are over (it registered, or failed).
+    /// Connection `id`'s task ended (a connection that registered was taken out then already).
     pub(crate) fn handshake_ended(&self, id: u64) {
         self.handshakes().remove(&id);
     }

@@ -113,7 +113,10 @@ pub(crate) async fn serve(
             // run (a loaded machine; a new socket, whose readiness tokio learns only at the
             // reactor's next turn), what arrived is read and what waited is written before the
             // watchdog judges, so that the time the peer was not the one stalling does not
-            // count against it.
+            // count against it. (Only what the reactor has seen by then: a write tokio still
+            // reports pending counts as before.) The stop signal comes after the connection
+            // too: under a steady flood it may wait for a pause (a possible follow-up: poll it
+            // first, as it fires once and judges nothing).
             biased;
             _ = std::future::poll_fn(|cx| drive(serving.as_mut(), &streams, cx)) => break,
             _ = stopped.wait_for(must_stop), if !stopping => {
