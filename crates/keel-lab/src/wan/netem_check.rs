@@ -78,7 +78,7 @@ pub(crate) struct BulkAttempt {
     pub(crate) bytes_per_sec: f64,
     /// `bytes_per_sec / cap`.
     pub(crate) ratio: f64,
-    /// Packets the link's queues dropped (both ways): slow start's overshoot.
+    /// Packets the link's queues dropped (both ways).
     pub(crate) queue_drops: u64,
 }
 
