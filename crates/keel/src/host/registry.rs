@@ -357,23 +357,33 @@ mod tests {
     fn a_connection_registering_is_counted_once() {
         let r = registry();
         let stop = Arc::new(AtomicBool::new(false));
+        // The checker's count of questions asked: the loop below runs until both sides have
+        // done enough, side by side (the barrier), so that the test cannot pass because the
+        // checker thread hardly ran while connections registered.
+        let asked = Arc::new(AtomicU64::new(0));
+        let start = Arc::new(std::sync::Barrier::new(2));
         let checker = std::thread::spawn({
-            let (r, stop) = (r.clone(), stop.clone());
+            let (r, stop, asked, start) = (r.clone(), stop.clone(), asked.clone(), start.clone());
             move || {
+                start.wait();
                 let mut full = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     full += u64::from(r.is_full(2));
+                    asked.fetch_add(1, Ordering::Relaxed);
                 }
                 full
             }
         });
-        for _ in 0..200_000 {
+        start.wait();
+        let mut registered = 0u64;
+        while registered < 200_000 || asked.load(Ordering::Relaxed) < 200_000 {
             let id = r.next_id();
             r.handshake_starting(id, "tcp");
             let info = HostConnInfo::new(id, "tcp", None, None);
             let conn = HostConn::new(Box::new(Quiet), info, 1, r.dispatcher().clone());
             r.register(Arc::new(conn));
             r.unregister(id);
+            registered += 1;
         }
         stop.store(true, Ordering::Relaxed);
         assert_eq!(checker.join().unwrap(), 0, "counted two connections of one");

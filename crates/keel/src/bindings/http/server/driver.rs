@@ -109,20 +109,22 @@ pub(crate) async fn serve(
             Stop::Closing => true,
         };
         tokio::select! {
-            // The connection first, then the timers: after a pause in which this task did not
-            // run (a loaded machine; a new socket, whose readiness tokio learns only at the
-            // reactor's next turn), what arrived is read and what waited is written before the
-            // watchdog judges, so that the time the peer was not the one stalling does not
-            // count against it. (Only what the reactor has seen by then: a write tokio still
-            // reports pending counts as before.) The stop signal comes after the connection
-            // too: under a steady flood it may wait for a pause (a possible follow-up: poll it
-            // first, as it fires once and judges nothing).
+            // The stop signal first: it fires once, judges nothing, and is then off (it only
+            // starts hyper's graceful shutdown); polled after the connection, a flood whose
+            // reading used up the task's cooperative budget (tokio's, which the watch channel
+            // obeys) could put it off for as long as the flood lasts. Then the connection, then
+            // the timers: after a pause in which this task did not run (a loaded machine; a
+            // new socket, whose readiness tokio learns only at the reactor's next turn), what
+            // arrived is read and what waited is written before the watchdog judges, so that
+            // the time the peer was not the one stalling does not count against it. (Only what
+            // the reactor has seen by then: a write tokio still reports pending counts as
+            // before.)
             biased;
-            _ = std::future::poll_fn(|cx| drive(serving.as_mut(), &streams, cx)) => break,
             _ = stopped.wait_for(must_stop), if !stopping => {
                 stopping = true;
                 serving.as_mut().graceful_shutdown();
             }
+            _ = std::future::poll_fn(|cx| drive(serving.as_mut(), &streams, cx)) => break,
             _ = overdue.as_mut() => {
                 // A request head started arriving and did not finish in time (slowloris).
                 dispatcher.timed_out(ctx.conn.info.binding);
