@@ -2,13 +2,17 @@
 
 use std::any::Any;
 use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio_util::either::Either;
 
 use super::{Channel, ReplyMetadata};
-use crate::bindings::{GrpcTarget, Outgoing, Replied};
+use crate::bindings::{Answer, GrpcTarget, Outgoing, Replied};
 use crate::core::codec;
 use crate::core::context::Context;
 use crate::core::error::{Error, Kind};
@@ -25,6 +29,7 @@ use crate::runtime::clock;
 /// The format `ch`'s calls of operation `op` of `desc` encode their messages in: MessagePack,
 /// or protobuf on a gRPC channel (GRPC.md, "Types"). An operation gRPC cannot call fails here,
 /// `Unimplemented` with the reason, before anything is sent.
+#[inline]
 fn format(ch: &Channel, desc: &'static ServiceDescriptor, op: usize) -> Result<Format, Error> {
     if !ch.inner.grpc {
         return Ok(Format::MsgPack);
@@ -79,6 +84,7 @@ fn outgoing<A: Serialize>(
 }
 
 /// The whole body of a reply the operation does not stream.
+#[inline]
 fn body(desc: &ServiceDescriptor, op: usize, replied: Replied) -> Result<bytes::Bytes, Error> {
     replied.payload.into_body().ok_or_else(|| {
         Error::new(
@@ -133,22 +139,22 @@ where
 }
 
 /// Calls a request-reply operation.
-pub async fn call<A: Serialize, T: DeserializeOwned>(
-    ch: &Channel,
-    opts: &CallOptions,
+///
+/// Not an `async fn`: the channel's future is returned inside `Decoded`, which decodes the
+/// answer as it arrives, one level of future fewer on every call (see `Channel::call`).
+/// Arguments are encoded here, where the generated client's own future calls it.
+#[inline(always)]
+pub fn call<'a, A: Serialize, T: DeserializeOwned>(
+    ch: &'a Channel,
+    opts: &'a CallOptions,
     desc: &'static ServiceDescriptor,
     op: usize,
     args: &A,
     upload: Option<ByteStream>,
-) -> Result<T, Error> {
-    let format = format(ch, desc, op)?;
-    match ch
-        .call(outgoing((ch, desc, op), format, args, upload)?, opts)
-        .await?
-    {
-        Ok(payload) => decode_reply((desc, op), format, &body(desc, op, payload)?),
-        Err(status) => Err(Error::from_status(status)),
-    }
+) -> impl Future<Output = Result<T, Error>> + Send + 'a {
+    decoded(ch, opts, (desc, op), args, upload, |_, status| {
+        Error::from_status(status)
+    })
 }
 
 /// Calls an operation that returns a [`ByteStream`].
@@ -194,26 +200,84 @@ where
 }
 
 /// Calls an operation that returns `Result<T, E>`: a fault arrives as the error's [`Error::fault`].
-pub async fn call_fallible<A, T, E>(
-    ch: &Channel,
-    opts: &CallOptions,
+///
+/// Not an `async fn`, as [`call`].
+#[inline(always)]
+pub fn call_fallible<'a, A, T, E>(
+    ch: &'a Channel,
+    opts: &'a CallOptions,
     desc: &'static ServiceDescriptor,
     op: usize,
     args: &A,
     upload: Option<ByteStream>,
-) -> Result<T, Error>
+) -> impl Future<Output = Result<T, Error>> + Send + 'a
 where
     A: Serialize,
     T: DeserializeOwned,
     E: DeserializeOwned + Any + Send + Sync + Debug,
 {
-    let format = format(ch, desc, op)?;
-    match ch
-        .call(outgoing((ch, desc, op), format, args, upload)?, opts)
-        .await?
-    {
-        Ok(payload) => decode_reply((desc, op), format, &body(desc, op, payload)?),
-        Err(status) => Err(fault_or_status::<E>((desc, op), format, status)),
+    decoded(ch, opts, (desc, op), args, upload, move |format, status| {
+        fault_or_status::<E>((desc, op), format, status)
+    })
+}
+
+/// The future of a call whose reply body decodes as `T`, and whose answer other than Ok is
+/// the caller's error by `not_ok`: ready at once if the call cannot be sent (its operation's
+/// format, or its arguments, do not encode), else the channel's call decoded as it ends.
+#[inline(always)]
+fn decoded<'a, A: Serialize, T: DeserializeOwned>(
+    ch: &'a Channel,
+    opts: &'a CallOptions,
+    (desc, op): (&'static ServiceDescriptor, usize),
+    args: &A,
+    upload: Option<ByteStream>,
+    not_ok: impl FnOnce(Format, Status) -> Error + Send + 'a,
+) -> impl Future<Output = Result<T, Error>> + Send + 'a {
+    let prepared = format(ch, desc, op).and_then(|format| {
+        let call = outgoing((ch, desc, op), format, args, upload)?;
+        Ok((format, call))
+    });
+    // A call that cannot be sent answers its error at once; its format is then never read.
+    let (format, answer) = match prepared {
+        Err(e) => (Format::MsgPack, Either::Left(std::future::ready(Err(e)))),
+        Ok((format, call)) => (format, Either::Right(ch.call(call, opts))),
+    };
+    Decoded {
+        answer,
+        decode: Some(move |answer: Answer| match answer? {
+            Ok(payload) => decode_reply((desc, op), format, &body(desc, op, payload)?),
+            Err(status) => Err(not_ok(format, status)),
+        }),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call's future `answer`, and what turns its answer into the caller's result: as
+    /// `futures`' `map`, written here rather than as an `async` block around the answer, which
+    /// would hold the channel's future in a state of its own (moved in whole, ~900 bytes).
+    struct Decoded<F, D> {
+        #[pin]
+        answer: F,
+        decode: Option<D>,
+    }
+}
+
+impl<F, D, T> Future for Decoded<F, D>
+where
+    F: Future<Output = Answer>,
+    D: FnOnce(Answer) -> Result<T, Error>,
+{
+    type Output = Result<T, Error>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let answer = std::task::ready!(this.answer.poll(cx));
+        let decode = this
+            .decode
+            .take()
+            .expect("a call's future polled after it ended");
+        Poll::Ready(decode(answer))
     }
 }
 

@@ -34,7 +34,7 @@ use std::task::Poll;
 use super::call::CallOptions;
 use super::hedge::{self, HedgeDelay, HedgingPolicy};
 use super::{retry, Channel};
-use crate::bindings::{Again, Answer, Attempt, Client, Outgoing, TriedHosts};
+use crate::bindings::{Again, Answer, Attempt, Client, Outgoing, Replied, TriedHosts};
 use crate::core::compress::{self, DecompressError};
 use crate::core::error::{Error, Kind};
 use crate::core::metadata::{Metadata, MAX_METADATA_BYTES};
@@ -606,14 +606,18 @@ impl Channel {
     /// ones first).
     #[inline]
     fn after(&self, intercepted: Option<Intercepted>, answer: &Answer) {
-        let Some(Intercepted {
+        if let Some(intercepted) = intercepted {
+            self.after_intercepted(intercepted, answer);
+        }
+    }
+
+    /// [`after`](Channel::after) for a call the interceptors saw.
+    fn after_intercepted(&self, intercepted: Intercepted, answer: &Answer) {
+        let Intercepted {
             seen,
             ran,
             ran_async,
-        }) = intercepted
-        else {
-            return;
-        };
+        } = intercepted;
         let status_error;
         let outcome = match answer {
             Ok(Ok(_)) => Ok(()),
@@ -658,15 +662,28 @@ impl Channel {
     }
 
     /// Decompresses a reply body the host compressed, within this client's message size.
+    #[inline]
     fn decompress_reply(
         &self,
         answer: &mut Answer,
         service: &str,
         operation: &str,
     ) -> Result<(), Error> {
-        let Ok(Ok(replied)) = answer else {
-            return Ok(());
-        };
+        match answer {
+            Ok(Ok(replied)) if replied.compression.is_some() => {
+                self.decompress_body(replied, service, operation)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`decompress_reply`](Channel::decompress_reply) for a reply the host compressed.
+    fn decompress_body(
+        &self,
+        replied: &mut Replied,
+        service: &str,
+        operation: &str,
+    ) -> Result<(), Error> {
         let (Some(codec), Payload::Body(body)) = (replied.compression, &mut replied.payload) else {
             return Ok(());
         };
