@@ -1,7 +1,9 @@
 //! The TUN link ([`super::netem`]) measured against its settings (`keel-lab wan-netem-check`):
 //! a raw TCP echo and a raw UDP echo take about one RTT per round trip, a random loss rate is
-//! what ≥ 10k UDP packets see, and a bulk TCP transfer fills a capped link. Each check asserts
-//! behaviour with wide margins (counts and ratios), not tight timings.
+//! what ≥ 10k UDP packets see, and UDP sent at 1.5 × a cap arrives at the cap, the rest dropped
+//! by the queue. Each check asserts behaviour with wide margins (counts and ratios), not tight
+//! timings. A bulk TCP transfer through the cap is measured and reported beside them, not
+//! checked (see [`BulkTcp`]).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::netem::link::Impairments;
+use super::netem::link::{Impairments, MTU};
 use super::netem::{Netem, NetemStats};
 
 /// What to check.
@@ -64,40 +66,57 @@ pub(crate) struct LossCheck {
     pub(crate) pass: bool,
 }
 
-/// Bulk transfers the check makes at most. One TCP flow through a drop-tail queue now and then
-/// recovers slowly from slow start's overshoot (0.77 × the cap once in CI, against 0.96–0.97 in
-/// every run here, idle or loaded; a retransmission timeout is the likely cause, not
-/// confirmed), so a transfer below the range is made again and every one is reported; a link
-/// that does not deliver its cap fails all of them.
-const BULK_ATTEMPTS: usize = 3;
+/// The cap check's offered load, in multiples of the cap.
+const CAP_OFFERED: f64 = 1.5;
 
-/// One bulk transfer.
+/// The cap check's datagram: a UDP payload that makes a full packet with the headers.
+const CAP_PAYLOAD: usize = MTU - IP_UDP_HEADERS;
+
+/// IPv4 and UDP headers, bytes: the link's cap counts whole packets.
+const IP_UDP_HEADERS: usize = 28;
+
+/// The cap check: UDP offered at [`CAP_OFFERED`] × the cap for the bulk time.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct BulkAttempt {
-    /// What arrived per second after slow start.
+pub(crate) struct CapCheck {
+    /// The cap, bytes/s.
+    pub(crate) cap_bytes_per_sec: u64,
+    /// The offered rate, packet bytes/s.
+    pub(crate) offered_bytes_per_sec: f64,
+    /// Datagrams sent.
+    pub(crate) sent: u64,
+    /// Datagrams that arrived.
+    pub(crate) received: u64,
+    /// Datagrams the link's queue dropped (drop-tail).
+    pub(crate) queue_drops: u64,
+    /// Packet bytes that arrived per second, after the first third (the queue filling).
     pub(crate) bytes_per_sec: f64,
     /// `bytes_per_sec / cap`.
     pub(crate) ratio: f64,
-    /// Packets the link's queues dropped (both ways).
-    pub(crate) queue_drops: u64,
+    /// Whether the ratio is 0.9–1.1 and every datagram is accounted for (arrived or dropped by
+    /// the queue; the link loses nothing at random here).
+    pub(crate) pass: bool,
 }
 
-/// The bulk check.
+/// A bulk TCP transfer through the cap: measured and reported, not checked.
+///
+/// What one TCP flow makes of a drop-tail queue is its congestion controller's doing, on top of
+/// the link: slow start overshoots the queue (100–200 packets dropped in every run) and the
+/// recovery is the controller's and the machine's. Here every run reached 0.95–0.97 × the cap
+/// (bbr, cubic and reno, idle or with three busy loops); in CI, three transfers in a row reached
+/// 0.52, 0.81 and 0.85, and the run failed on them. The link's own promise, its cap and its
+/// queue, is what [`CapCheck`] checks, with no controller in the way.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct BulkCheck {
+pub(crate) struct BulkTcp {
     /// The cap, bytes/s.
     pub(crate) cap_bytes_per_sec: u64,
-    /// Every transfer made, in order (the last one passed, or all [`BULK_ATTEMPTS`] failed).
-    pub(crate) attempts: Vec<BulkAttempt>,
-    /// The last transfer's rate, bytes/s.
+    /// The sender's congestion controller (`TCP_CONGESTION`), when the kernel says.
+    pub(crate) congestion_control: Option<String>,
+    /// Payload bytes that arrived per second after the first third (slow start).
     pub(crate) bytes_per_sec: f64,
-    /// The last transfer's `bytes_per_sec / cap`.
+    /// `bytes_per_sec / cap` (payload against packet bytes: 1,448 of 1,500 is 0.965 at most).
     pub(crate) ratio: f64,
-    /// Whether a transfer's ratio was in 0.9–1.1. Above 1 is possible: bytes that arrived out
-    /// of order before the window opened become readable inside it once a retransmission fills
-    /// the hole (up to one BDP); a cap not applied at all would show many times the cap, and
-    /// is not made again.
-    pub(crate) pass: bool,
+    /// Packets the link's queues dropped (both ways).
+    pub(crate) queue_drops: u64,
 }
 
 /// Every check (`keel-lab wan-netem-check --json` prints it).
@@ -113,8 +132,10 @@ pub(crate) struct NetemCheck {
     pub(crate) echoes: Vec<EchoCheck>,
     /// Random loss over many UDP packets.
     pub(crate) loss: LossCheck,
-    /// A bulk TCP transfer through the cap.
-    pub(crate) bulk: BulkCheck,
+    /// UDP at 1.5 × the cap.
+    pub(crate) cap: CapCheck,
+    /// A bulk TCP transfer through the cap (reported, not part of `pass`).
+    pub(crate) bulk_tcp: BulkTcp,
     /// Whether every check passed.
     pub(crate) pass: bool,
 }
@@ -140,26 +161,31 @@ pub(crate) fn run(p: &CheckParams) -> anyhow::Result<NetemCheck> {
         },
         p.packets,
     )?;
+    let capped = Impairments {
+        bytes_per_sec: Some(p.bytes_per_sec),
+        ..plain
+    };
+    eprintln!(
+        "UDP at {CAP_OFFERED} × a {} KB/s cap for {} s...",
+        p.bytes_per_sec / 1000,
+        p.bulk_seconds
+    );
+    let cap = cap(capped, p.bulk_seconds)?;
     eprintln!(
         "bulk TCP through {} KB/s for {} s...",
         p.bytes_per_sec / 1000,
         p.bulk_seconds
     );
-    let bulk = bulk(
-        Impairments {
-            bytes_per_sec: Some(p.bytes_per_sec),
-            ..plain
-        },
-        p.bulk_seconds,
-    )?;
-    let pass = echoes.iter().all(|e| e.pass) && loss.pass && bulk.pass;
+    let bulk_tcp = bulk_tcp(capped, p.bulk_seconds)?;
+    let pass = echoes.iter().all(|e| e.pass) && loss.pass && cap.pass;
     Ok(NetemCheck {
         experiment: "wan-netem-check",
         seed: p.seed,
         rtt_ms: p.rtt_ms,
         echoes,
         loss,
-        bulk,
+        cap,
+        bulk_tcp,
         pass,
     })
 }
@@ -287,32 +313,82 @@ fn loss(imp: Impairments, packets: u64) -> anyhow::Result<LossCheck> {
     })
 }
 
-fn bulk(imp: Impairments, seconds: f64) -> anyhow::Result<BulkCheck> {
+fn cap(imp: Impairments, seconds: f64) -> anyhow::Result<CapCheck> {
     let cap = imp.bytes_per_sec.unwrap_or(0);
-    let in_range = |ratio: f64| (0.9..=1.1).contains(&ratio);
-    let mut attempts = Vec::new();
+    let link = Netem::start(imp)?;
+    let ip = link.host_ip();
+    let server = link.run_in(move || UdpSocket::bind((ip, 0)))??;
+    let addr: SocketAddr = server.local_addr()?;
+    // The queue holds one BDP and drains at the cap: silence this long means the last is in.
+    server.set_read_timeout(Some(imp.rtt + Duration::from_millis(500)))?;
+    let total = Duration::from_secs_f64(seconds);
+    // Counts every datagram, and the packet bytes that arrive after the first third.
+    let receiver = thread::spawn(move || {
+        let mut buf = vec![0u8; MTU];
+        let mut received = 0u64;
+        let mut counted = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut from: Option<Instant> = None;
+        let mut last = Instant::now();
+        while let Ok(n) = server.recv(&mut buf) {
+            let now = Instant::now();
+            received += 1;
+            let skip = *first.get_or_insert(now) + total / 3;
+            match from {
+                Some(_) => counted += (n + IP_UDP_HEADERS) as u64,
+                None if now >= skip => from = Some(now),
+                None => {}
+            }
+            last = now;
+        }
+        let secs = from.map_or(0.0, |f| (last - f).as_secs_f64());
+        let rate = if secs > 0.0 {
+            counted as f64 / secs
+        } else {
+            0.0
+        };
+        (received, rate)
+    });
+    let c = UdpSocket::bind((link.client_ip(), 0))?;
+    c.connect(addr)?;
+    // Paced each millisecond to the offered rate: the queue, not a socket or the device,
+    // is what drops the excess.
+    let offered = cap as f64 * CAP_OFFERED;
+    let datagram = vec![0x5au8; CAP_PAYLOAD];
+    let start = Instant::now();
+    let mut sent = 0u64;
     loop {
-        let attempt = bulk_once(imp, seconds)?;
-        let ratio = attempt.ratio;
-        attempts.push(attempt);
-        // Only a transfer below the range is made again: above it, the cap was not applied.
-        if in_range(ratio) || ratio > 1.1 || attempts.len() == BULK_ATTEMPTS {
+        let elapsed = start.elapsed();
+        if elapsed >= total {
             break;
         }
-        eprintln!("bulk TCP at {ratio:.3} × the cap: once more");
+        let due = (offered * elapsed.as_secs_f64() / MTU as f64) as u64;
+        while sent < due {
+            c.send(&datagram)?;
+            sent += 1;
+        }
+        thread::sleep(Duration::from_millis(1));
     }
-    let last = attempts.last().expect("one attempt at least");
-    Ok(BulkCheck {
+    let (received, rate) = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("the receiver panicked"))?;
+    let stats = link.stats();
+    let ratio = (rate / cap as f64 * 1000.0).round() / 1000.0;
+    let accounted = received + stats.up_queue_full + stats.up_lost == sent;
+    Ok(CapCheck {
         cap_bytes_per_sec: cap,
-        bytes_per_sec: last.bytes_per_sec,
-        ratio: last.ratio,
-        pass: in_range(last.ratio),
-        attempts,
+        offered_bytes_per_sec: offered,
+        sent,
+        received,
+        queue_drops: stats.up_queue_full,
+        bytes_per_sec: rate.round(),
+        ratio,
+        pass: accounted && (0.9..=1.1).contains(&ratio),
     })
 }
 
-/// One bulk transfer through a fresh link.
-fn bulk_once(imp: Impairments, seconds: f64) -> anyhow::Result<BulkAttempt> {
+/// One bulk TCP transfer through a fresh link.
+fn bulk_tcp(imp: Impairments, seconds: f64) -> anyhow::Result<BulkTcp> {
     let cap = imp.bytes_per_sec.unwrap_or(0);
     let link = Netem::start(imp)?;
     let ip = link.host_ip();
@@ -347,6 +423,7 @@ fn bulk_once(imp: Impairments, seconds: f64) -> anyhow::Result<BulkAttempt> {
         })
     });
     let mut s = TcpStream::connect(addr)?;
+    let congestion_control = rustix::net::sockopt::tcp_congestion(&s).ok();
     let chunk = vec![0x5au8; 64 * 1024];
     let until = Instant::now() + total;
     while Instant::now() < until {
@@ -357,7 +434,9 @@ fn bulk_once(imp: Impairments, seconds: f64) -> anyhow::Result<BulkAttempt> {
         .join()
         .map_err(|_| anyhow::anyhow!("the receiver panicked"))??;
     let stats = link.stats();
-    Ok(BulkAttempt {
+    Ok(BulkTcp {
+        cap_bytes_per_sec: cap,
+        congestion_control,
         bytes_per_sec: rate.round(),
         ratio: (rate / cap as f64 * 1000.0).round() / 1000.0,
         queue_drops: stats.up_queue_full + stats.down_queue_full,
@@ -393,20 +472,28 @@ pub(crate) fn summary(c: &NetemCheck) -> String {
         l.link.up_queue_full,
         verdict(l.pass)
     ));
-    let b = &c.bulk;
-    for (i, a) in b.attempts.iter().enumerate() {
-        let last = i + 1 == b.attempts.len();
-        s.push_str(&format!(
-            "  bulk TCP, transfer {} of {} at most: {:.0} KB/s through a {} KB/s cap = {:.3} × the cap (0.9–1.1; {} queue drops): {}\n",
-            i + 1,
-            BULK_ATTEMPTS,
-            a.bytes_per_sec / 1000.0,
-            b.cap_bytes_per_sec / 1000,
-            a.ratio,
-            a.queue_drops,
-            if last { verdict(b.pass) } else { "below, made again" }
-        ));
-    }
+    let k = &c.cap;
+    s.push_str(&format!(
+        "  cap: UDP offered at {:.0} KB/s through a {} KB/s cap: {:.0} KB/s arrived = {:.3} × the cap (0.9–1.1); {} sent = {} arrived + {} dropped by the queue: {}\n",
+        k.offered_bytes_per_sec / 1000.0,
+        k.cap_bytes_per_sec / 1000,
+        k.bytes_per_sec / 1000.0,
+        k.ratio,
+        k.sent,
+        k.received,
+        k.queue_drops,
+        verdict(k.pass)
+    ));
+    let b = &c.bulk_tcp;
+    s.push_str(&format!(
+        "  bulk TCP ({}), reported: {:.0} KB/s through the cap = {:.3} × ({} queue drops)\n",
+        b.congestion_control
+            .as_deref()
+            .unwrap_or("controller unknown"),
+        b.bytes_per_sec / 1000.0,
+        b.ratio,
+        b.queue_drops,
+    ));
     s
 }
 
