@@ -100,10 +100,11 @@ pub(crate) struct CapCheck {
 /// A bulk TCP transfer through the cap: measured and reported, not checked.
 ///
 /// What one TCP flow makes of a drop-tail queue is its congestion controller's doing, on top of
-/// the link: slow start overshoots the queue (100–200 packets dropped in every run) and the
-/// recovery is the controller's and the machine's. Here every run reached 0.95–0.97 × the cap
-/// (bbr, cubic and reno on an idle machine, bbr beside three busy loops); in CI, three transfers in a row reached
-/// 0.52, 0.81 and 0.85, and the run failed on them. The link's own promise, its cap and its
+/// the link: slow start overshoots the queue (9–237 packets dropped in the runs here) and the
+/// recovery is the controller's and the machine's. Here a dozen runs reached 0.948–0.966 × the cap
+/// (bbr, cubic and reno on an idle machine, bbr beside three busy loops) and one 0.609 (bbr,
+/// idle); in CI, three transfers in a row reached 0.52, 0.81 and 0.85, and the run failed on
+/// them. The link's own promise, its cap and its
 /// queue, is what [`CapCheck`] checks, with no controller in the way.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct BulkTcp {
@@ -113,7 +114,8 @@ pub(crate) struct BulkTcp {
     pub(crate) congestion_control: Option<String>,
     /// Payload bytes that arrived per second after the first third (slow start).
     pub(crate) bytes_per_sec: f64,
-    /// `bytes_per_sec / cap` (payload against packet bytes: 1,448 of 1,500 is 0.965 at most).
+    /// `bytes_per_sec / cap` (payload against packet bytes: 1,448 of 1,500, so about 0.965 at
+    /// most).
     pub(crate) ratio: f64,
     /// Packets the link's queues dropped (both ways).
     pub(crate) queue_drops: u64,
@@ -319,7 +321,8 @@ fn cap(imp: Impairments, seconds: f64) -> anyhow::Result<CapCheck> {
     let ip = link.host_ip();
     let server = link.run_in(move || UdpSocket::bind((ip, 0)))??;
     let addr: SocketAddr = server.local_addr()?;
-    // The queue holds one BDP and drains at the cap: silence this long means the last is in.
+    // The queue holds a BDP (or 64 packets) and drains at the cap in about one RTT: silence
+    // this long means the last datagram is in.
     server.set_read_timeout(Some(imp.rtt + Duration::from_millis(500)))?;
     let total = Duration::from_secs_f64(seconds);
     // Counts every datagram, and the packet bytes that arrive after the first third.
