@@ -95,6 +95,15 @@ fn bench(c: &mut Criterion) {
                     black_box((req.call_id, req.body.len(), len))
                 })
             });
+        } else {
+            // What a client does: the reply taken off the buffer, its body split off.
+            g.bench_function(format!("decode_reply/{name}"), |b| {
+                b.iter_batched_ref(
+                    || BytesMut::from(&bytes[..]),
+                    |src| black_box(codec.decode_reply(src).unwrap()),
+                    BatchSize::SmallInput,
+                )
+            });
         }
     }
     g.finish();

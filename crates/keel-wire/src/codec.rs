@@ -396,6 +396,74 @@ impl Codec {
         ))
     }
 
+    /// The Reply at the front of `src`, taken off the buffer with only its parts split off:
+    /// the body (and the metadata block and details when it has them) share `src`'s
+    /// allocation, with no frame in between (no [`Frame`] built, moved and dropped, no split of
+    /// the whole frame to be sliced and released). `decode` would have returned the same reply
+    /// and consumed as much.
+    ///
+    /// `None`, with `src` untouched, unless the front of `src` is a whole, well-formed Reply
+    /// within the limits: anything else is [`decode`](Self::decode)'s to handle, and it reports
+    /// the same errors it always does. A client calls this first and `decode` when it returns
+    /// `None`.
+    ///
+    /// ```
+    /// use bytes::{Bytes, BytesMut};
+    /// use keel_wire::{Codec, Frame, Limits, Reply, StatusCode};
+    ///
+    /// let codec = Codec::new(Limits::default());
+    /// let reply = Reply {
+    ///     call_id: 7,
+    ///     status: StatusCode::Ok,
+    ///     metadata: Bytes::new(),
+    ///     compression: 0,
+    ///     details: Bytes::new(),
+    ///     body: Bytes::from_static(b"3.0"),
+    /// };
+    /// let mut buf = BytesMut::new();
+    /// codec.encode(&Frame::Reply(reply.clone()), &mut buf).unwrap();
+    /// assert_eq!(codec.decode_reply(&mut buf), Some(reply));
+    /// assert!(buf.is_empty());
+    /// ```
+    pub fn decode_reply(&self, src: &mut BytesMut) -> Option<Reply> {
+        if self.discard > 0 || src.len() < LEN_PREFIX_SIZE + 1 || src[LEN_PREFIX_SIZE] != TYPE_REPLY
+        {
+            return None;
+        }
+        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
+        if u64::from(len) > self.frame_limit() {
+            return None;
+        }
+        let total = LEN_PREFIX_SIZE + len as usize;
+        let frame = src.get(LEN_PREFIX_SIZE..total)?;
+        let mut r = Reader::new(frame);
+        r.pos = 1;
+        let at = self.reply_at(&mut r).ok()?;
+        if at.metadata.is_empty() && at.details.is_empty() {
+            // Most replies: the body is all that is kept.
+            src.advance(LEN_PREFIX_SIZE + at.body.start);
+            let body = src.split_to(at.body.len()).freeze();
+            return Some(Reply {
+                call_id: at.call_id,
+                status: at.status,
+                metadata: Bytes::new(),
+                compression: at.compression,
+                details: Bytes::new(),
+                body,
+            });
+        }
+        let mut frame = src.split_to(total).freeze();
+        frame.advance(LEN_PREFIX_SIZE);
+        Some(Reply {
+            call_id: at.call_id,
+            status: at.status,
+            metadata: frame.slice(at.metadata),
+            compression: at.compression,
+            details: frame.slice(at.details),
+            body: frame.slice(at.body),
+        })
+    }
+
     fn decode_one(&mut self, src: &mut BytesMut) -> Result<Decoded, WireError> {
         if self.discard > 0 && !self.skip_discarded(src) {
             return Ok(Decoded::Incomplete);
@@ -502,34 +570,15 @@ impl Codec {
                 }))
             }
             TYPE_REPLY => {
-                let call_id = r.u64()?;
-                let status = self.status(r.u8()?)?;
-                let (mut metadata, mut compression, mut details) = (0..0, 0, 0..0);
-                if self.version >= 2 {
-                    let bits = r.u8()?;
-                    if bits & REPLY_METADATA != 0 {
-                        metadata = r.metadata()?;
-                    }
-                    if bits & REPLY_COMPRESSED != 0 {
-                        compression = r.u8()?;
-                    }
-                    if bits & REPLY_DETAILS != 0 {
-                        let len = r.u32()? as usize;
-                        let start = r.pos;
-                        r.bytes(len)?;
-                        details = start..r.pos;
-                    }
-                }
-                let header = r.pos;
-                self.check_body(call_id, frame.len() - header + details.len())?;
+                let reply = self.reply_at(&mut r)?;
                 let frame = frame.freeze();
                 Ok(Frame::Reply(Reply {
-                    call_id,
-                    status,
-                    metadata: frame.slice(metadata),
-                    compression,
-                    details: frame.slice(details),
-                    body: frame.slice(header..),
+                    call_id: reply.call_id,
+                    status: reply.status,
+                    metadata: frame.slice(reply.metadata),
+                    compression: reply.compression,
+                    details: frame.slice(reply.details),
+                    body: frame.slice(reply.body),
                 }))
             }
             TYPE_CANCEL => {
@@ -655,6 +704,41 @@ impl Codec {
             operation,
             metadata,
             compression,
+            body: header..end,
+        })
+    }
+
+    /// A Reply's fields after its type byte, read by `r` (positioned after the type), with
+    /// where its metadata block, details and body lie in the frame (which starts at the type
+    /// byte).
+    fn reply_at(&self, r: &mut Reader<'_>) -> Result<Reply<Range<usize>>, WireError> {
+        let call_id = r.u64()?;
+        let status = self.status(r.u8()?)?;
+        let (mut metadata, mut compression, mut details) = (0..0, 0, 0..0);
+        if self.version >= 2 {
+            let bits = r.u8()?;
+            if bits & REPLY_METADATA != 0 {
+                metadata = r.metadata()?;
+            }
+            if bits & REPLY_COMPRESSED != 0 {
+                compression = r.u8()?;
+            }
+            if bits & REPLY_DETAILS != 0 {
+                let len = r.u32()? as usize;
+                let start = r.pos;
+                r.bytes(len)?;
+                details = start..r.pos;
+            }
+        }
+        let header = r.pos;
+        let end = r.buf.len();
+        self.check_body(call_id, end - header + details.len())?;
+        Ok(Reply {
+            call_id,
+            status,
+            metadata,
+            compression,
+            details,
             body: header..end,
         })
     }

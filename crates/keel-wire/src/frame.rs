@@ -77,24 +77,28 @@ pub struct Request<B = Bytes> {
 }
 
 /// The outcome of a request.
+///
+/// `B` holds the metadata block, the details and the body: [`Bytes`] in a [`Frame`] (and from
+/// [`Codec::decode_reply`](crate::Codec::decode_reply)); the codec's parser uses ranges of the
+/// frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub struct Reply<B = Bytes> {
     /// The id of the request this answers.
     pub call_id: u64,
     /// Outcome.
     pub status: StatusCode,
     /// Reply metadata, as an encoded block (see [`metadata`](crate::metadata)); empty for none.
     /// Version 2 and later.
-    pub metadata: Bytes,
+    pub metadata: B,
     /// How `body` is compressed (0: not at all), as for [`Request::compression`]. Version 2
     /// and later.
     pub compression: u8,
     /// Structured error details for a status other than `Ok` (opaque to the protocol); empty
     /// for none. Version 2 and later.
-    pub details: Bytes,
+    pub details: B,
     /// `Ok`: the encoded return value. `Fault`: the encoded typed fault. Anything else: a UTF-8
     /// message for humans.
-    pub body: Bytes,
+    pub body: B,
 }
 
 impl Reply {

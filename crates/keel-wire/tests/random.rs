@@ -43,6 +43,17 @@ fn text(max: usize) -> impl Strategy<Value = String> {
     })
 }
 
+/// The most details a random reply carries.
+const DETAILS_MAX: usize = 16;
+
+/// A reply's metadata block of two entries, one of them binary.
+fn reply_metadata() -> Bytes {
+    let mut block = BytesMut::new();
+    keel_wire::metadata::push(&mut block, "x-request-id", b"req-1").unwrap();
+    keel_wire::metadata::push(&mut block, "x-trace-bin", &[0, 1, 2, 255]).unwrap();
+    block.freeze()
+}
+
 fn status() -> impl Strategy<Value = StatusCode> {
     (0..=11u8).prop_map(|v| StatusCode::from_u8(v).unwrap())
 }
@@ -75,16 +86,32 @@ fn frame(max_body: usize) -> impl Strategy<Value = Frame> {
                 })
             },
         );
-    let reply = (any::<u64>(), status(), body(max_body)).prop_map(|(call_id, status, body)| {
-        Frame::Reply(Reply {
-            call_id,
-            status,
-            metadata: Bytes::new(),
-            compression: 0,
-            details: Bytes::new(),
-            body,
-        })
-    });
+    // Replies of every shape a client takes apart: with and without metadata, compression and
+    // details (which count against the message limit with the body).
+    let reply = (
+        any::<u64>(),
+        status(),
+        body(max_body.saturating_sub(DETAILS_MAX)),
+        any::<bool>(),
+        prop_oneof![Just(0u8), any::<u8>()],
+        prop_oneof![Just(Bytes::new()), body(DETAILS_MAX)],
+    )
+        .prop_map(
+            |(call_id, status, body, with_metadata, compression, details)| {
+                Frame::Reply(Reply {
+                    call_id,
+                    status,
+                    metadata: if with_metadata {
+                        reply_metadata()
+                    } else {
+                        Bytes::new()
+                    },
+                    compression,
+                    details,
+                    body,
+                })
+            },
+        );
     let go_away = (any::<u64>(), text(MAX_REASON_LEN)).prop_map(|(last_call_id, reason)| {
         Frame::GoAway(GoAway {
             last_call_id,
@@ -218,7 +245,9 @@ proptest! {
             writer.encode(&frame, &mut wire).unwrap();
             let oversized = match &frame {
                 Frame::Request(r) if r.body.len() > reader_limit as usize => Some(r.call_id),
-                Frame::Reply(r) if r.body.len() > reader_limit as usize => Some(r.call_id),
+                Frame::Reply(r) if r.body.len() + r.details.len() > reader_limit as usize => {
+                    Some(r.call_id)
+                }
                 Frame::StreamData(d) if d.data.len() > reader_limit as usize => Some(d.call_id),
                 _ => None,
             };

@@ -82,7 +82,20 @@ pub(crate) fn decode_frames(data: &[u8]) {
             let in_place = codec
                 .decode_request_in_place(&src)
                 .map(|(req, len)| (owned(&req), len));
+            // Likewise a reply taken off the front by a client (from a copy: it consumes).
             let before = src.len();
+            let reply_first = {
+                let mut copy = src.clone();
+                codec
+                    .decode_reply(&mut copy)
+                    .map(|reply| (reply, before - copy.len()))
+            };
+            if reply_first.is_none() {
+                // Nothing taken, nothing touched.
+                let mut copy = src.clone();
+                assert_eq!(codec.decode_reply(&mut copy), None);
+                assert_eq!(copy, src);
+            }
             match codec.decode(&mut src) {
                 Ok(Some(frame)) => {
                     let mut again = BytesMut::new();
@@ -103,11 +116,23 @@ pub(crate) fn decode_frames(data: &[u8]) {
                         ),
                         (_, in_place) => assert!(in_place.is_none(), "{frame:?}"),
                     }
+                    match (&frame, reply_first) {
+                        (Frame::Reply(reply), Some((same, len))) => {
+                            assert_eq!(reply, &same);
+                            assert_eq!(consumed, len);
+                        }
+                        (Frame::Reply(_), None) => assert!(
+                            consumed > again.len(),
+                            "a whole reply at the front was not taken by decode_reply"
+                        ),
+                        (_, reply_first) => assert!(reply_first.is_none(), "{frame:?}"),
+                    }
                     let mut fresh = Codec::new(limits);
                     assert_eq!(fresh.decode(&mut again), Ok(Some(frame)));
                     assert!(again.is_empty());
                 }
                 Ok(None) => {
+                    assert!(reply_first.is_none());
                     // At most one partial frame within the limit (GoAway and StreamEnd have their
                     // own bounds, the larger being StreamEnd's).
                     let bound = codec
@@ -117,10 +142,10 @@ pub(crate) fn decode_frames(data: &[u8]) {
                     break;
                 }
                 Err(e) if e.is_fatal() => {
-                    assert!(in_place.is_none());
+                    assert!(in_place.is_none() && reply_first.is_none());
                     return;
                 }
-                Err(_) => assert!(in_place.is_none()),
+                Err(_) => assert!(in_place.is_none() && reply_first.is_none()),
             }
         }
     }
