@@ -13,7 +13,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
 use super::conn::{NotSent, Sent, WireEnd};
-use super::read::{fail_all_with, Delivery, Handshake, ReadSide, Reading, ReplySlot};
+use super::read::{fail_all_with, AnswerCell, Delivery, Handshake, ReadSide, Reading, ReplySlot};
 use super::sink::{SendError, Sink};
 use crate::bindings::{Again, Attempt, ClientSettings, Outgoing};
 use crate::core::error::{Error, Kind};
@@ -261,6 +261,7 @@ impl WireClientConn {
         // No timer of its own: the connection's timer answers it `TimedOut` at its deadline.
         let outcome = self.reading.answer(&self.wire, call_id, &cell).await;
         guard.armed = false;
+        AnswerCell::recycle(cell);
         Attempt::Answered(match outcome {
             Delivery::Answer(result) => result,
             Delivery::TimedOut => Err(call.timed_out()),
