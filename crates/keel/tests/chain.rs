@@ -433,26 +433,33 @@ async fn the_margin_and_the_key_list_are_the_channels() {
     backend_host.shutdown_async().await;
 }
 
-/// A `keel.call` span as recorded: its side, its method, and its parent's.
+/// A `keel.call` span as recorded: its side, its method, the host it calls (a client span's),
+/// and its parent's side and method.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SpanHop {
     target: String,
     method: String,
+    address: Option<String>,
     parent: Option<(String, String)>,
 }
 
+/// A span's `rpc.method`, and its `server.address` (a client span's).
 #[derive(Default)]
-struct Method(String);
+struct Method(String, Option<String>);
 
 impl tracing::field::Visit for Method {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "rpc.method" {
-            self.0 = format!("{value:?}");
+        match field.name() {
+            "rpc.method" => self.0 = format!("{value:?}"),
+            "server.address" => self.1 = Some(format!("{value:?}")),
+            _ => {}
         }
     }
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        if field.name() == "rpc.method" {
-            self.0 = value.to_owned();
+        match field.name() {
+            "rpc.method" => self.0 = value.to_owned(),
+            "server.address" => self.1 = Some(value.to_owned()),
+            _ => {}
         }
     }
 }
@@ -491,6 +498,7 @@ where
         self.0.lock().unwrap().push(SpanHop {
             target,
             method: method.0,
+            address: method.1,
             parent,
         });
     }
@@ -498,6 +506,10 @@ where
 
 /// The outgoing call's span is a child of the incoming call's, from an async handler, a
 /// blocking one, and a task the handler spawned (which no span follows by itself).
+///
+/// The subscriber is the process's, so it also sees the spans of the tests running beside
+/// this one (other chains' `hop` calls `seen` too): the outgoing span is the one to this
+/// test's Backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outgoing_span_is_a_child_of_the_incoming() {
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -505,6 +517,7 @@ async fn the_outgoing_span_is_a_child_of_the_incoming() {
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(hops.clone()))
         .unwrap();
     let chain = Chain::start(Binding::Tcp).await;
+    let backend = chain.backend_host.url().to_string();
     for relay in ["relay", "relay_sync", "relay_spawned"] {
         hops.0.lock().unwrap().clear();
         let answer = match relay {
@@ -516,8 +529,14 @@ async fn the_outgoing_span_is_a_child_of_the_incoming() {
         let all = hops.0.lock().unwrap().clone();
         let outgoing = all
             .iter()
-            .find(|h| h.target == "keel::client" && h.method == "seen")
-            .unwrap_or_else(|| panic!("{relay}: no client span for Backend.seen: {all:#?}"));
+            .find(|h| {
+                h.target == "keel::client"
+                    && h.method == "seen"
+                    && h.address.as_deref() == Some(backend.as_str())
+            })
+            .unwrap_or_else(|| {
+                panic!("{relay}: no client span for Backend.seen at {backend}: {all:#?}")
+            });
         assert_eq!(
             outgoing.parent,
             Some(("keel::server".to_owned(), relay.to_owned())),
