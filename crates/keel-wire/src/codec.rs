@@ -366,18 +366,7 @@ impl Codec {
     /// assert!(buf.is_empty());
     /// ```
     pub fn decode_request_in_place<'a>(&self, src: &'a [u8]) -> Option<(Request<&'a [u8]>, usize)> {
-        if self.discard > 0
-            || src.len() < LEN_PREFIX_SIZE + 1
-            || src[LEN_PREFIX_SIZE] != TYPE_REQUEST
-        {
-            return None;
-        }
-        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
-        if u64::from(len) > self.frame_limit() {
-            return None;
-        }
-        let total = LEN_PREFIX_SIZE + len as usize;
-        let frame = src.get(LEN_PREFIX_SIZE..total)?;
+        let (frame, total) = self.whole_frame_at(src, TYPE_REQUEST)?;
         let mut r = Reader::new(frame);
         r.pos = 1;
         let req = self.request_at(&mut r).ok()?;
@@ -426,16 +415,7 @@ impl Codec {
     /// assert!(buf.is_empty());
     /// ```
     pub fn decode_reply(&self, src: &mut BytesMut) -> Option<Reply> {
-        if self.discard > 0 || src.len() < LEN_PREFIX_SIZE + 1 || src[LEN_PREFIX_SIZE] != TYPE_REPLY
-        {
-            return None;
-        }
-        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
-        if u64::from(len) > self.frame_limit() {
-            return None;
-        }
-        let total = LEN_PREFIX_SIZE + len as usize;
-        let frame = src.get(LEN_PREFIX_SIZE..total)?;
+        let (frame, total) = self.whole_frame_at(src, TYPE_REPLY)?;
         let mut r = Reader::new(frame);
         r.pos = 1;
         let at = self.reply_at(&mut r).ok()?;
@@ -462,6 +442,21 @@ impl Codec {
             details: frame.slice(at.details),
             body: frame.slice(at.body),
         })
+    }
+
+    /// The frame of type `ty` at the front of `src` (from its type byte on) and its length with
+    /// the prefix, if it is whole, within the limit and not the rest of a frame being skipped:
+    /// what the in-place decoders start from.
+    fn whole_frame_at<'a>(&self, src: &'a [u8], ty: u8) -> Option<(&'a [u8], usize)> {
+        if self.discard > 0 || src.len() < LEN_PREFIX_SIZE + 1 || src[LEN_PREFIX_SIZE] != ty {
+            return None;
+        }
+        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
+        if u64::from(len) > self.frame_limit() {
+            return None;
+        }
+        let total = LEN_PREFIX_SIZE + len as usize;
+        Some((src.get(LEN_PREFIX_SIZE..total)?, total))
     }
 
     fn decode_one(&mut self, src: &mut BytesMut) -> Result<Decoded, WireError> {
