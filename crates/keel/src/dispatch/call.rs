@@ -610,16 +610,16 @@ impl Call {
         // the connection's activity); the start is the dispatcher's latest reading.
         let started = *clock;
         if let Some(status) = self.refuse_start(started) {
-            self.finish_at(Err(status), started);
             drop(permit);
+            self.finish_at(Err(status), started);
             return None;
         }
         let mut run = Watched::new(CatchUnwind::handler(fut), self.metrics.watch);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match Pin::new(&mut run).poll(&mut cx) {
             Poll::Ready(outcome) => {
-                *clock = self.ran(outcome, started, false);
                 drop(permit);
+                *clock = self.ran(outcome, started, false);
                 None
             }
             Poll::Pending => Some(Waiting {
@@ -650,7 +650,9 @@ impl Call {
     }
 }
 
-/// A throttle slot, held while the call runs.
+/// A throttle slot, held while the call's handler runs and given back before its answer
+/// leaves: a caller that has its answer never sees its call among the throttle's running ones
+/// (as with the in-flight gauge, `Call::finish_at`).
 type Permit = super::throttle::Permit;
 
 /// A blocking call handed to keel-pool: run there, on its own or in a run (see [`schedule`]).
@@ -667,7 +669,7 @@ impl Job for Blocking {
         let Blocking {
             call,
             job,
-            permit: _permit,
+            permit,
             handed,
         } = self;
         let started = now.unwrap_or_else(clock::now);
@@ -678,6 +680,7 @@ impl Job for Blocking {
         call.metrics.pool_wait.record(wait);
         call.conn.dispatcher.metrics.pool_queue_wait.record(wait);
         if let Some(status) = call.refuse_start(started) {
+            drop(permit);
             call.finish_at(Err(status), started);
             return started;
         }
@@ -686,6 +689,7 @@ impl Job for Blocking {
             .span()
             .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
             .unwrap_or_else(|p| Err(panic_status(&p)));
+        drop(permit);
         call.ran(outcome, started, true)
     }
 
@@ -715,8 +719,8 @@ impl Waiting {
         let ctx = call.ctx.clone();
         let span = call.ctx.span().clone();
         let task = async move {
-            let _permit = permit;
             let outcome = Deadline::new(run, call.deadline).await;
+            drop(permit);
             call.ran(outcome, started, false);
         };
         let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));
