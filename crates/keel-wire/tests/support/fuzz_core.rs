@@ -82,20 +82,17 @@ pub(crate) fn decode_frames(data: &[u8]) {
             let in_place = codec
                 .decode_request_in_place(&src)
                 .map(|(req, len)| (owned(&req), len));
-            // Likewise a reply taken off the front by a client (from a copy: it consumes).
+            // Likewise a reply taken off the front by a client (from a copy: it consumes), and
+            // when it takes nothing it touches nothing.
             let before = src.len();
             let reply_first = {
                 let mut copy = src.clone();
-                codec
-                    .decode_reply(&mut copy)
-                    .map(|reply| (reply, before - copy.len()))
+                let reply = codec.decode_reply(&mut copy);
+                if reply.is_none() {
+                    assert_eq!(copy, src);
+                }
+                reply.map(|reply| (reply, before - copy.len()))
             };
-            if reply_first.is_none() {
-                // Nothing taken, nothing touched.
-                let mut copy = src.clone();
-                assert_eq!(codec.decode_reply(&mut copy), None);
-                assert_eq!(copy, src);
-            }
             match codec.decode(&mut src) {
                 Ok(Some(frame)) => {
                     let mut again = BytesMut::new();
@@ -103,30 +100,16 @@ pub(crate) fn decode_frames(data: &[u8]) {
                         .encode(&frame, &mut again)
                         .expect("decoded frame re-encodes");
                     let consumed = before - src.len();
-                    match (&frame, in_place) {
-                        (Frame::Request(req), Some((same, len))) => {
-                            assert_eq!(req, &same);
-                            assert_eq!(consumed, len);
-                        }
-                        // Unless bytes before it were skipped (the rest of an oversized frame, or
-                        // a frame of an unknown type).
-                        (Frame::Request(_), None) => assert!(
-                            consumed > again.len(),
-                            "a whole request at the front did not decode in place"
-                        ),
-                        (_, in_place) => assert!(in_place.is_none(), "{frame:?}"),
-                    }
-                    match (&frame, reply_first) {
-                        (Frame::Reply(reply), Some((same, len))) => {
-                            assert_eq!(reply, &same);
-                            assert_eq!(consumed, len);
-                        }
-                        (Frame::Reply(_), None) => assert!(
-                            consumed > again.len(),
-                            "a whole reply at the front was not taken by decode_reply"
-                        ),
-                        (_, reply_first) => assert!(reply_first.is_none(), "{frame:?}"),
-                    }
+                    let request = match &frame {
+                        Frame::Request(req) => Some(req),
+                        _ => None,
+                    };
+                    let reply = match &frame {
+                        Frame::Reply(reply) => Some(reply),
+                        _ => None,
+                    };
+                    agrees("request", request, in_place, consumed, again.len());
+                    agrees("reply", reply, reply_first, consumed, again.len());
                     let mut fresh = Codec::new(limits);
                     assert_eq!(fresh.decode(&mut again), Ok(Some(frame)));
                     assert!(again.is_empty());
@@ -148,6 +131,31 @@ pub(crate) fn decode_frames(data: &[u8]) {
                 Err(_) => assert!(in_place.is_none() && reply_first.is_none()),
             }
         }
+    }
+}
+
+/// A frame an in-place decoder took from the front of the buffer (`first`: the frame and the
+/// bytes it took) must be the one `decode` returned next (`decoded`, when it is of that kind),
+/// which consumed as much (`consumed`, its encoding being `encoded_len` bytes). A whole frame
+/// of that kind at the front must be taken, unless bytes before it were skipped (the rest of an
+/// oversized frame, or a frame of an unknown type); none may be taken before another frame.
+fn agrees<T: PartialEq + std::fmt::Debug>(
+    kind: &str,
+    decoded: Option<&T>,
+    first: Option<(T, usize)>,
+    consumed: usize,
+    encoded_len: usize,
+) {
+    match (decoded, first) {
+        (Some(frame), Some((same, len))) => {
+            assert_eq!(frame, &same);
+            assert_eq!(consumed, len);
+        }
+        (Some(_), None) => assert!(
+            consumed > encoded_len,
+            "a whole {kind} at the front was not decoded in place"
+        ),
+        (None, first) => assert!(first.is_none(), "a {kind} decoded in place: {first:?}"),
     }
 }
 
