@@ -580,6 +580,7 @@ impl Call {
         let task = async move {
             let started = clock::now();
             if let Some(status) = self.refuse_start(started) {
+                drop(permit);
                 return self.finish_at(Err(status), started);
             }
             let pool = self.conn.dispatcher.pool.clone();
@@ -695,6 +696,7 @@ impl Job for Blocking {
 
     fn refuse(self) {
         let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
+        drop(self.permit);
         self.call.finish(Err(status));
     }
 }
