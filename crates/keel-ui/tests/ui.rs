@@ -3,7 +3,7 @@
 //!
 //! Both are in the `slow` test group (`#[ignore]`: trybuild compiles keel and then each
 //! case, minutes on a fresh clone): `cargo test --workspace` leaves them out, CI runs them, and
-//! `cargo test -p keel --test ui -- --ignored` runs them after a change to `keel-macros`
+//! `cargo test -p keel-ui --test ui -- --ignored` runs them after a change to `keel-macros`
 //! (`docs/testing.md`).
 
 #[test]
