@@ -450,8 +450,8 @@ impl Drop for Host {
 
 /// Accepts connections until the task is aborted; each runs in a task of its own.
 ///
-/// At the connection limit a newcomer is admitted by making room ([`Registry::evict_one`]);
-/// only when every connection has calls in flight is it refused.
+/// At the connection limit a newcomer is admitted by making room ([`Registry::admit`]); only
+/// when every connection has calls in flight is it refused.
 async fn accept_loop(
     listener: Listener,
     registry: Arc<Registry>,
@@ -469,7 +469,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Some(id) = admit(&registry, max_connections, binding) else {
+        let Some(id) = registry.admit(max_connections, binding) else {
             drop(io);
             continue;
         };
@@ -510,7 +510,7 @@ async fn quic_accept_loop(
     let listener = Arc::new(listener);
     let binding = "quic";
     while let Some(incoming) = listener.accept().await {
-        let Some(id) = admit(&registry, max_connections, binding) else {
+        let Some(id) = registry.admit(max_connections, binding) else {
             incoming.refuse();
             continue;
         };
@@ -522,21 +522,6 @@ async fn quic_accept_loop(
             bindings::quic::server::serve(incoming, zero_rtt, d, &*r, settings, id).await;
         });
     }
-}
-
-/// Admits a connection attempt of `binding` (an accepted TCP connection, a QUIC Initial), as
-/// every binding does: at the connection limit it makes room by evicting a connection
-/// ([`Registry::evict_one`]) and refuses (counted; `None`) only when none can go. An admitted
-/// attempt gets its id and is counted as a handshake from now, before its task can run (and
-/// register it, ending the count): see [`spawn_handshake`].
-fn admit(registry: &Registry, max_connections: usize, binding: &'static str) -> Option<u64> {
-    if registry.is_full(max_connections) && !registry.evict_one() {
-        registry.refused(binding);
-        return None;
-    }
-    let id = registry.next_id();
-    registry.handshake_starting(id, binding);
-    Some(id)
 }
 
 /// Runs an admitted connection's handshake and then its service in a task of its own, which the

@@ -47,6 +47,20 @@ pub(crate) struct Registry {
     next_id: AtomicU64,
 }
 
+/// How many times [`Registry::admit`] makes room for one attempt before it refuses it.
+const ADMIT_ROUNDS: usize = 3;
+
+/// Whether the connections counted in `handshakes` and `conns` reach `limit` (see
+/// [`Registry::admit`]). The exact count walks the connections: only needed near the limit.
+fn full(
+    handshakes: &BTreeMap<u64, Handshake>,
+    conns: &HashMap<u64, Arc<HostConn>>,
+    limit: usize,
+) -> bool {
+    handshakes.len() + conns.len() >= limit
+        && handshakes.len() + conns.values().filter(|c| !c.is_closing()).count() >= limit
+}
+
 impl Registry {
     /// An empty registry of the connections whose calls go to `dispatcher`.
     pub(crate) fn new(dispatcher: Arc<Dispatcher>) -> Registry {
@@ -100,20 +114,54 @@ impl Registry {
     /// holds while it moves a connection from one to the other: read one after the other, a
     /// connection registering in between was counted in both, and the limit evicted a
     /// handshake (a client's, well within the limit) to make room it did not need.
+    #[cfg(test)]
     pub(crate) fn is_full(&self, limit: usize) -> bool {
         let handshakes = self.handshakes();
-        let handshaking = handshakes.len();
-        let conns = self.conn_map();
-        // The exact count walks the connections: only needed near the limit.
-        handshaking + conns.len() >= limit
-            && handshaking + conns.values().filter(|c| !c.is_closing()).count() >= limit
+        full(&handshakes, &self.conn_map(), limit)
     }
 
-    /// A connection accepted as `id` on `binding` is about to start its handshakes: it counts
-    /// toward the connection limit from now until it registers (which takes it out of the
-    /// handshakes itself) or [`handshake_ended`](Registry::handshake_ended) (its task's end). Called before its task is spawned, so that the
-    /// task cannot register it first and leave this entry behind: a live connection would then
-    /// count twice, and the limit could evict it as a handshake.
+    /// Admits a connection attempt of `binding` (an accepted TCP connection, a QUIC Initial)
+    /// under the connection limit `limit`: it gets its id and counts toward the limit from now
+    /// until it registers (which takes it out of the handshakes itself) or
+    /// [`handshake_ended`](Registry::handshake_ended) (its task's end). Called before the
+    /// connection's task is spawned, so that the task cannot register it first and leave its
+    /// handshake entry behind: a live connection would then count twice, and the limit could
+    /// evict it as a handshake. At the limit it makes room
+    /// ([`evict_one`](Self::evict_one)) and looks again; it is refused (counted; `None`) when
+    /// nothing can go.
+    ///
+    /// The look and the count are one step, under the handshakes' lock: each endpoint has an
+    /// accept loop of its own (a `tcp://` and a `quic://` one, two listeners), and two attempts
+    /// that looked and then counted apart could both take the last place. A place made by an
+    /// eviction can be taken by another loop before this one looks again; the attempt then
+    /// makes room once more, [`ADMIT_ROUNDS`] times at most.
+    pub(crate) fn admit(&self, limit: usize, binding: &'static str) -> Option<u64> {
+        for _ in 0..ADMIT_ROUNDS {
+            {
+                let mut handshakes = self.handshakes();
+                if !full(&handshakes, &self.conn_map(), limit) {
+                    let id = self.next_id();
+                    handshakes.insert(
+                        id,
+                        Handshake {
+                            task: None,
+                            binding,
+                        },
+                    );
+                    return Some(id);
+                }
+            }
+            if !self.evict_one() {
+                break;
+            }
+        }
+        self.refused(binding);
+        None
+    }
+
+    /// Counts connection `id` of `binding` as a handshake, as [`admit`](Self::admit) does,
+    /// for tests that make their own ids.
+    #[cfg(test)]
     pub(crate) fn handshake_starting(&self, id: u64, binding: &'static str) {
         self.handshakes().insert(
             id,
@@ -387,5 +435,45 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         assert_eq!(checker.join().unwrap(), 0, "counted two connections of one");
+    }
+
+    /// Two accept loops (two endpoints) admit an attempt each at once, with one place left and
+    /// nothing that could make room: one is admitted and the other refused, every round.
+    /// Looked at and counted apart, both took the place now and then: the limit overrun.
+    #[test]
+    fn two_loops_admitting_at_once_never_overrun_the_limit() {
+        const ROUNDS: usize = 20_000;
+        let r = registry();
+        // Three parties: the two loops, and this thread, which frees the place between rounds.
+        let step = Arc::new(std::sync::Barrier::new(3));
+        let admit_each_round = |binding| {
+            let (r, step) = (r.clone(), step.clone());
+            std::thread::spawn(move || {
+                (0..ROUNDS)
+                    .map(|_| {
+                        step.wait();
+                        let admitted = r.admit(1, binding).is_some();
+                        step.wait();
+                        step.wait();
+                        admitted
+                    })
+                    .collect::<Vec<bool>>()
+            })
+        };
+        let (tcp, quic) = (admit_each_round("tcp"), admit_each_round("quic"));
+        for _ in 0..ROUNDS {
+            step.wait();
+            // Both have answered: free the place for the next round.
+            step.wait();
+            r.handshakes().clear();
+            step.wait();
+        }
+        let (tcp, quic) = (tcp.join().unwrap(), quic.join().unwrap());
+        let admitted = |round: usize| usize::from(tcp[round]) + usize::from(quic[round]);
+        let overrun = (0..ROUNDS).filter(|&i| admitted(i) == 2).count();
+        assert_eq!(overrun, 0, "both attempts admitted with one place left");
+        assert!((0..ROUNDS).all(|i| admitted(i) == 1));
+        let refused = r.dispatcher().stats.refused.load(Ordering::Relaxed);
+        assert_eq!(refused, ROUNDS as u64);
     }
 }
