@@ -40,11 +40,12 @@ const ECHOES: usize = 5;
 pub(crate) struct EchoCheck {
     /// `tcp` or `udp`.
     pub(crate) protocol: &'static str,
-    /// TCP only: the connect, in RTTs (the handshake's one).
+    /// TCP only: the connect, in RTTs (the handshake's one), rounded to 0.001.
     pub(crate) connect_rtts: Option<f64>,
-    /// Each round trip, in RTTs.
+    /// Each round trip, in RTTs, rounded to 0.001.
     pub(crate) round_trip_rtts: Vec<f64>,
-    /// Whether every round trip took 0.9–1.5 RTT (and the connect as much).
+    /// Whether every round trip took 0.9–1.5 RTT (and the connect as much), judged on the
+    /// unrounded times.
     pub(crate) pass: bool,
 }
 
@@ -192,8 +193,14 @@ pub(crate) fn run(p: &CheckParams) -> anyhow::Result<NetemCheck> {
     })
 }
 
+/// `d` in RTTs, unrounded: the checks judge this; the report rounds it ([`round3`]).
 fn in_rtts(d: Duration, rtt: Duration) -> f64 {
-    (d.as_secs_f64() / rtt.as_secs_f64() * 1000.0).round() / 1000.0
+    d.as_secs_f64() / rtt.as_secs_f64()
+}
+
+/// Rounded to three decimal places, for the report.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 fn about_one(x: f64) -> bool {
@@ -232,9 +239,9 @@ fn tcp_echo(imp: Impairments) -> anyhow::Result<EchoCheck> {
     let connect_rtts = in_rtts(connect, imp.rtt);
     Ok(EchoCheck {
         protocol: "tcp",
-        connect_rtts: Some(connect_rtts),
+        connect_rtts: Some(round3(connect_rtts)),
         pass: about_one(connect_rtts) && trips.iter().all(|&x| about_one(x)),
-        round_trip_rtts: trips,
+        round_trip_rtts: trips.into_iter().map(round3).collect(),
     })
 }
 
@@ -270,7 +277,7 @@ fn udp_echo(imp: Impairments) -> anyhow::Result<EchoCheck> {
         protocol: "udp",
         connect_rtts: None,
         pass: trips.iter().all(|&x| about_one(x)),
-        round_trip_rtts: trips,
+        round_trip_rtts: trips.into_iter().map(round3).collect(),
     })
 }
 
@@ -309,7 +316,7 @@ fn loss(imp: Impairments, packets: u64) -> anyhow::Result<LossCheck> {
         loss_pct: imp.loss_pct,
         sent: packets,
         received,
-        measured_pct: (measured_pct * 1000.0).round() / 1000.0,
+        measured_pct: round3(measured_pct),
         link: stats,
         pass: accounted && near,
     })
@@ -385,7 +392,7 @@ fn cap(imp: Impairments, seconds: f64) -> anyhow::Result<CapCheck> {
         received,
         queue_drops: stats.up_queue_full,
         bytes_per_sec: rate.round(),
-        ratio: (ratio * 1000.0).round() / 1000.0,
+        ratio: round3(ratio),
         pass: accounted && (0.9..=1.1).contains(&ratio),
     })
 }
@@ -441,7 +448,7 @@ fn bulk_tcp(imp: Impairments, seconds: f64) -> anyhow::Result<BulkTcp> {
         cap_bytes_per_sec: cap,
         congestion_control,
         bytes_per_sec: rate.round(),
-        ratio: (rate / cap as f64 * 1000.0).round() / 1000.0,
+        ratio: round3(rate / cap as f64),
         queue_drops: stats.up_queue_full + stats.down_queue_full,
     })
 }
