@@ -159,19 +159,6 @@ impl Registry {
         None
     }
 
-    /// Counts connection `id` of `binding` as a handshake, as [`admit`](Self::admit) does,
-    /// for tests that make their own ids.
-    #[cfg(test)]
-    pub(crate) fn handshake_starting(&self, id: u64, binding: &'static str) {
-        self.handshakes().insert(
-            id,
-            Handshake {
-                task: None,
-                binding,
-            },
-        );
-    }
-
     /// The task running connection `id`'s handshakes, for eviction (if they are not over
     /// already).
     pub(crate) fn handshake_task(&self, id: u64, task: AbortHandle) {
@@ -425,8 +412,7 @@ mod tests {
         start.wait();
         let mut registered = 0u64;
         while registered < 200_000 || asked.load(Ordering::Relaxed) < 200_000 {
-            let id = r.next_id();
-            r.handshake_starting(id, "tcp");
+            let id = r.admit(usize::MAX, "tcp").unwrap();
             let info = HostConnInfo::new(id, "tcp", None, None);
             let conn = HostConn::new(Box::new(Quiet), info, 1, r.dispatcher().clone());
             r.register(Arc::new(conn));
