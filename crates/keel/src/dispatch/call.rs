@@ -212,6 +212,7 @@ pub(crate) fn dispatch(
         metrics: metrics.clone(),
         received,
         answered: false,
+        permit: None,
     };
     // A call that would open one reply stream too many on its connection does not run.
     if info.stream_response {
@@ -384,13 +385,14 @@ impl Call {
         match served.throttle(&dispatcher.throttle).admit() {
             Admission::Now(permit) => {
                 self.metrics.throttle_wait.record(0.0);
-                self.start(invocation, permit, clock, blocking)
+                self.permit = Some(permit);
+                self.start(invocation, clock, blocking)
             }
             Admission::Queued(place) => {
                 let rt = tokio::runtime::Handle::current();
                 let queued = clock::now();
                 rt.spawn(async move {
-                    let call = self;
+                    let mut call = self;
                     let permit = match call.deadline {
                         Some(d) => {
                             match tokio::time::timeout_at(clock::to_tokio(d), place.wait()).await {
@@ -401,7 +403,8 @@ impl Call {
                         None => place.wait().await,
                     };
                     call.metrics.throttle_wait.record(Since(queued));
-                    call.start(invocation, permit, &mut clock::now(), None);
+                    call.permit = Some(permit);
+                    call.start(invocation, &mut clock::now(), None);
                 });
             }
             Admission::Busy => {
@@ -451,6 +454,12 @@ struct Call {
     received: Instant,
     /// Counted as answered (by `finish`); otherwise `drop` counts it cancelled.
     answered: bool,
+    /// Its throttle slot, from its admission until [`finish_at`](Call::finish_at) gives it
+    /// back before the answer leaves, or the call is dropped (`None` before admission, and on
+    /// the tower path, whose request holds it). Kept in the call rather than beside it, so that
+    /// every way a call ends gives it back in that order. (Moved here from `Blocking`: a
+    /// blocking call's pool task keeps its size.)
+    permit: Option<Permit>,
 }
 
 impl Call {
@@ -469,7 +478,9 @@ impl Call {
         }
         self.answered = true;
         self.metrics.answered(code);
-        // Before the answer leaves: a caller that has its answer never sees it in flight.
+        // Before the answer leaves: a caller that has its answer never sees it in flight, nor
+        // among the throttle's running calls.
+        self.permit = None;
         self.metrics.in_flight.decrement(1.0);
         self.metrics.total.record(Elapsed {
             from: self.received,
@@ -519,13 +530,12 @@ impl Call {
     fn start(
         self,
         invocation: Invocation,
-        permit: Permit,
         clock: &mut Instant,
         blocking: Option<&mut BlockingCalls>,
     ) {
         #[cfg(feature = "tower")]
         if let Some(layered) = self.conn.dispatcher.layer().cloned() {
-            return self.start_layered(layered, invocation, permit);
+            return self.start_layered(layered, invocation);
         }
         match invocation {
             Invocation::Blocking(job) => {
@@ -533,7 +543,6 @@ impl Call {
                 let job = Blocking {
                     call: self,
                     job,
-                    permit,
                     handed: *clock,
                 };
                 match blocking {
@@ -553,9 +562,7 @@ impl Call {
                 // handler's panics are answered inside (`CatchUnwind`); a panic in keel's own
                 // code (or an interceptor's `after`) here drops the call, counted as
                 // cancelled, as it would in a task of its own.
-                let first = catch_unwind(AssertUnwindSafe(move || {
-                    self.first_poll(fut, permit, clock)
-                }));
+                let first = catch_unwind(AssertUnwindSafe(move || self.first_poll(fut, clock)));
                 match first {
                     Ok(None) => {}
                     Ok(Some(waiting)) => waiting.spawn(),
@@ -569,22 +576,19 @@ impl Call {
     /// own (which a cancel aborts), within its deadline. Blocking handlers go to keel-pool from
     /// the layers' innermost service ([`super::Handler`]), one by one.
     #[cfg(feature = "tower")]
-    fn start_layered(
-        self,
-        layered: Arc<dyn super::Layered>,
-        invocation: Invocation,
-        permit: Permit,
-    ) {
+    fn start_layered(mut self, layered: Arc<dyn super::Layered>, invocation: Invocation) {
         let ctx = self.ctx.clone();
         let span = self.ctx.span().clone();
         let task = async move {
             let started = clock::now();
             if let Some(status) = self.refuse_start(started) {
-                drop(permit);
                 return self.finish_at(Err(status), started);
             }
             let pool = self.conn.dispatcher.pool.clone();
             let (ctx, deadline) = (self.ctx.clone(), self.deadline);
+            // The request holds the slot from here: the layers' innermost service gives it
+            // back when the handler returns.
+            let permit = self.permit.take();
             let request = super::layer::request(ctx, invocation, pool, permit, deadline);
             let run = CatchUnwind::handler(layered.serve(request));
             let outcome = Deadline::new(run, self.deadline).await;
@@ -598,12 +602,7 @@ impl Call {
     /// call and returns `None` if it completed (or must not start); else returns what the
     /// rest of the call needs, to run as a task. It starts at `clock` and leaves its end there
     /// if it completed.
-    fn first_poll(
-        self,
-        fut: HandlerFuture,
-        permit: Permit,
-        clock: &mut Instant,
-    ) -> Option<Waiting> {
+    fn first_poll(self, fut: HandlerFuture, clock: &mut Instant) -> Option<Waiting> {
         // The call's span is entered for the poll and for the answer, as in its task.
         let span = self.ctx.span().clone();
         let _entered = span.enter();
@@ -611,7 +610,6 @@ impl Call {
         // the connection's activity); the start is the dispatcher's latest reading.
         let started = *clock;
         if let Some(status) = self.refuse_start(started) {
-            drop(permit);
             self.finish_at(Err(status), started);
             return None;
         }
@@ -619,14 +617,12 @@ impl Call {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match Pin::new(&mut run).poll(&mut cx) {
             Poll::Ready(outcome) => {
-                drop(permit);
                 *clock = self.ran(outcome, started, false);
                 None
             }
             Poll::Pending => Some(Waiting {
                 call: self,
                 run,
-                permit,
                 started,
             }),
         }
@@ -652,27 +648,21 @@ impl Call {
 }
 
 /// A throttle slot, held while the call's handler runs and given back before its answer
-/// leaves: a caller that has its answer never sees its call among the throttle's running ones
-/// (as with the in-flight gauge, `Call::finish_at`).
+/// leaves (`Call::permit`): a caller that has its answer never sees its call among the
+/// throttle's running ones, as with the in-flight gauge.
 type Permit = super::throttle::Permit;
 
 /// A blocking call handed to keel-pool: run there, on its own or in a run (see [`schedule`]).
 pub(crate) struct Blocking {
     call: Call,
     job: Box<dyn FnOnce() -> Outcome + Send>,
-    permit: Permit,
     /// When it was handed over (the start of its wait for a pool thread).
     handed: Instant,
 }
 
 impl Job for Blocking {
     fn run(self, now: Option<Instant>) -> Instant {
-        let Blocking {
-            call,
-            job,
-            permit,
-            handed,
-        } = self;
+        let Blocking { call, job, handed } = self;
         let started = now.unwrap_or_else(clock::now);
         let wait = Elapsed {
             from: handed,
@@ -681,7 +671,6 @@ impl Job for Blocking {
         call.metrics.pool_wait.record(wait);
         call.conn.dispatcher.metrics.pool_queue_wait.record(wait);
         if let Some(status) = call.refuse_start(started) {
-            drop(permit);
             call.finish_at(Err(status), started);
             return started;
         }
@@ -690,13 +679,11 @@ impl Job for Blocking {
             .span()
             .in_scope(|| catch_unwind(AssertUnwindSafe(job)))
             .unwrap_or_else(|p| Err(panic_status(&p)));
-        drop(permit);
         call.ran(outcome, started, true)
     }
 
     fn refuse(self) {
         let status = Status::new(StatusCode::ShuttingDown, "host is shutting down");
-        drop(self.permit);
         self.call.finish(Err(status));
     }
 }
@@ -705,24 +692,17 @@ impl Job for Blocking {
 struct Waiting {
     call: Call,
     run: Watched<CatchUnwind<'static>>,
-    permit: Permit,
     started: Instant,
 }
 
 impl Waiting {
     /// Runs the rest of the call as a task on the current runtime, which a cancel can abort.
     fn spawn(self) {
-        let Waiting {
-            call,
-            run,
-            permit,
-            started,
-        } = self;
+        let Waiting { call, run, started } = self;
         let ctx = call.ctx.clone();
         let span = call.ctx.span().clone();
         let task = async move {
             let outcome = Deadline::new(run, call.deadline).await;
-            drop(permit);
             call.ran(outcome, started, false);
         };
         let handle = tokio::runtime::Handle::current().spawn(task.instrument(span));

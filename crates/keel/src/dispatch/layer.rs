@@ -30,7 +30,7 @@ pub struct CallRequest {
     pool: Arc<keel_pool::Pool>,
     /// The call's throttle slot: held until its handler returns (on keel-pool, for a blocking
     /// one), not only until the layers give up on it.
-    permit: super::throttle::Permit,
+    permit: Option<super::throttle::Permit>,
     deadline: Option<std::time::Instant>,
 }
 
@@ -186,7 +186,7 @@ pub(crate) fn request(
     ctx: Context,
     invocation: Invocation,
     pool: Arc<keel_pool::Pool>,
-    permit: super::throttle::Permit,
+    permit: Option<super::throttle::Permit>,
     deadline: Option<std::time::Instant>,
 ) -> CallRequest {
     CallRequest {
