@@ -12,8 +12,9 @@ tarpc, ... (`keel-lab peers --help`).
 
 With INFLIGHT=K (K > 1), the calls are made K at a time on the one connection (`peers-latency
 --inflight K`: K tasks on a runtime with one worker per CPU, as `peers`' throughput workload),
-so the counts are a loaded pipeline's: its batched reads and writes. Not for `raw`, whose client
-makes one call at a time.
+so the counts are a loaded pipeline's: its batched reads and writes. With CONNECTIONS=C as
+well, the K calls are spread over C connections (`--connections C`), as `peers`' throughput
+workload over 8 connections.
 
 With STREAM=1, instructions per message of the streaming workload instead: the client
 (`keel-lab peers-streaming --count N`) reads one server stream of N quotes to its end, N1 and
@@ -28,6 +29,7 @@ system = sys.argv[1]
 binary = sys.argv[2] if len(sys.argv) > 2 else os.environ.get('BIN', 'target/release/keel-lab')
 stream = os.environ.get('STREAM') == '1'
 inflight = int(os.environ.get('INFLIGHT', 1))
+connections = int(os.environ.get('CONNECTIONS', 1))
 n1 = int(os.environ.get('N1', 100_000 if stream else 2000))
 n2 = int(os.environ.get('N2', 600_000 if stream else 12000))
 unit = 'message' if stream else 'call'
@@ -49,7 +51,8 @@ def run(n):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     addr = server.stdout.readline().strip().removeprefix('listening on ')
     workload = (['peers-streaming', '--count', str(n)] if stream
-                else ['peers-latency', '--warmup', '500', '--calls', str(n), '--inflight', str(inflight)])
+                else ['peers-latency', '--warmup', '500', '--calls', str(n), '--inflight', str(inflight),
+                     '--connections', str(connections)])
     client = subprocess.run(
         grind + [f'--callgrind-out-file={client_out}', binary] + workload
         + ['--system', system, '--addr', addr],

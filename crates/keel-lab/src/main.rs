@@ -483,8 +483,15 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::PeersLatency(a) if a.inflight > 1 => {
-            peers::measure::calls_in_flight(a.system, &a.addr, a.inflight, a.warmup, a.calls)?;
-            println!("{} calls, {} in flight", a.calls, a.inflight);
+            let load = peers::measure::Load {
+                inflight: a.inflight,
+                connections: a.connections,
+            };
+            peers::measure::calls_in_flight(a.system, &a.addr, load, a.warmup, a.calls)?;
+            println!(
+                "{} calls, {} in flight over {} connections",
+                a.calls, a.inflight, a.connections
+            );
             Ok(true)
         }
         Command::PeersLatency(a) => {
@@ -649,8 +656,8 @@ mod tests {
             panic!("{:?}", cli.command)
         };
         assert_eq!(
-            (a.system, a.warmup, a.calls, a.inflight),
-            (peers::System::KeelTcpAsync, 2_000, 5, 1)
+            (a.system, a.warmup, a.calls, a.inflight, a.connections),
+            (peers::System::KeelTcpAsync, 2_000, 5, 1, 1)
         );
         let cli = Cli::try_parse_from([
             "keel-lab",

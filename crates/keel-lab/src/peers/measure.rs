@@ -62,13 +62,23 @@ pub(crate) fn latency(
     })
 }
 
-/// `warmup` and then `calls` calls on one connection, `inflight` of them in flight at once, on
-/// a runtime with one worker per CPU (as [`throughput`]'s): a fixed amount of work, for counting
-/// each side's instructions per call under load (`profile/icount.py` with `INFLIGHT`).
+/// Calls kept in flight, spread over connections.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Load {
+    /// Calls in flight, all connections together.
+    pub(crate) inflight: usize,
+    /// Connections (each gets an equal share of the calls in flight and of the calls).
+    pub(crate) connections: usize,
+}
+
+/// `warmup` and then `calls` calls, `load.inflight` of them in flight at once over
+/// `load.connections` connections, on a runtime with one worker per CPU (as [`throughput`]'s):
+/// a fixed amount of work, for counting each side's instructions, system calls or wake-ups per
+/// call under load (`profile/icount.py` with `INFLIGHT` and `CONNECTIONS`).
 pub(crate) fn calls_in_flight(
     system: System,
     addr: &str,
-    inflight: usize,
+    load: Load,
     warmup: usize,
     calls: usize,
 ) -> anyhow::Result<()> {
@@ -76,9 +86,25 @@ pub(crate) fn calls_in_flight(
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let conn = Conn::connect(system, addr).await?;
+        let connections = load.connections.max(1);
+        let mut conns = Vec::with_capacity(connections);
+        for _ in 0..connections {
+            conns.push(Conn::connect(system, addr).await?);
+        }
+        let per_conn = load.inflight.div_ceil(connections);
         for n in [warmup, calls] {
-            conn.fixed_calls(inflight, n).await?;
+            let share = |i: usize| n / connections + usize::from(i < n % connections);
+            let runs: Vec<_> = conns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let (c, share) = (c.clone(), share(i));
+                    tokio::spawn(async move { c.fixed_calls(per_conn, share).await })
+                })
+                .collect();
+            for r in runs {
+                r.await??;
+            }
         }
         Ok(())
     })

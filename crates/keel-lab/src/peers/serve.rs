@@ -37,6 +37,11 @@ pub(crate) struct LatencyArgs {
     /// per call under load, e.g. `INFLIGHT=64 profile/icount.py`).
     #[arg(long, default_value_t = 1)]
     pub(crate) inflight: usize,
+    /// Connections the calls in flight are spread over (with `inflight` above 1), as `peers`'
+    /// throughput workload over 8 connections does (`INFLIGHT=64 CONNECTIONS=8
+    /// profile/icount.py`).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) connections: usize,
 }
 
 /// Flags of `keel-lab peers-streaming`.

@@ -190,6 +190,20 @@ impl<C> State<C> {
         OutboundHandle { call_id, out }
     }
 
+    /// Client: one Reply read at `now` (see [`WireEnd::handle_reply`]). A failed call's
+    /// upload stops here.
+    fn reply(
+        &mut self,
+        reply: &keel_wire::Reply,
+        now: Instant,
+    ) -> Result<Option<(C, bool)>, ConnError> {
+        let answered = self.core.handle_reply(reply, now)?;
+        if answered.is_some() && reply.status != keel_wire::StatusCode::Ok {
+            self.stop_outbound_handle(reply.call_id);
+        }
+        Ok(answered)
+    }
+
     fn stop_outbound_handle(&mut self, call_id: u64) {
         if let Some(out) = self.outbound.remove(&call_id) {
             out.stop();
@@ -305,12 +319,25 @@ impl<C: Expiring + Send + 'static> WireEnd<C> {
         reply: &keel_wire::Reply,
         now: Instant,
     ) -> Result<Option<(C, bool)>, ConnError> {
+        self.with(|st| st.reply(reply, now))
+    }
+
+    /// Client: [`handle_reply`](WireEnd::handle_reply) for each of a run of Replies read at
+    /// `now`, under one lock; the calls they answer go to `answered` with their replies. Stops
+    /// at the first error (the rest of the run is dropped: the connection ends).
+    pub(crate) fn handle_replies(
+        &self,
+        replies: impl Iterator<Item = keel_wire::Reply>,
+        now: Instant,
+        answered: &mut Vec<(keel_wire::Reply, C, bool)>,
+    ) -> Result<(), ConnError> {
         self.with(|st| {
-            let answered = st.core.handle_reply(reply, now)?;
-            if answered.is_some() && reply.status != keel_wire::StatusCode::Ok {
-                st.stop_outbound_handle(reply.call_id);
+            for reply in replies {
+                if let Some((slot, download)) = st.reply(&reply, now)? {
+                    answered.push((reply, slot, download));
+                }
             }
-            Ok(answered)
+            Ok(())
         })
     }
 
