@@ -192,6 +192,7 @@ impl<C> State<C> {
 
     /// Client: one Reply read at `now` (see [`WireEnd::handle_reply`]). A failed call's
     /// upload stops here.
+    #[inline(always)]
     fn reply(
         &mut self,
         reply: &keel_wire::Reply,
