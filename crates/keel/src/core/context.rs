@@ -289,8 +289,16 @@ impl Context {
     }
 
     /// The call's async handler now runs in the task `task`: [`stop`](Context::stop) aborts it.
+    /// A call stopped (or ended) before this gets its task aborted here: the task is spawned
+    /// before it is set, and a `stop` from another thread in between (its connection closing)
+    /// found no task to abort. (Seen in CI: a QUIC call whose connection closed went on for its
+    /// whole 30 s, its place on the host already freed.) Aborting the task of a call that ended
+    /// does nothing: it has no await left.
     pub(crate) fn set_task(&self, task: AbortHandle) {
-        *self.inner.task.lock() = Some(task);
+        *self.inner.task.lock() = Some(task.clone());
+        if self.is_cancelled() {
+            task.abort();
+        }
     }
 
     /// [`set_task`](Context::set_task) for a task that may itself have started the handler's
@@ -362,6 +370,20 @@ mod tests {
             session: None,
             stream_counters: None,
         })
+    }
+
+    /// `stop` between the handler's task being spawned and being set (another thread closing
+    /// the connection): the task is aborted when it is set.
+    #[tokio::test]
+    async fn a_task_set_after_its_call_was_stopped_is_aborted() {
+        let c = ctx();
+        let task = tokio::spawn(std::future::pending::<()>());
+        c.stop();
+        c.set_task(task.abort_handle());
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .expect("the stopped call's task still runs");
+        assert!(ended.unwrap_err().is_cancelled());
     }
 
     #[tokio::test]
