@@ -12,9 +12,9 @@ tarpc, ... (`keel-lab peers --help`).
 
 With INFLIGHT=K (K > 1), the calls are made K at a time on the one connection (`peers-latency
 --inflight K`: K tasks on a runtime with one worker per CPU, as `peers`' throughput workload),
-so the counts are a loaded pipeline's: its batched reads and writes. With CONNECTIONS=C as
-well, the K calls are spread over C connections (`--connections C`), as `peers`' throughput
-workload over 8 connections.
+so the counts are a loaded pipeline's: its batched reads and writes. Not for `raw`, whose client
+makes one call at a time. With CONNECTIONS=C as well, the K calls are spread over C connections
+(`--connections C`), as `peers`' throughput workload over 8 connections.
 
 With STREAM=1, instructions per message of the streaming workload instead: the client
 (`keel-lab peers-streaming --count N`) reads one server stream of N quotes to its end, N1 and
