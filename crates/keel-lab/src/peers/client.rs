@@ -169,7 +169,7 @@ async fn fixed_calls<C: Adds>(client: &C, inflight: usize, calls: usize) -> anyh
     let tasks: Vec<_> = (0..inflight)
         .map(|i| {
             let client = client.clone();
-            let share = calls / inflight + usize::from(i < calls % inflight);
+            let share = share_of(calls, inflight, i);
             tokio::spawn(async move {
                 for _ in 0..share {
                     let v = client.add(1.0, 2.0).await?;
@@ -183,6 +183,12 @@ async fn fixed_calls<C: Adds>(client: &C, inflight: usize, calls: usize) -> anyh
         t.await??;
     }
     Ok(())
+}
+
+/// Part `i` of `total` split into `parts` parts as even as can be (the first `total % parts`
+/// one more).
+pub(crate) fn share_of(total: usize, parts: usize, i: usize) -> usize {
+    total / parts + usize::from(i < total % parts)
 }
 
 /// A server stream of quotes of any system; dropping it stops the server's producer.

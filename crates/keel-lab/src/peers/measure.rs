@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::client::Conn;
+use super::client::{share_of, Conn};
 use super::load::{new_histogram, percentiles_us, Window};
 use super::quote::{Quote, ENDLESS, SYMBOL};
 use super::system::System;
@@ -86,19 +86,14 @@ pub(crate) fn calls_in_flight(
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let connections = load.connections.max(1);
-        let mut conns = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            conns.push(Conn::connect(system, addr).await?);
-        }
-        let per_conn = load.inflight.div_ceil(connections);
+        let conns = connect_each(system, addr, load.connections).await?;
+        let per_conn = load.inflight.div_ceil(conns.len());
         for n in [warmup, calls] {
-            let share = |i: usize| n / connections + usize::from(i < n % connections);
             let runs: Vec<_> = conns
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
-                    let (c, share) = (c.clone(), share(i));
+                    let (c, share) = (c.clone(), share_of(n, conns.len(), i));
                     tokio::spawn(async move { c.fixed_calls(per_conn, share).await })
                 })
                 .collect();
@@ -108,6 +103,15 @@ pub(crate) fn calls_in_flight(
         }
         Ok(())
     })
+}
+
+/// `connections` connections (at least one) with the system's own client.
+async fn connect_each(system: System, addr: &str, connections: usize) -> anyhow::Result<Vec<Conn>> {
+    let mut conns = Vec::with_capacity(connections.max(1));
+    for _ in 0..connections.max(1) {
+        conns.push(Conn::connect(system, addr).await?);
+    }
+    Ok(conns)
 }
 
 /// Calls per second with calls kept in flight, and the CPU each side spent per call.
@@ -144,12 +148,9 @@ pub(crate) fn throughput(
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut conns = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            conns.push(Conn::connect(system, addr).await?);
-        }
+        let conns = connect_each(system, addr, connections).await?;
         let w = Arc::new(Window::default());
-        let per_conn = inflight.div_ceil(connections.max(1));
+        let per_conn = inflight.div_ceil(conns.len());
         let drivers: Vec<_> = conns
             .iter()
             .map(|c| {
