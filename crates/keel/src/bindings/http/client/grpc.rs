@@ -17,7 +17,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use ::http::header::{HeaderValue, CONTENT_TYPE, TE, USER_AGENT};
-use ::http::{HeaderMap, Method, Request, Uri};
+use ::http::{HeaderMap, Method, Request};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use http_body::Body as _;
@@ -30,7 +30,7 @@ use super::super::grpc::{
 };
 use super::super::h2conn::{self, RecvBody, RequestBody};
 use super::super::{details_decode, metadata_from_headers, metadata_to_headers, DETAILS_HEADER};
-use super::{HttpClient, Tried};
+use super::{HttpClient, Proto, Tried};
 use crate::bindings::{Again, Answer, Attempt, GrpcTarget, Outgoing, Replied, StreamBack};
 use crate::core::compress::{self, Compression};
 use crate::core::error::{Error, Kind};
@@ -94,14 +94,7 @@ impl HttpClient {
     ) -> Result<(Request<()>, RequestBody, Option<StreamBack>), Error> {
         let desc = target.desc;
         let info = &desc.operations[target.op];
-        let authority = self.endpoint.authority().unwrap_or_default();
-        let uri = format!(
-            "{}://{authority}/{}/{}",
-            self.endpoint.http_scheme(),
-            desc.grpc_name(),
-            info.grpc_name()
-        );
-        let uri: Uri = uri.parse().map_err(|e| self.config_error(e))?;
+        let uri = self.uri(Proto::H2, [&desc.grpc_name(), &info.grpc_name()])?;
         let remaining = deadline.saturating_duration_since(clock::now());
         let mut request = Request::new(());
         *request.method_mut() = Method::POST;

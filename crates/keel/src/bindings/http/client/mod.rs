@@ -17,6 +17,7 @@ use ::http::header::{
     HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
     CONTENT_TYPE, HOST,
 };
+use ::http::uri::{self, Authority, PathAndQuery, Scheme};
 use ::http::{Method, Request, Response, Uri};
 use bytes::Bytes;
 use hyper::client::conn::http1;
@@ -74,6 +75,9 @@ pub(crate) struct HttpClient {
     conns: Arc<ClientConns>,
     /// Calls are gRPC calls (`grpc://`, `grpcs://`): HTTP/2 only.
     grpc: bool,
+    /// The scheme and authority of an HTTP/2 request's URI, parsed once; or why the endpoint
+    /// has none (a Unix socket's has no authority).
+    origin: Result<(Scheme, Authority), String>,
 }
 
 impl fmt::Debug for HttpClient {
@@ -144,11 +148,22 @@ impl Tried {
     }
 }
 
+/// The scheme and authority of `endpoint`'s HTTP/2 requests, or why it has none.
+fn origin(endpoint: &Endpoint) -> Result<(Scheme, Authority), String> {
+    let scheme = if endpoint.is_tls() {
+        Scheme::HTTPS
+    } else {
+        Scheme::HTTP
+    };
+    let authority = endpoint.authority().unwrap_or_default();
+    let authority = Authority::try_from(authority).map_err(|e| e.to_string())?;
+    Ok((scheme, authority))
+}
+
 impl HttpClient {
     pub(crate) fn new(endpoint: Endpoint, config: ClientSettings) -> HttpClient {
         let slots = config.http_max_connections.clamp(1, Semaphore::MAX_PERMITS);
         HttpClient {
-            endpoint,
             negotiated: Mutex::new(None),
             idle: Arc::new(Mutex::new(Vec::new())),
             draining: Arc::default(),
@@ -156,6 +171,8 @@ impl HttpClient {
             h2: Mutex::new(None),
             h2_connecting: tokio::sync::Mutex::new(()),
             conns: Arc::new(ClientConns::new(config.reconnects.clone())),
+            origin: origin(&endpoint),
+            endpoint,
             config,
             grpc: false,
         }
@@ -574,6 +591,30 @@ impl HttpClient {
 
     /// A request this client's endpoint cannot make (a bad URI or header value): a
     /// configuration error naming the endpoint.
+    /// The URI of a request for `/{segments[0]}/{segments[1]}`: the path alone on HTTP/1.1
+    /// (its Host header carries the authority), with the endpoint's scheme and authority on
+    /// HTTP/2 (its pseudo-headers). Put together from parts, not formatted and parsed.
+    fn uri(&self, proto: Proto, segments: [&str; 2]) -> Result<Uri, Error> {
+        let mut path = String::with_capacity(segments[0].len() + segments[1].len() + 2);
+        for segment in segments {
+            path.push('/');
+            path.push_str(segment);
+        }
+        let path = PathAndQuery::try_from(path).map_err(|e| self.config_error(e))?;
+        if proto == Proto::H1 {
+            return Ok(Uri::from(path));
+        }
+        let (scheme, authority) = self
+            .origin
+            .as_ref()
+            .map_err(|why| Error::new(Kind::Config, format!("{}: {why}", self.endpoint)))?;
+        let mut parts = uri::Parts::default();
+        parts.scheme = Some(scheme.clone());
+        parts.authority = Some(authority.clone());
+        parts.path_and_query = Some(path);
+        Uri::from_parts(parts).map_err(|e| self.config_error(e))
+    }
+
     fn config_error(&self, e: impl std::error::Error + Send + Sync + 'static) -> Error {
         Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
     }
@@ -592,13 +633,7 @@ impl HttpClient {
         deadline: Instant,
     ) -> Result<(Request<()>, RequestBody, Option<StreamBack>), Error> {
         let authority = self.endpoint.authority().unwrap_or_default();
-        let path = format!("/{service}/{operation}");
-        // HTTP/2 carries scheme and authority as pseudo-headers; HTTP/1.1 the Host header.
-        let uri = match proto {
-            Proto::H1 => path,
-            Proto::H2 => format!("{}://{authority}{path}", self.endpoint.http_scheme()),
-        };
-        let uri: Uri = uri.parse().map_err(|e| self.config_error(e))?;
+        let uri = self.uri(proto, [service, operation])?;
         let remaining = deadline.saturating_duration_since(clock::now());
         // Rounded up, so a sub-millisecond remainder is not sent as "no time at all".
         let remaining_ms = remaining.as_micros().div_ceil(1000).max(1);
