@@ -589,8 +589,6 @@ impl HttpClient {
         }
     }
 
-    /// A request this client's endpoint cannot make (a bad URI or header value): a
-    /// configuration error naming the endpoint.
     /// The URI of a request for `/{segments[0]}/{segments[1]}`: the path alone on HTTP/1.1
     /// (its Host header carries the authority), with the endpoint's scheme and authority on
     /// HTTP/2 (its pseudo-headers). Put together from parts, not formatted and parsed.
@@ -615,6 +613,8 @@ impl HttpClient {
         Uri::from_parts(parts).map_err(|e| self.config_error(e))
     }
 
+    /// A request this client's endpoint cannot make (a bad URI or header value): a
+    /// configuration error naming the endpoint.
     fn config_error(&self, e: impl std::error::Error + Send + Sync + 'static) -> Error {
         Error::new(Kind::Config, format!("{}: {e}", self.endpoint)).with_source(e)
     }
