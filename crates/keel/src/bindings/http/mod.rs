@@ -72,6 +72,19 @@ pub const UNPROCESSED_HEADER: &str = "keel-unprocessed";
 /// MessagePack (postcard) with `Accept`.
 pub const ARGS_HEADER: &str = "keel-args";
 
+// keel's header names, parsed once: a `HeaderMap` lookup or insert by `&str` parses and
+// checks the name every time.
+/// [`STATUS_HEADER`] as a header name.
+pub(crate) const STATUS: HeaderName = HeaderName::from_static(STATUS_HEADER);
+/// [`DEADLINE_HEADER`] as a header name.
+pub(crate) const DEADLINE: HeaderName = HeaderName::from_static(DEADLINE_HEADER);
+/// [`DETAILS_HEADER`] as a header name.
+pub(crate) const DETAILS: HeaderName = HeaderName::from_static(DETAILS_HEADER);
+/// [`UNPROCESSED_HEADER`] as a header name.
+pub(crate) const UNPROCESSED: HeaderName = HeaderName::from_static(UNPROCESSED_HEADER);
+/// [`ARGS_HEADER`] as a header name.
+pub(crate) const ARGS: HeaderName = HeaderName::from_static(ARGS_HEADER);
+
 /// HTTP/2 receive window of one stream: what a sender may have in flight on it. Fixed, not
 /// hyper's adaptive window, which pings on every burst of DATA frames until the peer's ping-flood
 /// protection closes the connection (hyperium/hyper#2526; reproduced here with an upload of

@@ -29,7 +29,7 @@ use super::super::grpc::{
     GRPC_MESSAGE, GRPC_STATUS, GRPC_STATUS_DETAILS, GRPC_TIMEOUT,
 };
 use super::super::h2conn::{self, RecvBody, RequestBody};
-use super::super::{details_decode, metadata_from_headers, metadata_to_headers, DETAILS_HEADER};
+use super::super::{details_decode, metadata_from_headers, metadata_to_headers, DETAILS};
 use super::{HttpClient, Proto, Tried};
 use crate::bindings::{Again, Answer, Attempt, GrpcTarget, Outgoing, Replied, StreamBack};
 use crate::core::compress::{self, Compression};
@@ -315,7 +315,7 @@ fn unprocessed(headers: &HeaderMap) -> bool {
         .get(GRPC_STATUS)
         .is_some_and(|v| v.as_bytes() == b"14")
         && headers
-            .get(super::super::UNPROCESSED_HEADER)
+            .get(super::super::UNPROCESSED)
             .is_some_and(|v| v.as_bytes() == b"1")
 }
 
@@ -366,7 +366,7 @@ fn status(
     }
     let mut status = Status::new(codes::code_from_grpc(code), message);
     let keel_details = headers
-        .get(DETAILS_HEADER)
+        .get(DETAILS)
         .and_then(|v| details_decode(v.as_bytes()));
     if let Some(details) = keel_details.or(rpc_status) {
         status = status.with_details(details);

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ::http::header::{
-    HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
     CONTENT_TYPE, HOST,
 };
 use ::http::uri::{self, Authority, PathAndQuery, Scheme};
@@ -28,8 +28,8 @@ use super::body::{self, Body, ReadError, Received};
 use super::conns::{ClientConns, Tasks};
 use super::h2conn::{self, RecvBody, RequestBody};
 use super::{
-    details_decode, metadata_from_headers, metadata_to_headers, ARGS_HEADER, DEADLINE_HEADER,
-    DETAILS_HEADER, MSGPACK_CONTENT_TYPE, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED_HEADER,
+    details_decode, metadata_from_headers, metadata_to_headers, ARGS, DEADLINE, DETAILS,
+    MSGPACK_CONTENT_TYPE, STATUS, STATUS_HEADER, STREAM_CONTENT_TYPE, UNPROCESSED,
 };
 use crate::bindings::{
     Again, Answer, Attempt, BoxFuture, ClientSettings, ClientTransport, ConnCounts, HttpVersion,
@@ -43,11 +43,6 @@ use crate::core::status::{Status, StatusCode};
 use crate::core::stream::ByteStream;
 use crate::runtime::clock;
 use crate::transport::{Endpoint, ALPN_H2, ALPN_HTTP1};
-
-/// [`DEADLINE_HEADER`], parsed once.
-const DEADLINE: HeaderName = HeaderName::from_static(DEADLINE_HEADER);
-/// [`ARGS_HEADER`], parsed once.
-const ARGS: HeaderName = HeaderName::from_static(ARGS_HEADER);
 
 /// The HTTP version of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -695,10 +690,7 @@ impl HttpClient {
             .get(CONNECTION)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
-        let ok = parts
-            .headers
-            .get(STATUS_HEADER)
-            .and_then(|v| v.to_str().ok())
+        let ok = parts.headers.get(STATUS).and_then(|v| v.to_str().ok())
             == Some(StatusCode::Ok.as_str());
         if download && ok {
             let stream = match lease {
@@ -761,7 +753,7 @@ impl HttpClient {
         };
         let details = parts
             .headers
-            .get(DETAILS_HEADER)
+            .get(DETAILS)
             .and_then(|v| details_decode(v.as_bytes()))
             .unwrap_or_default();
         let ok = |body| {
@@ -772,7 +764,7 @@ impl HttpClient {
                 metadata: metadata.clone(),
             }))
         };
-        let result = match parts.headers.get(STATUS_HEADER).map(|v| v.to_str()) {
+        let result = match parts.headers.get(STATUS).map(|v| v.to_str()) {
             Some(Ok(code)) => match StatusCode::from_name(code) {
                 Some(StatusCode::Ok) => ok(body),
                 Some(code) => {
@@ -840,7 +832,7 @@ fn unprocessed<B>(response: &Response<B>) -> bool {
     response.status() == ::http::StatusCode::SERVICE_UNAVAILABLE
         && response
             .headers()
-            .get(UNPROCESSED_HEADER)
+            .get(UNPROCESSED)
             .is_some_and(|v| v.as_bytes() == b"1")
 }
 

@@ -156,7 +156,7 @@ pub(crate) fn status_headers(status: &Status, fault: Option<FaultType<'_>>, out:
     } else if !status.details().is_empty() {
         let value = super::details_encode(status.details());
         out.insert(
-            super::DETAILS_HEADER,
+            super::DETAILS,
             HeaderValue::from_str(&value).expect("base64 is visible ASCII"),
         );
     }

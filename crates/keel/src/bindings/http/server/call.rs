@@ -17,9 +17,9 @@ use tokio::sync::oneshot;
 use super::super::accept_encoding;
 use super::super::body::{self, Body, ReadError, Received};
 use super::super::{
-    metadata_from_headers, metadata_to_headers, ARGS_HEADER, DEADLINE_HEADER, JSON_CONTENT_TYPE,
-    MESSAGES_CONTENT_TYPE, MSGPACK_CONTENT_TYPE, NDJSON_CONTENT_TYPE, POSTCARD_CONTENT_TYPE,
-    SSE_CONTENT_TYPE, STREAM_CONTENT_TYPE,
+    metadata_from_headers, metadata_to_headers, ARGS, ARGS_HEADER, DEADLINE, DEADLINE_HEADER,
+    JSON_CONTENT_TYPE, MESSAGES_CONTENT_TYPE, MSGPACK_CONTENT_TYPE, NDJSON_CONTENT_TYPE,
+    POSTCARD_CONTENT_TYPE, SSE_CONTENT_TYPE, STREAM_CONTENT_TYPE,
 };
 use super::cut::flushed_before_cut;
 use super::responses::{
@@ -87,7 +87,7 @@ pub(super) async fn call<B: Received>(
     };
     // `keel-args` carries a streamed request's other parameters; on any other operation the
     // header would be ignored, and a caller who put the arguments there would see them missing.
-    if op.is_some() && !stream_request && req.headers().contains_key(ARGS_HEADER) {
+    if op.is_some() && !stream_request && req.headers().contains_key(ARGS) {
         let msg = format!(
             "the {ARGS_HEADER} header is for operations that take a stream, and \
              {service}.{operation} takes none. Send its arguments as the request body (a JSON \
@@ -101,7 +101,7 @@ pub(super) async fn call<B: Received>(
         Framing::Ndjson if messages_out && accepts(&req, SSE_CONTENT_TYPE) => Framing::Sse,
         framing => framing,
     };
-    let deadline = match req.headers().get(DEADLINE_HEADER) {
+    let deadline = match req.headers().get(DEADLINE) {
         None => None,
         Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(ms) => Some(Duration::from_millis(ms)),
@@ -324,7 +324,7 @@ fn accepts<B>(req: &Request<B>, wanted: &str) -> bool {
 /// The non-stream parameters of a streamed-upload call, from the `keel-args` header: a JSON
 /// object, or postcard in unpadded URL-safe base64. Absent: no parameters (`{}`).
 pub(super) fn stream_args<B>(req: &Request<B>, format: Format) -> Result<Bytes, Status> {
-    let Some(v) = req.headers().get(ARGS_HEADER) else {
+    let Some(v) = req.headers().get(ARGS) else {
         return Ok(match format {
             // An empty message.
             Format::Postcard | Format::Protobuf(_) => Bytes::new(),

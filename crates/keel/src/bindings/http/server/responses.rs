@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::super::body::{self, Body};
 use super::super::{
-    details_encode, http_status, metadata_to_headers, DETAILS_HEADER, JSON_CONTENT_TYPE,
-    MSGPACK_CONTENT_TYPE, POSTCARD_CONTENT_TYPE, STATUS_HEADER, UNPROCESSED_HEADER,
+    details_encode, http_status, metadata_to_headers, DETAILS, JSON_CONTENT_TYPE,
+    MSGPACK_CONTENT_TYPE, POSTCARD_CONTENT_TYPE, STATUS, UNPROCESSED,
 };
 use crate::core::format::Format;
 use crate::core::status::{Status, StatusCode};
@@ -114,7 +114,7 @@ pub(super) fn error(status: Status, format: Format) -> Response<Body> {
     let mut response = Response::new(body::full(body));
     metadata_to_headers(status.metadata(), response.headers_mut());
     if let Some(details) = details.and_then(|d| HeaderValue::from_str(&d).ok()) {
-        response.headers_mut().insert(DETAILS_HEADER, details);
+        response.headers_mut().insert(DETAILS, details);
     }
     *response.status_mut() = ::http::StatusCode::from_u16(http_status(code))
         .unwrap_or(::http::StatusCode::INTERNAL_SERVER_ERROR);
@@ -135,7 +135,7 @@ pub(super) fn unprocessed(format: Format) -> Response<Body> {
     let mut response = error(Status::new(StatusCode::ShuttingDown, msg), format);
     response
         .headers_mut()
-        .insert(UNPROCESSED_HEADER, HeaderValue::from_static("1"));
+        .insert(UNPROCESSED, HeaderValue::from_static("1"));
     response
 }
 
@@ -156,5 +156,5 @@ pub(super) fn set_content_type(response: &mut Response<Body>, content_type: &'st
 pub(super) fn set_status_header(response: &mut Response<Body>, code: StatusCode) {
     response
         .headers_mut()
-        .insert(STATUS_HEADER, HeaderValue::from_static(code.as_str()));
+        .insert(STATUS, HeaderValue::from_static(code.as_str()));
 }

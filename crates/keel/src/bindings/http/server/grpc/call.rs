@@ -144,7 +144,7 @@ pub(in crate::bindings::http::server) async fn call<B: Received>(
         let mut response = answer.trailers_only(&status, &none);
         // As keel's convention marks it: nothing ran, so a keel client sends it again.
         response.headers_mut().insert(
-            super::super::super::UNPROCESSED_HEADER,
+            super::super::super::UNPROCESSED,
             HeaderValue::from_static("1"),
         );
         return response;
