@@ -35,7 +35,7 @@ pub(crate) const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-messag
 pub(crate) const GRPC_STATUS_DETAILS: HeaderName =
     HeaderName::from_static("grpc-status-details-bin");
 /// The call's time budget.
-pub(crate) const GRPC_TIMEOUT: &str = "grpc-timeout";
+pub(crate) const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 /// How the messages of this side are compressed.
 pub(crate) const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 /// The compressions this side accepts.

@@ -15,7 +15,7 @@
 mod stream;
 mod unary;
 
-use ::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use ::http::header::{HeaderValue, CONTENT_TYPE};
 use ::http::{HeaderMap, Method, Request};
 
 use super::super::grpc::connect::{self, Kind, PROTOCOL_VERSION, TIMEOUT_MS};
@@ -93,7 +93,7 @@ fn grpc_headers(
         let grpc = connect::timeout_as_grpc(v.as_bytes())
             .map_err(|why| bad(&format!("malformed {TIMEOUT_MS} header {v:?}: {why}")))?;
         let value = HeaderValue::from_str(&grpc).expect("digits and a unit");
-        out.insert(HeaderName::from_static(GRPC_TIMEOUT), value);
+        out.insert(GRPC_TIMEOUT, value);
     }
     if let Some(v) = headers.get(encoding) {
         out.insert(super::super::grpc::GRPC_ENCODING, v.clone());
